@@ -1,0 +1,133 @@
+//! The `destination` command line, with upstream's flag names and defaults
+//! (spec/destination.md §A.2). Booleans take an explicit value as Go flags do:
+//! `--enable-ipv6=false`.
+
+use clap::{Parser, ValueEnum};
+use linkerd_index::PortSet;
+use linkerd_runtime::{ClusterArgs, LogArgs, parse_bool, parse_listen_addr};
+use std::net::SocketAddr;
+
+use crate::translate::{TranslatorConfig, parse_http2_params};
+
+/// Serves `io.linkerd.proxy.destination.Destination` to Linkerd proxies.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "destination", version, about)]
+pub struct Args {
+    /// gRPC listen address (`:8086` means all interfaces).
+    #[arg(long, env = "LINKERD_DESTINATION_ADDR", default_value = "0.0.0.0:8086", value_parser = parse_listen_addr)]
+    pub addr: SocketAddr,
+
+    /// Admin listen address: `/live`, `/ready`, `/ping`, `/metrics` (upstream: `-metrics-addr`).
+    #[arg(long, alias = "metrics-addr", default_value = "0.0.0.0:9996", value_parser = parse_listen_addr)]
+    pub admin_addr: SocketAddr,
+
+    /// The control-plane namespace: pods whose `linkerd.io/control-plane-ns` label equals it
+    /// get an mTLS identity.
+    #[arg(long, default_value = "linkerd")]
+    pub controller_namespace: String,
+
+    /// Identity trust domain: identities end in `.<controller-namespace>.<trust-domain>`.
+    #[arg(long, default_value = "cluster.local")]
+    pub identity_trust_domain: String,
+
+    /// Kubernetes cluster domain: names are `<svc>.<ns>.svc.<cluster-domain>`.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+
+    /// Serve IPv6 endpoints, preferring them for dual-stack pods.
+    #[arg(long, default_value = "true", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enable_ipv6: bool,
+
+    /// Send `h2` protocol hints for meshed, non-opaque endpoints.
+    #[arg(long, default_value = "true", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enable_h2_upgrade: bool,
+
+    /// Ports treated as opaque for pods without a `config.linkerd.io/opaque-ports` annotation:
+    /// a comma list of ports and ranges (`25,587,3306,4444,5432,6379,9300,11211` in the chart).
+    #[arg(long, default_value = "")]
+    pub default_opaque_ports: String,
+
+    /// JSON `Http2ClientParams` sent on meshed endpoints, e.g.
+    /// `{"keep_alive":{"interval":{"seconds":10},"timeout":{"seconds":3},"while_idle":true}}`.
+    #[arg(long, default_value = "")]
+    pub meshed_http2_client_params: String,
+
+    /// `transport-header` forces opaque transport to every meshed endpoint.
+    #[arg(long, value_enum, default_value_t = OutboundTransportMode::Transparent)]
+    pub outbound_transport_mode: OutboundTransportMode,
+
+    /// Weigh same-zone endpoints ×10.
+    #[arg(long, default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub ext_endpoint_zone_weights: bool,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `--outbound-transport-mode`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutboundTransportMode {
+    Transparent,
+    TransportHeader,
+}
+
+impl Args {
+    /// The translation settings these flags describe. Errors when
+    /// `--meshed-http2-client-params` is not valid JSON of the right shape (fatal upstream too).
+    pub fn translator_config(&self) -> anyhow::Result<TranslatorConfig> {
+        let (default_opaque_ports, invalid) = PortSet::parse(&self.default_opaque_ports);
+        for item in invalid {
+            tracing::warn!(%item, "ignoring invalid --default-opaque-ports item");
+        }
+        Ok(TranslatorConfig {
+            controller_namespace: self.controller_namespace.clone(),
+            trust_domain: self.identity_trust_domain.clone(),
+            enable_h2_upgrade: self.enable_h2_upgrade,
+            default_opaque_ports,
+            meshed_http2_params: parse_http2_params(&self.meshed_http2_client_params)?,
+            force_opaque_transport: self.outbound_transport_mode == OutboundTransportMode::TransportHeader,
+            ext_endpoint_zone_weights: self.ext_endpoint_zone_weights,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_style_flags() {
+        let args = Args::try_parse_from([
+            "destination",
+            "--addr=:8086",
+            "--enable-ipv6=false",
+            "--enable-h2-upgrade",
+            "--default-opaque-ports=25,587,3306",
+            "--outbound-transport-mode=transport-header",
+            "--cluster-state=/tmp",
+        ])
+        .unwrap();
+        assert_eq!(args.addr, "0.0.0.0:8086".parse().unwrap());
+        assert!(!args.enable_ipv6);
+        assert!(args.enable_h2_upgrade);
+        let config = args.translator_config().unwrap();
+        assert!(config.force_opaque_transport);
+        assert!(config.default_opaque_ports.contains(3306));
+        assert!(config.meshed_http2_params.is_none());
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        let args = Args::try_parse_from(["destination"]).unwrap();
+        assert_eq!(args.addr, "0.0.0.0:8086".parse().unwrap());
+        assert_eq!(args.admin_addr, "0.0.0.0:9996".parse().unwrap());
+        assert!(args.enable_ipv6 && args.enable_h2_upgrade && !args.ext_endpoint_zone_weights);
+        assert!(Args::try_parse_from(["destination", "--enable-ipv6=maybe"]).is_err());
+        assert!(Args::try_parse_from(["destination", "--addr=nowhere"]).is_err());
+        let bad = Args::try_parse_from(["destination", "--meshed-http2-client-params={"]).unwrap();
+        assert!(bad.translator_config().is_err());
+    }
+}

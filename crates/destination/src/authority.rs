@@ -1,0 +1,161 @@
+//! Parsing the `path` of a `Get` request: `<service>.<namespace>.svc.<cluster-domain>[:port]` or
+//! `<instance>.<service>.<namespace>.svc.<cluster-domain>[:port]` (spec/destination.md §C.1).
+
+use std::net::IpAddr;
+
+/// Why a path was refused; each becomes `InvalidArgument` with this message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AuthorityError {
+    #[error("Invalid authority: {path}: {reason}")]
+    Invalid { path: String, reason: &'static str },
+    #[error("IP queries not supported by Get API: host={0}")]
+    IpQuery(IpAddr),
+    #[error(
+        "invalid service {host:?}: expected <service>.<namespace>.svc.{cluster_domain} or <instance>.<service>.<namespace>.svc.{cluster_domain}"
+    )]
+    NotAService { host: String, cluster_domain: String },
+}
+
+/// A Kubernetes service DNS name with a port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceName {
+    pub namespace: String,
+    pub service: String,
+    /// The instance (pod hostname) of a StatefulSet-style name.
+    pub instance: Option<String>,
+    pub port: u16,
+}
+
+/// Splits `host[:port]`; the port defaults to 80; IPv6 hosts must be bracketed.
+pub fn split_host_port(path: &str) -> Result<(&str, u16), AuthorityError> {
+    let invalid = |reason| AuthorityError::Invalid {
+        path: path.to_string(),
+        reason,
+    };
+    if !path.contains(':') {
+        if path.is_empty() {
+            return Err(invalid("empty host"));
+        }
+        return Ok((path, 80));
+    }
+    let (host, port) = if let Some(rest) = path.strip_prefix('[') {
+        let (host, port) = rest
+            .split_once("]:")
+            .ok_or_else(|| invalid("unterminated IPv6 literal"))?;
+        (host, port)
+    } else {
+        let (host, port) = path.rsplit_once(':').ok_or_else(|| invalid("missing port"))?;
+        if host.contains(':') {
+            return Err(invalid("IPv6 addresses must be bracketed"));
+        }
+        (host, port)
+    };
+    if host.is_empty() {
+        return Err(invalid("empty host"));
+    }
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid("port is not a decimal number"));
+    }
+    match port.parse::<u32>() {
+        Ok(p @ 1..=65535) => Ok((host, p as u16)),
+        _ => Err(invalid("port out of range 1-65535")),
+    }
+}
+
+/// Parses a `Get` path against the cluster domain.
+pub fn parse_service_name(path: &str, cluster_domain: &str) -> Result<ServiceName, AuthorityError> {
+    let (host, port) = split_host_port(path)?;
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Err(AuthorityError::IpQuery(ip));
+    }
+    let not_a_service = || AuthorityError::NotAService {
+        host: host.to_string(),
+        cluster_domain: cluster_domain.to_string(),
+    };
+    let labels: Vec<&str> = host.split('.').collect();
+    let suffix: Vec<&str> = std::iter::once("svc").chain(cluster_domain.split('.')).collect();
+    if labels.iter().any(|l| l.is_empty()) || labels.len() <= suffix.len() || !labels.ends_with(&suffix) {
+        return Err(not_a_service());
+    }
+    match labels[..labels.len() - suffix.len()] {
+        [service, namespace] => Ok(ServiceName {
+            namespace: namespace.to_string(),
+            service: service.to_string(),
+            instance: None,
+            port,
+        }),
+        [instance, service, namespace] => Ok(ServiceName {
+            namespace: namespace.to_string(),
+            service: service.to_string(),
+            instance: Some(instance.to_string()),
+            port,
+        }),
+        _ => Err(not_a_service()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOMAIN: &str = "cluster.local";
+
+    #[test]
+    fn service_names() {
+        let name = parse_service_name("web-svc.emojivoto.svc.cluster.local:80", DOMAIN).unwrap();
+        assert_eq!(
+            name,
+            ServiceName {
+                namespace: "emojivoto".into(),
+                service: "web-svc".into(),
+                instance: None,
+                port: 80
+            }
+        );
+        let name = parse_service_name("cache-1.cache.edge.svc.cluster.local:6379", DOMAIN).unwrap();
+        assert_eq!(name.instance.as_deref(), Some("cache-1"));
+        assert_eq!((name.service.as_str(), name.namespace.as_str()), ("cache", "edge"));
+        // No port: 80.
+        assert_eq!(parse_service_name("web-svc.emojivoto.svc.cluster.local", DOMAIN).unwrap().port, 80);
+        // Another cluster domain.
+        let name = parse_service_name("a.b.svc.example.org:1", "example.org").unwrap();
+        assert_eq!(name.service, "a");
+    }
+
+    #[test]
+    fn refused_paths() {
+        let invalid = |p: &str| parse_service_name(p, DOMAIN).unwrap_err();
+        assert_eq!(
+            invalid("10.96.34.218:80"),
+            AuthorityError::IpQuery("10.96.34.218".parse().unwrap())
+        );
+        assert_eq!(invalid("[fd00::1]:80"), AuthorityError::IpQuery("fd00::1".parse().unwrap()));
+        for path in [
+            "web-svc.emojivoto.svc.cluster.local:0",
+            "web-svc.emojivoto.svc.cluster.local:65536",
+            "web-svc.emojivoto.svc.cluster.local:99999999999",
+            "web-svc.emojivoto.svc.cluster.local:-1",
+            "web-svc.emojivoto.svc.cluster.local:http",
+            "web-svc.emojivoto.svc.cluster.local:",
+            "fd00::1:80",
+            "[fd00::1:80",
+            ":80",
+            "",
+        ] {
+            assert!(matches!(invalid(path), AuthorityError::Invalid { .. }), "{path}");
+        }
+        for path in [
+            "linkerd.io:80",
+            "web-svc.emojivoto.svc.cluster.local.:80",
+            "web-svc.svc.cluster.local:80",
+            "a.b.c.d.svc.cluster.local:80",
+            "web-svc.emojivoto.svc.other.domain:80",
+            "web-svc..svc.cluster.local:80",
+            "svc.cluster.local:80",
+        ] {
+            assert!(matches!(invalid(path), AuthorityError::NotAService { .. }), "{path}");
+        }
+        let msg = invalid("web-svc.emojivoto.svc.cluster.local:0").to_string();
+        assert!(msg.contains("web-svc.emojivoto.svc.cluster.local:0") && msg.contains("out of range"), "{msg}");
+    }
+}

@@ -1,0 +1,200 @@
+//! One `Get` stream: filter the shared view for this client, diff against what was sent, and
+//! emit `Add` / `Remove` / `NoEndpoints` (spec/destination.md §C.4–C.5, decisions 1 and 2).
+//!
+//! A stream holds only its topic's receiver, the view it last sent from, and its filter; the
+//! filtered set it last sent is recomputed from that view when diffing, so nothing per address
+//! is kept per stream. When the stream wakes it reads the newest view: intermediate views may
+//! be skipped, the end state never is.
+
+use linkerd_index::{AddressId, Endpoint, EndpointsView, Workload, model::AddressType};
+use linkerd2_proxy_api::{
+    destination::{AddrSet, NoEndpoints, Update, WeightedAddrSet, update},
+    net::TcpAddress,
+};
+use std::{collections::HashMap, sync::Arc};
+use tokio::sync::watch;
+
+use crate::translate::EndpointTranslator;
+
+/// What a stream filters on: the client's position and the server's address-family setting.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamFilter {
+    /// The client's node (context token `nodeName`), for `internalTrafficPolicy: Local`.
+    pub node_name: Option<String>,
+    /// The zone of the client's node, looked up once when the stream starts.
+    pub client_zone: Option<String>,
+    /// `--enable-ipv6`.
+    pub enable_ipv6: bool,
+}
+
+/// The state of one `Get` stream.
+pub struct EndpointsStream {
+    rx: watch::Receiver<Arc<EndpointsView>>,
+    filter: StreamFilter,
+    translator: Arc<EndpointTranslator>,
+    /// The view the last update was computed from; `None` before the first message.
+    last: Option<Arc<EndpointsView>>,
+}
+
+type Filtered<'a> = Vec<(&'a AddressId, &'a Arc<Endpoint>)>;
+
+// === impl StreamFilter ===
+
+impl StreamFilter {
+    /// The endpoints of `view` this client should receive, in address-ID order (§C.4):
+    /// `internalTrafficPolicy: Local` or topology hints, then the address family.
+    pub fn apply<'a>(&self, view: &'a EndpointsView) -> Filtered<'a> {
+        let mut set: Filtered<'a> = view.endpoints.iter().collect();
+        let local_only = view.service.as_ref().is_some_and(|s| s.internal_traffic_local);
+        if local_only {
+            set.retain(|(_, ep)| match &ep.workload {
+                Workload::Pod { pod, .. } => pod.node_name == self.node_name,
+                Workload::Address { .. } => false,
+            });
+        } else if !set.is_empty() && set.iter().all(|(_, ep)| !ep.zone_hints.is_empty()) {
+            // Hints apply only when every candidate has them; none for our zone keeps them all.
+            let zone = self.client_zone.as_deref().unwrap_or("");
+            let in_zone: Filtered<'a> = set
+                .iter()
+                .filter(|(_, ep)| ep.zone_hints.iter().any(|z| z == zone))
+                .copied()
+                .collect();
+            if !in_zone.is_empty() {
+                set = in_zone;
+            }
+        }
+        // The family is chosen after zone filtering (§H.13).
+        if self.enable_ipv6 {
+            let v6_pods: Vec<(&str, &str)> = set
+                .iter()
+                .filter_map(|(id, _)| match id {
+                    AddressId::Pod { namespace, name, family: AddressType::IPv6 } => Some((namespace.as_str(), name.as_str())),
+                    _ => None,
+                })
+                .collect();
+            if !v6_pods.is_empty() {
+                set.retain(|(id, _)| match id {
+                    AddressId::Pod { namespace, name, family: AddressType::IPv4 } => {
+                        !v6_pods.contains(&(namespace.as_str(), name.as_str()))
+                    }
+                    _ => true,
+                });
+            }
+        } else {
+            set.retain(|(id, _)| !matches!(id, AddressId::Pod { family: AddressType::IPv6, .. }));
+        }
+        set
+    }
+}
+
+// === impl EndpointsStream ===
+
+impl EndpointsStream {
+    pub fn new(rx: watch::Receiver<Arc<EndpointsView>>, filter: StreamFilter, translator: Arc<EndpointTranslator>) -> Self {
+        Self {
+            rx,
+            filter,
+            translator,
+            last: None,
+        }
+    }
+
+    /// Waits for the next view and returns the updates it causes (possibly none: a change that
+    /// does not concern this client). `None` when the topic is gone.
+    pub async fn next_updates(&mut self) -> Option<Vec<Update>> {
+        if self.last.is_some() {
+            self.rx.changed().await.ok()?;
+        }
+        let view = self.rx.borrow_and_update().clone();
+        let updates = self.diff(&view);
+        self.last = Some(view);
+        Some(updates)
+    }
+
+    /// The updates that take a client from `self.last` to `view`.
+    fn diff(&self, view: &EndpointsView) -> Vec<Update> {
+        let new = self.filter.apply(view);
+        let Some(last) = &self.last else {
+            return match self.add_all(view, &new) {
+                Some(add) => vec![add],
+                None => vec![no_endpoints(view.exists())],
+            };
+        };
+        let old = self.filter.apply(last);
+        if new.is_empty() {
+            // Decision 1: the end of all endpoints, or of the service, is said explicitly.
+            return if !old.is_empty() || last.exists() != view.exists() {
+                vec![no_endpoints(view.exists())]
+            } else {
+                vec![]
+            };
+        }
+        if old.is_empty() {
+            return match self.add_all(view, &new) {
+                Some(add) => vec![add],
+                None if last.exists() != view.exists() => vec![no_endpoints(view.exists())],
+                None => vec![],
+            };
+        }
+
+        let old_by_id: HashMap<&AddressId, &Arc<Endpoint>> = old.iter().copied().collect();
+        let mut added = Vec::new();
+        for (id, ep) in &new {
+            let changed = old_by_id.get(id).is_none_or(|prev| !Arc::ptr_eq(prev, ep) && ***prev != ***ep);
+            if changed {
+                added.push(*ep);
+            }
+        }
+        let new_ids: std::collections::HashSet<&AddressId> = new.iter().map(|(id, _)| *id).collect();
+        let removed: Vec<TcpAddress> = old
+            .iter()
+            .filter(|(id, _)| !new_ids.contains(id))
+            .map(|(_, ep)| ep.addr.into())
+            .collect();
+
+        let mut updates = Vec::with_capacity(2);
+        let addrs = self.translate(added.into_iter());
+        if !addrs.is_empty() {
+            updates.push(add(addrs, view));
+        }
+        if !removed.is_empty() {
+            updates.push(Update {
+                update: Some(update::Update::Remove(AddrSet { addrs: removed })),
+            });
+        }
+        updates
+    }
+
+    fn add_all(&self, view: &EndpointsView, set: &Filtered<'_>) -> Option<Update> {
+        let addrs = self.translate(set.iter().map(|(_, ep)| *ep));
+        (!addrs.is_empty()).then(|| add(addrs, view))
+    }
+
+    fn translate<'a>(&self, endpoints: impl Iterator<Item = &'a Arc<Endpoint>>) -> Vec<linkerd2_proxy_api::destination::WeightedAddr> {
+        let zone = self.filter.client_zone.as_deref();
+        endpoints
+            .filter_map(|ep| match self.translator.weighted_addr(ep, zone) {
+                Ok(addr) => Some(addr),
+                Err(error) => {
+                    tracing::warn!(%error, addr = %ep.addr, "leaving the address out of the update");
+                    None
+                }
+            })
+            .collect()
+    }
+}
+
+fn add(addrs: Vec<linkerd2_proxy_api::destination::WeightedAddr>, view: &EndpointsView) -> Update {
+    Update {
+        update: Some(update::Update::Add(WeightedAddrSet {
+            addrs,
+            metric_labels: view.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        })),
+    }
+}
+
+fn no_endpoints(exists: bool) -> Update {
+    Update {
+        update: Some(update::Update::NoEndpoints(NoEndpoints { exists })),
+    }
+}

@@ -1,0 +1,25 @@
+//! The Destination gRPC service: `Destination.Get` streams a Service's endpoints to proxies,
+//! with their mTLS identity, zone, protocol hints and metric labels, as deltas.
+//!
+//! Behaviour: spec/destination.md §C with its "Project decisions". The index
+//! ([`linkerd_index`]) computes one [`linkerd_index::EndpointsView`] per subscribed Service port;
+//! this crate only parses requests ([`authority`], [`token`]), filters and diffs per stream
+//! ([`endpoints`]), and translates to the proxy API's types ([`translate`]).
+
+#![deny(rust_2018_idioms)]
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod authority;
+pub mod endpoints;
+pub mod metrics;
+pub mod server;
+pub mod token;
+pub mod translate;
+
+pub use self::{
+    args::Args,
+    metrics::DestinationMetrics,
+    server::{DestinationService, serve},
+    translate::{EndpointTranslator, TranslatorConfig},
+};

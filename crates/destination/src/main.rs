@@ -1,0 +1,47 @@
+//! `destination`: the Destination gRPC server of the linkerd-destination pod.
+
+use anyhow::Context;
+use clap::Parser;
+use destination::{Args, DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind};
+use linkerd_index::{Index, IndexMetrics};
+use linkerd_runtime::{Admin, shutdown};
+use std::sync::Arc;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    args.log.init()?;
+    let translator = EndpointTranslator::new(args.translator_config()?);
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    let index_metrics = IndexMetrics::register(&mut registry);
+    let metrics = DestinationMetrics::register(&mut registry);
+
+    let (trigger, shutdown) = shutdown::channel();
+    tokio::spawn(trigger.on_signal());
+
+    let index = Index::new(index_metrics.clone());
+    let source = args.cluster.source(index_metrics).await?;
+    let _watches = index.spawn_watches(&source);
+
+    let (admin_addr, admin) = Admin::new(index.ready(), Arc::new(registry))
+        .bind(args.admin_addr, shutdown.clone())
+        .await
+        .with_context(|| format!("cannot listen on --admin-addr {}", args.admin_addr))?;
+    let (listener, addr) = bind(args.addr)
+        .await
+        .with_context(|| format!("cannot listen on --addr {}", args.addr))?;
+    tracing::info!(%addr, %admin_addr, "serving Destination");
+
+    let service = DestinationService::new(
+        index,
+        translator,
+        args.cluster_domain.clone(),
+        args.enable_ipv6,
+        metrics,
+        shutdown.clone(),
+    );
+    serve(listener, service, shutdown).await?;
+    let _ = admin.await;
+    Ok(())
+}

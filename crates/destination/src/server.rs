@@ -1,0 +1,155 @@
+//! The tonic service implementing `io.linkerd.proxy.destination.Destination`.
+
+use futures::{Stream, StreamExt};
+use linkerd_index::{EndpointsKey, Index, ObjectRef};
+use linkerd_runtime::shutdown::Shutdown;
+use linkerd2_proxy_api::destination::{
+    DestinationProfile, GetDestination, Update,
+    destination_server::{Destination, DestinationServer},
+};
+use std::{net::SocketAddr, pin::Pin, sync::Arc};
+use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
+
+use crate::{
+    authority::parse_service_name,
+    endpoints::{EndpointsStream, StreamFilter},
+    metrics::{DestinationMetrics, EndpointsLabels, StreamGuard},
+    token::ContextToken,
+    translate::EndpointTranslator,
+};
+
+/// The Destination service over an [`Index`].
+#[derive(Clone)]
+pub struct DestinationService {
+    index: Index,
+    translator: Arc<EndpointTranslator>,
+    cluster_domain: String,
+    enable_ipv6: bool,
+    metrics: DestinationMetrics,
+    shutdown: Shutdown,
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+impl DestinationService {
+    /// A service answering from `index`; every stream ends with `OK` when `shutdown` fires.
+    pub fn new(
+        index: Index,
+        translator: EndpointTranslator,
+        cluster_domain: String,
+        enable_ipv6: bool,
+        metrics: DestinationMetrics,
+        shutdown: Shutdown,
+    ) -> Self {
+        Self {
+            index,
+            translator: Arc::new(translator),
+            cluster_domain,
+            enable_ipv6,
+            metrics,
+            shutdown,
+        }
+    }
+
+    /// The tonic service, ready to add to a `Server`.
+    pub fn into_server(self) -> DestinationServer<Self> {
+        DestinationServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl Destination for DestinationService {
+    type GetStream = BoxStream<Update>;
+    type GetProfileStream = BoxStream<DestinationProfile>;
+
+    /// Streams the endpoints of a service port (spec/destination.md §C and decision 1).
+    ///
+    /// Errors: `InvalidArgument` for a malformed path, an IP host, a name outside the cluster
+    /// domain, or an ExternalName service. An unknown service is not an error: the stream starts
+    /// with `NoEndpoints{exists: false}` and stays open.
+    async fn get(&self, request: Request<GetDestination>) -> Result<Response<Self::GetStream>, Status> {
+        self.metrics.started.get_or_create(&DestinationMetrics::grpc("Get")).inc();
+        let request = request.into_inner();
+        let name = match parse_service_name(&request.path, &self.cluster_domain) {
+            Ok(name) => name,
+            Err(error) => {
+                self.metrics.handled("Get", tonic::Code::InvalidArgument);
+                return Err(Status::invalid_argument(error.to_string()));
+            }
+        };
+        let token = ContextToken::parse(&request.context_token);
+        tracing::debug!(path = %request.path, ?token, "Get");
+
+        let rx = self.index.endpoints(EndpointsKey {
+            service: ObjectRef {
+                namespace: name.namespace.clone(),
+                name: name.service.clone(),
+            },
+            port: name.port,
+            hostname: name.instance.clone(),
+        });
+        if rx.borrow().service.as_ref().is_some_and(|s| s.external_name) {
+            self.metrics.handled("Get", tonic::Code::InvalidArgument);
+            return Err(Status::invalid_argument(format!(
+                "{}: service {}/{} is of type ExternalName and has no endpoints to resolve",
+                request.path, name.namespace, name.service
+            )));
+        }
+
+        let client_zone = token.node_name.as_deref().and_then(|n| self.index.node_zone(n));
+        let filter = StreamFilter {
+            node_name: token.node_name.clone(),
+            client_zone,
+            enable_ipv6: self.enable_ipv6,
+        };
+        let labels = EndpointsLabels {
+            cluster: "local".into(),
+            namespace: name.namespace,
+            service: name.service,
+            port: name.port.to_string(),
+            hostname: name.instance.unwrap_or_default(),
+        };
+        let guard = StreamGuard::new(self.metrics.clone(), labels);
+        let stream = EndpointsStream::new(rx, filter, self.translator.clone());
+        let updates = futures::stream::unfold((stream, guard), |(mut stream, guard)| async move {
+            let updates = stream.next_updates().await?;
+            let sent = &guard.metrics.msg_sent;
+            let count = updates.len() as u64;
+            sent.get_or_create(&DestinationMetrics::grpc("Get")).inc_by(count);
+            guard.metrics.updates.get_or_create(&guard.labels).inc_by(count);
+            Some((futures::stream::iter(updates.into_iter().map(Ok)), (stream, guard)))
+        })
+        .flatten()
+        .take_until(self.shutdown.clone().signaled());
+        Ok(Response::new(Box::pin(updates)))
+    }
+
+    /// Not served yet: service profiles come with `GetProfile` support (issue 3). Proxies then
+    /// fall back to discovery without a profile.
+    async fn get_profile(&self, _: Request<GetDestination>) -> Result<Response<Self::GetProfileStream>, Status> {
+        self.metrics.started.get_or_create(&DestinationMetrics::grpc("GetProfile")).inc();
+        self.metrics.handled("GetProfile", tonic::Code::Unimplemented);
+        Err(Status::unimplemented("GetProfile is not served by this destination yet"))
+    }
+}
+
+/// Serves `service` on `listener` until `shutdown`, with HTTP/2 limits set for many long-lived
+/// streams per connection (every watch of one proxy shares its connection).
+pub async fn serve(listener: TcpListener, service: DestinationService, shutdown: Shutdown) -> Result<(), tonic::transport::Error> {
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .max_concurrent_streams(Some(10_000))
+        .http2_keepalive_interval(None)
+        .add_service(service.into_server())
+        .serve_with_incoming_shutdown(incoming, shutdown.signaled())
+        .await
+}
+
+/// Binds `addr`, returning the listener and its bound address (port 0 picks one).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    Ok((listener, local))
+}

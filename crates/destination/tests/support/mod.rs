@@ -1,0 +1,149 @@
+//! Test harness: a destination server on `127.0.0.1:0` over an index fed from a state directory
+//! (the offline source, as in production offline mode), and a generated proxy-API client.
+
+#![allow(dead_code)]
+
+use destination::{DestinationMetrics, DestinationService, EndpointTranslator, TranslatorConfig, serve, server::bind};
+use linkerd_index::{Index, IndexMetrics, PortSet, source::offline::OfflineSource};
+use linkerd_runtime::shutdown;
+use linkerd2_proxy_api::destination::{
+    GetDestination, Update, WeightedAddr, destination_client::DestinationClient, update,
+};
+use std::{collections::BTreeMap, net::SocketAddr, path::Path, time::Duration};
+use tonic::{Streaming, transport::Channel};
+
+pub const KEEPALIVE_JSON: &str =
+    r#"{"keep_alive":{"interval":{"seconds":10},"timeout":{"seconds":3},"while_idle":true}}"#;
+
+/// The destination flags the fixtures assume (the chart defaults, fixtures/README.md).
+pub fn chart_config() -> TranslatorConfig {
+    TranslatorConfig {
+        controller_namespace: "linkerd".into(),
+        trust_domain: "cluster.local".into(),
+        enable_h2_upgrade: true,
+        default_opaque_ports: PortSet::parse("25,587,3306,4444,5432,6379,9300,11211").0,
+        meshed_http2_params: destination::translate::parse_http2_params(KEEPALIVE_JSON).unwrap(),
+        force_opaque_transport: false,
+        ext_endpoint_zone_weights: false,
+    }
+}
+
+/// A running server and a client connected to it.
+pub struct Harness {
+    pub addr: SocketAddr,
+    pub client: DestinationClient<Channel>,
+    pub index: Index,
+    _trigger: shutdown::Trigger,
+}
+
+pub fn fixture_dir(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+}
+
+impl Harness {
+    /// Serves the manifests in `dir` with the chart-default flags (IPv6 disabled).
+    pub async fn start(dir: &Path) -> Self {
+        Self::start_with(dir, chart_config(), false).await
+    }
+
+    pub async fn start_with(dir: &Path, config: TranslatorConfig, enable_ipv6: bool) -> Self {
+        let metrics = IndexMetrics::default();
+        let index = Index::new(metrics.clone());
+        let source = OfflineSource::start(dir, metrics).expect("state dir");
+        index.spawn_watches(&source);
+        let mut ready = index.ready();
+        tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
+            .await
+            .expect("index ready in time")
+            .expect("ready channel");
+        let (trigger, shutdown) = shutdown::channel();
+        let service = DestinationService::new(
+            index.clone(),
+            EndpointTranslator::new(config),
+            "cluster.local".into(),
+            enable_ipv6,
+            DestinationMetrics::default(),
+            shutdown.clone(),
+        );
+        let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        tokio::spawn(serve(listener, service, shutdown));
+        let client = DestinationClient::connect(format!("http://{addr}")).await.unwrap();
+        Self {
+            addr,
+            client,
+            index,
+            _trigger: trigger,
+        }
+    }
+
+    pub async fn get(&mut self, path: &str, token: &str) -> Result<Streaming<Update>, tonic::Status> {
+        self.client
+            .get(GetDestination {
+                scheme: "k8s".into(),
+                path: path.into(),
+                context_token: token.into(),
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+}
+
+/// The next update, failing the test after 5 s.
+pub async fn next(stream: &mut Streaming<Update>) -> update::Update {
+    tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("an update within 5s")
+        .expect("stream ok")
+        .expect("stream open")
+        .update
+        .expect("update set")
+}
+
+/// Asserts that nothing arrives for a while.
+pub async fn assert_quiet(stream: &mut Streaming<Update>) {
+    if let Ok(msg) = tokio::time::timeout(Duration::from_millis(300), stream.message()).await {
+        panic!("unexpected message: {msg:?}");
+    }
+}
+
+/// `ip:port` of an address.
+pub fn addr_of(addr: &WeightedAddr) -> SocketAddr {
+    addr.addr.clone().expect("addr").try_into().expect("valid addr")
+}
+
+/// The addresses of an `Add`, sorted.
+pub fn added(update: &update::Update) -> Vec<SocketAddr> {
+    match update {
+        update::Update::Add(set) => {
+            let mut addrs: Vec<_> = set.addrs.iter().map(addr_of).collect();
+            addrs.sort();
+            addrs
+        }
+        other => panic!("expected Add, got {other:?}"),
+    }
+}
+
+/// The addresses of a `Remove`, sorted.
+pub fn removed(update: &update::Update) -> Vec<SocketAddr> {
+    match update {
+        update::Update::Remove(set) => {
+            let mut addrs: Vec<SocketAddr> = set.addrs.iter().map(|a| a.clone().try_into().unwrap()).collect();
+            addrs.sort();
+            addrs
+        }
+        other => panic!("expected Remove, got {other:?}"),
+    }
+}
+
+/// Parses `a:b` pairs into a label map.
+pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+pub fn sorted(map: &std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+pub fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}

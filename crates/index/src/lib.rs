@@ -1,0 +1,34 @@
+//! The shared indexing library of the `linkerd-destination` pod.
+//!
+//! Data flows one way (DESIGN.md, "Data flow"):
+//!
+//! 1. [`source`]: a [`Source`] turns the Kubernetes API ([`source::kube::KubeSource`]) or a
+//!    directory of manifests ([`source::offline::OfflineSource`]) into typed [`Event`]s.
+//! 2. [`store`]: the [`Index`] applies those events to compact domain objects
+//!    ([`model`]) held with secondary indexes, under one lock.
+//! 3. [`endpoints`]: views computed from the stores, one [`EndpointsView`] per subscribed
+//!    (service, port[, hostname]).
+//! 4. [`topic`]: views are published on `tokio::sync::watch` topics that live while
+//!    subscribed; an identical recomputation is not published.
+//!
+//! Nothing here knows about gRPC or protobuf: the binaries translate views to their wire types.
+
+#![deny(rust_2018_idioms)]
+#![forbid(unsafe_code)]
+
+pub mod endpoints;
+pub mod metrics;
+pub mod model;
+pub mod ports;
+pub mod source;
+pub mod store;
+pub mod topic;
+
+pub use self::{
+    endpoints::{AddressId, Endpoint, EndpointsKey, EndpointsView, Workload},
+    metrics::IndexMetrics,
+    model::{ObjectRef, OwnerRef, PodInfo, ServiceInfo, SliceInfo},
+    ports::PortSet,
+    source::{ClusterSource, Event, Source},
+    store::Index,
+};

@@ -1,0 +1,144 @@
+//! Port lists as Linkerd annotations and flags write them: `25,587,3306,4000-4100`.
+//!
+//! Mirrors upstream's `util.ParsePorts` / `ParseContainerOpaquePorts`
+//! (spec/destination.md §A.2 `-default-opaque-ports`, §B.2 `config.linkerd.io/opaque-ports`).
+
+use std::{fmt, ops::RangeInclusive};
+
+/// A set of TCP ports, kept as sorted, inclusive ranges.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PortSet {
+    ranges: Vec<RangeInclusive<u16>>,
+}
+
+/// One item of a port list that is neither a port, a range, nor (where allowed) a known name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid port or port range {item:?}")]
+pub struct InvalidPortItem {
+    pub item: String,
+}
+
+impl PortSet {
+    /// Parses a comma-separated list of ports (`8080`) and ranges (`4000-4100`), 1..=65535.
+    ///
+    /// Whitespace around items is trimmed and empty items (a trailing comma) are ignored.
+    /// Items that are not ports or ranges are returned beside the set, so callers log them and
+    /// keep the rest (upstream skips bad items with a warning).
+    pub fn parse(list: &str) -> (Self, Vec<InvalidPortItem>) {
+        Self::parse_with_names(list, |_| None)
+    }
+
+    /// Like [`PortSet::parse`], but an item that is not numeric is first looked up with
+    /// `resolve_name` (a container-port or service-port name to its port number).
+    pub fn parse_with_names(
+        list: &str,
+        resolve_name: impl Fn(&str) -> Option<u16>,
+    ) -> (Self, Vec<InvalidPortItem>) {
+        let mut set = Self::default();
+        let mut invalid = Vec::new();
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match parse_item(item).or_else(|| resolve_name(item).map(|p| p..=p)) {
+                Some(range) => set.insert(range),
+                None => invalid.push(InvalidPortItem {
+                    item: item.to_string(),
+                }),
+            }
+        }
+        (set, invalid)
+    }
+
+    /// Adds an inclusive range of ports to the set.
+    pub fn insert(&mut self, range: RangeInclusive<u16>) {
+        self.ranges.push(range);
+        self.ranges.sort_by_key(|r| *r.start());
+        let mut merged: Vec<RangeInclusive<u16>> = Vec::with_capacity(self.ranges.len());
+        for r in self.ranges.drain(..) {
+            match merged.last_mut() {
+                Some(last) if u32::from(*r.start()) <= u32::from(*last.end()) + 1 => {
+                    if r.end() > last.end() {
+                        *last = *last.start()..=*r.end();
+                    }
+                }
+                _ => merged.push(r),
+            }
+        }
+        self.ranges = merged;
+    }
+
+    /// Whether `port` is in the set.
+    pub fn contains(&self, port: u16) -> bool {
+        self.ranges.iter().any(|r| r.contains(&port))
+    }
+
+    /// Whether the set holds no port.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+}
+
+fn parse_port(s: &str) -> Option<u16> {
+    match s.parse::<u16>() {
+        Ok(0) | Err(_) => None,
+        Ok(p) => Some(p),
+    }
+}
+
+fn parse_item(item: &str) -> Option<RangeInclusive<u16>> {
+    match item.split_once('-') {
+        None => parse_port(item).map(|p| p..=p),
+        Some((lo, hi)) => {
+            let (lo, hi) = (parse_port(lo.trim())?, parse_port(hi.trim())?);
+            (lo <= hi).then_some(lo..=hi)
+        }
+    }
+}
+
+impl fmt::Display for PortSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.ranges.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            if r.start() == r.end() {
+                write!(f, "{}", r.start())?;
+            } else {
+                write!(f, "{}-{}", r.start(), r.end())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_chart_default_opaque_ports() {
+        let (set, invalid) = PortSet::parse("25,587,3306,4444,5432,6379,9300,11211");
+        assert!(invalid.is_empty());
+        for p in [25, 587, 3306, 4444, 5432, 6379, 9300, 11211] {
+            assert!(set.contains(p), "{p}");
+        }
+        assert!(!set.contains(80));
+        assert_eq!(set.to_string(), "25,587,3306,4444,5432,6379,9300,11211");
+    }
+
+    #[test]
+    fn ranges_whitespace_trailing_comma_and_bad_items() {
+        let (set, invalid) = PortSet::parse(" 4000-4002 , 80,, bogus, 0, 70000, 9-3,");
+        assert_eq!(set.to_string(), "80,4000-4002");
+        let bad: Vec<_> = invalid.into_iter().map(|i| i.item).collect();
+        assert_eq!(bad, ["bogus", "0", "70000", "9-3"]);
+    }
+
+    #[test]
+    fn names_resolve_through_the_callback() {
+        let (set, invalid) =
+            PortSet::parse_with_names("amqp,9000", |n| (n == "amqp").then_some(5672));
+        assert!(invalid.is_empty());
+        assert!(set.contains(5672) && set.contains(9000) && !set.contains(15672));
+        let (empty, _) = PortSet::parse("");
+        assert!(empty.is_empty());
+    }
+}

@@ -1,0 +1,60 @@
+//! Where Kubernetes objects come from: one interface, two implementations.
+//!
+//! A [`Source`] produces, per kind, a stream of [`Event`]s shaped like kube-runtime's watcher
+//! (DESIGN.md "Data flow" 1): the first event of every stream is a [`Event::Reset`] (the initial
+//! list); later a relist is another `Reset`, and everything not in it is gone.
+
+pub mod kube;
+pub mod offline;
+
+use futures::stream::BoxStream;
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+
+/// One change to the objects of one kind.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event<K> {
+    /// The object was created or changed.
+    Apply(K),
+    /// The object was deleted (the last state known of it).
+    Delete(K),
+    /// A full list: every object of the kind that exists now; any other is gone.
+    Reset(Vec<K>),
+}
+
+/// The bound every watched kind meets: a typed Kubernetes object kube can list and watch.
+pub trait Watched:
+    ::kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: ::kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+/// A producer of watch events for any [`Watched`] kind.
+///
+/// Streams never end while the source runs; errors (a failed watch, a file that does not parse)
+/// are logged and retried by the source itself, so consumers only ever see events.
+pub trait Source: Send + Sync + 'static {
+    /// The events of kind `K`, starting with a [`Event::Reset`] of the initial list.
+    fn events<K: Watched>(&self) -> BoxStream<'static, Event<K>>;
+}
+
+/// The source chosen at start-up: a cluster (`--kubeconfig` / in-cluster) or a directory
+/// (`--cluster-state DIR`, offline mode).
+#[derive(Clone)]
+pub enum ClusterSource {
+    Kube(kube::KubeSource),
+    Offline(offline::OfflineSource),
+}
+
+impl Source for ClusterSource {
+    fn events<K: Watched>(&self) -> BoxStream<'static, Event<K>> {
+        match self {
+            Self::Kube(s) => s.events(),
+            Self::Offline(s) => s.events(),
+        }
+    }
+}

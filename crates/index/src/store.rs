@@ -1,0 +1,575 @@
+//! The stores: the latest domain form of every watched object, with secondary indexes, owned by
+//! one [`Index`] and updated under its lock by one task per kind (DESIGN.md "Data flow" 2).
+//!
+//! An update costs O(the changed object) plus recomputing the subscribed views it touches; the
+//! cluster is never rescanned.
+
+use futures::StreamExt;
+use k8s_openapi::api::{
+    apps::v1::ReplicaSet,
+    batch::v1::Job,
+    core::v1::{Node, Pod, Service},
+    discovery::v1::EndpointSlice,
+};
+use parking_lot::Mutex;
+use std::{
+    collections::{BTreeSet, HashMap, HashSet},
+    net::IpAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+use tokio::sync::watch;
+
+use crate::{
+    endpoints::{EndpointsKey, EndpointsView},
+    metrics::IndexMetrics,
+    model::{self, InvalidObject, NodeInfo, ObjectRef, OwnerRef, PodInfo, ServiceInfo, SliceInfo},
+    source::{Event, Source, Watched},
+    topic::Topic,
+};
+
+/// The shared index: stores, their indexes, and the topics subscribed to them.
+///
+/// Cheap to clone; every clone is the same index.
+#[derive(Clone)]
+pub struct Index {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    cluster: Mutex<Cluster>,
+    metrics: IndexMetrics,
+    ready: watch::Sender<bool>,
+    next_topic_id: AtomicU64,
+}
+
+/// The stores. Only the index's own tasks mutate it, under the lock; nothing outside this crate
+/// can see inside it.
+#[derive(Default)]
+pub struct Cluster {
+    pub(crate) services: HashMap<ObjectRef, Arc<ServiceInfo>>,
+    pub(crate) services_by_ip: HashMap<IpAddr, BTreeSet<ObjectRef>>,
+    pub(crate) slices: HashMap<ObjectRef, Arc<SliceInfo>>,
+    /// Service → its slices.
+    pub(crate) slices_by_service: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
+    /// Pod → the slices whose endpoints point at it, so a pod change reaches its services.
+    pub(crate) slices_by_pod: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
+    pub(crate) pods: HashMap<ObjectRef, Arc<PodInfo>>,
+    pub(crate) pods_by_ip: HashMap<IpAddr, BTreeSet<ObjectRef>>,
+    pub(crate) pods_by_host_port: HashMap<(IpAddr, u16), BTreeSet<ObjectRef>>,
+    pub(crate) nodes: HashMap<String, NodeInfo>,
+    pub(crate) replica_sets: HashMap<ObjectRef, Option<OwnerRef>>,
+    pub(crate) jobs: HashMap<ObjectRef, Option<OwnerRef>>,
+    endpoint_topics: HashMap<ObjectRef, HashMap<(u16, Option<String>), Topic<EndpointsView>>>,
+    /// Kinds whose initial list has been applied.
+    synced: HashSet<&'static str>,
+    /// Kinds that must be synced before the index is ready.
+    required: HashSet<&'static str>,
+}
+
+/// Services whose subscribed views must be recomputed after a batch of changes.
+pub type Touched = BTreeSet<ObjectRef>;
+
+/// A kind the index stores.
+pub trait IndexedKind: Watched {
+    /// The kind's name in logs and metrics.
+    const KIND: &'static str;
+    /// The name of its cache-size gauge.
+    const CACHE_METRIC: &'static str;
+
+    #[doc(hidden)]
+    fn apply(cluster: &mut Cluster, obj: &Self, touched: &mut Touched) -> Result<(), InvalidObject>;
+    #[doc(hidden)]
+    fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched);
+    #[doc(hidden)]
+    fn keys(cluster: &Cluster) -> Vec<ObjectRef>;
+}
+
+// === impl Index ===
+
+impl Index {
+    /// An empty index; it becomes ready once every kind started with [`Index::spawn_watches`]
+    /// (or marked required with [`Index::require`]) has applied its initial list.
+    pub fn new(metrics: IndexMetrics) -> Self {
+        let (ready, _) = watch::channel(false);
+        Self {
+            inner: Arc::new(Shared {
+                cluster: Mutex::new(Cluster::default()),
+                metrics,
+                ready,
+                next_topic_id: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Starts one task per kind discovery needs (Services, EndpointSlices, Pods, Nodes,
+    /// ReplicaSets, Jobs), each applying `source`'s events to the index. The tasks run until the
+    /// source's streams end.
+    pub fn spawn_watches<S: Source>(&self, source: &S) -> Vec<tokio::task::JoinHandle<()>> {
+        vec![
+            self.spawn_watch::<Service, _>(source),
+            self.spawn_watch::<EndpointSlice, _>(source),
+            self.spawn_watch::<Pod, _>(source),
+            self.spawn_watch::<Node, _>(source),
+            self.spawn_watch::<ReplicaSet, _>(source),
+            self.spawn_watch::<Job, _>(source),
+        ]
+    }
+
+    /// Starts the task applying `source`'s events of kind `K`; the index is not ready until its
+    /// initial list is applied.
+    pub fn spawn_watch<K: IndexedKind, S: Source>(&self, source: &S) -> tokio::task::JoinHandle<()> {
+        self.require::<K>();
+        let mut events = source.events::<K>();
+        let index = self.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                index.apply(event);
+            }
+            tracing::debug!(kind = K::KIND, "watch ended");
+        })
+    }
+
+    /// Marks kind `K` as required for readiness.
+    pub fn require<K: IndexedKind>(&self) {
+        let mut cluster = self.inner.cluster.lock();
+        cluster.required.insert(K::KIND);
+        self.inner.ready.send_replace(false);
+    }
+
+    /// Whether every required kind has applied its initial list; `/ready` reports this.
+    pub fn ready(&self) -> watch::Receiver<bool> {
+        self.inner.ready.subscribe()
+    }
+
+    /// Applies one event, then republishes every subscribed view it changes.
+    ///
+    /// Objects that cannot be indexed are logged with their namespace/name, counted in
+    /// `index_invalid_objects_total{kind}`, and skipped; nothing else is affected.
+    pub fn apply<K: IndexedKind>(&self, event: Event<K>) {
+        let mut cluster = self.inner.cluster.lock();
+        let mut touched = Touched::new();
+        match event {
+            Event::Apply(obj) => self.apply_one(&mut cluster, &obj, &mut touched),
+            Event::Delete(obj) => {
+                if let Some(key) = object_ref(&obj) {
+                    K::delete(&mut cluster, &key, &mut touched);
+                }
+            }
+            Event::Reset(objs) => {
+                let listed: HashSet<ObjectRef> = objs.iter().filter_map(object_ref).collect();
+                for key in K::keys(&cluster) {
+                    if !listed.contains(&key) {
+                        K::delete(&mut cluster, &key, &mut touched);
+                    }
+                }
+                for obj in &objs {
+                    self.apply_one(&mut cluster, obj, &mut touched);
+                }
+                if cluster.synced.insert(K::KIND) {
+                    tracing::debug!(kind = K::KIND, objects = objs.len(), "initial list applied");
+                }
+            }
+        }
+        cluster.publish(&touched);
+        self.inner
+            .metrics
+            .set_cache_size(K::CACHE_METRIC, K::keys(&cluster).len());
+        let ready = cluster.required.iter().all(|k| cluster.synced.contains(k));
+        self.inner.ready.send_if_modified(|r| std::mem::replace(r, ready) != ready);
+    }
+
+    fn apply_one<K: IndexedKind>(&self, cluster: &mut Cluster, obj: &K, touched: &mut Touched) {
+        if let Err(error) = K::apply(cluster, obj, touched) {
+            tracing::warn!(%error, "skipping object");
+            self.inner.metrics.invalid_object(K::KIND);
+        }
+    }
+
+    /// Subscribes to the endpoints of `key`. The receiver's current value is the view now;
+    /// it changes whenever a different view is computed. The topic is dropped when the last
+    /// receiver is.
+    pub fn endpoints(&self, key: EndpointsKey) -> watch::Receiver<Arc<EndpointsView>> {
+        let mut cluster = self.inner.cluster.lock();
+        let sub_key = (key.port, key.hostname.clone());
+        if let Some(topic) = cluster
+            .endpoint_topics
+            .get(&key.service)
+            .and_then(|t| t.get(&sub_key))
+        {
+            return topic.subscribe();
+        }
+        let id = self.inner.next_topic_id.fetch_add(1, Ordering::Relaxed);
+        let topic = Topic::new(id, EndpointsView::compute(&cluster, &key));
+        let rx = topic.subscribe();
+        let closed = topic.closed_handle();
+        cluster
+            .endpoint_topics
+            .entry(key.service.clone())
+            .or_default()
+            .insert(sub_key.clone(), topic);
+        drop(cluster);
+
+        // The topic ends with its last stream (linkerd2-proxy's "tasks end with their clients").
+        let index = self.clone();
+        tokio::spawn(async move {
+            loop {
+                closed.closed().await;
+                let mut cluster = index.inner.cluster.lock();
+                let Some(topics) = cluster.endpoint_topics.get_mut(&key.service) else {
+                    return;
+                };
+                match topics.get(&sub_key) {
+                    Some(t) if t.id() == id && t.is_idle() => {
+                        topics.remove(&sub_key);
+                        if topics.is_empty() {
+                            cluster.endpoint_topics.remove(&key.service);
+                        }
+                        return;
+                    }
+                    Some(t) if t.id() == id => {}
+                    _ => return,
+                }
+            }
+        });
+        rx
+    }
+
+    /// The number of endpoint topics alive (one per subscribed service port and hostname).
+    pub fn endpoint_topic_count(&self) -> usize {
+        self.inner.cluster.lock().endpoint_topics.values().map(HashMap::len).sum()
+    }
+
+    /// The zone of a node (label `topology.kubernetes.io/zone`), if the node is known.
+    pub fn node_zone(&self, node: &str) -> Option<String> {
+        self.inner.cluster.lock().nodes.get(node).and_then(|n| n.zone.clone())
+    }
+
+    /// The Service `namespace/name`, if it exists.
+    pub fn service(&self, namespace: &str, name: &str) -> Option<Arc<ServiceInfo>> {
+        let key = ObjectRef {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        self.inner.cluster.lock().services.get(&key).cloned()
+    }
+
+    /// The Services whose cluster IPs include `ip`.
+    pub fn services_by_cluster_ip(&self, ip: IpAddr) -> Vec<Arc<ServiceInfo>> {
+        let cluster = self.inner.cluster.lock();
+        cluster
+            .services_by_ip
+            .get(&ip)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| cluster.services.get(k).cloned())
+            .collect()
+    }
+
+    /// The live pods (not terminating, not finished, not host-network) with pod IP `ip`.
+    pub fn pods_by_ip(&self, ip: IpAddr) -> Vec<Arc<PodInfo>> {
+        let cluster = self.inner.cluster.lock();
+        cluster.live_pods(cluster.pods_by_ip.get(&ip))
+    }
+
+    /// The live pods declaring host port `port` on host IP `ip`.
+    pub fn pods_by_host_port(&self, ip: IpAddr, port: u16) -> Vec<Arc<PodInfo>> {
+        let cluster = self.inner.cluster.lock();
+        cluster.live_pods(cluster.pods_by_host_port.get(&(ip, port)))
+    }
+}
+
+// === impl Cluster ===
+
+impl Cluster {
+    /// The slices of a service, in name order.
+    pub(crate) fn service_slices<'a>(&'a self, service: &ObjectRef) -> impl Iterator<Item = &'a SliceInfo> + 'a {
+        self.slices_by_service
+            .get(service)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.slices.get(k).map(|s| &**s))
+    }
+
+    /// The owner used in a pod's metric labels: a ReplicaSet's Deployment, a Job's CronJob, the
+    /// direct owner otherwise, or the pod itself without one (spec §C.6.4).
+    pub(crate) fn resolve_owner(&self, pod: &PodInfo) -> OwnerRef {
+        let Some(owner) = &pod.owner else {
+            return OwnerRef {
+                kind: "Pod".to_string(),
+                name: pod.name.clone(),
+            };
+        };
+        let parent = ObjectRef {
+            namespace: pod.namespace.clone(),
+            name: owner.name.clone(),
+        };
+        let grandparent = match owner.kind.as_str() {
+            "ReplicaSet" => self.replica_sets.get(&parent).cloned().flatten(),
+            "Job" => self.jobs.get(&parent).cloned().flatten(),
+            _ => None,
+        };
+        grandparent.unwrap_or_else(|| owner.clone())
+    }
+
+    fn live_pods(&self, keys: Option<&BTreeSet<ObjectRef>>) -> Vec<Arc<PodInfo>> {
+        keys.into_iter()
+            .flatten()
+            .filter_map(|k| self.pods.get(k))
+            .filter(|p| p.is_live())
+            .cloned()
+            .collect()
+    }
+
+    /// Recomputes and publishes the subscribed views of `touched` services, dropping topics
+    /// nobody listens to any more.
+    fn publish(&mut self, touched: &Touched) {
+        for service in touched {
+            let Some(mut topics) = self.endpoint_topics.remove(service) else {
+                continue;
+            };
+            topics.retain(|_, t| !t.is_idle());
+            for ((port, hostname), topic) in &topics {
+                let key = EndpointsKey {
+                    service: service.clone(),
+                    port: *port,
+                    hostname: hostname.clone(),
+                };
+                topic.publish(EndpointsView::compute(self, &key));
+            }
+            if !topics.is_empty() {
+                self.endpoint_topics.insert(service.clone(), topics);
+            }
+        }
+    }
+
+    fn touch_slice_services(&self, slices: Option<&BTreeSet<ObjectRef>>, touched: &mut Touched) {
+        for slice in slices.into_iter().flatten() {
+            if let Some(svc) = self.slices.get(slice).and_then(|s| slice_service(s)) {
+                touched.insert(svc);
+            }
+        }
+    }
+}
+
+fn slice_service(slice: &SliceInfo) -> Option<ObjectRef> {
+    slice.service.as_ref().map(|name| ObjectRef {
+        namespace: slice.namespace.clone(),
+        name: name.clone(),
+    })
+}
+
+fn object_ref<K: Watched>(obj: &K) -> Option<ObjectRef> {
+    let meta = obj.meta();
+    Some(ObjectRef {
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone()?,
+    })
+}
+
+fn index_insert<K: std::hash::Hash + Eq>(map: &mut HashMap<K, BTreeSet<ObjectRef>>, key: K, value: &ObjectRef) {
+    map.entry(key).or_default().insert(value.clone());
+}
+
+fn index_remove<K: std::hash::Hash + Eq>(map: &mut HashMap<K, BTreeSet<ObjectRef>>, key: &K, value: &ObjectRef) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(value);
+        if set.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+// === impl IndexedKind for each kind ===
+
+impl IndexedKind for Service {
+    const KIND: &'static str = "Service";
+    const CACHE_METRIC: &'static str = "service_cache_size";
+
+    fn apply(cluster: &mut Cluster, obj: &Self, touched: &mut Touched) -> Result<(), InvalidObject> {
+        let svc = ServiceInfo::from_service(obj)?;
+        let key = svc.object_ref();
+        if cluster.services.get(&key).is_some_and(|old| **old == svc) {
+            return Ok(());
+        }
+        Self::delete(cluster, &key, &mut Touched::new());
+        for ip in &svc.cluster_ips {
+            index_insert(&mut cluster.services_by_ip, *ip, &key);
+        }
+        cluster.services.insert(key.clone(), Arc::new(svc));
+        touched.insert(key);
+        Ok(())
+    }
+
+    fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
+        if let Some(old) = cluster.services.remove(key) {
+            for ip in &old.cluster_ips {
+                index_remove(&mut cluster.services_by_ip, ip, key);
+            }
+            touched.insert(key.clone());
+        }
+    }
+
+    fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
+        cluster.services.keys().cloned().collect()
+    }
+}
+
+impl IndexedKind for EndpointSlice {
+    const KIND: &'static str = "EndpointSlice";
+    const CACHE_METRIC: &'static str = "endpointslices_cache_size";
+
+    fn apply(cluster: &mut Cluster, obj: &Self, touched: &mut Touched) -> Result<(), InvalidObject> {
+        let slice = SliceInfo::from_slice(obj)?;
+        let key = ObjectRef {
+            namespace: slice.namespace.clone(),
+            name: slice.name.clone(),
+        };
+        if cluster.slices.get(&key).is_some_and(|old| **old == slice) {
+            return Ok(());
+        }
+        Self::delete(cluster, &key, touched);
+        if let Some(svc) = slice_service(&slice) {
+            index_insert(&mut cluster.slices_by_service, svc.clone(), &key);
+            touched.insert(svc);
+        }
+        for pod in slice.pod_refs() {
+            index_insert(&mut cluster.slices_by_pod, pod, &key);
+        }
+        cluster.slices.insert(key, Arc::new(slice));
+        Ok(())
+    }
+
+    fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
+        let Some(old) = cluster.slices.remove(key) else {
+            return;
+        };
+        if let Some(svc) = slice_service(&old) {
+            index_remove(&mut cluster.slices_by_service, &svc, key);
+            touched.insert(svc);
+        }
+        for pod in old.pod_refs() {
+            index_remove(&mut cluster.slices_by_pod, &pod, key);
+        }
+    }
+
+    fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
+        cluster.slices.keys().cloned().collect()
+    }
+}
+
+impl IndexedKind for Pod {
+    const KIND: &'static str = "Pod";
+    const CACHE_METRIC: &'static str = "pod_cache_size";
+
+    fn apply(cluster: &mut Cluster, obj: &Self, touched: &mut Touched) -> Result<(), InvalidObject> {
+        let pod = PodInfo::from_pod(obj)?;
+        let key = pod.object_ref();
+        if cluster.pods.get(&key).is_some_and(|old| **old == pod) {
+            return Ok(());
+        }
+        // Decision 3: a pod change reaches the services whose slices point at it right away.
+        Self::delete(cluster, &key, touched);
+        if !pod.host_network {
+            for ip in &pod.ips {
+                index_insert(&mut cluster.pods_by_ip, *ip, &key);
+            }
+        }
+        for host_ip in &pod.host_ips {
+            for port in pod.container_ports.iter().filter_map(|p| p.host_port) {
+                index_insert(&mut cluster.pods_by_host_port, (*host_ip, port), &key);
+            }
+        }
+        cluster.pods.insert(key, Arc::new(pod));
+        Ok(())
+    }
+
+    fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
+        let Some(old) = cluster.pods.remove(key) else {
+            return;
+        };
+        for ip in &old.ips {
+            index_remove(&mut cluster.pods_by_ip, ip, key);
+        }
+        for host_ip in &old.host_ips {
+            for port in old.container_ports.iter().filter_map(|p| p.host_port) {
+                index_remove(&mut cluster.pods_by_host_port, &(*host_ip, port), key);
+            }
+        }
+        cluster.touch_slice_services(cluster.slices_by_pod.get(key), touched);
+    }
+
+    fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
+        cluster.pods.keys().cloned().collect()
+    }
+}
+
+impl IndexedKind for Node {
+    const KIND: &'static str = "Node";
+    const CACHE_METRIC: &'static str = "node_cache_size";
+
+    fn apply(cluster: &mut Cluster, obj: &Self, _: &mut Touched) -> Result<(), InvalidObject> {
+        let node = NodeInfo::from_node(obj)?;
+        cluster.nodes.insert(node.name.clone(), node);
+        Ok(())
+    }
+
+    fn delete(cluster: &mut Cluster, key: &ObjectRef, _: &mut Touched) {
+        cluster.nodes.remove(&key.name);
+    }
+
+    fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
+        cluster
+            .nodes
+            .keys()
+            .map(|name| ObjectRef {
+                namespace: String::new(),
+                name: name.clone(),
+            })
+            .collect()
+    }
+}
+
+impl IndexedKind for ReplicaSet {
+    const KIND: &'static str = "ReplicaSet";
+    const CACHE_METRIC: &'static str = "replicaset_cache_size";
+
+    fn apply(cluster: &mut Cluster, obj: &Self, _: &mut Touched) -> Result<(), InvalidObject> {
+        let (namespace, name) = model::names(Self::KIND, &obj.metadata)?;
+        cluster
+            .replica_sets
+            .insert(ObjectRef { namespace, name }, model::replica_set_owner(obj));
+        Ok(())
+    }
+
+    fn delete(cluster: &mut Cluster, key: &ObjectRef, _: &mut Touched) {
+        cluster.replica_sets.remove(key);
+    }
+
+    fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
+        cluster.replica_sets.keys().cloned().collect()
+    }
+}
+
+impl IndexedKind for Job {
+    const KIND: &'static str = "Job";
+    const CACHE_METRIC: &'static str = "job_cache_size";
+
+    fn apply(cluster: &mut Cluster, obj: &Self, _: &mut Touched) -> Result<(), InvalidObject> {
+        let (namespace, name) = model::names(Self::KIND, &obj.metadata)?;
+        cluster
+            .jobs
+            .insert(ObjectRef { namespace, name }, model::job_owner(obj));
+        Ok(())
+    }
+
+    fn delete(cluster: &mut Cluster, key: &ObjectRef, _: &mut Touched) {
+        cluster.jobs.remove(key);
+    }
+
+    fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
+        cluster.jobs.keys().cloned().collect()
+    }
+}

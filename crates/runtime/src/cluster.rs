@@ -1,0 +1,46 @@
+//! Where the cluster state comes from: a Kubernetes API server, or a directory (offline mode).
+
+use clap::Args;
+use linkerd_index::{
+    ClusterSource, IndexMetrics,
+    source::{kube::KubeSource, offline::OfflineSource},
+};
+use std::path::PathBuf;
+
+/// `--cluster-state DIR` (offline mode) or `--kubeconfig PATH` (else in-cluster config or
+/// `KUBECONFIG`).
+#[derive(Clone, Debug, Args)]
+pub struct ClusterArgs {
+    /// Serve from the manifests in this directory instead of a Kubernetes API server: every
+    /// `*.yaml`/`*.yml`/`*.json` file, re-read when it changes.
+    #[arg(long, env = "LINKERD_CLUSTER_STATE", value_name = "DIR", conflicts_with = "kubeconfig")]
+    pub cluster_state: Option<PathBuf>,
+
+    /// Path to a kubeconfig; without it the in-cluster configuration (or `KUBECONFIG`) is used.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    /// Builds the chosen source. Must be called within a Tokio runtime.
+    ///
+    /// Errors when the state directory cannot be read, or no Kubernetes configuration is found.
+    pub async fn source(&self, metrics: IndexMetrics) -> anyhow::Result<ClusterSource> {
+        if let Some(dir) = &self.cluster_state {
+            tracing::info!(dir = %dir.display(), "offline mode: serving the cluster state directory");
+            return Ok(ClusterSource::Offline(OfflineSource::start(dir.clone(), metrics)?));
+        }
+        let config = match &self.kubeconfig {
+            Some(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| anyhow::anyhow!("cannot read kubeconfig {}: {e}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+            }
+            None => kube::Config::infer().await.map_err(|e| {
+                anyhow::anyhow!("no Kubernetes configuration found ({e}); use --cluster-state DIR for offline mode")
+            })?,
+        };
+        tracing::info!(cluster_url = %config.cluster_url, "watching the Kubernetes API");
+        Ok(ClusterSource::Kube(KubeSource::new(kube::Client::try_from(config)?)))
+    }
+}

@@ -1,0 +1,19 @@
+//! Process plumbing shared by every binary of the pod: the flags they all take, logging, the
+//! admin HTTP server (`/live`, `/ready`, `/metrics`), the choice between a cluster and offline
+//! mode, and graceful shutdown.
+
+#![deny(rust_2018_idioms)]
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod args;
+pub mod cluster;
+pub mod log;
+pub mod shutdown;
+
+pub use self::{
+    admin::Admin,
+    args::{parse_bool, parse_listen_addr},
+    cluster::ClusterArgs,
+    log::{LogArgs, LogFormat},
+};
