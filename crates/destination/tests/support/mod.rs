@@ -147,3 +147,102 @@ pub fn sorted(map: &std::collections::HashMap<String, String>) -> BTreeMap<Strin
 pub fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
+
+// === Builders for small clusters ===
+
+use serde_json::{Value, json};
+
+/// A ClusterIP Service with named ports `(name, port)`.
+pub fn mk_service(ns: &str, name: &str, ports: &[(&str, u16)]) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": "1"},
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": "10.96.0.10",
+            "clusterIPs": ["10.96.0.10"],
+            "ports": ports.iter().map(|(n, p)| json!({"name": n, "port": p, "protocol": "TCP", "targetPort": n})).collect::<Vec<_>>(),
+        }
+    })
+}
+
+/// A meshed, running pod with the proxy env discovery needs.
+pub fn mk_pod(ns: &str, name: &str, ip: &str, sa: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": ns, "resourceVersion": "1",
+            "labels": {"app": "web", "linkerd.io/control-plane-ns": "linkerd", "pod-template-hash": "abc123"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc123", "uid": "u1", "controller": true}],
+        },
+        "spec": {
+            "serviceAccountName": sa,
+            "nodeName": "node-a",
+            "containers": [
+                {"name": "linkerd-proxy", "image": "proxy", "env": [
+                    {"name": "LINKERD2_PROXY_INBOUND_LISTEN_ADDR", "value": "0.0.0.0:4143"},
+                    {"name": "LINKERD2_PROXY_ADMIN_LISTEN_ADDR", "value": "0.0.0.0:4191"},
+                    {"name": "LINKERD2_PROXY_CONTROL_LISTEN_ADDR", "value": "0.0.0.0:4190"},
+                ]},
+                {"name": "app", "image": "app", "ports": [{"name": "http", "containerPort": 8080}]},
+            ],
+        },
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]},
+    })
+}
+
+/// An IPv4 EndpointSlice of `svc` with one port and endpoints `(pod, ip, ready)`.
+pub fn mk_slice(ns: &str, name: &str, svc: &str, port: (&str, u16), endpoints: &[(&str, &str, bool)]) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": ns, "labels": {"kubernetes.io/service-name": svc}},
+        "addressType": "IPv4",
+        "ports": [{"name": port.0, "port": port.1, "protocol": "TCP"}],
+        "endpoints": endpoints.iter().map(|(pod, ip, ready)| json!({
+            "addresses": [ip],
+            "conditions": {"ready": ready, "serving": ready, "terminating": false},
+            "nodeName": "node-a",
+            "targetRef": {"kind": "Pod", "name": pod, "namespace": ns},
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A state directory the test edits, one object per file.
+pub struct StateDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl StateDir {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Writes `file` atomically (a hidden temp file renamed into place), as editors and
+    /// `kubectl get -o yaml > file` users would end up with.
+    pub fn write(&self, file: &str, objects: &[Value]) {
+        let text: String = objects
+            .iter()
+            .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
+            .collect();
+        self.write_raw(file, &text);
+    }
+
+    pub fn write_raw(&self, file: &str, text: &str) {
+        let tmp = self.dir.path().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.dir.path().join(file)).unwrap();
+    }
+
+    pub fn remove(&self, file: &str) {
+        std::fs::remove_file(self.dir.path().join(file)).unwrap();
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
