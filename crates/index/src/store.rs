@@ -482,6 +482,8 @@ impl IndexedKind for Pod {
                 index_insert(&mut cluster.pods_by_host_port, (*host_ip, port), &key);
             }
         }
+        // A pod that shows up after the slice naming it must still reach that slice's service.
+        cluster.touch_slice_services(cluster.slices_by_pod.get(&key), touched);
         cluster.pods.insert(key, Arc::new(pod));
         Ok(())
     }
