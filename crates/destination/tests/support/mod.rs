@@ -56,13 +56,27 @@ impl Harness {
             .await
             .expect("index ready in time")
             .expect("ready channel");
+        Self::serve_index(index, config, enable_ipv6).await
+    }
+
+    /// Serves an index the test feeds itself (with `Index::apply`).
+    pub async fn serve_index(index: Index, config: TranslatorConfig, enable_ipv6: bool) -> Self {
+        Self::serve_index_with_metrics(index, config, enable_ipv6, DestinationMetrics::default()).await
+    }
+
+    pub async fn serve_index_with_metrics(
+        index: Index,
+        config: TranslatorConfig,
+        enable_ipv6: bool,
+        metrics: DestinationMetrics,
+    ) -> Self {
         let (trigger, shutdown) = shutdown::channel();
         let service = DestinationService::new(
             index.clone(),
             EndpointTranslator::new(config),
             "cluster.local".into(),
             enable_ipv6,
-            DestinationMetrics::default(),
+            metrics,
             shutdown.clone(),
         );
         let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
