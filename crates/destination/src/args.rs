@@ -88,7 +88,8 @@ impl Args {
             enable_h2_upgrade: self.enable_h2_upgrade,
             default_opaque_ports,
             meshed_http2_params: parse_http2_params(&self.meshed_http2_client_params)?,
-            force_opaque_transport: self.outbound_transport_mode == OutboundTransportMode::TransportHeader,
+            force_opaque_transport: self.outbound_transport_mode
+                == OutboundTransportMode::TransportHeader,
             ext_endpoint_zone_weights: self.ext_endpoint_zone_weights,
         })
     }

@@ -13,7 +13,10 @@ pub enum AuthorityError {
     #[error(
         "invalid service {host:?}: expected <service>.<namespace>.svc.{cluster_domain} or <instance>.<service>.<namespace>.svc.{cluster_domain}"
     )]
-    NotAService { host: String, cluster_domain: String },
+    NotAService {
+        host: String,
+        cluster_domain: String,
+    },
 }
 
 /// A Kubernetes service DNS name with a port.
@@ -44,7 +47,9 @@ pub fn split_host_port(path: &str) -> Result<(&str, u16), AuthorityError> {
             .ok_or_else(|| invalid("unterminated IPv6 literal"))?;
         (host, port)
     } else {
-        let (host, port) = path.rsplit_once(':').ok_or_else(|| invalid("missing port"))?;
+        let (host, port) = path
+            .rsplit_once(':')
+            .ok_or_else(|| invalid("missing port"))?;
         if host.contains(':') {
             return Err(invalid("IPv6 addresses must be bracketed"));
         }
@@ -73,8 +78,13 @@ pub fn parse_service_name(path: &str, cluster_domain: &str) -> Result<ServiceNam
         cluster_domain: cluster_domain.to_string(),
     };
     let labels: Vec<&str> = host.split('.').collect();
-    let suffix: Vec<&str> = std::iter::once("svc").chain(cluster_domain.split('.')).collect();
-    if labels.iter().any(|l| l.is_empty()) || labels.len() <= suffix.len() || !labels.ends_with(&suffix) {
+    let suffix: Vec<&str> = std::iter::once("svc")
+        .chain(cluster_domain.split('.'))
+        .collect();
+    if labels.iter().any(|l| l.is_empty())
+        || labels.len() <= suffix.len()
+        || !labels.ends_with(&suffix)
+    {
         return Err(not_a_service());
     }
     match labels[..labels.len() - suffix.len()] {
@@ -114,9 +124,17 @@ mod tests {
         );
         let name = parse_service_name("cache-1.cache.edge.svc.cluster.local:6379", DOMAIN).unwrap();
         assert_eq!(name.instance.as_deref(), Some("cache-1"));
-        assert_eq!((name.service.as_str(), name.namespace.as_str()), ("cache", "edge"));
+        assert_eq!(
+            (name.service.as_str(), name.namespace.as_str()),
+            ("cache", "edge")
+        );
         // No port: 80.
-        assert_eq!(parse_service_name("web-svc.emojivoto.svc.cluster.local", DOMAIN).unwrap().port, 80);
+        assert_eq!(
+            parse_service_name("web-svc.emojivoto.svc.cluster.local", DOMAIN)
+                .unwrap()
+                .port,
+            80
+        );
         // Another cluster domain.
         let name = parse_service_name("a.b.svc.example.org:1", "example.org").unwrap();
         assert_eq!(name.service, "a");
@@ -129,7 +147,10 @@ mod tests {
             invalid("10.96.34.218:80"),
             AuthorityError::IpQuery("10.96.34.218".parse().unwrap())
         );
-        assert_eq!(invalid("[fd00::1]:80"), AuthorityError::IpQuery("fd00::1".parse().unwrap()));
+        assert_eq!(
+            invalid("[fd00::1]:80"),
+            AuthorityError::IpQuery("fd00::1".parse().unwrap())
+        );
         for path in [
             "web-svc.emojivoto.svc.cluster.local:0",
             "web-svc.emojivoto.svc.cluster.local:65536",
@@ -142,7 +163,10 @@ mod tests {
             ":80",
             "",
         ] {
-            assert!(matches!(invalid(path), AuthorityError::Invalid { .. }), "{path}");
+            assert!(
+                matches!(invalid(path), AuthorityError::Invalid { .. }),
+                "{path}"
+            );
         }
         for path in [
             "linkerd.io:80",
@@ -153,9 +177,15 @@ mod tests {
             "web-svc..svc.cluster.local:80",
             "svc.cluster.local:80",
         ] {
-            assert!(matches!(invalid(path), AuthorityError::NotAService { .. }), "{path}");
+            assert!(
+                matches!(invalid(path), AuthorityError::NotAService { .. }),
+                "{path}"
+            );
         }
         let msg = invalid("web-svc.emojivoto.svc.cluster.local:0").to_string();
-        assert!(msg.contains("web-svc.emojivoto.svc.cluster.local:0") && msg.contains("out of range"), "{msg}");
+        assert!(
+            msg.contains("web-svc.emojivoto.svc.cluster.local:0") && msg.contains("out of range"),
+            "{msg}"
+        );
     }
 }

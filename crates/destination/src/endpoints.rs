@@ -45,7 +45,10 @@ impl StreamFilter {
     /// `internalTrafficPolicy: Local` or topology hints, then the address family.
     pub fn apply<'a>(&self, view: &'a EndpointsView) -> Filtered<'a> {
         let mut set: Filtered<'a> = view.endpoints.iter().collect();
-        let local_only = view.service.as_ref().is_some_and(|s| s.internal_traffic_local);
+        let local_only = view
+            .service
+            .as_ref()
+            .is_some_and(|s| s.internal_traffic_local);
         if local_only {
             set.retain(|(_, ep)| match &ep.workload {
                 Workload::Pod { pod, .. } => pod.node_name == self.node_name,
@@ -68,20 +71,34 @@ impl StreamFilter {
             let v6_pods: Vec<(&str, &str)> = set
                 .iter()
                 .filter_map(|(id, _)| match id {
-                    AddressId::Pod { namespace, name, family: AddressType::IPv6 } => Some((namespace.as_str(), name.as_str())),
+                    AddressId::Pod {
+                        namespace,
+                        name,
+                        family: AddressType::IPv6,
+                    } => Some((namespace.as_str(), name.as_str())),
                     _ => None,
                 })
                 .collect();
             if !v6_pods.is_empty() {
                 set.retain(|(id, _)| match id {
-                    AddressId::Pod { namespace, name, family: AddressType::IPv4 } => {
-                        !v6_pods.contains(&(namespace.as_str(), name.as_str()))
-                    }
+                    AddressId::Pod {
+                        namespace,
+                        name,
+                        family: AddressType::IPv4,
+                    } => !v6_pods.contains(&(namespace.as_str(), name.as_str())),
                     _ => true,
                 });
             }
         } else {
-            set.retain(|(id, _)| !matches!(id, AddressId::Pod { family: AddressType::IPv6, .. }));
+            set.retain(|(id, _)| {
+                !matches!(
+                    id,
+                    AddressId::Pod {
+                        family: AddressType::IPv6,
+                        ..
+                    }
+                )
+            });
         }
         set
     }
@@ -90,7 +107,11 @@ impl StreamFilter {
 // === impl EndpointsStream ===
 
 impl EndpointsStream {
-    pub fn new(rx: watch::Receiver<Arc<EndpointsView>>, filter: StreamFilter, translator: Arc<EndpointTranslator>) -> Self {
+    pub fn new(
+        rx: watch::Receiver<Arc<EndpointsView>>,
+        filter: StreamFilter,
+        translator: Arc<EndpointTranslator>,
+    ) -> Self {
         Self {
             rx,
             filter,
@@ -140,12 +161,15 @@ impl EndpointsStream {
         let old_by_id: HashMap<&AddressId, &Arc<Endpoint>> = old.iter().copied().collect();
         let mut added = Vec::new();
         for (id, ep) in &new {
-            let changed = old_by_id.get(id).is_none_or(|prev| !Arc::ptr_eq(prev, ep) && ***prev != ***ep);
+            let changed = old_by_id
+                .get(id)
+                .is_none_or(|prev| !Arc::ptr_eq(prev, ep) && ***prev != ***ep);
             if changed {
                 added.push(*ep);
             }
         }
-        let new_ids: std::collections::HashSet<&AddressId> = new.iter().map(|(id, _)| *id).collect();
+        let new_ids: std::collections::HashSet<&AddressId> =
+            new.iter().map(|(id, _)| *id).collect();
         let removed: Vec<TcpAddress> = old
             .iter()
             .filter(|(id, _)| !new_ids.contains(id))
@@ -170,7 +194,10 @@ impl EndpointsStream {
         (!addrs.is_empty()).then(|| add(addrs, view))
     }
 
-    fn translate<'a>(&self, endpoints: impl Iterator<Item = &'a Arc<Endpoint>>) -> Vec<linkerd2_proxy_api::destination::WeightedAddr> {
+    fn translate<'a>(
+        &self,
+        endpoints: impl Iterator<Item = &'a Arc<Endpoint>>,
+    ) -> Vec<linkerd2_proxy_api::destination::WeightedAddr> {
         let zone = self.filter.client_zone.as_deref();
         endpoints
             .filter_map(|ep| match self.translator.weighted_addr(ep, zone) {
@@ -188,7 +215,11 @@ fn add(addrs: Vec<linkerd2_proxy_api::destination::WeightedAddr>, view: &Endpoin
     Update {
         update: Some(update::Update::Add(WeightedAddrSet {
             addrs,
-            metric_labels: view.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            metric_labels: view
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         })),
     }
 }
@@ -196,5 +227,171 @@ fn add(addrs: Vec<linkerd2_proxy_api::destination::WeightedAddr>, view: &Endpoin
 fn no_endpoints(exists: bool) -> Update {
     Update {
         update: Some(update::Update::NoEndpoints(NoEndpoints { exists })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linkerd_index::{
+        ServiceInfo,
+        model::{OwnerRef, PodInfo},
+    };
+    use std::net::SocketAddr;
+
+    fn pod(name: &str, node: &str) -> Arc<PodInfo> {
+        Arc::new(PodInfo {
+            namespace: "ns".into(),
+            name: name.into(),
+            resource_version: "1".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            service_account: "default".into(),
+            node_name: Some(node.into()),
+            host_network: false,
+            phase: Some("Running".into()),
+            terminating: false,
+            ips: vec![],
+            host_ips: vec![],
+            owner: None,
+            container_ports: vec![],
+            proxy: None,
+            opaque_ports: None,
+            skip_inbound_ports: Default::default(),
+        })
+    }
+
+    /// (pod, node, addr, zone hints)
+    fn view(local: bool, eps: &[(&str, &str, &str, &[&str])]) -> EndpointsView {
+        let service = ServiceInfo {
+            namespace: "ns".into(),
+            name: "svc".into(),
+            external_name: false,
+            internal_traffic_local: local,
+            cluster_ips: vec![],
+            ports: vec![],
+            annotations: Default::default(),
+            labels: Default::default(),
+        };
+        let endpoints = eps
+            .iter()
+            .map(|(name, node, addr, hints)| {
+                let addr: SocketAddr = addr.parse().unwrap();
+                let family = if addr.is_ipv6() {
+                    AddressType::IPv6
+                } else {
+                    AddressType::IPv4
+                };
+                let id = AddressId::Pod {
+                    namespace: "ns".into(),
+                    name: name.to_string(),
+                    family,
+                };
+                let ep = Endpoint {
+                    addr,
+                    hostname: None,
+                    zone: None,
+                    zone_hints: hints.iter().map(|h| h.to_string()).collect(),
+                    workload: Workload::Pod {
+                        pod: pod(name, node),
+                        owner: OwnerRef {
+                            kind: "Pod".into(),
+                            name: name.to_string(),
+                        },
+                    },
+                };
+                (id, Arc::new(ep))
+            })
+            .collect();
+        EndpointsView {
+            service: Some(Arc::new(service)),
+            labels: Default::default(),
+            endpoints,
+        }
+    }
+
+    fn addrs(filter: &StreamFilter, view: &EndpointsView) -> Vec<String> {
+        filter
+            .apply(view)
+            .iter()
+            .map(|(_, ep)| ep.addr.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn internal_traffic_policy_local_keeps_the_clients_node_only() {
+        let v = view(
+            true,
+            &[
+                ("a", "n1", "10.0.0.1:80", &[]),
+                ("b", "n2", "10.0.0.2:80", &[]),
+            ],
+        );
+        let on_n2 = StreamFilter {
+            node_name: Some("n2".into()),
+            ..Default::default()
+        };
+        assert_eq!(addrs(&on_n2, &v), ["10.0.0.2:80"]);
+        // Quirk I.10 as upstream: no node in the token matches no scheduled pod.
+        assert!(addrs(&StreamFilter::default(), &v).is_empty());
+    }
+
+    #[test]
+    fn hints_apply_only_when_every_endpoint_has_them() {
+        let hinted = view(
+            false,
+            &[
+                ("a", "n1", "10.0.0.1:80", &["z1"]),
+                ("b", "n2", "10.0.0.2:80", &["z2"]),
+            ],
+        );
+        let in_z2 = StreamFilter {
+            client_zone: Some("z2".into()),
+            ..Default::default()
+        };
+        assert_eq!(addrs(&in_z2, &hinted), ["10.0.0.2:80"]);
+        let in_z3 = StreamFilter {
+            client_zone: Some("z3".into()),
+            ..Default::default()
+        };
+        assert_eq!(addrs(&in_z3, &hinted), ["10.0.0.1:80", "10.0.0.2:80"]);
+        let partly = view(
+            false,
+            &[
+                ("a", "n1", "10.0.0.1:80", &["z1"]),
+                ("b", "n2", "10.0.0.2:80", &[]),
+            ],
+        );
+        let in_z1 = StreamFilter {
+            client_zone: Some("z1".into()),
+            ..Default::default()
+        };
+        assert_eq!(addrs(&in_z1, &partly), ["10.0.0.1:80", "10.0.0.2:80"]);
+    }
+
+    #[test]
+    fn address_family_is_chosen_after_zone_filtering() {
+        // §H.13: pod a's IPv6 entry is hinted for another zone, so a is served over IPv4.
+        let v = view(
+            false,
+            &[
+                ("a", "n1", "10.0.0.1:80", &["z1"]),
+                ("a", "n1", "[fd00::1]:80", &["z2"]),
+                ("b", "n2", "10.0.0.2:80", &["z1"]),
+                ("b", "n2", "[fd00::2]:80", &["z1"]),
+            ],
+        );
+        let v6_in_z1 = StreamFilter {
+            client_zone: Some("z1".into()),
+            enable_ipv6: true,
+            ..Default::default()
+        };
+        assert_eq!(addrs(&v6_in_z1, &v), ["10.0.0.1:80", "[fd00::2]:80"]);
+        let v4_only = StreamFilter {
+            client_zone: Some("z1".into()),
+            enable_ipv6: false,
+            ..Default::default()
+        };
+        assert_eq!(addrs(&v4_only, &v), ["10.0.0.1:80", "10.0.0.2:80"]);
     }
 }

@@ -2,7 +2,9 @@
 
 use anyhow::Context;
 use clap::Parser;
-use destination::{Args, DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind};
+use destination::{
+    Args, DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind,
+};
 use linkerd_index::{Index, IndexMetrics};
 use linkerd_runtime::{Admin, shutdown};
 use std::sync::Arc;

@@ -50,11 +50,31 @@ impl DestinationMetrics {
     /// Registers the metrics in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
-        registry.register("endpoints_subscribers", "Open Get streams per service port", m.subscribers.clone());
-        registry.register("endpoints_updates", "Get updates sent per service port", m.updates.clone());
-        registry.register("grpc_server_started", "RPCs started on the server", m.started.clone());
-        registry.register("grpc_server_handled", "RPCs completed on the server, by status code", m.handled.clone());
-        registry.register("grpc_server_msg_sent", "Stream messages sent by the server", m.msg_sent.clone());
+        registry.register(
+            "endpoints_subscribers",
+            "Open Get streams per service port",
+            m.subscribers.clone(),
+        );
+        registry.register(
+            "endpoints_updates",
+            "Get updates sent per service port",
+            m.updates.clone(),
+        );
+        registry.register(
+            "grpc_server_started",
+            "RPCs started on the server",
+            m.started.clone(),
+        );
+        registry.register(
+            "grpc_server_handled",
+            "RPCs completed on the server, by status code",
+            m.handled.clone(),
+        );
+        registry.register(
+            "grpc_server_msg_sent",
+            "Stream messages sent by the server",
+            m.msg_sent.clone(),
+        );
         m
     }
 

@@ -68,8 +68,14 @@ impl Destination for DestinationService {
     /// Errors: `InvalidArgument` for a malformed path, an IP host, a name outside the cluster
     /// domain, or an ExternalName service. An unknown service is not an error: the stream starts
     /// with `NoEndpoints{exists: false}` and stays open.
-    async fn get(&self, request: Request<GetDestination>) -> Result<Response<Self::GetStream>, Status> {
-        self.metrics.started.get_or_create(&DestinationMetrics::grpc("Get")).inc();
+    async fn get(
+        &self,
+        request: Request<GetDestination>,
+    ) -> Result<Response<Self::GetStream>, Status> {
+        self.metrics
+            .started
+            .get_or_create(&DestinationMetrics::grpc("Get"))
+            .inc();
         let request = request.into_inner();
         let name = match parse_service_name(&request.path, &self.cluster_domain) {
             Ok(name) => name,
@@ -89,7 +95,12 @@ impl Destination for DestinationService {
             port: name.port,
             hostname: name.instance.clone(),
         });
-        if rx.borrow().service.as_ref().is_some_and(|s| s.external_name) {
+        if rx
+            .borrow()
+            .service
+            .as_ref()
+            .is_some_and(|s| s.external_name)
+        {
             self.metrics.handled("Get", tonic::Code::InvalidArgument);
             return Err(Status::invalid_argument(format!(
                 "{}: service {}/{} is of type ExternalName and has no endpoints to resolve",
@@ -97,7 +108,10 @@ impl Destination for DestinationService {
             )));
         }
 
-        let client_zone = token.node_name.as_deref().and_then(|n| self.index.node_zone(n));
+        let client_zone = token
+            .node_name
+            .as_deref()
+            .and_then(|n| self.index.node_zone(n));
         let filter = StreamFilter {
             node_name: token.node_name.clone(),
             client_zone,
@@ -116,9 +130,17 @@ impl Destination for DestinationService {
             let updates = stream.next_updates().await?;
             let sent = &guard.metrics.msg_sent;
             let count = updates.len() as u64;
-            sent.get_or_create(&DestinationMetrics::grpc("Get")).inc_by(count);
-            guard.metrics.updates.get_or_create(&guard.labels).inc_by(count);
-            Some((futures::stream::iter(updates.into_iter().map(Ok)), (stream, guard)))
+            sent.get_or_create(&DestinationMetrics::grpc("Get"))
+                .inc_by(count);
+            guard
+                .metrics
+                .updates
+                .get_or_create(&guard.labels)
+                .inc_by(count);
+            Some((
+                futures::stream::iter(updates.into_iter().map(Ok)),
+                (stream, guard),
+            ))
         })
         .flatten()
         .take_until(self.shutdown.clone().signaled());
@@ -127,16 +149,29 @@ impl Destination for DestinationService {
 
     /// Not served yet: service profiles come with `GetProfile` support (issue 3). Proxies then
     /// fall back to discovery without a profile.
-    async fn get_profile(&self, _: Request<GetDestination>) -> Result<Response<Self::GetProfileStream>, Status> {
-        self.metrics.started.get_or_create(&DestinationMetrics::grpc("GetProfile")).inc();
-        self.metrics.handled("GetProfile", tonic::Code::Unimplemented);
-        Err(Status::unimplemented("GetProfile is not served by this destination yet"))
+    async fn get_profile(
+        &self,
+        _: Request<GetDestination>,
+    ) -> Result<Response<Self::GetProfileStream>, Status> {
+        self.metrics
+            .started
+            .get_or_create(&DestinationMetrics::grpc("GetProfile"))
+            .inc();
+        self.metrics
+            .handled("GetProfile", tonic::Code::Unimplemented);
+        Err(Status::unimplemented(
+            "GetProfile is not served by this destination yet",
+        ))
     }
 }
 
 /// Serves `service` on `listener` until `shutdown`, with HTTP/2 limits set for many long-lived
 /// streams per connection (every watch of one proxy shares its connection).
-pub async fn serve(listener: TcpListener, service: DestinationService, shutdown: Shutdown) -> Result<(), tonic::transport::Error> {
+pub async fn serve(
+    listener: TcpListener,
+    service: DestinationService,
+    shutdown: Shutdown,
+) -> Result<(), tonic::transport::Error> {
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tonic::transport::Server::builder()
         .tcp_nodelay(true)

@@ -47,15 +47,33 @@ mod tests {
             "{\"ns\":\"emojivoto\",\"nodeName\":\"ip-10-20-1-11.eu-west-1.compute.internal\",\"pod\":\"vote-bot\",\"extra\":1}\n",
         );
         assert_eq!(t.ns.as_deref(), Some("emojivoto"));
-        assert_eq!(t.node_name.as_deref(), Some("ip-10-20-1-11.eu-west-1.compute.internal"));
+        assert_eq!(
+            t.node_name.as_deref(),
+            Some("ip-10-20-1-11.eu-west-1.compute.internal")
+        );
         assert_eq!(t.pod.as_deref(), Some("vote-bot"));
     }
 
     #[test]
     fn legacy_and_garbage_tokens() {
-        assert_eq!(ContextToken::parse("ns:emojivoto").ns.as_deref(), Some("emojivoto"));
-        for garbage in ["", "ns:a:b", "{not json", "[1,2]", "{\"ns\":5}", "\u{0}\u{1}", "null"] {
-            assert_eq!(ContextToken::parse(garbage), ContextToken::default(), "{garbage:?}");
+        assert_eq!(
+            ContextToken::parse("ns:emojivoto").ns.as_deref(),
+            Some("emojivoto")
+        );
+        for garbage in [
+            "",
+            "ns:a:b",
+            "{not json",
+            "[1,2]",
+            "{\"ns\":5}",
+            "\u{0}\u{1}",
+            "null",
+        ] {
+            assert_eq!(
+                ContextToken::parse(garbage),
+                ContextToken::default(),
+                "{garbage:?}"
+            );
         }
     }
 }

@@ -43,7 +43,9 @@ pub struct EndpointTranslator {
 /// An endpoint that cannot be sent: the address is left out of the update and logged.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OmittedEndpoint {
-    #[error("pod {pod}: the linkerd-proxy container has no valid LINKERD2_PROXY_ADMIN_LISTEN_ADDR / LINKERD2_PROXY_CONTROL_LISTEN_ADDR")]
+    #[error(
+        "pod {pod}: the linkerd-proxy container has no valid LINKERD2_PROXY_ADMIN_LISTEN_ADDR / LINKERD2_PROXY_CONTROL_LISTEN_ADDR"
+    )]
     NoMetaPorts { pod: String },
     #[error("pod {pod}: opaque transport needs a valid LINKERD2_PROXY_INBOUND_LISTEN_ADDR")]
     NoInboundPort { pod: String },
@@ -63,7 +65,11 @@ impl EndpointTranslator {
     /// Labels: `pod`, `<owner kind>` (`job` becomes `k8s_job`), `serviceaccount`,
     /// `control_plane_ns` and `pod_template_hash` when set, `zone`, and `zone_locality`
     /// (`local`/`remote` when both zones are known, else `unknown`).
-    pub fn weighted_addr(&self, ep: &Endpoint, client_zone: Option<&str>) -> Result<WeightedAddr, OmittedEndpoint> {
+    pub fn weighted_addr(
+        &self,
+        ep: &Endpoint,
+        client_zone: Option<&str>,
+    ) -> Result<WeightedAddr, OmittedEndpoint> {
         let mut addr = WeightedAddr {
             addr: Some(ep.addr.into()),
             weight: DEFAULT_WEIGHT,
@@ -99,7 +105,10 @@ impl EndpointTranslator {
                     let opaque = pod.is_opaque_port(port, &self.config.default_opaque_ports);
                     let mut hint = ProtocolHint::default();
                     // The proxy's own admin and control ports never take opaque transport (§H.2).
-                    if port != admin && port != control && (opaque || self.config.force_opaque_transport) {
+                    if port != admin
+                        && port != control
+                        && (opaque || self.config.force_opaque_transport)
+                    {
                         let inbound_port = proxy
                             .inbound
                             .filter(|p| *p != 0)
@@ -116,11 +125,16 @@ impl EndpointTranslator {
                         None
                     };
                     addr.protocol_hint = Some(hint);
-                    addr.http2 = self.config.meshed_http2_params.clone();
-                    if !self.config.trust_domain.is_empty() && cp_ns == self.config.controller_namespace {
+                    addr.http2 = self.config.meshed_http2_params;
+                    if !self.config.trust_domain.is_empty()
+                        && cp_ns == self.config.controller_namespace
+                    {
                         let name = format!(
                             "{}.{}.serviceaccount.identity.{}.{}",
-                            pod.service_account, pod.namespace, self.config.controller_namespace, self.config.trust_domain
+                            pod.service_account,
+                            pod.namespace,
+                            self.config.controller_namespace,
+                            self.config.trust_domain
                         );
                         addr.tls_identity = Some(TlsIdentity {
                             server_name: Some(DnsLikeIdentity { name: name.clone() }),
@@ -145,15 +159,18 @@ impl EndpointTranslator {
                             name: identity.clone(),
                         })),
                     });
-                    addr.protocol_hint = self.config.enable_h2_upgrade.then(|| ProtocolHint {
+                    addr.protocol_hint = self.config.enable_h2_upgrade.then_some(ProtocolHint {
                         protocol: Some(protocol_hint::Protocol::H2(protocol_hint::H2 {})),
                         opaque_transport: None,
                     });
-                    addr.http2 = self.config.meshed_http2_params.clone();
+                    addr.http2 = self.config.meshed_http2_params;
                 }
             }
         }
-        let locality = match (client_zone.filter(|z| !z.is_empty()), ep.zone.as_deref().filter(|z| !z.is_empty())) {
+        let locality = match (
+            client_zone.filter(|z| !z.is_empty()),
+            ep.zone.as_deref().filter(|z| !z.is_empty()),
+        ) {
             (Some(client), Some(zone)) if client == zone => "local",
             (Some(_), Some(_)) => "remote",
             _ => "unknown",
@@ -161,7 +178,8 @@ impl EndpointTranslator {
         if locality == "local" && self.config.ext_endpoint_zone_weights {
             addr.weight *= 10;
         }
-        addr.metric_labels.insert("zone_locality".into(), locality.into());
+        addr.metric_labels
+            .insert("zone_locality".into(), locality.into());
         Ok(addr)
     }
 }
@@ -274,8 +292,20 @@ mod tests {
         .unwrap()
         .unwrap();
         let ka = p.keep_alive.unwrap();
-        assert_eq!(ka.interval, Some(prost_types::Duration { seconds: 10, nanos: 0 }));
-        assert_eq!(ka.timeout, Some(prost_types::Duration { seconds: 3, nanos: 0 }));
+        assert_eq!(
+            ka.interval,
+            Some(prost_types::Duration {
+                seconds: 10,
+                nanos: 0
+            })
+        );
+        assert_eq!(
+            ka.timeout,
+            Some(prost_types::Duration {
+                seconds: 3,
+                nanos: 0
+            })
+        );
         assert!(ka.while_idle);
         assert!(p.flow_control.is_none());
     }
@@ -285,14 +315,25 @@ mod tests {
         let p = parse_http2_params(r#"{"KEEP_ALIVE":{"Timeout":{"nanos":5}},"bogus":1,"flow_control":{"initial_stream_window_size":65535}}"#)
             .unwrap()
             .unwrap();
-        assert_eq!(p.keep_alive.unwrap().timeout, Some(prost_types::Duration { seconds: 0, nanos: 5 }));
+        assert_eq!(
+            p.keep_alive.unwrap().timeout,
+            Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 5
+            })
+        );
         assert_eq!(p.flow_control.unwrap().initial_stream_window_size, 65535);
         assert_eq!(parse_http2_params("").unwrap(), None);
     }
 
     #[test]
     fn malformed_params_are_errors() {
-        for bad in ["{", "[]", r#"{"keep_alive":{"interval":"10s"}}"#, r#"{"flow_control":{"max":-1,"initial_stream_window_size":-1}}"#] {
+        for bad in [
+            "{",
+            "[]",
+            r#"{"keep_alive":{"interval":"10s"}}"#,
+            r#"{"flow_control":{"max":-1,"initial_stream_window_size":-1}}"#,
+        ] {
             assert!(parse_http2_params(bad).is_err(), "{bad}");
         }
     }

@@ -27,27 +27,51 @@ async fn malformed_paths_are_invalid_arguments_that_name_the_problem() {
     for (path, needle) in cases {
         let status = h.get(path, "").await.expect_err(path);
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{path}");
-        assert!(status.message().contains(needle), "{path}: {}", status.message());
+        assert!(
+            status.message().contains(needle),
+            "{path}: {}",
+            status.message()
+        );
     }
     // The server is still fine.
-    let mut stream = h.get("web-svc.emojivoto.svc.cluster.local:80", "").await.unwrap();
+    let mut stream = h
+        .get("web-svc.emojivoto.svc.cluster.local:80", "")
+        .await
+        .unwrap();
     assert_eq!(added(&next(&mut stream).await), [sa("10.244.2.19:8080")]);
 }
 
 #[tokio::test]
 async fn garbage_context_tokens_are_ignored() {
     let mut h = Harness::start(&fixture_dir("emojivoto")).await;
-    for token in ["{", "ns:a:b", "[]", "{\"nodeName\": 7}", "\u{1}\u{2}", &"x".repeat(100_000)] {
-        let mut stream = h.get("voting-svc.emojivoto.svc.cluster.local:8080", token).await.unwrap();
+    for token in [
+        "{",
+        "ns:a:b",
+        "[]",
+        "{\"nodeName\": 7}",
+        "\u{1}\u{2}",
+        &"x".repeat(100_000),
+    ] {
+        let mut stream = h
+            .get("voting-svc.emojivoto.svc.cluster.local:8080", token)
+            .await
+            .unwrap();
         let Update::Add(set) = next(&mut stream).await else {
             panic!("expected Add")
         };
         assert_eq!(set.addrs.len(), 2, "token {token:.20}");
-        assert!(set.addrs.iter().all(|a| a.metric_labels["zone_locality"] == "unknown"));
+        assert!(
+            set.addrs
+                .iter()
+                .all(|a| a.metric_labels["zone_locality"] == "unknown")
+        );
     }
     // A node that does not exist: no zone, both endpoints, unknown locality.
     let mut stream = h
-        .get("voting-svc.emojivoto.svc.cluster.local:8080", r#"{"nodeName":"nope"}"#)
+        .get(
+            "voting-svc.emojivoto.svc.cluster.local:8080",
+            r#"{"nodeName":"nope"}"#,
+        )
         .await
         .unwrap();
     let Update::Add(set) = next(&mut stream).await else {
@@ -59,10 +83,19 @@ async fn garbage_context_tokens_are_ignored() {
 #[tokio::test]
 async fn malformed_state_files_are_skipped_and_the_rest_is_served() {
     let dir = StateDir::new();
-    dir.write_raw("cluster.yaml", &std::fs::read_to_string(fixture_dir("emojivoto").join("cluster.yaml")).unwrap());
-    dir.write_raw("broken.yaml", "apiVersion: v1\nkind: Service\nmetadata: [unclosed\n");
+    dir.write_raw(
+        "cluster.yaml",
+        &std::fs::read_to_string(fixture_dir("emojivoto").join("cluster.yaml")).unwrap(),
+    );
+    dir.write_raw(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: [unclosed\n",
+    );
     dir.write_raw("not-an-object.json", "[1, 2, 3]");
-    dir.write_raw("no-name.yaml", "apiVersion: v1\nkind: Service\nmetadata: {}\n");
+    dir.write_raw(
+        "no-name.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {}\n",
+    );
     dir.write_raw("binary.yml", "\u{0}\u{1}\u{2}garbage: [");
     // A Pod whose spec does not decode: logged and skipped, the other objects of its file stay.
     dir.write(
@@ -73,7 +106,10 @@ async fn malformed_state_files_are_skipped_and_the_rest_is_served() {
         ],
     );
     let mut h = Harness::start(dir.path()).await;
-    let mut stream = h.get("web-svc.emojivoto.svc.cluster.local:80", "").await.unwrap();
+    let mut stream = h
+        .get("web-svc.emojivoto.svc.cluster.local:80", "")
+        .await
+        .unwrap();
     assert_eq!(added(&next(&mut stream).await), [sa("10.244.2.19:8080")]);
     let mut shop = h.get("web.shop.svc.cluster.local:80", "").await.unwrap();
     assert!(matches!(next(&mut shop).await, Update::NoEndpoints(ne) if ne.exists));
@@ -86,10 +122,31 @@ async fn malformed_state_files_are_skipped_and_the_rest_is_served() {
 #[tokio::test]
 async fn conflicting_duplicates_keep_the_first_file() {
     let dir = StateDir::new();
-    dir.write("a.yaml", &[mk_service("shop", "web", &[("http", 80)]), mk_pod("shop", "web-a", "10.1.0.1", "web")]);
+    dir.write(
+        "a.yaml",
+        &[
+            mk_service("shop", "web", &[("http", 80)]),
+            mk_pod("shop", "web-a", "10.1.0.1", "web"),
+        ],
+    );
     // The same pod identically (one object), and the service defined differently (conflict).
-    dir.write("b.yaml", &[mk_service("shop", "web", &[("http", 81)]), mk_pod("shop", "web-a", "10.1.0.1", "web")]);
-    dir.write("c.yaml", &[mk_slice("shop", "web-1", "web", ("http", 8080), &[("web-a", "10.1.0.1", true)])]);
+    dir.write(
+        "b.yaml",
+        &[
+            mk_service("shop", "web", &[("http", 81)]),
+            mk_pod("shop", "web-a", "10.1.0.1", "web"),
+        ],
+    );
+    dir.write(
+        "c.yaml",
+        &[mk_slice(
+            "shop",
+            "web-1",
+            "web",
+            ("http", 8080),
+            &[("web-a", "10.1.0.1", true)],
+        )],
+    );
     let mut h = Harness::start(dir.path()).await;
     let svc = h.index.service("shop", "web").unwrap();
     assert_eq!(svc.ports.iter().map(|p| p.port).collect::<Vec<_>>(), [80]);

@@ -15,19 +15,36 @@ fn two_pods() -> StateDir {
     dir.write("svc.yaml", &[mk_service(NS, "web", &[("http", 80)])]);
     dir.write(
         "pods.yaml",
-        &[mk_pod(NS, "web-a", "10.1.0.1", "web"), mk_pod(NS, "web-b", "10.1.0.2", "web")],
+        &[
+            mk_pod(NS, "web-a", "10.1.0.1", "web"),
+            mk_pod(NS, "web-b", "10.1.0.2", "web"),
+        ],
     );
     dir.write(
         "slice.yaml",
-        &[mk_slice(NS, "web-1", "web", ("http", 8080), &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)])],
+        &[mk_slice(
+            NS,
+            "web-1",
+            "web",
+            ("http", 8080),
+            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)],
+        )],
     );
     dir
 }
 
-async fn open(dir: &StateDir) -> (Harness, tonic::Streaming<linkerd2_proxy_api::destination::Update>) {
+async fn open(
+    dir: &StateDir,
+) -> (
+    Harness,
+    tonic::Streaming<linkerd2_proxy_api::destination::Update>,
+) {
     let mut h = Harness::start(dir.path()).await;
     let mut stream = h.get(PATH, "").await.unwrap();
-    assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.1:8080"), sa("10.1.0.2:8080")]);
+    assert_eq!(
+        added(&next(&mut stream).await),
+        [sa("10.1.0.1:8080"), sa("10.1.0.2:8080")]
+    );
     (h, stream)
 }
 
@@ -51,7 +68,11 @@ async fn scale_up_then_down() {
             "web-1",
             "web",
             ("http", 8080),
-            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true), ("web-c", "10.1.0.3", true)],
+            &[
+                ("web-a", "10.1.0.1", true),
+                ("web-b", "10.1.0.2", true),
+                ("web-c", "10.1.0.3", true),
+            ],
         )],
     );
     assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.3:8080")]);
@@ -60,9 +81,18 @@ async fn scale_up_then_down() {
     // Scale down: the slice drops c first; the pod goes after (a Remove even once it is gone, §H.8).
     dir.write(
         "slice.yaml",
-        &[mk_slice(NS, "web-1", "web", ("http", 8080), &[("web-a", "10.1.0.1", true)])],
+        &[mk_slice(
+            NS,
+            "web-1",
+            "web",
+            ("http", 8080),
+            &[("web-a", "10.1.0.1", true)],
+        )],
     );
-    assert_eq!(removed(&next(&mut stream).await), [sa("10.1.0.2:8080"), sa("10.1.0.3:8080")]);
+    assert_eq!(
+        removed(&next(&mut stream).await),
+        [sa("10.1.0.2:8080"), sa("10.1.0.3:8080")]
+    );
     dir.write("pods.yaml", &[mk_pod(NS, "web-a", "10.1.0.1", "web")]);
     assert_quiet(&mut stream).await;
 }
@@ -73,12 +103,24 @@ async fn readiness_flip() {
     let (_h, mut stream) = open(&dir).await;
     dir.write(
         "slice.yaml",
-        &[mk_slice(NS, "web-1", "web", ("http", 8080), &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", false)])],
+        &[mk_slice(
+            NS,
+            "web-1",
+            "web",
+            ("http", 8080),
+            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", false)],
+        )],
     );
     assert_eq!(removed(&next(&mut stream).await), [sa("10.1.0.2:8080")]);
     dir.write(
         "slice.yaml",
-        &[mk_slice(NS, "web-1", "web", ("http", 8080), &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)])],
+        &[mk_slice(
+            NS,
+            "web-1",
+            "web",
+            ("http", 8080),
+            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)],
+        )],
     );
     assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.2:8080")]);
     assert_quiet(&mut stream).await;
@@ -91,17 +133,24 @@ async fn service_account_change_reaches_the_stream_at_once() {
     let (_h, mut stream) = open(&dir).await;
     dir.write(
         "pods.yaml",
-        &[mk_pod(NS, "web-a", "10.1.0.1", "web"), mk_pod(NS, "web-b", "10.1.0.2", "web-v2")],
+        &[
+            mk_pod(NS, "web-a", "10.1.0.1", "web"),
+            mk_pod(NS, "web-b", "10.1.0.2", "web-v2"),
+        ],
     );
     let Update::Add(set) = next(&mut stream).await else {
         panic!("expected Add")
     };
     assert_eq!(set.addrs.len(), 1);
     assert_eq!(addr_of(&set.addrs[0]), sa("10.1.0.2:8080"));
-    let Some(Strategy::DnsLikeIdentity(id)) = set.addrs[0].tls_identity.clone().unwrap().strategy else {
+    let Some(Strategy::DnsLikeIdentity(id)) = set.addrs[0].tls_identity.clone().unwrap().strategy
+    else {
         panic!("identity")
     };
-    assert_eq!(id.name, "web-v2.shop.serviceaccount.identity.linkerd.cluster.local");
+    assert_eq!(
+        id.name,
+        "web-v2.shop.serviceaccount.identity.linkerd.cluster.local"
+    );
     assert_eq!(set.addrs[0].metric_labels["serviceaccount"], "web-v2");
     assert_quiet(&mut stream).await;
 }
@@ -112,10 +161,31 @@ async fn delete_one_of_two_slices_then_the_last() {
     dir.write("svc.yaml", &[mk_service(NS, "web", &[("http", 80)])]);
     dir.write(
         "pods.yaml",
-        &[mk_pod(NS, "web-a", "10.1.0.1", "web"), mk_pod(NS, "web-b", "10.1.0.2", "web")],
+        &[
+            mk_pod(NS, "web-a", "10.1.0.1", "web"),
+            mk_pod(NS, "web-b", "10.1.0.2", "web"),
+        ],
     );
-    dir.write("slice-1.yaml", &[mk_slice(NS, "web-1", "web", ("http", 8080), &[("web-a", "10.1.0.1", true)])]);
-    dir.write("slice-2.yaml", &[mk_slice(NS, "web-2", "web", ("http", 8080), &[("web-b", "10.1.0.2", true)])]);
+    dir.write(
+        "slice-1.yaml",
+        &[mk_slice(
+            NS,
+            "web-1",
+            "web",
+            ("http", 8080),
+            &[("web-a", "10.1.0.1", true)],
+        )],
+    );
+    dir.write(
+        "slice-2.yaml",
+        &[mk_slice(
+            NS,
+            "web-2",
+            "web",
+            ("http", 8080),
+            &[("web-b", "10.1.0.2", true)],
+        )],
+    );
     let (_h, mut stream) = open(&dir).await;
 
     dir.remove("slice-2.yaml");
@@ -125,7 +195,16 @@ async fn delete_one_of_two_slices_then_the_last() {
     assert_quiet(&mut stream).await;
 
     // Endpoints come back: one Add with all of them.
-    dir.write("slice-1.yaml", &[mk_slice(NS, "web-1", "web", ("http", 8080), &[("web-a", "10.1.0.1", true)])]);
+    dir.write(
+        "slice-1.yaml",
+        &[mk_slice(
+            NS,
+            "web-1",
+            "web",
+            ("http", 8080),
+            &[("web-a", "10.1.0.1", true)],
+        )],
+    );
     assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.1:8080")]);
 }
 
@@ -137,7 +216,10 @@ async fn delete_and_recreate_the_service() {
     assert!(matches!(next(&mut stream).await, Update::NoEndpoints(ne) if !ne.exists));
     assert_quiet(&mut stream).await;
     dir.write("svc.yaml", &[mk_service(NS, "web", &[("http", 80)])]);
-    assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.1:8080"), sa("10.1.0.2:8080")]);
+    assert_eq!(
+        added(&next(&mut stream).await),
+        [sa("10.1.0.1:8080"), sa("10.1.0.2:8080")]
+    );
     assert_quiet(&mut stream).await;
 }
 
@@ -151,7 +233,16 @@ async fn service_created_after_the_stream_opened() {
     dir.write("svc.yaml", &[mk_service(NS, "web", &[("http", 80)])]);
     assert!(matches!(next(&mut stream).await, Update::NoEndpoints(ne) if ne.exists));
     dir.write("pods.yaml", &[mk_pod(NS, "web-a", "10.1.0.1", "web")]);
-    dir.write("slice.yaml", &[mk_slice(NS, "web-1", "web", ("http", 8080), &[("web-a", "10.1.0.1", true)])]);
+    dir.write(
+        "slice.yaml",
+        &[mk_slice(
+            NS,
+            "web-1",
+            "web",
+            ("http", 8080),
+            &[("web-a", "10.1.0.1", true)],
+        )],
+    );
     assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.1:8080")]);
 }
 
@@ -162,7 +253,16 @@ async fn target_port_change_re_adds_the_addresses() {
     let (_h, mut stream) = open(&dir).await;
     dir.write(
         "slice.yaml",
-        &[mk_slice(NS, "web-1", "web", ("http", 9090), &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)])],
+        &[mk_slice(
+            NS,
+            "web-1",
+            "web",
+            ("http", 9090),
+            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)],
+        )],
     );
-    assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.1:9090"), sa("10.1.0.2:9090")]);
+    assert_eq!(
+        added(&next(&mut stream).await),
+        [sa("10.1.0.1:9090"), sa("10.1.0.2:9090")]
+    );
 }

@@ -3,7 +3,9 @@
 
 mod support;
 
-use linkerd2_proxy_api::destination::{protocol_hint::Protocol, tls_identity::Strategy, update::Update};
+use linkerd2_proxy_api::destination::{
+    protocol_hint::Protocol, tls_identity::Strategy, update::Update,
+};
 use support::*;
 
 fn edge() -> std::path::PathBuf {
@@ -47,9 +49,23 @@ async fn e1_headless_statefulset_and_instance() {
     let mut h = Harness::start(&edge()).await;
     let set = add_set(&mut h, "cache.edge.svc.cluster.local:6379").await;
     let got: Vec<_> = set.addrs.iter().map(addr_of).collect();
-    assert_eq!(got, [sa("10.244.0.41:6379"), sa("10.244.1.44:6379"), sa("10.244.2.47:6379")]);
-    for (a, zone) in set.addrs.iter().zip(["eu-west-1a", "eu-west-1b", "eu-west-1c"]) {
-        assert_eq!(dns_identity(a).as_deref(), Some("cache.edge.serviceaccount.identity.linkerd.cluster.local"));
+    assert_eq!(
+        got,
+        [
+            sa("10.244.0.41:6379"),
+            sa("10.244.1.44:6379"),
+            sa("10.244.2.47:6379")
+        ]
+    );
+    for (a, zone) in set
+        .addrs
+        .iter()
+        .zip(["eu-west-1a", "eu-west-1b", "eu-west-1c"])
+    {
+        assert_eq!(
+            dns_identity(a).as_deref(),
+            Some("cache.edge.serviceaccount.identity.linkerd.cluster.local")
+        );
         assert_eq!(hint(a), ("opaque", Some(4143)));
         let mut l = sorted(&a.metric_labels);
         let pod = l.remove("pod").unwrap();
@@ -66,23 +82,36 @@ async fn e1_headless_statefulset_and_instance() {
         );
     }
     let set = add_set(&mut h, "cache-1.cache.edge.svc.cluster.local:6379").await;
-    assert_eq!(set.addrs.iter().map(addr_of).collect::<Vec<_>>(), [sa("10.244.1.44:6379")]);
+    assert_eq!(
+        set.addrs.iter().map(addr_of).collect::<Vec<_>>(),
+        [sa("10.244.1.44:6379")]
+    );
     assert_eq!(set.addrs[0].metric_labels["pod"], "cache-1");
 }
 
 #[tokio::test]
 async fn e1_unknown_instance_has_no_endpoints() {
     let mut h = Harness::start(&edge()).await;
-    let mut stream = h.get("cache-9.cache.edge.svc.cluster.local:6379", "").await.unwrap();
+    let mut stream = h
+        .get("cache-9.cache.edge.svc.cluster.local:6379", "")
+        .await
+        .unwrap();
     assert!(matches!(next(&mut stream).await, Update::NoEndpoints(ne) if ne.exists));
 }
 
 #[tokio::test]
 async fn e2_external_name_is_invalid() {
     let mut h = Harness::start(&edge()).await;
-    let status = h.get("legacy-db.edge.svc.cluster.local:443", "").await.unwrap_err();
+    let status = h
+        .get("legacy-db.edge.svc.cluster.local:443", "")
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
-    assert!(status.message().contains("ExternalName"), "{}", status.message());
+    assert!(
+        status.message().contains("ExternalName"),
+        "{}",
+        status.message()
+    );
 }
 
 #[tokio::test]
@@ -99,7 +128,10 @@ async fn e3_service_without_endpoints_and_unknown_service() {
 async fn e4_only_ready_endpoints() {
     let mut h = Harness::start(&edge()).await;
     let set = add_set(&mut h, "flaky.edge.svc.cluster.local:80").await;
-    assert_eq!(set.addrs.iter().map(addr_of).collect::<Vec<_>>(), [sa("10.244.0.52:8080")]);
+    assert_eq!(
+        set.addrs.iter().map(addr_of).collect::<Vec<_>>(),
+        [sa("10.244.0.52:8080")]
+    );
 }
 
 #[tokio::test]
@@ -108,7 +140,11 @@ async fn e5_address_in_two_slices_is_served_once() {
     let set = add_set(&mut h, "split.edge.svc.cluster.local:80").await;
     assert_eq!(
         set.addrs.iter().map(addr_of).collect::<Vec<_>>(),
-        [sa("10.244.0.58:8080"), sa("10.244.1.61:8080"), sa("10.244.2.63:8080")]
+        [
+            sa("10.244.0.58:8080"),
+            sa("10.244.1.61:8080"),
+            sa("10.244.2.63:8080")
+        ]
     );
 }
 
@@ -116,10 +152,17 @@ async fn e5_address_in_two_slices_is_served_once() {
 async fn e6_named_target_port_resolved_per_slice() {
     let mut h = Harness::start(&edge()).await;
     let set = add_set(&mut h, "polyglot.edge.svc.cluster.local:80").await;
-    let got: Vec<_> = set.addrs.iter().map(|a| (addr_of(a), a.metric_labels["deployment"].clone())).collect();
+    let got: Vec<_> = set
+        .addrs
+        .iter()
+        .map(|a| (addr_of(a), a.metric_labels["deployment"].clone()))
+        .collect();
     assert_eq!(
         got,
-        [(sa("10.244.1.66:8080"), "polyglot-v1".into()), (sa("10.244.2.68:9090"), "polyglot-v2".into())]
+        [
+            (sa("10.244.1.66:8080"), "polyglot-v1".into()),
+            (sa("10.244.2.68:9090"), "polyglot-v2".into())
+        ]
     );
 }
 
@@ -127,7 +170,10 @@ async fn e6_named_target_port_resolved_per_slice() {
 async fn e7_service_opaque_annotation_does_not_make_get_opaque() {
     let mut h = Harness::start(&edge()).await;
     let set = add_set(&mut h, "ledger.edge.svc.cluster.local:7000").await;
-    assert_eq!(set.addrs.iter().map(addr_of).collect::<Vec<_>>(), [sa("10.244.0.70:7000")]);
+    assert_eq!(
+        set.addrs.iter().map(addr_of).collect::<Vec<_>>(),
+        [sa("10.244.0.70:7000")]
+    );
     assert_eq!(hint(&set.addrs[0]), ("h2", None));
 }
 
@@ -135,7 +181,10 @@ async fn e7_service_opaque_annotation_does_not_make_get_opaque() {
 async fn e8_pod_opaque_ports_by_name() {
     let mut h = Harness::start(&edge()).await;
     let amqp = add_set(&mut h, "mq.edge.svc.cluster.local:5672").await;
-    assert_eq!(amqp.addrs.iter().map(addr_of).collect::<Vec<_>>(), [sa("10.244.1.73:5672")]);
+    assert_eq!(
+        amqp.addrs.iter().map(addr_of).collect::<Vec<_>>(),
+        [sa("10.244.1.73:5672")]
+    );
     assert_eq!(hint(&amqp.addrs[0]), ("opaque", Some(4143)));
     let mgmt = add_set(&mut h, "mq.edge.svc.cluster.local:15672").await;
     assert_eq!(hint(&mgmt.addrs[0]), ("h2", None));
@@ -147,14 +196,27 @@ async fn e9_host_network_daemonset_is_unmeshed() {
     let set = add_set(&mut h, "node-agent.edge.svc.cluster.local:9100").await;
     assert_eq!(
         set.addrs.iter().map(addr_of).collect::<Vec<_>>(),
-        [sa("10.20.1.11:9100"), sa("10.20.2.12:9100"), sa("10.20.3.13:9100")]
+        [
+            sa("10.20.1.11:9100"),
+            sa("10.20.2.12:9100"),
+            sa("10.20.3.13:9100")
+        ]
     );
     for a in &set.addrs {
         assert_eq!(a.tls_identity, None);
         assert_eq!(a.protocol_hint, None);
         assert_eq!(a.http2, None);
         let keys: Vec<_> = sorted(&a.metric_labels).into_keys().collect();
-        assert_eq!(keys, ["daemonset", "pod", "serviceaccount", "zone", "zone_locality"]);
+        assert_eq!(
+            keys,
+            [
+                "daemonset",
+                "pod",
+                "serviceaccount",
+                "zone",
+                "zone_locality"
+            ]
+        );
         assert_eq!(a.metric_labels["daemonset"], "node-agent");
         assert_eq!(a.metric_labels["serviceaccount"], "node-agent");
     }
@@ -164,17 +226,29 @@ async fn e9_host_network_daemonset_is_unmeshed() {
 async fn e10_named_target_port_to_container_port() {
     let mut h = Harness::start(&edge()).await;
     let set = add_set(&mut h, "gateway.edge.svc.cluster.local:443").await;
-    assert_eq!(set.addrs.iter().map(addr_of).collect::<Vec<_>>(), [sa("10.244.1.77:8443")]);
-    assert_eq!(dns_identity(&set.addrs[0]).as_deref(), Some("gateway.edge.serviceaccount.identity.linkerd.cluster.local"));
+    assert_eq!(
+        set.addrs.iter().map(addr_of).collect::<Vec<_>>(),
+        [sa("10.244.1.77:8443")]
+    );
+    assert_eq!(
+        dns_identity(&set.addrs[0]).as_deref(),
+        Some("gateway.edge.serviceaccount.identity.linkerd.cluster.local")
+    );
 }
 
 #[tokio::test]
 async fn e11_unmeshed_pod() {
     let mut h = Harness::start(&edge()).await;
     let set = add_set(&mut h, "legacy.edge.svc.cluster.local:80").await;
-    assert_eq!(set.addrs.iter().map(addr_of).collect::<Vec<_>>(), [sa("10.244.2.80:8080")]);
+    assert_eq!(
+        set.addrs.iter().map(addr_of).collect::<Vec<_>>(),
+        [sa("10.244.2.80:8080")]
+    );
     let a = &set.addrs[0];
-    assert_eq!((a.tls_identity.clone(), a.protocol_hint.clone(), a.http2.clone()), (None, None, None));
+    assert_eq!(
+        (a.tls_identity.clone(), a.protocol_hint, a.http2),
+        (None, None, None)
+    );
     let mut l = sorted(&a.metric_labels);
     assert!(l.remove("pod").unwrap().starts_with("legacy-4h4nlxbbh8-"));
     assert_eq!(
@@ -193,8 +267,14 @@ async fn e11_unmeshed_pod() {
 async fn e12_native_sidecar_proxy_in_init_containers() {
     let mut h = Harness::start(&edge()).await;
     let set = add_set(&mut h, "billing.edge.svc.cluster.local:80").await;
-    assert_eq!(set.addrs.iter().map(addr_of).collect::<Vec<_>>(), [sa("10.244.0.83:8080")]);
-    assert_eq!(dns_identity(&set.addrs[0]).as_deref(), Some("billing.edge.serviceaccount.identity.linkerd.cluster.local"));
+    assert_eq!(
+        set.addrs.iter().map(addr_of).collect::<Vec<_>>(),
+        [sa("10.244.0.83:8080")]
+    );
+    assert_eq!(
+        dns_identity(&set.addrs[0]).as_deref(),
+        Some("billing.edge.serviceaccount.identity.linkerd.cluster.local")
+    );
     assert_eq!(hint(&set.addrs[0]), ("h2", None));
 }
 
@@ -202,7 +282,10 @@ async fn e12_native_sidecar_proxy_in_init_containers() {
 async fn e13_dual_stack_follows_enable_ipv6() {
     let mut v4 = Harness::start_with(&edge(), chart_config(), false).await;
     let set = add_set(&mut v4, "dual.edge.svc.cluster.local:80").await;
-    assert_eq!(set.addrs.iter().map(addr_of).collect::<Vec<_>>(), [sa("10.244.0.86:8080"), sa("10.244.2.88:8080")]);
+    assert_eq!(
+        set.addrs.iter().map(addr_of).collect::<Vec<_>>(),
+        [sa("10.244.0.86:8080"), sa("10.244.2.88:8080")]
+    );
 
     let mut v6 = Harness::start_with(&edge(), chart_config(), true).await;
     let set = add_set(&mut v6, "dual.edge.svc.cluster.local:80").await;
@@ -224,7 +307,10 @@ async fn forced_opaque_transport_spares_admin_and_control_ports() {
     let set = add_set(&mut h, "web-svc.emojivoto.svc.cluster.local:80").await;
     assert_eq!(hint(&set.addrs[0]), ("h2", Some(4143)));
     let admin = add_set(&mut h, "web-svc.emojivoto.svc.cluster.local:4191").await;
-    assert_eq!(admin.addrs.iter().map(addr_of).collect::<Vec<_>>(), [sa("10.244.2.19:4191")]);
+    assert_eq!(
+        admin.addrs.iter().map(addr_of).collect::<Vec<_>>(),
+        [sa("10.244.2.19:4191")]
+    );
     assert_eq!(hint(&admin.addrs[0]), ("h2", None));
     let control = add_set(&mut h, "web-svc.emojivoto.svc.cluster.local:4190").await;
     assert_eq!(hint(&control.addrs[0]), ("h2", None));

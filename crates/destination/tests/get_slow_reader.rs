@@ -5,7 +5,9 @@ mod support;
 
 use k8s_openapi::api::{core::v1::Pod, core::v1::Service, discovery::v1::EndpointSlice};
 use linkerd_index::{Event, Index, IndexMetrics};
-use linkerd2_proxy_api::destination::{GetDestination, destination_client::DestinationClient, update::Update};
+use linkerd2_proxy_api::destination::{
+    GetDestination, destination_client::DestinationClient, update::Update,
+};
 use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
 use support::*;
 use tonic::transport::Endpoint;
@@ -24,7 +26,9 @@ fn slice_after(i: usize, ready: &mut [bool]) -> EndpointSlice {
     ready[i % PODS] = !ready[i % PODS];
     let names: Vec<String> = (0..PODS).map(|p| format!("web-{p}")).collect();
     let ips: Vec<String> = (0..PODS).map(|p| format!("10.1.0.{}", p + 1)).collect();
-    let eps: Vec<(&str, &str, bool)> = (0..PODS).map(|p| (names[p].as_str(), ips[p].as_str(), ready[p])).collect();
+    let eps: Vec<(&str, &str, bool)> = (0..PODS)
+        .map(|p| (names[p].as_str(), ips[p].as_str(), ready[p]))
+        .collect();
     typed(mk_slice(NS, "web-1", "web", ("http", 8080), &eps))
 }
 
@@ -56,14 +60,34 @@ async fn client(addr: SocketAddr) -> DestinationClient<tonic::transport::Channel
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_reader_does_not_delay_others_and_converges() {
     let index = Index::new(IndexMetrics::default());
-    index.apply(Event::Apply(typed::<Service>(mk_service(NS, "web", &[("http", 80)]))));
+    index.apply(Event::Apply(typed::<Service>(mk_service(
+        NS,
+        "web",
+        &[("http", 80)],
+    ))));
     for p in 0..PODS {
-        index.apply(Event::Apply(typed::<Pod>(mk_pod(NS, &format!("web-{p}"), &format!("10.1.0.{}", p + 1), "web"))));
+        index.apply(Event::Apply(typed::<Pod>(mk_pod(
+            NS,
+            &format!("web-{p}"),
+            &format!("10.1.0.{}", p + 1),
+            "web",
+        ))));
     }
     let mut ready = vec![true; PODS];
-    let all: Vec<(String, String, bool)> = (0..PODS).map(|p| (format!("web-{p}"), format!("10.1.0.{}", p + 1), true)).collect();
-    let eps: Vec<(&str, &str, bool)> = all.iter().map(|(n, i, r)| (n.as_str(), i.as_str(), *r)).collect();
-    index.apply(Event::Apply(typed::<EndpointSlice>(mk_slice(NS, "web-1", "web", ("http", 8080), &eps))));
+    let all: Vec<(String, String, bool)> = (0..PODS)
+        .map(|p| (format!("web-{p}"), format!("10.1.0.{}", p + 1), true))
+        .collect();
+    let eps: Vec<(&str, &str, bool)> = all
+        .iter()
+        .map(|(n, i, r)| (n.as_str(), i.as_str(), *r))
+        .collect();
+    index.apply(Event::Apply(typed::<EndpointSlice>(mk_slice(
+        NS,
+        "web-1",
+        "web",
+        ("http", 8080),
+        &eps,
+    ))));
 
     let h = Harness::serve_index(index.clone(), chart_config(), false).await;
     let request = || GetDestination {
@@ -71,8 +95,18 @@ async fn slow_reader_does_not_delay_others_and_converges() {
         path: PATH.into(),
         context_token: String::new(),
     };
-    let mut slow = client(h.addr).await.get(request()).await.unwrap().into_inner();
-    let mut fast = client(h.addr).await.get(request()).await.unwrap().into_inner();
+    let mut slow = client(h.addr)
+        .await
+        .get(request())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut fast = client(h.addr)
+        .await
+        .get(request())
+        .await
+        .unwrap()
+        .into_inner();
     let mut slow_set = BTreeSet::new();
     apply(&mut slow_set, next(&mut slow).await);
     let mut fast_set = BTreeSet::new();
@@ -82,8 +116,10 @@ async fn slow_reader_does_not_delay_others_and_converges() {
     // The slow stream is not read while every change goes through; the fast one sees each.
     for i in 0..CHANGES {
         index.apply(Event::Apply(slice_after(i, &mut ready)));
-        let expected: BTreeSet<SocketAddr> =
-            (0..PODS).filter(|p| ready[*p]).map(|p| format!("10.1.0.{}:8080", p + 1).parse().unwrap()).collect();
+        let expected: BTreeSet<SocketAddr> = (0..PODS)
+            .filter(|p| ready[*p])
+            .map(|p| format!("10.1.0.{}:8080", p + 1).parse().unwrap())
+            .collect();
         while fast_set != expected {
             let update = tokio::time::timeout(Duration::from_secs(5), fast.message())
                 .await

@@ -29,17 +29,31 @@ async fn subscribers_follow_streams_and_series_go_with_the_last_one() {
     index.ready().wait_for(|r| *r).await.unwrap();
     let mut h = Harness::serve_index_with_metrics(index, chart_config(), false, metrics).await;
 
-    let mut a = h.get("web-svc.emojivoto.svc.cluster.local:80", "").await.unwrap();
-    let mut b = h.get("web-svc.emojivoto.svc.cluster.local:80", "").await.unwrap();
+    let mut a = h
+        .get("web-svc.emojivoto.svc.cluster.local:80", "")
+        .await
+        .unwrap();
+    let mut b = h
+        .get("web-svc.emojivoto.svc.cluster.local:80", "")
+        .await
+        .unwrap();
     next(&mut a).await;
     next(&mut b).await;
     let text = encode(&registry);
     assert_eq!(
         series(&text, "endpoints_subscribers{"),
-        [r#"endpoints_subscribers{cluster="local",namespace="emojivoto",service="web-svc",port="80",hostname=""} 2"#]
+        [
+            r#"endpoints_subscribers{cluster="local",namespace="emojivoto",service="web-svc",port="80",hostname=""} 2"#
+        ]
     );
-    assert!(text.contains("pod_cache_size{cluster=\"local\"} 6"), "{text}");
-    assert!(text.contains("service_cache_size{cluster=\"local\"} 3"), "{text}");
+    assert!(
+        text.contains("pod_cache_size{cluster=\"local\"} 6"),
+        "{text}"
+    );
+    assert!(
+        text.contains("service_cache_size{cluster=\"local\"} 3"),
+        "{text}"
+    );
 
     // Closing streams must not deadlock the metrics (regression: the gauge's read guard was held
     // while removing the series) and the series goes with the last subscriber.
@@ -63,5 +77,8 @@ async fn subscribers_follow_streams_and_series_go_with_the_last_one() {
     wait(0).await;
     let text = encode(&registry);
     assert!(text.contains(r#"grpc_server_started_total{grpc_type="server_stream",grpc_service="io.linkerd.proxy.destination.Destination",grpc_method="Get"} 2"#), "{text}");
-    assert!(text.contains(r#"grpc_method="Get",grpc_code="Ok"} 2"#), "{text}");
+    assert!(
+        text.contains(r#"grpc_method="Get",grpc_code="Ok"} 2"#),
+        "{text}"
+    );
 }

@@ -147,14 +147,26 @@ impl EndpointsView {
                                 family: slice.address_type,
                             };
                             let owner = cluster.resolve_owner(pod);
-                            (id, Workload::Pod { pod: pod.clone(), owner }, ep.zone.clone())
+                            (
+                                id,
+                                Workload::Pod {
+                                    pod: pod.clone(),
+                                    owner,
+                                },
+                                ep.zone.clone(),
+                            )
                         }
                         // ExternalWorkload and other kinds are not served yet.
                         Some(_) => continue,
                         None => {
                             let id = AddressId::Address {
                                 namespace: slice.namespace.clone(),
-                                name: bare_address_name(&svc.name, *ip, port, ep.hostname.as_deref()),
+                                name: bare_address_name(
+                                    &svc.name,
+                                    *ip,
+                                    port,
+                                    ep.hostname.as_deref(),
+                                ),
                             };
                             let workload = Workload::Address {
                                 identity: slice.remote_gateway_identity.clone(),

@@ -47,7 +47,11 @@ impl IndexMetrics {
             "job_cache_size",
         ] {
             let family = Family::<ClusterLabels, Gauge>::default();
-            registry.register(name, "Number of objects in the index's cache", family.clone());
+            registry.register(
+                name,
+                "Number of objects in the index's cache",
+                family.clone(),
+            );
             metrics.cache_size.push((name, family));
         }
         registry.register(

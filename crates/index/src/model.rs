@@ -212,9 +212,17 @@ impl ServiceInfo {
         let spec = svc.spec.clone().unwrap_or_default();
         let mut ports = Vec::new();
         for p in spec.ports.iter().flatten() {
-            let port = u16::try_from(p.port).ok().filter(|p| *p != 0).ok_or_else(|| {
-                invalid("Service", &namespace, &name, format!("port {} out of range", p.port))
-            })?;
+            let port = u16::try_from(p.port)
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| {
+                    invalid(
+                        "Service",
+                        &namespace,
+                        &name,
+                        format!("port {} out of range", p.port),
+                    )
+                })?;
             ports.push(ServicePort {
                 port,
                 name: p.name.clone().unwrap_or_default(),
@@ -464,7 +472,10 @@ impl PodInfo {
     /// annotation (ports, ranges, container-port names; an empty value means none), or in
     /// `defaults` when the pod has no such annotation (spec §B.2).
     pub fn is_opaque_port(&self, port: u16, defaults: &PortSet) -> bool {
-        self.opaque_ports.as_ref().unwrap_or(defaults).contains(port)
+        self.opaque_ports
+            .as_ref()
+            .unwrap_or(defaults)
+            .contains(port)
     }
 
     /// Whether index lookups should still find this pod: not being deleted, not finished.
@@ -492,8 +503,12 @@ impl NodeInfo {
 /// The owner a ReplicaSet passes on to its pods' metric labels: its single owner when that is a
 /// Deployment, StatefulSet, DaemonSet or Job (spec §C.6.4), else `None` (the RS itself).
 pub fn replica_set_owner(rs: &ReplicaSet) -> Option<OwnerRef> {
-    single_owner(&rs.metadata)
-        .filter(|o| matches!(o.kind.as_str(), "Deployment" | "StatefulSet" | "DaemonSet" | "Job"))
+    single_owner(&rs.metadata).filter(|o| {
+        matches!(
+            o.kind.as_str(),
+            "Deployment" | "StatefulSet" | "DaemonSet" | "Job"
+        )
+    })
 }
 
 /// The owner a Job passes on (a CronJob, say): its single owner, if exactly one.
@@ -512,11 +527,19 @@ fn single_owner(meta: &ObjectMeta) -> Option<OwnerRef> {
 }
 
 /// `(namespace, name)` of an object; namespace is `""` for cluster-scoped kinds.
-pub(crate) fn names(kind: &'static str, meta: &ObjectMeta) -> Result<(String, String), InvalidObject> {
+pub(crate) fn names(
+    kind: &'static str,
+    meta: &ObjectMeta,
+) -> Result<(String, String), InvalidObject> {
     let namespace = meta.namespace.clone().unwrap_or_default();
     match meta.name.as_deref() {
         Some(name) if !name.is_empty() => Ok((namespace, name.to_string())),
-        _ => Err(invalid(kind, &namespace, "", "metadata.name is missing".to_string())),
+        _ => Err(invalid(
+            kind,
+            &namespace,
+            "",
+            "metadata.name is missing".to_string(),
+        )),
     }
 }
 

@@ -62,12 +62,15 @@ pub struct Cluster {
     pub(crate) nodes: HashMap<String, NodeInfo>,
     pub(crate) replica_sets: HashMap<ObjectRef, Option<OwnerRef>>,
     pub(crate) jobs: HashMap<ObjectRef, Option<OwnerRef>>,
-    endpoint_topics: HashMap<ObjectRef, HashMap<(u16, Option<String>), Topic<EndpointsView>>>,
+    endpoint_topics: HashMap<ObjectRef, ServiceTopics>,
     /// Kinds whose initial list has been applied.
     synced: HashSet<&'static str>,
     /// Kinds that must be synced before the index is ready.
     required: HashSet<&'static str>,
 }
+
+/// The endpoint topics of one service, by requested port and hostname.
+type ServiceTopics = HashMap<(u16, Option<String>), Topic<EndpointsView>>;
 
 /// Services whose subscribed views must be recomputed after a batch of changes.
 pub type Touched = BTreeSet<ObjectRef>;
@@ -80,7 +83,8 @@ pub trait IndexedKind: Watched {
     const CACHE_METRIC: &'static str;
 
     #[doc(hidden)]
-    fn apply(cluster: &mut Cluster, obj: &Self, touched: &mut Touched) -> Result<(), InvalidObject>;
+    fn apply(cluster: &mut Cluster, obj: &Self, touched: &mut Touched)
+    -> Result<(), InvalidObject>;
     #[doc(hidden)]
     fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched);
     #[doc(hidden)]
@@ -120,7 +124,10 @@ impl Index {
 
     /// Starts the task applying `source`'s events of kind `K`; the index is not ready until its
     /// initial list is applied.
-    pub fn spawn_watch<K: IndexedKind, S: Source>(&self, source: &S) -> tokio::task::JoinHandle<()> {
+    pub fn spawn_watch<K: IndexedKind, S: Source>(
+        &self,
+        source: &S,
+    ) -> tokio::task::JoinHandle<()> {
         self.require::<K>();
         let mut events = source.events::<K>();
         let index = self.clone();
@@ -178,7 +185,9 @@ impl Index {
             .metrics
             .set_cache_size(K::CACHE_METRIC, K::keys(&cluster).len());
         let ready = cluster.required.iter().all(|k| cluster.synced.contains(k));
-        self.inner.ready.send_if_modified(|r| std::mem::replace(r, ready) != ready);
+        self.inner
+            .ready
+            .send_if_modified(|r| std::mem::replace(r, ready) != ready);
     }
 
     fn apply_one<K: IndexedKind>(&self, cluster: &mut Cluster, obj: &K, touched: &mut Touched) {
@@ -239,12 +248,23 @@ impl Index {
 
     /// The number of endpoint topics alive (one per subscribed service port and hostname).
     pub fn endpoint_topic_count(&self) -> usize {
-        self.inner.cluster.lock().endpoint_topics.values().map(HashMap::len).sum()
+        self.inner
+            .cluster
+            .lock()
+            .endpoint_topics
+            .values()
+            .map(HashMap::len)
+            .sum()
     }
 
     /// The zone of a node (label `topology.kubernetes.io/zone`), if the node is known.
     pub fn node_zone(&self, node: &str) -> Option<String> {
-        self.inner.cluster.lock().nodes.get(node).and_then(|n| n.zone.clone())
+        self.inner
+            .cluster
+            .lock()
+            .nodes
+            .get(node)
+            .and_then(|n| n.zone.clone())
     }
 
     /// The Service `namespace/name`, if it exists.
@@ -285,7 +305,10 @@ impl Index {
 
 impl Cluster {
     /// The slices of a service, in name order.
-    pub(crate) fn service_slices<'a>(&'a self, service: &ObjectRef) -> impl Iterator<Item = &'a SliceInfo> + 'a {
+    pub(crate) fn service_slices<'a>(
+        &'a self,
+        service: &ObjectRef,
+    ) -> impl Iterator<Item = &'a SliceInfo> + 'a {
         self.slices_by_service
             .get(service)
             .into_iter()
@@ -369,11 +392,19 @@ fn object_ref<K: Watched>(obj: &K) -> Option<ObjectRef> {
     })
 }
 
-fn index_insert<K: std::hash::Hash + Eq>(map: &mut HashMap<K, BTreeSet<ObjectRef>>, key: K, value: &ObjectRef) {
+fn index_insert<K: std::hash::Hash + Eq>(
+    map: &mut HashMap<K, BTreeSet<ObjectRef>>,
+    key: K,
+    value: &ObjectRef,
+) {
     map.entry(key).or_default().insert(value.clone());
 }
 
-fn index_remove<K: std::hash::Hash + Eq>(map: &mut HashMap<K, BTreeSet<ObjectRef>>, key: &K, value: &ObjectRef) {
+fn index_remove<K: std::hash::Hash + Eq>(
+    map: &mut HashMap<K, BTreeSet<ObjectRef>>,
+    key: &K,
+    value: &ObjectRef,
+) {
     if let Some(set) = map.get_mut(key) {
         set.remove(value);
         if set.is_empty() {
@@ -388,7 +419,11 @@ impl IndexedKind for Service {
     const KIND: &'static str = "Service";
     const CACHE_METRIC: &'static str = "service_cache_size";
 
-    fn apply(cluster: &mut Cluster, obj: &Self, touched: &mut Touched) -> Result<(), InvalidObject> {
+    fn apply(
+        cluster: &mut Cluster,
+        obj: &Self,
+        touched: &mut Touched,
+    ) -> Result<(), InvalidObject> {
         let svc = ServiceInfo::from_service(obj)?;
         let key = svc.object_ref();
         if cluster.services.get(&key).is_some_and(|old| **old == svc) {
@@ -421,7 +456,11 @@ impl IndexedKind for EndpointSlice {
     const KIND: &'static str = "EndpointSlice";
     const CACHE_METRIC: &'static str = "endpointslices_cache_size";
 
-    fn apply(cluster: &mut Cluster, obj: &Self, touched: &mut Touched) -> Result<(), InvalidObject> {
+    fn apply(
+        cluster: &mut Cluster,
+        obj: &Self,
+        touched: &mut Touched,
+    ) -> Result<(), InvalidObject> {
         let slice = SliceInfo::from_slice(obj)?;
         let key = ObjectRef {
             namespace: slice.namespace.clone(),
@@ -464,7 +503,11 @@ impl IndexedKind for Pod {
     const KIND: &'static str = "Pod";
     const CACHE_METRIC: &'static str = "pod_cache_size";
 
-    fn apply(cluster: &mut Cluster, obj: &Self, touched: &mut Touched) -> Result<(), InvalidObject> {
+    fn apply(
+        cluster: &mut Cluster,
+        obj: &Self,
+        touched: &mut Touched,
+    ) -> Result<(), InvalidObject> {
         let pod = PodInfo::from_pod(obj)?;
         let key = pod.object_ref();
         if cluster.pods.get(&key).is_some_and(|old| **old == pod) {

@@ -6,7 +6,9 @@ use k8s_openapi::api::{
     core::v1::{Pod, Service},
     discovery::v1::EndpointSlice,
 };
-use linkerd_index::{AddressId, EndpointsKey, Event, Index, IndexMetrics, ObjectRef, Workload, model::AddressType};
+use linkerd_index::{
+    AddressId, EndpointsKey, Event, Index, IndexMetrics, ObjectRef, Workload, model::AddressType,
+};
 use serde_json::json;
 use std::net::SocketAddr;
 
@@ -29,7 +31,12 @@ fn mk_pod(name: &str, ip: &str) -> Pod {
     .unwrap()
 }
 
-fn mk_slice(name: &str, svc: &str, port: (&str, u16), eps: &[(&str, &str, Option<bool>)]) -> EndpointSlice {
+fn mk_slice(
+    name: &str,
+    svc: &str,
+    port: (&str, u16),
+    eps: &[(&str, &str, Option<bool>)],
+) -> EndpointSlice {
     serde_json::from_value(json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": name, "namespace": "ns", "labels": {"kubernetes.io/service-name": svc}},
@@ -71,12 +78,20 @@ async fn pod_indexed_after_its_slice_is_published() {
     // changes to already-known pods touched their services.
     let index = index();
     index.apply(Event::Apply(mk_service("web", &[("http", 80)])));
-    index.apply(Event::Apply(mk_slice("web-1", "web", ("http", 8080), &[("web-a", "10.0.0.1", Some(true))])));
+    index.apply(Event::Apply(mk_slice(
+        "web-1",
+        "web",
+        ("http", 8080),
+        &[("web-a", "10.0.0.1", Some(true))],
+    )));
     let mut rx = index.endpoints(key("web", 80));
     assert!(rx.borrow_and_update().endpoints.is_empty());
     index.apply(Event::Apply(mk_pod("web-a", "10.0.0.1")));
     assert!(rx.has_changed().unwrap());
-    assert_eq!(addrs(&rx.borrow_and_update()), ["10.0.0.1:8080".parse::<SocketAddr>().unwrap()]);
+    assert_eq!(
+        addrs(&rx.borrow_and_update()),
+        ["10.0.0.1:8080".parse::<SocketAddr>().unwrap()]
+    );
 }
 
 #[tokio::test]
@@ -90,13 +105,20 @@ async fn readiness_absent_counts_as_ready() {
         "web-1",
         "web",
         ("http", 8080),
-        &[("a", "10.0.0.1", None), ("b", "10.0.0.2", Some(false)), ("c", "10.0.0.3", Some(true))],
+        &[
+            ("a", "10.0.0.1", None),
+            ("b", "10.0.0.2", Some(false)),
+            ("c", "10.0.0.3", Some(true)),
+        ],
     )));
     let rx = index.endpoints(key("web", 80));
     let view = rx.borrow();
     assert_eq!(
         addrs(&view),
-        ["10.0.0.1:8080".parse::<SocketAddr>().unwrap(), "10.0.0.3:8080".parse().unwrap()]
+        [
+            "10.0.0.1:8080".parse::<SocketAddr>().unwrap(),
+            "10.0.0.3:8080".parse().unwrap()
+        ]
     );
     let ids: Vec<_> = view.endpoints.keys().cloned().collect();
     assert_eq!(
@@ -114,14 +136,24 @@ async fn unrelated_changes_are_not_published() {
     let index = index();
     index.apply(Event::Apply(mk_service("web", &[("http", 80)])));
     index.apply(Event::Apply(mk_pod("a", "10.0.0.1")));
-    index.apply(Event::Apply(mk_slice("web-1", "web", ("http", 8080), &[("a", "10.0.0.1", Some(true))])));
+    index.apply(Event::Apply(mk_slice(
+        "web-1",
+        "web",
+        ("http", 8080),
+        &[("a", "10.0.0.1", Some(true))],
+    )));
     let mut rx = index.endpoints(key("web", 80));
     rx.borrow_and_update();
     // Another service and its slice.
     index.apply(Event::Apply(mk_service("api", &[("http", 80)])));
     index.apply(Event::Apply(mk_slice("api-1", "api", ("http", 8080), &[])));
     // The same slice again.
-    index.apply(Event::Apply(mk_slice("web-1", "web", ("http", 8080), &[("a", "10.0.0.1", Some(true))])));
+    index.apply(Event::Apply(mk_slice(
+        "web-1",
+        "web",
+        ("http", 8080),
+        &[("a", "10.0.0.1", Some(true))],
+    )));
     assert!(!rx.has_changed().unwrap());
 }
 
@@ -136,20 +168,31 @@ async fn owner_resolves_through_the_replica_set() {
     }))
     .unwrap();
     index.apply(Event::Apply(rs));
-    index.apply(Event::Apply(mk_slice("web-1", "web", ("http", 8080), &[("a", "10.0.0.1", Some(true))])));
+    index.apply(Event::Apply(mk_slice(
+        "web-1",
+        "web",
+        ("http", 8080),
+        &[("a", "10.0.0.1", Some(true))],
+    )));
     let rx = index.endpoints(key("web", 80));
     let view = rx.borrow();
     let Workload::Pod { owner, .. } = &view.endpoints.values().next().unwrap().workload else {
         panic!("pod workload")
     };
-    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Deployment", "web"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Deployment", "web")
+    );
 }
 
 #[tokio::test]
 async fn reset_removes_what_is_not_listed() {
     let index = index();
     index.apply(Event::Reset(vec![mk_service("web", &[("http", 80)])]));
-    index.apply(Event::Reset(vec![mk_pod("a", "10.0.0.1"), mk_pod("b", "10.0.0.2")]));
+    index.apply(Event::Reset(vec![
+        mk_pod("a", "10.0.0.1"),
+        mk_pod("b", "10.0.0.2"),
+    ]));
     index.apply(Event::Reset(vec![mk_slice(
         "web-1",
         "web",
@@ -159,9 +202,17 @@ async fn reset_removes_what_is_not_listed() {
     let mut rx = index.endpoints(key("web", 80));
     assert_eq!(rx.borrow_and_update().endpoints.len(), 2);
     // A relist in which b and its slice entry vanished.
-    index.apply(Event::Reset(vec![mk_slice("web-1", "web", ("http", 8080), &[("a", "10.0.0.1", Some(true))])]));
+    index.apply(Event::Reset(vec![mk_slice(
+        "web-1",
+        "web",
+        ("http", 8080),
+        &[("a", "10.0.0.1", Some(true))],
+    )]));
     index.apply(Event::Reset(vec![mk_pod("a", "10.0.0.1")]));
-    assert_eq!(addrs(&rx.borrow_and_update()), ["10.0.0.1:8080".parse::<SocketAddr>().unwrap()]);
+    assert_eq!(
+        addrs(&rx.borrow_and_update()),
+        ["10.0.0.1:8080".parse::<SocketAddr>().unwrap()]
+    );
     // A relist without the service.
     index.apply(Event::Reset(Vec::<Service>::new()));
     assert!(!rx.borrow_and_update().exists());

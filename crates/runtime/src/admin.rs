@@ -4,7 +4,9 @@
 //! once the index has applied every watch's initial list, `500 not ready` before; `/ping`
 //! answers `pong` (upstream's liveness path); anything else is 404.
 
-use axum::{Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get};
+use axum::{
+    Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
+};
 use prometheus_client::registry::Registry;
 use std::{net::SocketAddr, sync::Arc};
 use tokio::{net::TcpListener, sync::watch};
@@ -68,7 +70,10 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
     match prometheus_client::encoding::text::encode(&mut body, &admin.registry) {
         Ok(()) => (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
             body,
         ),
         Err(error) => (

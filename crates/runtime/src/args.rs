@@ -20,7 +20,9 @@ pub fn parse_bool(value: &str) -> Result<bool, String> {
     match value {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!("invalid boolean {value:?} (expected true or false)")),
+        _ => Err(format!(
+            "invalid boolean {value:?} (expected true or false)"
+        )),
     }
 }
 
@@ -30,9 +32,18 @@ mod tests {
 
     #[test]
     fn listen_addresses() {
-        assert_eq!(parse_listen_addr(":8086").unwrap(), "0.0.0.0:8086".parse().unwrap());
-        assert_eq!(parse_listen_addr("127.0.0.1:0").unwrap(), "127.0.0.1:0".parse().unwrap());
-        assert_eq!(parse_listen_addr("[::1]:9996").unwrap(), "[::1]:9996".parse().unwrap());
+        assert_eq!(
+            parse_listen_addr(":8086").unwrap(),
+            "0.0.0.0:8086".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_addr("127.0.0.1:0").unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_addr("[::1]:9996").unwrap(),
+            "[::1]:9996".parse().unwrap()
+        );
         let err = parse_listen_addr("localhost:80").unwrap_err();
         assert!(err.contains("\"localhost:80\""), "{err}");
         assert!(parse_listen_addr(":99999").is_err());

@@ -13,7 +13,12 @@ use std::path::PathBuf;
 pub struct ClusterArgs {
     /// Serve from the manifests in this directory instead of a Kubernetes API server: every
     /// `*.yaml`/`*.yml`/`*.json` file, re-read when it changes.
-    #[arg(long, env = "LINKERD_CLUSTER_STATE", value_name = "DIR", conflicts_with = "kubeconfig")]
+    #[arg(
+        long,
+        env = "LINKERD_CLUSTER_STATE",
+        value_name = "DIR",
+        conflicts_with = "kubeconfig"
+    )]
     pub cluster_state: Option<PathBuf>,
 
     /// Path to a kubeconfig; without it the in-cluster configuration (or `KUBECONFIG`) is used.
@@ -28,7 +33,10 @@ impl ClusterArgs {
     pub async fn source(&self, metrics: IndexMetrics) -> anyhow::Result<ClusterSource> {
         if let Some(dir) = &self.cluster_state {
             tracing::info!(dir = %dir.display(), "offline mode: serving the cluster state directory");
-            return Ok(ClusterSource::Offline(OfflineSource::start(dir.clone(), metrics)?));
+            return Ok(ClusterSource::Offline(OfflineSource::start(
+                dir.clone(),
+                metrics,
+            )?));
         }
         let config = match &self.kubeconfig {
             Some(path) => {
@@ -41,6 +49,8 @@ impl ClusterArgs {
             })?,
         };
         tracing::info!(cluster_url = %config.cluster_url, "watching the Kubernetes API");
-        Ok(ClusterSource::Kube(KubeSource::new(kube::Client::try_from(config)?)))
+        Ok(ClusterSource::Kube(KubeSource::new(
+            kube::Client::try_from(config)?,
+        )))
     }
 }

@@ -38,7 +38,9 @@ impl LogArgs {
         };
         let registry = tracing_subscriber::registry().with(filter);
         match self.log_format {
-            LogFormat::Plain => registry.with(fmt::layer().with_writer(std::io::stderr)).try_init()?,
+            LogFormat::Plain => registry
+                .with(fmt::layer().with_writer(std::io::stderr))
+                .try_init()?,
             LogFormat::Json => registry
                 .with(fmt::layer().json().with_writer(std::io::stderr))
                 .try_init()?,

@@ -31,15 +31,16 @@ impl Trigger {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot listen for SIGTERM");
-                    let _ = ctrl_c.await;
-                    self.trigger();
-                    return;
-                }
-            };
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(term) => term,
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot listen for SIGTERM");
+                        let _ = ctrl_c.await;
+                        self.trigger();
+                        return;
+                    }
+                };
             tokio::select! {
                 _ = ctrl_c => {}
                 _ = term.recv() => {}

@@ -3,7 +3,10 @@
 
 #![allow(dead_code)]
 
-use destination::{DestinationMetrics, DestinationService, EndpointTranslator, TranslatorConfig, serve, server::bind};
+use destination::{
+    DestinationMetrics, DestinationService, EndpointTranslator, TranslatorConfig, serve,
+    server::bind,
+};
 use linkerd_index::{Index, IndexMetrics, PortSet, source::offline::OfflineSource};
 use linkerd_runtime::shutdown;
 use linkerd2_proxy_api::destination::{
@@ -37,7 +40,9 @@ pub struct Harness {
 }
 
 pub fn fixture_dir(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
 }
 
 impl Harness {
@@ -61,7 +66,8 @@ impl Harness {
 
     /// Serves an index the test feeds itself (with `Index::apply`).
     pub async fn serve_index(index: Index, config: TranslatorConfig, enable_ipv6: bool) -> Self {
-        Self::serve_index_with_metrics(index, config, enable_ipv6, DestinationMetrics::default()).await
+        Self::serve_index_with_metrics(index, config, enable_ipv6, DestinationMetrics::default())
+            .await
     }
 
     pub async fn serve_index_with_metrics(
@@ -81,7 +87,9 @@ impl Harness {
         );
         let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         tokio::spawn(serve(listener, service, shutdown));
-        let client = DestinationClient::connect(format!("http://{addr}")).await.unwrap();
+        let client = DestinationClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
         Self {
             addr,
             client,
@@ -90,7 +98,11 @@ impl Harness {
         }
     }
 
-    pub async fn get(&mut self, path: &str, token: &str) -> Result<Streaming<Update>, tonic::Status> {
+    pub async fn get(
+        &mut self,
+        path: &str,
+        token: &str,
+    ) -> Result<Streaming<Update>, tonic::Status> {
         self.client
             .get(GetDestination {
                 scheme: "k8s".into(),
@@ -122,7 +134,7 @@ pub async fn assert_quiet(stream: &mut Streaming<Update>) {
 
 /// `ip:port` of an address.
 pub fn addr_of(addr: &WeightedAddr) -> SocketAddr {
-    addr.addr.clone().expect("addr").try_into().expect("valid addr")
+    addr.addr.expect("addr").try_into().expect("valid addr")
 }
 
 /// The addresses of an `Add`, sorted.
@@ -141,7 +153,8 @@ pub fn added(update: &update::Update) -> Vec<SocketAddr> {
 pub fn removed(update: &update::Update) -> Vec<SocketAddr> {
     match update {
         update::Update::Remove(set) => {
-            let mut addrs: Vec<SocketAddr> = set.addrs.iter().map(|a| a.clone().try_into().unwrap()).collect();
+            let mut addrs: Vec<SocketAddr> =
+                set.addrs.iter().map(|a| (*a).try_into().unwrap()).collect();
             addrs.sort();
             addrs
         }
@@ -151,7 +164,10 @@ pub fn removed(update: &update::Update) -> Vec<SocketAddr> {
 
 /// Parses `a:b` pairs into a label map.
 pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 pub fn sorted(map: &std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
@@ -208,7 +224,13 @@ pub fn mk_pod(ns: &str, name: &str, ip: &str, sa: &str) -> Value {
 }
 
 /// An IPv4 EndpointSlice of `svc` with one port and endpoints `(pod, ip, ready)`.
-pub fn mk_slice(ns: &str, name: &str, svc: &str, port: (&str, u16), endpoints: &[(&str, &str, bool)]) -> Value {
+pub fn mk_slice(
+    ns: &str,
+    name: &str,
+    svc: &str,
+    port: (&str, u16),
+    endpoints: &[(&str, &str, bool)],
+) -> Value {
     json!({
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",

@@ -40,7 +40,9 @@ impl Source for KubeSource {
                         relist.get_or_insert_with(Vec::new).push(obj);
                         None
                     }
-                    Ok(watcher::Event::InitDone) => Some(Event::Reset(relist.take().unwrap_or_default())),
+                    Ok(watcher::Event::InitDone) => {
+                        Some(Event::Reset(relist.take().unwrap_or_default()))
+                    }
                     Ok(watcher::Event::Apply(obj)) => Some(Event::Apply(obj)),
                     Ok(watcher::Event::Delete(obj)) => Some(Event::Delete(obj)),
                     Err(error) => {

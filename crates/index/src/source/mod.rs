@@ -29,7 +29,13 @@ pub trait Watched:
 }
 
 impl<K> Watched for K where
-    K: ::kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+    K: ::kube::Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
 {
 }
 

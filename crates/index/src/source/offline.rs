@@ -110,11 +110,12 @@ impl OfflineSource {
         let changed = Arc::new(Notify::new());
         let watcher = {
             let changed = changed.clone();
-            let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-                if res.is_ok() {
-                    changed.notify_one();
-                }
-            });
+            let mut watcher =
+                notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+                    if res.is_ok() {
+                        changed.notify_one();
+                    }
+                });
             if let Ok(w) = watcher.as_mut() {
                 use notify::Watcher;
                 if let Err(error) = w.watch(&dir, notify::RecursiveMode::NonRecursive) {
@@ -284,7 +285,11 @@ impl StateDir {
                 bytes.hash(&mut h);
                 h.finish()
             };
-            if self.files.get(path).is_some_and(|f| f.content_hash == content_hash) {
+            if self
+                .files
+                .get(path)
+                .is_some_and(|f| f.content_hash == content_hash)
+            {
                 continue;
             }
             match parse_manifests(path, &bytes) {

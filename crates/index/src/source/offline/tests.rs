@@ -1,1 +1,219 @@
+use super::*;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use std::time::Duration;
 
+fn svc_yaml(name: &str, port: u16) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: ns\nspec:\n  ports:\n  - port: {port}\n"
+    )
+}
+
+fn names(objs: &[Service]) -> Vec<String> {
+    let mut n: Vec<_> = objs
+        .iter()
+        .map(|s| s.metadata.name.clone().unwrap())
+        .collect();
+    n.sort();
+    n
+}
+
+async fn next<K: Watched>(events: &mut BoxStream<'static, Event<K>>) -> Event<K> {
+    tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("an event in time")
+        .expect("stream open")
+}
+
+fn write(dir: &Path, file: &str, text: &str) {
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(tmp, dir.join(file)).unwrap();
+}
+
+#[test]
+fn multi_document_yaml_lists_and_json_streams() {
+    let yaml = format!(
+        "# comment\n---\n{}---\n---\n{}",
+        svc_yaml("a", 80),
+        svc_yaml("b", 81)
+    );
+    let objs = parse_manifests(Path::new("x.yaml"), yaml.as_bytes()).unwrap();
+    assert_eq!(objs.len(), 2);
+
+    let list = r#"{"apiVersion":"v1","kind":"List","items":[
+        {"apiVersion":"v1","kind":"Service","metadata":{"name":"a","namespace":"ns"}},
+        {"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns"}}]}
+        {"apiVersion":"v1","kind":"Service","metadata":{"name":"c","namespace":"ns"}}"#;
+    let objs = parse_manifests(Path::new("x.json"), list.as_bytes()).unwrap();
+    let kinds: Vec<_> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["Service", "Pod", "Service"]);
+
+    // `kubectl get -o yaml` of several objects prints a List with `items`.
+    let kubectl = "apiVersion: v1\nkind: List\nmetadata:\n  resourceVersion: \"\"\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: a, namespace: ns}\n";
+    assert_eq!(
+        parse_manifests(Path::new("x.yml"), kubectl.as_bytes())
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn malformed_files_are_errors_naming_the_problem() {
+    let cases = [
+        ("x.yaml", "kind: [unclosed", "invalid YAML"),
+        ("x.json", "{\"kind\":", "invalid JSON"),
+        ("x.yaml", "- 1\n- 2\n", "expected a mapping"),
+        (
+            "x.yaml",
+            "apiVersion: v1\nkind: Service\nmetadata: {}\n",
+            "metadata.name",
+        ),
+        (
+            "x.yaml",
+            "apiVersion: v1\nkind: List\nitems: 5\n",
+            "not a sequence",
+        ),
+        ("x.yaml", "? [a, b]\n: c\n", "document 0"),
+    ];
+    for (file, text, needle) in cases {
+        let err = parse_manifests(Path::new(file), text.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(needle), "{text:?}: {err}");
+    }
+    assert!(parse_manifests(Path::new("x.yaml"), &[0xff, 0xfe]).is_err());
+}
+
+#[tokio::test]
+async fn initial_reset_then_apply_and_delete_as_files_change() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", &svc_yaml("a", 80));
+    write(dir.path(), "b.yml", &svc_yaml("b", 80));
+    write(dir.path(), "notes.txt", &svc_yaml("ignored", 80));
+    write(dir.path(), ".hidden.yaml", &svc_yaml("hidden", 80));
+    let source = OfflineSource::start(dir.path(), IndexMetrics::default()).unwrap();
+    let mut services = source.events::<Service>();
+    let mut pods = source.events::<Pod>();
+    match next(&mut services).await {
+        Event::Reset(objs) => assert_eq!(names(&objs), ["a", "b"]),
+        other => panic!("expected Reset, got {other:?}"),
+    }
+    assert!(matches!(next(&mut pods).await, Event::Reset(p) if p.is_empty()));
+
+    // A changed file: one Apply for the changed object only.
+    write(dir.path(), "a.yaml", &svc_yaml("a", 81));
+    match next(&mut services).await {
+        Event::Apply(svc) => {
+            assert_eq!(svc.metadata.name.as_deref(), Some("a"));
+            assert_eq!(svc.spec.unwrap().ports.unwrap()[0].port, 81);
+        }
+        other => panic!("expected Apply, got {other:?}"),
+    }
+    // A removed file: Delete of its objects.
+    std::fs::remove_file(dir.path().join("b.yml")).unwrap();
+    assert!(
+        matches!(next(&mut services).await, Event::Delete(s) if s.metadata.name.as_deref() == Some("b"))
+    );
+}
+
+#[tokio::test]
+async fn a_file_broken_mid_edit_keeps_its_last_good_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", &svc_yaml("a", 80));
+    let metrics = IndexMetrics::default();
+    let source = OfflineSource::start(dir.path(), metrics.clone()).unwrap();
+    let mut services = source.events::<Service>();
+    assert!(matches!(next(&mut services).await, Event::Reset(o) if o.len() == 1));
+    write(
+        dir.path(),
+        "a.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: [",
+    );
+    // Then a good edit of another file proves the source is alive and `a` was not deleted.
+    write(dir.path(), "b.yaml", &svc_yaml("b", 80));
+    assert!(
+        matches!(next(&mut services).await, Event::Apply(s) if s.metadata.name.as_deref() == Some("b"))
+    );
+    assert_eq!(metrics.invalid_files.get(), 1);
+}
+
+#[tokio::test]
+async fn duplicates_are_one_object_and_conflicts_keep_the_first_file() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "1.yaml",
+        &format!("{}---\n{}", svc_yaml("same", 80), svc_yaml("conflict", 80)),
+    );
+    write(
+        dir.path(),
+        "2.yaml",
+        &format!("{}---\n{}", svc_yaml("same", 80), svc_yaml("conflict", 99)),
+    );
+    let metrics = IndexMetrics::default();
+    let source = OfflineSource::start(dir.path(), metrics.clone()).unwrap();
+    let mut services = source.events::<Service>();
+    let Event::Reset(objs) = next(&mut services).await else {
+        panic!("expected Reset")
+    };
+    assert_eq!(names(&objs), ["conflict", "same"]);
+    let conflict = objs
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some("conflict"))
+        .unwrap();
+    assert_eq!(
+        conflict.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port,
+        80
+    );
+    assert_eq!(metrics.conflicting_objects.get(), 1);
+}
+
+#[tokio::test]
+async fn objects_that_do_not_decode_are_skipped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = "apiVersion: v1\nkind: Service\nmetadata: {name: bad, namespace: ns}\nspec: {ports: nope}\n";
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!("{}---\n{bad}", svc_yaml("good", 80)),
+    );
+    let metrics = IndexMetrics::default();
+    let source = OfflineSource::start(dir.path(), metrics.clone()).unwrap();
+    let mut services = source.events::<Service>();
+    let Event::Reset(objs) = next(&mut services).await else {
+        panic!("expected Reset")
+    };
+    assert_eq!(names(&objs), ["good"]);
+    let text = {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("index_invalid_objects", "", metrics.invalid_objects.clone());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    };
+    assert!(
+        text.contains("index_invalid_objects_total{kind=\"Service\"} 1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_missing_directory_is_an_error_naming_it() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let err = OfflineSource::start("/nonexistent/state", IndexMetrics::default())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("/nonexistent/state"), "{err}");
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let err = OfflineSource::start(file.path(), IndexMetrics::default())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+    });
+}

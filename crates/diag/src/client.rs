@@ -1,0 +1,110 @@
+//! Connecting to the Destination service.
+
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::Error;
+
+/// Where the Destination container listens inside the pod (plaintext, behind the mTLS shim).
+pub const DEFAULT_DESTINATION: &str = "http://127.0.0.1:8086";
+
+/// How long a connection attempt may take before the run fails.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Replies can list every endpoint of a large Service at once; the 4 MiB gRPC default would
+/// turn such a service into an error.
+pub const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
+
+/// The URI for `--destination`: `host:port` gets `http://` in front; only `http` is accepted,
+/// since this client has no TLS (the pod's mTLS port needs a client certificate anyway).
+pub fn destination_uri(addr: &str) -> Result<String, Error> {
+    let addr = addr.trim();
+    let invalid = |reason: &str| Error::InvalidDestination {
+        addr: addr.to_string(),
+        reason: reason.to_string(),
+    };
+    if addr.is_empty() {
+        return Err(invalid("empty address"));
+    }
+    match addr.split_once("://") {
+        None => Ok(format!("http://{addr}")),
+        Some((scheme, _)) if scheme.eq_ignore_ascii_case("http") => Ok(addr.to_string()),
+        Some((scheme, _)) => Err(invalid(&format!(
+            "scheme {scheme:?} is not supported, use http://host:port (plaintext)"
+        ))),
+    }
+}
+
+/// Connects to `--destination` `addr`, failing at once (not on the first request) when the
+/// server cannot be reached.
+pub async fn connect(addr: &str) -> Result<Channel, Error> {
+    let uri = destination_uri(addr)?;
+    let endpoint = Endpoint::from_shared(uri.clone())
+        .map_err(|error| Error::InvalidDestination {
+            addr: addr.to_string(),
+            reason: crate::error_line(&error),
+        })?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true);
+    endpoint
+        .connect()
+        .await
+        .map_err(|source| Error::Connect { addr: uri, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn destination_uri_adds_http_and_refuses_other_schemes() {
+        assert_eq!(
+            destination_uri("127.0.0.1:8086").unwrap(),
+            "http://127.0.0.1:8086"
+        );
+        assert_eq!(
+            destination_uri("http://127.0.0.1:8086").unwrap(),
+            "http://127.0.0.1:8086"
+        );
+        assert_eq!(
+            destination_uri(" linkerd-dst.linkerd.svc:8086 ").unwrap(),
+            "http://linkerd-dst.linkerd.svc:8086"
+        );
+        let error = destination_uri("https://127.0.0.1:8086").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            r#"invalid --destination "https://127.0.0.1:8086": scheme "https" is not supported, use http://host:port (plaintext)"#
+        );
+        assert!(destination_uri("").is_err());
+    }
+
+    #[test]
+    fn error_line_skips_repeated_causes() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        struct E(&'static str, #[source] Option<Box<E>>);
+        let error = E(
+            "transport error",
+            Some(Box::new(E(
+                "tcp connect error",
+                Some(Box::new(E(
+                    "tcp connect error",
+                    Some(Box::new(E("Connection refused", None))),
+                ))),
+            ))),
+        );
+        assert_eq!(
+            crate::error_line(&error),
+            "transport error: tcp connect error: Connection refused"
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_uri_is_an_invalid_destination() {
+        let error = connect("http://a b:1").await.unwrap_err();
+        assert!(
+            matches!(&error, Error::InvalidDestination { addr, .. } if addr == "http://a b:1"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,107 @@
+//! `dst-diag`: a client of the Destination service that streams what a Linkerd proxy would
+//! receive and prints it, as readable blocks or as newline-delimited JSON.
+//!
+//! Each subcommand is a module ([`endpoints`]); [`client`] connects to the server and
+//! [`output`] renders the proxy API's messages, so that rendering is tested without a network.
+//! `main.rs` only parses the command line, handles Ctrl-C and turns an [`Error`] into a
+//! one-line message and exit code 1.
+
+#![deny(rust_2018_idioms, missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod endpoints;
+pub mod output;
+
+pub use self::output::OutputFormat;
+
+/// The command line of `dst-diag`.
+#[derive(Debug, clap::Parser)]
+#[command(name = "dst-diag", version, about)]
+pub struct Args {
+    /// What to stream.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands: one per API a proxy consumes.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Streams `Destination.Get` for an authority: the endpoints a proxy would balance over.
+    Endpoints(endpoints::EndpointsArgs),
+}
+
+/// Why a run stopped other than by the server ending its stream. The `Display` of each
+/// variant is one line naming the problem; the underlying cause, if any, is its `source`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `--destination` is not a usable `http://host:port` address.
+    #[error("invalid --destination {addr:?}: {reason}")]
+    InvalidDestination {
+        /// The flag's value, as given.
+        addr: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The connection to the server could not be made.
+    #[error("connect to {addr}")]
+    Connect {
+        /// The server's URI.
+        addr: String,
+        /// The transport's error.
+        source: tonic::transport::Error,
+    },
+    /// The server refused the request or ended the stream with an error status.
+    #[error("{rpc} {target}: {}", status_line(status))]
+    Status {
+        /// The RPC (`Get`).
+        rpc: &'static str,
+        /// What was asked for (the authority).
+        target: String,
+        /// The status, rendered as `Code: message`.
+        status: tonic::Status,
+    },
+    /// Standard output could not be written (other than a closed pipe, which ends the run).
+    #[error("write output")]
+    Output(#[source] std::io::Error),
+}
+
+// === impl Args ===
+
+impl Args {
+    /// Runs the subcommand, printing to standard output, until the server ends the stream
+    /// (`Ok`), standard output is closed (`Ok`), or an error.
+    pub async fn run(self) -> Result<(), Error> {
+        let mut stdout = std::io::stdout();
+        match self.command {
+            Command::Endpoints(args) => args.run(&mut stdout).await,
+        }
+    }
+}
+
+/// `error: cause: cause ...` on one line, leaving out a cause that only repeats the text before it
+/// (tonic's transport errors wrap `tcp connect error` in `tcp connect error`).
+pub fn error_line(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut last = line.clone();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if text != last {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        last = text;
+        source = cause.source();
+    }
+    line
+}
+
+/// `InvalidArgument: Invalid authority: ...`, or only the code when there is no message.
+fn status_line(status: &tonic::Status) -> String {
+    if status.message().is_empty() {
+        format!("{:?}", status.code())
+    } else {
+        format!("{:?}: {}", status.code(), status.message())
+    }
+}

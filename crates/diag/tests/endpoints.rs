@@ -1,0 +1,220 @@
+//! `dst-diag endpoints` as a process against a destination server started in this test on
+//! `127.0.0.1:0`, serving the emojivoto fixture with the chart-default flags.
+
+use destination::{
+    DestinationMetrics, DestinationService, EndpointTranslator, TranslatorConfig, serve,
+    server::bind, translate::parse_http2_params,
+};
+use linkerd_index::{Index, IndexMetrics, PortSet, source::offline::OfflineSource};
+use linkerd_runtime::shutdown;
+use serde_json::{Value, json};
+use std::{net::SocketAddr, path::Path, process::Stdio, time::Duration};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, BufReader},
+    process::{Child, Command},
+};
+
+const WEB: &str = "web-svc.emojivoto.svc.cluster.local:80";
+const WEB_ID: &str = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local";
+const KEEPALIVE_JSON: &str =
+    r#"{"keep_alive":{"interval":{"seconds":10},"timeout":{"seconds":3},"while_idle":true}}"#;
+/// Generous: the binary may start slowly while other crates build on the same machine.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The destination flags the fixtures assume (the chart defaults, as in
+/// crates/destination/tests/support/mod.rs).
+fn chart_config() -> TranslatorConfig {
+    TranslatorConfig {
+        controller_namespace: "linkerd".into(),
+        trust_domain: "cluster.local".into(),
+        enable_h2_upgrade: true,
+        default_opaque_ports: PortSet::parse("25,587,3306,4444,5432,6379,9300,11211").0,
+        meshed_http2_params: parse_http2_params(KEEPALIVE_JSON).unwrap(),
+        force_opaque_transport: false,
+        ext_endpoint_zone_weights: false,
+    }
+}
+
+/// A destination server over the emojivoto fixture; it stops when the trigger is dropped.
+async fn start_server() -> (SocketAddr, shutdown::Trigger) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/emojivoto");
+    let metrics = IndexMetrics::default();
+    let index = Index::new(metrics.clone());
+    let source = OfflineSource::start(&dir, metrics).expect("fixture dir");
+    index.spawn_watches(&source);
+    let mut ready = index.ready();
+    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
+        .await
+        .expect("index ready in time")
+        .expect("ready channel");
+    let (trigger, shutdown) = shutdown::channel();
+    let service = DestinationService::new(
+        index,
+        EndpointTranslator::new(chart_config()),
+        "cluster.local".into(),
+        false,
+        DestinationMetrics::default(),
+        shutdown.clone(),
+    );
+    let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    tokio::spawn(serve(listener, service, shutdown));
+    (addr, trigger)
+}
+
+fn dst_diag(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_dst-diag"))
+        .args(args)
+        .env_remove("DST_DIAG_DESTINATION")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("dst-diag starts")
+}
+
+/// Reads stdout lines up to the first empty line or `n` lines, then kills the process.
+async fn read_lines(mut child: Child, n: usize) -> Vec<String> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut read = Vec::new();
+    while read.len() < n {
+        let line = tokio::time::timeout(TIMEOUT, lines.next_line())
+            .await
+            .expect("dst-diag prints in time")
+            .expect("stdout readable")
+            .expect("a line before stdout closes");
+        if line.is_empty() {
+            break;
+        }
+        read.push(line);
+    }
+    child.kill().await.expect("kill dst-diag");
+    read
+}
+
+#[tokio::test]
+async fn json_shows_the_web_pod() {
+    let (addr, _server) = start_server().await;
+    let destination = format!("http://{addr}");
+    let child = dst_diag(&[
+        "endpoints",
+        WEB,
+        "--destination",
+        &destination,
+        "-o",
+        "json",
+    ]);
+    let lines = read_lines(child, 1).await;
+    let update: Value = serde_json::from_str(&lines[0]).expect("a JSON line");
+
+    let addrs = update["add"]["addrs"]
+        .as_array()
+        .expect("an Add with addresses");
+    assert_eq!(addrs.len(), 1, "{update}");
+    let web = &addrs[0];
+    assert_eq!(web["addr"], "10.244.2.19:8080");
+    assert_eq!(web["weight"], 10000);
+    assert_eq!(web["identity"], WEB_ID);
+    assert_eq!(web["server_name"], WEB_ID);
+    assert_eq!(web["protocol_hint"], "h2");
+    assert_eq!(web["opaque_transport_port"], Value::Null);
+    assert_eq!(web["authority_override"], Value::Null);
+    assert_eq!(web["metric_labels"]["pod"], "web-djjwbqr6lt-sfd7g");
+    assert_eq!(web["metric_labels"]["deployment"], "web");
+    assert_eq!(web["metric_labels"]["serviceaccount"], "web");
+    assert_eq!(web["metric_labels"]["zone"], "eu-west-1c");
+    assert_eq!(
+        web["http2"]["keep_alive"],
+        json!({"interval": {"seconds": 10, "nanos": 0}, "timeout": {"seconds": 3, "nanos": 0}, "while_idle": true})
+    );
+    assert_eq!(update["add"]["metric_labels"]["namespace"], "emojivoto");
+    assert_eq!(update["add"]["metric_labels"]["service"], "web-svc");
+}
+
+#[tokio::test]
+async fn table_shows_the_web_pod() {
+    let (addr, _server) = start_server().await;
+    // Without a scheme, as `kubectl port-forward` users would type it.
+    let destination = addr.to_string();
+    let child = dst_diag(&["endpoints", WEB, "--destination", &destination]);
+    let lines = read_lines(child, 10).await;
+    assert_eq!(
+        lines,
+        [
+            "ADD 1 address (namespace=emojivoto,service=web-svc)",
+            "ADDRESS           IDENTITY                                                     ZONE        HINT  LABELS",
+            "10.244.2.19:8080  web.emojivoto.serviceaccount.identity.linkerd.cluster.local  eu-west-1c  h2    \
+             control_plane_ns=linkerd,deployment=web,pod=web-djjwbqr6lt-sfd7g,pod_template_hash=djjwbqr6lt,\
+             serviceaccount=web,zone_locality=unknown",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn ip_authority_is_invalid_argument() {
+    let (addr, _server) = start_server().await;
+    let destination = format!("http://{addr}");
+    let mut child = dst_diag(&[
+        "endpoints",
+        "10.96.34.218:80",
+        "--destination",
+        &destination,
+        "-o",
+        "json",
+    ]);
+    let status = tokio::time::timeout(TIMEOUT, child.wait())
+        .await
+        .expect("dst-diag exits in time")
+        .expect("exit status");
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .await
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with("dst-diag: Get 10.96.34.218:80: InvalidArgument: "),
+        "stderr: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_server_is_a_connect_error() {
+    // A port that was just free: nothing listens there any more.
+    let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    drop(listener);
+    let destination = format!("http://{addr}");
+    let mut child = dst_diag(&["endpoints", WEB, "--destination", &destination]);
+    let status = tokio::time::timeout(TIMEOUT, child.wait())
+        .await
+        .expect("dst-diag exits in time")
+        .expect("exit status");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with(&format!("dst-diag: connect to http://{addr}: ")),
+        "stderr: {stderr}"
+    );
+}

@@ -1,0 +1,535 @@
+//! A scripted Kubernetes API server on loopback, for testing the `kube` source end to end.
+//!
+//! It speaks the list and watch JSON of the real API for the kinds discovery watches, as
+//! kube-runtime 4.2's default `watcher::Config` asks for them:
+//!
+//! - a list is `GET <path>?&limit=500` (`ListSemantic::MostRecent`: no `resourceVersion`); it is
+//!   answered in one page (the scripted sets are far below the page size, so no `continue`
+//!   token), items without `kind`/`apiVersion` as the real server sends them;
+//! - a watch is `GET <path>?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&
+//!   resourceVersion=N`, answered with chunked newline-delimited `{"type","object"}` events:
+//!   first the recorded history after `N` (as the watch cache replays it), then live events,
+//!   kept open. A `resourceVersion` older than the last [`FakeApi::expire`] gets an `ERROR`
+//!   event with a `410 Expired` Status, as the real server does.
+//!
+//! Every request is recorded, so a test waits on "the server saw this request" instead of
+//! sleeping; a wait that is never satisfied fails after [`TIMEOUT`].
+
+#![allow(dead_code)] // Each test binary uses a different part of the script.
+
+use hyper::{
+    Request, Response, StatusCode,
+    body::{Body, Bytes, Frame, Incoming, SizeHint},
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    convert::Infallible,
+    net::SocketAddr,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+use tokio::sync::{mpsc, watch};
+
+/// How long any wait in these tests may take before it fails the test.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+pub const SERVICES: &str = "/api/v1/services";
+pub const SLICES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
+pub const PODS: &str = "/api/v1/pods";
+pub const NODES: &str = "/api/v1/nodes";
+pub const REPLICA_SETS: &str = "/apis/apps/v1/replicasets";
+pub const JOBS: &str = "/apis/batch/v1/jobs";
+
+/// Every collection the index watches: (path, apiVersion, kind).
+pub const RESOURCES: [(&str, &str, &str); 6] = [
+    (SERVICES, "v1", "Service"),
+    (SLICES, "discovery.k8s.io/v1", "EndpointSlice"),
+    (PODS, "v1", "Pod"),
+    (NODES, "v1", "Node"),
+    (REPLICA_SETS, "apps/v1", "ReplicaSet"),
+    (JOBS, "batch/v1", "Job"),
+];
+
+/// A running fake API server; it stops with the test's runtime.
+#[derive(Clone)]
+pub struct FakeApi {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+/// One request the server received, with what it answered.
+#[derive(Clone, Debug)]
+pub struct SeenRequest {
+    pub path: String,
+    pub query: BTreeMap<String, String>,
+    /// The HTTP status answered.
+    pub status: u16,
+    /// For an answered list, the `metadata.resourceVersion` it carried.
+    pub list_version: Option<String>,
+    pub at: Instant,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Bumped on every state change, so waiters re-check their condition.
+    changed: watch::Sender<()>,
+}
+
+struct State {
+    /// The cluster-wide resource version, as etcd's revision.
+    version: u64,
+    collections: HashMap<&'static str, Collection>,
+    requests: Vec<SeenRequest>,
+}
+
+struct Collection {
+    api_version: &'static str,
+    kind: &'static str,
+    objects: BTreeMap<(String, String), Value>,
+    /// Events after `compacted`, replayed to a watch that resumes from an older version.
+    history: Vec<(u64, &'static str, Value)>,
+    /// Watches resuming from before this version get `410 Gone`.
+    compacted: u64,
+    watches: Vec<mpsc::UnboundedSender<Bytes>>,
+    /// Statuses to answer the next watch requests with, instead of a stream.
+    watch_failures: VecDeque<StatusCode>,
+    /// While set, list requests are recorded but not answered.
+    lists_held: bool,
+}
+
+/// A response body: one buffer, or a stream of watch-event lines that stays open while the
+/// server holds its sender.
+enum ApiBody {
+    Once(Option<Bytes>),
+    Stream(mpsc::UnboundedReceiver<Bytes>),
+}
+
+// === impl FakeApi ===
+
+impl FakeApi {
+    /// Starts the server with `objects` (full objects with `apiVersion`, `kind` and
+    /// `metadata.namespace`/`name`), each stored under the collection of its kind.
+    pub async fn start(objects: impl IntoIterator<Item = Value>) -> Self {
+        let collections = RESOURCES
+            .iter()
+            .map(|(path, api_version, kind)| {
+                let collection = Collection {
+                    api_version,
+                    kind,
+                    objects: BTreeMap::new(),
+                    history: Vec::new(),
+                    compacted: 0,
+                    watches: Vec::new(),
+                    watch_failures: VecDeque::new(),
+                    lists_held: false,
+                };
+                (*path, collection)
+            })
+            .collect();
+        let (changed, _) = watch::channel(());
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                version: 1,
+                collections,
+                requests: Vec::new(),
+            }),
+            changed,
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let api = Self { addr, shared };
+        for obj in objects {
+            let kind = obj["kind"].as_str().expect("object has a kind").to_string();
+            api.apply(path_of(&kind), obj);
+        }
+        let server = api.shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((io, _)) = listener.accept().await else {
+                    return;
+                };
+                let shared = server.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| {
+                        let shared = shared.clone();
+                        async move { Ok::<_, Infallible>(shared.handle(req).await) }
+                    });
+                    // A client that goes away mid-watch is not an error worth reporting.
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(io), service)
+                        .await;
+                });
+            }
+        });
+        api
+    }
+
+    /// A client of this server, as `KubeSource` takes it.
+    pub fn client(&self) -> kube::Client {
+        let url = format!("http://{}", self.addr)
+            .parse()
+            .expect("loopback URL");
+        kube::Client::try_from(kube::Config::new(url)).expect("kube client")
+    }
+
+    /// Creates or replaces an object (ADDED or MODIFIED to open watches).
+    pub fn apply(&self, path: &str, mut obj: Value) {
+        self.shared.mutate(|state| {
+            state.version += 1;
+            let version = state.version;
+            obj["metadata"]["resourceVersion"] = json!(version.to_string());
+            let collection = state.collection(path);
+            let key = object_key(&obj);
+            let kind = match collection.objects.insert(key, obj.clone()) {
+                None => "ADDED",
+                Some(_) => "MODIFIED",
+            };
+            collection.record(version, kind, obj);
+        });
+    }
+
+    /// Deletes an object (DELETED to open watches, with its last state).
+    pub fn delete(&self, path: &str, namespace: &str, name: &str) {
+        self.shared.mutate(|state| {
+            state.version += 1;
+            let version = state.version;
+            let collection = state.collection(path);
+            let key = (namespace.to_string(), name.to_string());
+            let mut obj = collection
+                .objects
+                .remove(&key)
+                .unwrap_or_else(|| panic!("no {namespace}/{name} under {path}"));
+            obj["metadata"]["resourceVersion"] = json!(version.to_string());
+            collection.record(version, "DELETED", obj);
+        });
+    }
+
+    /// Compacts the history of `path`: every open watch gets an `ERROR` event with a
+    /// `410 Expired` Status and is closed, and no watch can resume from before now.
+    pub fn expire(&self, path: &str) {
+        self.shared.mutate(|state| {
+            let version = state.version;
+            let collection = state.collection(path);
+            collection.compacted = version;
+            collection.history.clear();
+            let gone = watch_line("ERROR", expired_status(version));
+            for tx in collection.watches.drain(..) {
+                let _ = tx.send(gone.clone());
+            }
+        });
+    }
+
+    /// Answers the next watch request of `path` with `status` (and a Status body).
+    pub fn fail_next_watch(&self, path: &str, status: StatusCode) {
+        self.shared
+            .mutate(|state| state.collection(path).watch_failures.push_back(status));
+    }
+
+    /// Holds list requests of `path` unanswered until [`FakeApi::release_lists`].
+    pub fn hold_lists(&self, path: &str) {
+        self.shared
+            .mutate(|state| state.collection(path).lists_held = true);
+    }
+
+    pub fn release_lists(&self, path: &str) {
+        self.shared
+            .mutate(|state| state.collection(path).lists_held = false);
+    }
+
+    /// Every request seen so far, in arrival order.
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        self.shared.state.lock().requests.clone()
+    }
+
+    /// The requests seen so far for `path`, lists or watches.
+    pub fn requests_to(&self, path: &str, watches: bool) -> Vec<SeenRequest> {
+        let requests = self.shared.state.lock().requests.clone();
+        requests
+            .into_iter()
+            .filter(|r| r.path == path && r.is_watch() == watches)
+            .collect()
+    }
+
+    /// Waits until the requests seen satisfy `done`; fails the test after [`TIMEOUT`].
+    pub async fn wait_for_requests(&self, what: &str, done: impl Fn(&[SeenRequest]) -> bool) {
+        let mut changed = self.shared.changed.subscribe();
+        let wait = async {
+            loop {
+                if done(&self.shared.state.lock().requests) {
+                    return;
+                }
+                changed.changed().await.expect("the server owns the sender");
+            }
+        };
+        if tokio::time::timeout(TIMEOUT, wait).await.is_err() {
+            let seen: Vec<String> = self.requests().iter().map(SeenRequest::summary).collect();
+            panic!(
+                "timed out waiting for {what}; requests seen:\n{}",
+                seen.join("\n")
+            );
+        }
+    }
+
+    /// Waits until `path` has been answered `n` successful watch requests.
+    pub async fn wait_for_watches(&self, path: &str, n: usize) {
+        self.wait_for_requests(&format!("{n} open watch(es) of {path}"), |reqs| {
+            reqs.iter()
+                .filter(|r| r.path == path && r.is_watch() && r.status == 200)
+                .count()
+                >= n
+        })
+        .await;
+    }
+}
+
+// === impl Shared ===
+
+impl Shared {
+    fn mutate<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let out = f(&mut self.state.lock());
+        self.changed.send_replace(());
+        out
+    }
+
+    async fn handle(&self, req: Request<Incoming>) -> Response<ApiBody> {
+        let path = req.uri().path().to_string();
+        let query: BTreeMap<String, String> = req
+            .uri()
+            .query()
+            .unwrap_or_default()
+            .split('&')
+            .filter(|kv| !kv.is_empty())
+            .map(|kv| match kv.split_once('=') {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => (kv.to_string(), String::new()),
+            })
+            .collect();
+        let mut seen = SeenRequest {
+            path: path.clone(),
+            query,
+            status: 200,
+            list_version: None,
+            at: Instant::now(),
+        };
+        let known = self.state.lock().collections.contains_key(path.as_str());
+        if !known || req.method() != hyper::Method::GET {
+            seen.status = 404;
+            self.mutate(|state| state.requests.push(seen));
+            return status_response(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+            );
+        }
+        if seen.is_watch() {
+            self.mutate(|state| state.watch(seen))
+        } else {
+            self.list(seen).await
+        }
+    }
+
+    async fn list(&self, mut seen: SeenRequest) -> Response<ApiBody> {
+        // Recorded before it is answered, so a test can see a held list.
+        let index = self.mutate(|state| {
+            state.requests.push(seen.clone());
+            state.requests.len() - 1
+        });
+        let mut changed = self.changed.subscribe();
+        while self.state.lock().collection(&seen.path).lists_held {
+            changed.changed().await.expect("the server owns the sender");
+        }
+        self.mutate(|state| {
+            let version = state.version.to_string();
+            let collection = state.collection(&seen.path);
+            let items: Vec<Value> = collection
+                .objects
+                .values()
+                .map(|obj| {
+                    let mut item = obj.clone();
+                    if let Some(map) = item.as_object_mut() {
+                        map.remove("kind");
+                        map.remove("apiVersion");
+                    }
+                    item
+                })
+                .collect();
+            let list = json!({
+                "kind": format!("{}List", collection.kind),
+                "apiVersion": collection.api_version,
+                "metadata": {"resourceVersion": version},
+                "items": items,
+            });
+            seen.list_version = Some(version);
+            state.requests[index] = seen;
+            json_response(StatusCode::OK, &list)
+        })
+    }
+}
+
+// === impl State ===
+
+impl State {
+    fn collection(&mut self, path: &str) -> &mut Collection {
+        self.collections
+            .get_mut(path)
+            .unwrap_or_else(|| panic!("{path} is not a scripted collection"))
+    }
+
+    fn watch(&mut self, mut seen: SeenRequest) -> Response<ApiBody> {
+        let collection = self.collection(&seen.path);
+        if let Some(status) = collection.watch_failures.pop_front() {
+            seen.status = status.as_u16();
+            self.requests.push(seen);
+            return status_response(status, "InternalError", "scripted failure");
+        }
+        let from: u64 = seen
+            .param("resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let (tx, rx) = mpsc::unbounded_channel();
+        if from < collection.compacted {
+            // The real server answers 200 and reports the expiry as the stream's only event.
+            let _ = tx.send(watch_line("ERROR", expired_status(from)));
+        } else {
+            for (version, kind, obj) in &collection.history {
+                if *version > from {
+                    let _ = tx.send(watch_line(kind, obj.clone()));
+                }
+            }
+            collection.watches.push(tx);
+        }
+        self.requests.push(seen);
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(ApiBody::Stream(rx))
+            .expect("valid response")
+    }
+}
+
+// === impl Collection ===
+
+impl Collection {
+    fn record(&mut self, version: u64, kind: &'static str, obj: Value) {
+        let line = watch_line(kind, obj.clone());
+        self.watches.retain(|tx| tx.send(line.clone()).is_ok());
+        self.history.push((version, kind, obj));
+    }
+}
+
+// === impl SeenRequest ===
+
+impl SeenRequest {
+    /// `watch=true` (or `watch=1`) marks a watch; anything else is a list.
+    pub fn is_watch(&self) -> bool {
+        matches!(self.param("watch"), Some("true" | "1"))
+    }
+
+    /// `GET <path>?<query> -> <status>`, for failure messages.
+    pub fn summary(&self) -> String {
+        let query: Vec<String> = self.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("GET {}?{} -> {}", self.path, query.join("&"), self.status)
+    }
+
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query.get(name).map(String::as_str)
+    }
+}
+
+// === impl ApiBody ===
+
+impl Body for ApiBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match &mut *self {
+            Self::Once(buf) => Poll::Ready(buf.take().map(|b| Ok(Frame::data(b)))),
+            Self::Stream(rx) => rx
+                .poll_recv(cx)
+                .map(|line| line.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Self::Once(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Once(buf) => SizeHint::with_exact(buf.as_ref().map_or(0, |b| b.len() as u64)),
+            // No exact size: hyper sends the stream chunked.
+            Self::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+fn path_of(kind: &str) -> &'static str {
+    RESOURCES
+        .iter()
+        .find(|(_, _, k)| *k == kind)
+        .map(|(path, _, _)| *path)
+        .unwrap_or_else(|| panic!("{kind} is not a scripted kind"))
+}
+
+fn object_key(obj: &Value) -> (String, String) {
+    let meta = &obj["metadata"];
+    let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
+    let name = meta["name"]
+        .as_str()
+        .expect("object has a name")
+        .to_string();
+    (namespace, name)
+}
+
+fn watch_line(kind: &str, object: Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("JSON");
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn expired_status(version: u64) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "reason": "Expired",
+        "code": 410,
+        "message": format!("too old resource version: {version}"),
+    })
+}
+
+fn status_response(status: StatusCode, reason: &str, message: &str) -> Response<ApiBody> {
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "reason": reason,
+        "code": status.as_u16(),
+        "message": message,
+    });
+    json_response(status, &body)
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response<ApiBody> {
+    let body = serde_json::to_vec(body).expect("JSON");
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(ApiBody::Once(Some(Bytes::from(body))))
+        .expect("valid response")
+}

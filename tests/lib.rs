@@ -1,0 +1,143 @@
+//! Helpers for end-to-end tests: find (or build) the workspace's binaries, start them on free
+//! loopback ports, wait for their admin `/ready`, and stop them.
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A bundled fixture directory (`tests/fixtures/NAME`).
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// The path of a workspace binary built in the same profile as this test, building it with
+/// cargo first if it is not there.
+pub fn binary(package: &str, name: &str) -> PathBuf {
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile dir")
+        .to_path_buf();
+    let path = profile_dir.join(name);
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--quiet", "-p", package, "--bin", name])
+        .current_dir(workspace_root())
+        .status()
+        .expect("run cargo build");
+    assert!(
+        status.success(),
+        "cargo build -p {package} --bin {name} failed"
+    );
+    assert!(path.exists(), "{} not built", path.display());
+    path
+}
+
+/// A free loopback port (bound then released; good enough on a test machine).
+pub fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// `GET path` over HTTP/1.0; returns (status code, body), or `None` if nothing answers.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// A child process that is killed when dropped.
+pub struct Process {
+    pub child: Child,
+}
+
+impl Process {
+    /// Starts `bin` with `args`, stderr captured.
+    pub fn start(bin: &Path, args: &[String]) -> Self {
+        let child = Command::new(bin)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        Self { child }
+    }
+
+    /// Waits until `GET admin/ready` answers 200, failing after `timeout`.
+    pub fn wait_ready(&mut self, admin: SocketAddr, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some((200, _)) = http_get(admin, "/ready") {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("process exited before ready: {status}: {}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("not ready after {timeout:?}");
+    }
+
+    /// Sends SIGTERM without waiting (the test's own runtime must keep driving its clients
+    /// while the server shuts down gracefully).
+    pub fn send_sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -TERM failed");
+    }
+
+    /// Waits up to 10 s for the process to exit and returns its status. Async, so that the
+    /// test's gRPC clients keep answering the server's graceful-shutdown PING meanwhile.
+    pub async fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!("process did not exit: {}", self.stderr());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Everything the process wrote on stderr (after it exited).
+    pub fn stderr(&mut self) -> String {
+        let mut out = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = err.read_to_string(&mut out);
+        }
+        out
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,673 @@
+//! `cargo xtask bench`: memory per `Get` stream and change-to-delivery latency.
+//!
+//! 1. Generates a cluster (see [`crate::cluster_gen`]) and starts the release `destination` on it
+//!    in offline mode.
+//! 2. Reads the server's RSS, opens S `Get` streams on the churning service over C HTTP/2
+//!    connections, waits until every stream has its initial `Add`, reads the RSS again.
+//! 3. Applies K changes to the churning service's EndpointSlice, one at a time: even changes
+//!    make one endpoint not ready (every stream must receive a `Remove` of that address), odd
+//!    ones make it ready again (an `Add` of it). Each change is written to a staging file and
+//!    renamed into the state directory, so the server never reads a half-written file; t0 is
+//!    taken just before the rename. The next change starts once every stream has received the
+//!    current one, or after the per-change timeout.
+//!
+//! Latency is measured per (stream, change) pair, from t0 to the moment the stream's task
+//! read the message; the client shares the machine with the server, so it is an upper bound.
+
+use anyhow::{Context, bail, ensure};
+use linkerd2_proxy_api::destination::{
+    GetDestination, Update, destination_client::DestinationClient, update,
+};
+use std::{
+    net::SocketAddr,
+    path::Path,
+    time::{Duration, Instant},
+};
+use tokio::sync::mpsc;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::{
+    cluster_gen::{self, ChurnSlice, ClusterSpec},
+    server::{self, Output, ServerProcess},
+};
+
+/// How long the server has to load the generated cluster.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// The destination server's `max_concurrent_streams` per connection.
+const SERVER_MAX_STREAMS_PER_CONNECTION: usize = 10_000;
+/// Client HTTP/2 windows: large, so that flow control never delays a message.
+const CONNECTION_WINDOW: u32 = 64 << 20;
+const STREAM_WINDOW: u32 = 1 << 20;
+
+/// `cargo xtask bench [--services N] [--endpoints M] [--streams S] [--connections C] [--changes K]`
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Services in the generated cluster, each with one EndpointSlice.
+    #[arg(long, default_value_t = 1000)]
+    services: usize,
+
+    /// Ready endpoints per service, each a meshed pod (at least 2: one is flipped, the others
+    /// keep the service from becoming empty).
+    #[arg(long, default_value_t = 10)]
+    endpoints: usize,
+
+    /// `Get` streams opened on the churning service.
+    #[arg(long, default_value_t = 1000)]
+    streams: usize,
+
+    /// HTTP/2 connections the streams are spread over (round robin).
+    #[arg(long, default_value_t = 200)]
+    connections: usize,
+
+    /// Endpoint changes applied, one at a time.
+    #[arg(long, default_value_t = 200)]
+    changes: usize,
+
+    /// Build and run the release binary; `--release=false` runs a debug build.
+    #[arg(long, default_value_t = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    release: bool,
+
+    /// Seconds every stream has to receive a change before its delivery counts as timed out.
+    #[arg(long, default_value_t = 10.0)]
+    change_timeout: f64,
+
+    /// Keep the generated cluster directory and the server log instead of deleting them.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// What one stream's task read, and when.
+#[derive(Debug)]
+struct Delivery {
+    stream: u32,
+    at: Instant,
+    what: Received,
+}
+
+#[derive(Debug)]
+enum Received {
+    Add {
+        addrs: Vec<SocketAddr>,
+        /// How many of them carry a TLS identity (meshed endpoints).
+        with_identity: usize,
+    },
+    Remove(Vec<SocketAddr>),
+    NoEndpoints {
+        #[expect(dead_code, reason = "shown through Debug in the report")]
+        exists: bool,
+    },
+    Empty,
+    /// The stream ended with `OK`.
+    End,
+    /// The RPC or stream failed.
+    Error(String),
+}
+
+/// What the change phase expects every stream to receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expected {
+    Add(SocketAddr),
+    Remove(SocketAddr),
+}
+
+/// Everything measured, for printing.
+struct Report {
+    ready_after: Duration,
+    bulk_file_bytes: u64,
+    open_time: Duration,
+    rss_before: u64,
+    rss_after_open: u64,
+    rss_after_changes: u64,
+    initial_messages: usize,
+    changes: ChangeStats,
+    /// CPU time used during the change phase by the server and by this process (the clients).
+    server_cpu: Duration,
+    client_cpu: Duration,
+}
+
+#[derive(Default)]
+struct ChangeStats {
+    /// Nanoseconds from t0 to delivery, one per (stream, change) pair delivered in time.
+    latencies: Vec<u64>,
+    /// Per change: t0 to the first delivery, and first to last delivery (nanoseconds).
+    first_delivery: Vec<u64>,
+    fan_out: Vec<u64>,
+    /// Update messages read during the change phase.
+    messages: usize,
+    timed_out_changes: usize,
+    missing_deliveries: usize,
+    /// Messages that were not the expected one (a second message for a change, a stale one).
+    unexpected: usize,
+    first_unexpected: Option<String>,
+    failed_streams: usize,
+    first_failure: Option<String>,
+    elapsed: Duration,
+}
+
+/// Runs the benchmark and prints its parameters and figures.
+///
+/// Errors when the build, the cluster generation or the server start fails, or when the
+/// streams cannot all be opened; timeouts during the change phase are counted, not errors.
+pub fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
+    args.validate()?;
+    let exe = server::build_destination(root, args.release)?;
+
+    let tmp = tempfile::Builder::new()
+        .prefix("xtask-bench-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let state = tmp.path().join("state");
+    let staging = tmp.path().join("staging");
+    for dir in [&state, &staging] {
+        std::fs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let spec = ClusterSpec {
+        services: args.services,
+        endpoints: args.endpoints,
+    };
+    eprintln!(
+        "generating {} services x {} endpoints in {}...",
+        spec.services,
+        spec.endpoints,
+        state.display()
+    );
+    let churn = spec.write(&state)?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the Tokio runtime")?;
+    let log = tmp.path().join("destination.log");
+    let result = runtime.block_on(bench(&exe, tmp.path(), &spec, &churn, &args));
+    // Stream tasks still hold connections; end them before the directory goes.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    if args.keep {
+        let kept = tmp.keep();
+        eprintln!("kept {} (server log: {})", kept.display(), log.display());
+    }
+    let report = result?;
+    report.print(&args, &spec);
+    Ok(())
+}
+
+async fn bench(
+    exe: &Path,
+    dir: &Path,
+    spec: &ClusterSpec,
+    churn: &ChurnSlice,
+    args: &BenchArgs,
+) -> anyhow::Result<Report> {
+    let state = dir.join("state");
+    let bulk_file_bytes = std::fs::metadata(state.join(cluster_gen::BULK_FILE))
+        .map(|m| m.len())
+        .unwrap_or_default();
+    let addr = server::free_local_addr()?;
+    let admin_addr = server::free_local_addr()?;
+    let started = Instant::now();
+    let mut server = ServerProcess::spawn(
+        exe,
+        &state,
+        addr,
+        admin_addr,
+        &["--log-level=warn".to_string()],
+        Output::File(dir.join("destination.log")),
+    )?;
+    server.wait_ready(READY_TIMEOUT).await?;
+    let ready_after = started.elapsed();
+    let pid = server.pid();
+    let rss_before = server::rss_bytes(pid)?;
+
+    eprintln!(
+        "server ready in {:.2} s; opening {} streams over {} connections...",
+        ready_after.as_secs_f64(),
+        args.streams,
+        args.connections
+    );
+    let channels = connect(addr, args.connections).await?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let opened = Instant::now();
+    let request = GetDestination {
+        scheme: "k8s".to_string(),
+        path: spec.churn_authority(),
+        context_token: format!(
+            r#"{{"ns":"{}","nodeName":"bench-node-0","pod":"bench-client"}}"#,
+            cluster_gen::NAMESPACE
+        ),
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for stream in 0..args.streams {
+        let client = DestinationClient::new(channels[stream % channels.len()].clone());
+        tasks.spawn(watch_stream(
+            stream as u32,
+            client,
+            request.clone(),
+            tx.clone(),
+        ));
+    }
+    drop(tx);
+    let initial_messages = wait_initial(&mut rx, args.streams, spec, &mut server).await?;
+    let open_time = opened.elapsed();
+    let rss_after_open = server::rss_bytes(pid)?;
+
+    eprintln!(
+        "all streams open in {:.2} s; applying {} changes...",
+        open_time.as_secs_f64(),
+        args.changes
+    );
+    let (server_cpu, client_cpu) = (
+        server::cpu_time(pid)?,
+        server::cpu_time(std::process::id())?,
+    );
+    let changes = apply_changes(&mut rx, dir, spec, churn, args).await?;
+    let server_cpu = server::cpu_time(pid)?.saturating_sub(server_cpu);
+    let client_cpu = server::cpu_time(std::process::id())?.saturating_sub(client_cpu);
+    let rss_after_changes = server::rss_bytes(pid)?;
+    if let Some(status) = server.try_wait()? {
+        bail!(
+            "destination exited during the benchmark ({status}){}",
+            server.log_tail()
+        );
+    }
+
+    tasks.abort_all();
+    drop(channels);
+    server.stop(Duration::from_secs(5)).await?;
+    Ok(Report {
+        ready_after,
+        bulk_file_bytes,
+        open_time,
+        rss_before,
+        rss_after_open,
+        rss_after_changes,
+        initial_messages,
+        changes,
+        server_cpu,
+        client_cpu,
+    })
+}
+
+/// Opens `count` HTTP/2 connections to `addr`, each with windows large enough that the client
+/// never throttles the server.
+async fn connect(addr: SocketAddr, count: usize) -> anyhow::Result<Vec<Channel>> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .context("invalid server URI")?
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .http2_adaptive_window(false)
+        .tcp_nodelay(true);
+    let mut channels = Vec::with_capacity(count);
+    for _ in 0..count {
+        let channel = endpoint
+            .connect()
+            .await
+            .with_context(|| format!("cannot connect to destination at {addr}"))?;
+        channels.push(channel);
+    }
+    Ok(channels)
+}
+
+/// One `Get` stream: reports every message (and its end) with the time it was read.
+async fn watch_stream(
+    stream: u32,
+    mut client: DestinationClient<Channel>,
+    request: GetDestination,
+    tx: mpsc::UnboundedSender<Delivery>,
+) {
+    let mut updates = match client.get(request).await {
+        Ok(response) => response.into_inner(),
+        Err(status) => {
+            let _ = tx.send(Delivery {
+                stream,
+                at: Instant::now(),
+                what: Received::Error(status.to_string()),
+            });
+            return;
+        }
+    };
+    loop {
+        let message = updates.message().await;
+        let at = Instant::now();
+        let what = match message {
+            Ok(Some(update)) => Received::from(update),
+            Ok(None) => Received::End,
+            Err(status) => Received::Error(status.to_string()),
+        };
+        let last = matches!(what, Received::End | Received::Error(_));
+        if tx.send(Delivery { stream, at, what }).is_err() || last {
+            return;
+        }
+    }
+}
+
+/// Waits until every stream has received its first message, which must be an `Add` of every
+/// endpoint of the churning service. Returns the number of messages read.
+async fn wait_initial(
+    rx: &mut mpsc::UnboundedReceiver<Delivery>,
+    streams: usize,
+    spec: &ClusterSpec,
+    server: &mut ServerProcess,
+) -> anyhow::Result<usize> {
+    // Generous: opening 100,000 streams on a shared 2-core machine takes a while.
+    let timeout = Duration::from_secs(60).max(Duration::from_millis(2 * streams as u64));
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut expected = spec.churn_addrs();
+    expected.sort();
+    let mut seen = vec![false; streams];
+    let (mut opened, mut messages) = (0, 0);
+    while opened < streams {
+        let delivery = match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(delivery)) => delivery,
+            Ok(None) => bail!("every stream task ended before the streams were open"),
+            Err(_) => bail!(
+                "only {opened} of {streams} streams received their initial Add within {} s{}",
+                timeout.as_secs(),
+                server.log_tail()
+            ),
+        };
+        match delivery.what {
+            Received::Add {
+                mut addrs,
+                with_identity,
+            } => {
+                messages += 1;
+                addrs.sort();
+                ensure!(
+                    addrs == expected,
+                    "stream {} started with an Add of {addrs:?}, expected {expected:?}",
+                    delivery.stream
+                );
+                // Unmeshed endpoints would make smaller messages than proxies really get.
+                ensure!(
+                    with_identity == addrs.len(),
+                    "stream {}: only {with_identity} of {} endpoints have a TLS identity; the generated pods should be meshed",
+                    delivery.stream,
+                    addrs.len()
+                );
+                let first = !std::mem::replace(&mut seen[delivery.stream as usize], true);
+                ensure!(
+                    first,
+                    "stream {} received a second Add before any change",
+                    delivery.stream
+                );
+                opened += 1;
+            }
+            Received::Error(error) => bail!(
+                "stream {} failed while opening: {error}{}",
+                delivery.stream,
+                server.log_tail()
+            ),
+            other => bail!(
+                "stream {} started with {other:?}, expected an Add",
+                delivery.stream
+            ),
+        }
+    }
+    Ok(messages)
+}
+
+/// Applies the changes one at a time and records when each stream receives each of them.
+async fn apply_changes(
+    rx: &mut mpsc::UnboundedReceiver<Delivery>,
+    dir: &Path,
+    spec: &ClusterSpec,
+    churn: &ChurnSlice,
+    args: &BenchArgs,
+) -> anyhow::Result<ChangeStats> {
+    let staged = dir.join("staging").join(cluster_gen::CHURN_FILE);
+    let target = dir.join("state").join(cluster_gen::CHURN_FILE);
+    let addrs = spec.churn_addrs();
+    let timeout = Duration::from_secs_f64(args.change_timeout);
+    let mut stats = ChangeStats {
+        latencies: Vec::with_capacity(args.streams * args.changes),
+        ..ChangeStats::default()
+    };
+    let mut ready = vec![true; spec.endpoints];
+    // The change number (from 1) each stream last received.
+    let mut received = vec![0usize; args.streams];
+    let started = Instant::now();
+
+    for change in 1..=args.changes {
+        let flipped = ((change - 1) / 2) % spec.endpoints;
+        ready[flipped] = !ready[flipped];
+        let expected = if ready[flipped] {
+            Expected::Add(addrs[flipped])
+        } else {
+            Expected::Remove(addrs[flipped])
+        };
+        std::fs::write(&staged, churn.render(&ready))
+            .with_context(|| format!("cannot write {}", staged.display()))?;
+        let t0 = Instant::now();
+        std::fs::rename(&staged, &target).with_context(|| {
+            format!("cannot rename {} to {}", staged.display(), target.display())
+        })?;
+
+        let deadline = tokio::time::Instant::from_std(t0 + timeout);
+        let (mut delivered, mut first, mut last) = (0, None, t0);
+        while delivered < args.streams - stats.failed_streams {
+            let delivery = match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(delivery)) => delivery,
+                Ok(None) => bail!("every stream task ended during the changes"),
+                Err(_) => break,
+            };
+            let matches = match (&delivery.what, expected) {
+                (Received::Add { addrs: got, .. }, Expected::Add(addr))
+                | (Received::Remove(got), Expected::Remove(addr)) => got.as_slice() == [addr],
+                (Received::End | Received::Error(_), _) => {
+                    stats.failed_streams += 1;
+                    stats.first_failure.get_or_insert_with(|| {
+                        format!("stream {}: {:?}", delivery.stream, delivery.what)
+                    });
+                    continue;
+                }
+                _ => false,
+            };
+            stats.messages += 1;
+            let slot = &mut received[delivery.stream as usize];
+            if !matches || *slot == change {
+                stats.unexpected += 1;
+                stats.first_unexpected.get_or_insert_with(|| {
+                    format!(
+                        "change {change} (expected {expected:?}): stream {} got {:?}",
+                        delivery.stream, delivery.what
+                    )
+                });
+                continue;
+            }
+            *slot = change;
+            delivered += 1;
+            let latency = delivery.at.saturating_duration_since(t0);
+            stats.latencies.push(latency.as_nanos() as u64);
+            first.get_or_insert(delivery.at);
+            last = last.max(delivery.at);
+        }
+        let missing = args
+            .streams
+            .saturating_sub(stats.failed_streams + delivered);
+        if missing > 0 {
+            stats.timed_out_changes += 1;
+            stats.missing_deliveries += missing;
+        }
+        if let Some(first) = first {
+            stats
+                .first_delivery
+                .push(first.duration_since(t0).as_nanos() as u64);
+            stats
+                .fan_out
+                .push(last.duration_since(first).as_nanos() as u64);
+        }
+    }
+    stats.elapsed = started.elapsed();
+    Ok(stats)
+}
+
+// === impl BenchArgs ===
+
+impl BenchArgs {
+    fn validate(&self) -> anyhow::Result<()> {
+        ensure!(self.services >= 1, "--services must be at least 1");
+        ensure!(
+            self.endpoints >= 2,
+            "--endpoints must be at least 2 (one flips, one stays)"
+        );
+        ensure!(self.streams >= 1, "--streams must be at least 1");
+        ensure!(
+            (1..=self.streams).contains(&self.connections),
+            "--connections must be between 1 and --streams"
+        );
+        ensure!(
+            self.streams.div_ceil(self.connections) <= SERVER_MAX_STREAMS_PER_CONNECTION,
+            "--streams / --connections must not exceed the server's {SERVER_MAX_STREAMS_PER_CONNECTION} streams per connection"
+        );
+        ensure!(
+            self.change_timeout > 0.0,
+            "--change-timeout must be positive"
+        );
+        Ok(())
+    }
+}
+
+// === impl Received ===
+
+impl From<Update> for Received {
+    fn from(update: Update) -> Self {
+        let addrs = |addrs: Vec<linkerd2_proxy_api::net::TcpAddress>| -> Vec<SocketAddr> {
+            addrs
+                .into_iter()
+                .filter_map(|a| SocketAddr::try_from(a).ok())
+                .collect()
+        };
+        match update.update {
+            Some(update::Update::Add(set)) => Received::Add {
+                with_identity: set
+                    .addrs
+                    .iter()
+                    .filter(|a| a.tls_identity.is_some())
+                    .count(),
+                addrs: addrs(set.addrs.into_iter().filter_map(|a| a.addr).collect()),
+            },
+            Some(update::Update::Remove(set)) => Received::Remove(addrs(set.addrs)),
+            Some(update::Update::NoEndpoints(no)) => Received::NoEndpoints { exists: no.exists },
+            None => Received::Empty,
+        }
+    }
+}
+
+// === impl Report ===
+
+impl Report {
+    fn print(&self, args: &BenchArgs, spec: &ClusterSpec) {
+        let c = &self.changes;
+        let mut latencies = c.latencies.clone();
+        latencies.sort_unstable();
+        let mut first = c.first_delivery.clone();
+        first.sort_unstable();
+        let mut fan_out = c.fan_out.clone();
+        fan_out.sort_unstable();
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        let grown = self.rss_after_open.saturating_sub(self.rss_before);
+
+        println!();
+        println!("== cargo xtask bench ==");
+        println!(
+            "parameters: --services {} --endpoints {} --streams {} --connections {} --changes {} --release={} --change-timeout {}",
+            args.services,
+            args.endpoints,
+            args.streams,
+            args.connections,
+            args.changes,
+            args.release,
+            args.change_timeout
+        );
+        println!(
+            "cluster: {} services, {} meshed pods ({:.1} MiB of YAML); streams watch {}",
+            spec.services,
+            spec.services * spec.endpoints,
+            mib(self.bulk_file_bytes),
+            spec.churn_authority()
+        );
+        println!("server ready after {:.2} s", self.ready_after.as_secs_f64());
+        println!(
+            "streams: {} opened in {:.2} s, each got its initial Add of {} addresses",
+            args.streams,
+            self.open_time.as_secs_f64(),
+            spec.endpoints
+        );
+        println!(
+            "server RSS: {:.1} MiB before streams, {:.1} MiB with all streams open (+{:.1} MiB), {:.1} MiB after the changes",
+            mib(self.rss_before),
+            mib(self.rss_after_open),
+            mib(grown),
+            mib(self.rss_after_changes)
+        );
+        println!(
+            "memory per stream: {:.2} KiB",
+            grown as f64 / 1024.0 / args.streams as f64
+        );
+        println!(
+            "changes: {} in {:.2} s; {} timed out ({} missing deliveries), {} unexpected messages, {} streams failed",
+            args.changes,
+            c.elapsed.as_secs_f64(),
+            c.timed_out_changes,
+            c.missing_deliveries,
+            c.unexpected,
+            c.failed_streams
+        );
+        if let Some(example) = &c.first_unexpected {
+            println!("  first unexpected message: {example}");
+        }
+        if let Some(example) = &c.first_failure {
+            println!("  first failed stream: {example}");
+        }
+        println!(
+            "change-to-delivery latency over {} (stream, change) pairs: p50 {}  p99 {}  max {}",
+            latencies.len(),
+            ms(percentile(&latencies, 50.0)),
+            ms(percentile(&latencies, 99.0)),
+            ms(latencies.last().copied())
+        );
+        println!(
+            "  t0 to first delivery per change (file watch, re-read, index): p50 {}  p99 {}  max {}",
+            ms(percentile(&first, 50.0)),
+            ms(percentile(&first, 99.0)),
+            ms(first.last().copied())
+        );
+        println!(
+            "  first to last delivery per change (fan-out to {} streams): p50 {}  p99 {}  max {}",
+            args.streams,
+            ms(percentile(&fan_out, 50.0)),
+            ms(percentile(&fan_out, 99.0)),
+            ms(fan_out.last().copied())
+        );
+        let deliveries = c.latencies.len().max(1) as f64;
+        println!(
+            "CPU during the changes: server {:.2} s ({:.1} us per delivered update), clients {:.2} s ({:.1} us per update)",
+            self.server_cpu.as_secs_f64(),
+            self.server_cpu.as_secs_f64() * 1e6 / deliveries,
+            self.client_cpu.as_secs_f64(),
+            self.client_cpu.as_secs_f64() * 1e6 / deliveries,
+        );
+        println!(
+            "messages received: {} ({} initial Adds + {} during the changes)",
+            self.initial_messages + c.messages,
+            self.initial_messages,
+            c.messages
+        );
+    }
+}
+
+/// The nearest-rank `p`th percentile of sorted `values`.
+fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+fn ms(nanos: Option<u64>) -> String {
+    match nanos {
+        Some(n) => format!("{:.2} ms", n as f64 / 1e6),
+        None => "-".to_string(),
+    }
+}

@@ -1,0 +1,52 @@
+//! `cargo xtask ...`: workspace tasks that are programs rather than tests.
+//!
+//! - `cargo xtask dev`: build `destination` and run it in offline mode on the emojivoto fixture.
+//! - `cargo xtask bench`: measure per-stream memory and change-to-delivery latency of
+//!   `Destination.Get` on a generated cluster.
+//!
+//! The alias lives in `.cargo/config.toml`; nothing in the workspace depends on this crate.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+mod bench;
+mod cluster_gen;
+mod dev;
+mod server;
+
+/// Workspace tasks for the linkerd-destination rebuild.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Build `destination` and run it in offline mode on tests/fixtures/emojivoto (or
+    /// --cluster-state DIR) with the chart's default flags, until Ctrl-C.
+    Dev(dev::DevArgs),
+    /// Generate a cluster, run `destination` on it, open many `Get` streams on one service and
+    /// churn its endpoints: prints memory per stream and change-to-delivery latency.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root()?;
+    match cli.command {
+        Command::Dev(args) => dev::run(&root, args),
+        Command::Bench(args) => bench::run(&root, args),
+    }
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+fn workspace_root() -> anyhow::Result<PathBuf> {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest_dir
+        .parent()
+        .with_context(|| format!("{} has no parent directory", manifest_dir.display()))?;
+    Ok(root.to_path_buf())
+}

@@ -1,0 +1,357 @@
+//! Building the `destination` binary and running it as a child process.
+//!
+//! The child never outlives xtask: it is killed when its handle is dropped (error paths,
+//! panics), and it asks the kernel for SIGTERM when the thread that started it dies, which is
+//! xtask's main thread, so that holds even when xtask is killed with SIGKILL.
+
+use anyhow::{Context, bail};
+use std::{
+    ffi::OsString,
+    io::{BufRead, BufReader},
+    net::{SocketAddr, TcpListener},
+    path::{Path, PathBuf},
+    process::{ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    process::{Child, Command},
+};
+
+/// The flags the fixtures assume: the Helm chart's defaults for the destination container.
+pub const CHART_FLAGS: &[&str] = &[
+    "--controller-namespace=linkerd",
+    "--identity-trust-domain=cluster.local",
+    "--cluster-domain=cluster.local",
+    "--enable-ipv6=false",
+    "--enable-h2-upgrade=true",
+    "--default-opaque-ports=25,587,3306,4444,5432,6379,9300,11211",
+    r#"--meshed-http2-client-params={"keep_alive":{"interval":{"seconds":10},"timeout":{"seconds":3},"while_idle":true}}"#,
+];
+
+/// How often `/ready` is polled while waiting for the server.
+const READY_POLL: Duration = Duration::from_millis(100);
+
+/// Where the child's stdout and stderr go.
+pub enum Output {
+    /// The terminal xtask runs in.
+    Inherit,
+    /// A log file (both streams).
+    File(PathBuf),
+}
+
+/// A running `destination` child process.
+pub struct ServerProcess {
+    child: Child,
+    pid: u32,
+    /// The gRPC address it serves `Destination` on.
+    pub addr: SocketAddr,
+    /// Its admin address (`/ready`, `/metrics`).
+    pub admin_addr: SocketAddr,
+    log: Option<PathBuf>,
+}
+
+/// Builds the `destination` binary with `cargo build -p destination [--release]` and returns
+/// the path of the executable cargo reports.
+///
+/// Compiler output goes to the terminal; errors when cargo fails or reports no executable.
+pub fn build_destination(root: &Path, release: bool) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = std::process::Command::new(&cargo);
+    cmd.current_dir(root)
+        .args([
+            "build",
+            "-p",
+            "destination",
+            "--bin",
+            "destination",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if release {
+        cmd.arg("--release");
+    }
+    eprintln!(
+        "building destination ({})...",
+        if release { "release" } else { "debug" }
+    );
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {}", cargo.to_string_lossy()))?;
+    let stdout = child
+        .stdout
+        .take()
+        .context("cargo's stdout was not captured")?;
+    let mut executable = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("cannot read cargo's output")?;
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let is_destination_bin = message["reason"] == "compiler-artifact"
+            && message["target"]["name"] == "destination"
+            && message["target"]["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "bin"));
+        if is_destination_bin && let Some(exe) = message["executable"].as_str() {
+            executable = Some(PathBuf::from(exe));
+        }
+    }
+    let status = child.wait().context("cannot wait for cargo")?;
+    if !status.success() {
+        bail!("`cargo build -p destination` failed ({status})");
+    }
+    executable.context("cargo built destination but reported no executable")
+}
+
+/// Errors with a message naming `flag` when `addr` cannot be listened on (a port already taken),
+/// so that readiness polling never mistakes another server for ours.
+pub fn ensure_free(addr: SocketAddr, flag: &str) -> anyhow::Result<()> {
+    TcpListener::bind(addr).map(drop).with_context(|| {
+        format!("{flag} {addr} cannot be listened on (is the port already in use?)")
+    })
+}
+
+/// A loopback address with a port that was free a moment ago.
+pub fn free_local_addr() -> anyhow::Result<SocketAddr> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").context("cannot bind 127.0.0.1:0 to pick a free port")?;
+    listener.local_addr().context("cannot read the picked port")
+}
+
+/// Reads `VmRSS` of process `pid` from `/proc/PID/status`, in bytes.
+pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .with_context(|| format!("no VmRSS line in {path}"))?;
+    Ok(kib * 1024)
+}
+
+/// CPU time (user + system) process `pid` has used so far, from `/proc/PID/stat`.
+pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    // Fields after the command name (which may hold spaces) start at field 3, `state`;
+    // utime and stime are fields 14 and 15.
+    let after_comm = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let (Some(utime), Some(stime)) = (ticks(11), ticks(12)) else {
+        bail!("unexpected format of {path}");
+    };
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let per_second = u64::try_from(per_second)
+        .ok()
+        .filter(|t| *t > 0)
+        .unwrap_or(100);
+    Ok(Duration::from_secs_f64(
+        (utime + stime) as f64 / per_second as f64,
+    ))
+}
+
+// === impl ServerProcess ===
+
+impl ServerProcess {
+    /// Starts `exe` in offline mode on `cluster_state`, listening on `addr` and `admin_addr`,
+    /// with [`CHART_FLAGS`] followed by `extra`.
+    ///
+    /// Must be called within a Tokio runtime, on the main thread (in `block_on`, not in a spawned
+    /// task): the child's parent-death signal is tied to the calling thread.
+    pub fn spawn(
+        exe: &Path,
+        cluster_state: &Path,
+        addr: SocketAddr,
+        admin_addr: SocketAddr,
+        extra: &[String],
+        output: Output,
+    ) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(exe);
+        cmd.arg(format!("--addr={addr}"))
+            .arg(format!("--admin-addr={admin_addr}"))
+            .arg("--cluster-state")
+            .arg(cluster_state)
+            .args(CHART_FLAGS)
+            .args(extra)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let log = match output {
+            Output::Inherit => None,
+            Output::File(path) => {
+                let file = std::fs::File::create(&path)
+                    .with_context(|| format!("cannot create {}", path.display()))?;
+                let file2 = file
+                    .try_clone()
+                    .context("cannot duplicate the log file handle")?;
+                cmd.stdout(file).stderr(file2);
+                Some(path)
+            }
+        };
+        die_with_parent(&mut cmd);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {}", exe.display()))?;
+        let pid = child
+            .id()
+            .context("destination exited as soon as it started")?;
+        Ok(Self {
+            child,
+            pid,
+            addr,
+            admin_addr,
+            log,
+        })
+    }
+
+    /// The child's process ID.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Waits until `GET /ready` on the admin address answers 200, polling every 100 ms.
+    ///
+    /// Errors when the child exits first or `timeout` passes; the message says which, with the
+    /// last answer seen and the tail of the log file when there is one.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self
+                .child
+                .try_wait()
+                .context("cannot check on destination")?
+            {
+                bail!(
+                    "destination exited before becoming ready ({status}){}",
+                    self.log_tail()
+                );
+            }
+            let last = match http_get_status(self.admin_addr, "/ready").await {
+                Ok(200) => return Ok(()),
+                Ok(code) => format!("HTTP {code}"),
+                Err(error) => error.to_string(),
+            };
+            if Instant::now() >= deadline {
+                bail!(
+                    "destination did not become ready within {} s (GET http://{}/ready: {last}){}",
+                    timeout.as_secs(),
+                    self.admin_addr,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    /// Waits for the child to exit.
+    pub async fn wait(&mut self) -> anyhow::Result<ExitStatus> {
+        self.child
+            .wait()
+            .await
+            .context("cannot wait for destination")
+    }
+
+    /// Whether the child has exited, and how.
+    pub fn try_wait(&mut self) -> anyhow::Result<Option<ExitStatus>> {
+        self.child.try_wait().context("cannot check on destination")
+    }
+
+    /// Asks the child to stop with SIGTERM (its graceful shutdown), then kills it if it has not
+    /// exited within `grace`.
+    pub async fn stop(&mut self, grace: Duration) -> anyhow::Result<ExitStatus> {
+        if let Some(status) = self.try_wait()? {
+            return Ok(status);
+        }
+        self.signal(libc::SIGTERM);
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(status) => status.context("cannot wait for destination"),
+            Err(_) => {
+                eprintln!(
+                    "destination did not stop within {} s; killing it",
+                    grace.as_secs()
+                );
+                self.child.kill().await.context("cannot kill destination")?;
+                self.wait().await
+            }
+        }
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let Ok(pid) = libc::pid_t::try_from(self.pid) else {
+            return;
+        };
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own unreaped
+        // child, so it cannot name another process.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+
+    /// The last lines of the log file, formatted to append to an error message.
+    pub fn log_tail(&self) -> String {
+        let Some(path) = &self.log else {
+            return String::new();
+        };
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return String::new();
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+        format!("\n--- last lines of {} ---\n{tail}", path.display())
+    }
+}
+
+/// Has the kernel send SIGTERM to the child when the thread that spawned it dies, so that the
+/// server never outlives xtask, even when xtask is killed with SIGKILL.
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: between fork and exec only async-signal-safe calls are made (prctl, getppid) and
+    // nothing is allocated.
+    let parent = unsafe { libc::getpid() };
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "xtask exited while starting destination",
+                ));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// `GET path` over HTTP/1.0 and returns the response's status code.
+async fn http_get_status(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        let head = String::from_utf8_lossy(&response[..response.len().min(64)]).into_owned();
+        head.split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse::<u16>().ok())
+            .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {head:?}")))
+    };
+    tokio::time::timeout(Duration::from_secs(2), exchange)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no answer within 2 s",
+            ))
+        })
+}
