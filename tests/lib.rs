@@ -21,28 +21,46 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The path of a workspace binary built in the same profile as this test, building it with
-/// cargo first if it is not there.
+/// The path of a workspace binary built in the same profile as this test.
+///
+/// `cargo test --workspace` has already built it (the binary's own package has integration
+/// tests); it is rebuilt here only when missing or older than the workspace's sources, as after
+/// `cargo test -p e2e` alone. A nested build resolves features differently and recompiles
+/// dependencies, so it is avoided when it can be.
 pub fn binary(package: &str, name: &str) -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/<name>
     let exe = std::env::current_exe().expect("current exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target profile dir")
-        .to_path_buf();
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target profile dir").to_path_buf();
     let path = profile_dir.join(name);
+    let built = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+    let sources = newest_mtime(&workspace_root().join("crates"));
+    if built.is_some_and(|b| sources.is_none_or(|s| b >= s)) {
+        return path;
+    }
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--quiet", "-p", package, "--bin", name])
         .current_dir(workspace_root())
         .status()
         .expect("run cargo build");
-    assert!(
-        status.success(),
-        "cargo build -p {package} --bin {name} failed"
-    );
+    assert!(status.success(), "cargo build -p {package} --bin {name} failed");
     assert!(path.exists(), "{} not built", path.display());
     path
+}
+
+fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let mtime = if path.is_dir() {
+            newest_mtime(&path)
+        } else if path.extension().is_some_and(|e| e == "rs" || e == "toml") {
+            entry.metadata().and_then(|m| m.modified()).ok()
+        } else {
+            None
+        };
+        newest = newest.max(mtime);
+    }
+    newest
 }
 
 /// A free loopback port (bound then released; good enough on a test machine).
