@@ -28,6 +28,7 @@ pub struct IndexMetrics {
     pub(crate) invalid_objects: Family<KindLabels, Counter>,
     pub(crate) invalid_files: Counter,
     pub(crate) conflicting_objects: Counter,
+    pub(crate) offline_reloads: Counter,
 }
 
 impl IndexMetrics {
@@ -63,6 +64,11 @@ impl IndexMetrics {
             "offline_invalid_files",
             "State-directory files skipped because they could not be parsed",
             metrics.invalid_files.clone(),
+        );
+        registry.register(
+            "offline_reloads",
+            "Times the state directory was re-read after a change",
+            metrics.offline_reloads.clone(),
         );
         registry.register(
             "offline_conflicting_objects",

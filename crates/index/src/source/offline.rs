@@ -75,6 +75,8 @@ pub struct OfflineSource {
 struct StateDir {
     dir: PathBuf,
     files: BTreeMap<PathBuf, LoadedFile>,
+    /// Content hashes of files that did not parse, so each bad version is reported once.
+    rejected: BTreeMap<PathBuf, u64>,
     metrics: IndexMetrics,
 }
 
@@ -103,6 +105,7 @@ impl OfflineSource {
         let mut state = StateDir {
             dir: dir.clone(),
             files: BTreeMap::new(),
+            rejected: BTreeMap::new(),
             metrics: metrics.clone(),
         };
         let (tx, rx) = watch::channel(Arc::new(state.load()));
@@ -112,7 +115,7 @@ impl OfflineSource {
             let changed = changed.clone();
             let mut watcher =
                 notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-                    if res.is_ok() {
+                    if res.is_ok_and(|event| is_content_change(&event.kind)) {
                         changed.notify_one();
                     }
                 });
@@ -136,6 +139,7 @@ impl OfflineSource {
                 }
                 tokio::time::sleep(SETTLE).await;
                 let snapshot = state.load();
+                state.metrics.offline_reloads.inc();
                 tracing::debug!(dir = %state.dir.display(), "cluster state directory re-read");
                 tx.send_replace(Arc::new(snapshot));
             }
@@ -289,11 +293,13 @@ impl StateDir {
                 .files
                 .get(path)
                 .is_some_and(|f| f.content_hash == content_hash)
+                || self.rejected.get(path) == Some(&content_hash)
             {
                 continue;
             }
             match parse_manifests(path, &bytes) {
                 Ok(objects) => {
+                    self.rejected.remove(path);
                     self.files.insert(
                         path.clone(),
                         LoadedFile {
@@ -302,9 +308,13 @@ impl StateDir {
                         },
                     );
                 }
-                Err(error) => self.file_error(path, error),
+                Err(error) => {
+                    self.file_error(path, error);
+                    self.rejected.insert(path.clone(), content_hash);
+                }
             }
         }
+        self.rejected.retain(|path, _| paths.contains(path));
 
         let mut snapshot = Snapshot::default();
         let mut origin: HashMap<(TypeKey, ObjectKey), &Path> = HashMap::new();
@@ -340,6 +350,18 @@ impl StateDir {
         let kept = self.files.contains_key(path);
         tracing::warn!(file = %path.display(), %error, kept_previous = kept, "skipping cluster state file");
         self.metrics.invalid_files.inc();
+    }
+}
+
+/// Whether a file-system event can change what the directory defines. Reads (our own, too) and
+/// metadata changes such as access times cannot; reacting to them would re-read forever.
+fn is_content_change(kind: &notify::EventKind) -> bool {
+    use notify::event::{EventKind, ModifyKind};
+    match kind {
+        EventKind::Access(_) | EventKind::Modify(ModifyKind::Metadata(_)) | EventKind::Other => {
+            false
+        }
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any => true,
     }
 }
 

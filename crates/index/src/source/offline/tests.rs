@@ -217,3 +217,28 @@ fn a_missing_directory_is_an_error_naming_it() {
         assert!(err.to_string().contains("not a directory"), "{err}");
     });
 }
+
+#[tokio::test]
+async fn reading_the_directory_does_not_trigger_another_read() {
+    // Regression: inotify reports our own reads (open/close) as events; reacting to them re-read
+    // the directory forever after the first change, and re-reported a bad file each time.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", &svc_yaml("a", 80));
+    let metrics = IndexMetrics::default();
+    let source = OfflineSource::start(dir.path(), metrics.clone()).unwrap();
+    let mut services = source.events::<Service>();
+    next(&mut services).await;
+    write(dir.path(), "bad.yaml", "kind: [");
+    write(dir.path(), "a.yaml", &svc_yaml("a", 81));
+    assert!(matches!(next(&mut services).await, Event::Apply(_)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let settled = metrics.offline_reloads.get();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        metrics.offline_reloads.get(),
+        settled,
+        "the directory keeps being re-read"
+    );
+    assert!(settled <= 2, "{settled} reloads for two writes");
+    assert_eq!(metrics.invalid_files.get(), 1);
+}
