@@ -30,7 +30,11 @@ pub fn fixture(name: &str) -> PathBuf {
 pub fn binary(package: &str, name: &str) -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/<name>
     let exe = std::env::current_exe().expect("current exe");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target profile dir").to_path_buf();
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile dir")
+        .to_path_buf();
     let path = profile_dir.join(name);
     let built = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
     let sources = newest_mtime(&workspace_root().join("crates"));
@@ -42,7 +46,10 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
         .current_dir(workspace_root())
         .status()
         .expect("run cargo build");
-    assert!(status.success(), "cargo build -p {package} --bin {name} failed");
+    assert!(
+        status.success(),
+        "cargo build -p {package} --bin {name} failed"
+    );
     assert!(path.exists(), "{} not built", path.display());
     path
 }

@@ -134,7 +134,7 @@ fn print_banner(dir: &Path, addr: SocketAddr, admin_addr: SocketAddr, uses_fixtu
     println!("  curl http://{admin_addr}/metrics");
     println!();
     println!(
-        "Edit the files in {} to change what it serves; Ctrl-C stops it.",
+        "It follows edits to the files in {} (pass --cluster-state DIR to serve a copy you can edit); Ctrl-C stops it.",
         dir.display()
     );
 }

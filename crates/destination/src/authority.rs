@@ -29,10 +29,26 @@ pub struct ServiceName {
     pub port: u16,
 }
 
+/// How much of a client's path an error message repeats: enough to recognise it, never so much
+/// that the status no longer fits in the response headers.
+const MAX_ECHO: usize = 256;
+
+/// `s`, cut to [`MAX_ECHO`] bytes (at a character boundary) with `...` when longer.
+fn echo(s: &str) -> String {
+    if s.len() <= MAX_ECHO {
+        return s.to_string();
+    }
+    let mut end = MAX_ECHO;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
 /// Splits `host[:port]`; the port defaults to 80; IPv6 hosts must be bracketed.
 pub fn split_host_port(path: &str) -> Result<(&str, u16), AuthorityError> {
     let invalid = |reason| AuthorityError::Invalid {
-        path: path.to_string(),
+        path: echo(path),
         reason,
     };
     if !path.contains(':') {
@@ -74,7 +90,7 @@ pub fn parse_service_name(path: &str, cluster_domain: &str) -> Result<ServiceNam
         return Err(AuthorityError::IpQuery(ip));
     }
     let not_a_service = || AuthorityError::NotAService {
-        host: host.to_string(),
+        host: echo(host),
         cluster_domain: cluster_domain.to_string(),
     };
     let labels: Vec<&str> = host.split('.').collect();
@@ -182,6 +198,10 @@ mod tests {
                 "{path}"
             );
         }
+        let long = format!("{}:99999", "é".repeat(10_000));
+        assert!(invalid(&long).to_string().len() < 400);
+        let long = format!("{}.emojivoto.svc.other:80", "a".repeat(100_000));
+        assert!(invalid(&long).to_string().len() < 500);
         let msg = invalid("web-svc.emojivoto.svc.cluster.local:0").to_string();
         assert!(
             msg.contains("web-svc.emojivoto.svc.cluster.local:0") && msg.contains("out of range"),

@@ -103,8 +103,8 @@ impl Destination for DestinationService {
         {
             self.metrics.handled("Get", tonic::Code::InvalidArgument);
             return Err(Status::invalid_argument(format!(
-                "{}: service {}/{} is of type ExternalName and has no endpoints to resolve",
-                request.path, name.namespace, name.service
+                "service {}/{} is of type ExternalName and has no endpoints to resolve",
+                name.namespace, name.service
             )));
         }
 

@@ -31,6 +31,20 @@ impl LogArgs {
             "panic" | "fatal" => "error",
             other => other,
         };
+        // A bare word must be a level: `inf0` would otherwise be a target filter that silently
+        // turns every log line off. Directives (`info,linkerd_index=debug`) are taken as given.
+        let bare = !level.contains(['=', ',', ':', '[']);
+        if bare
+            && !matches!(
+                level.to_ascii_lowercase().as_str(),
+                "trace" | "debug" | "info" | "warn" | "error" | "off"
+            )
+        {
+            anyhow::bail!(
+                "invalid --log-level {:?}: expected trace, debug, info, warn or error",
+                self.log_level
+            );
+        }
         let filter = match std::env::var("RUST_LOG") {
             Ok(env) if !env.is_empty() => EnvFilter::try_new(env)?,
             _ => EnvFilter::try_new(level)
@@ -46,5 +60,21 @@ impl LogArgs {
                 .try_init()?,
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_word_that_is_not_a_level_is_refused() {
+        let args = |level: &str| LogArgs {
+            log_level: level.into(),
+            log_format: LogFormat::Plain,
+        };
+        let err = args("inf0").init().unwrap_err().to_string();
+        assert!(err.contains("inf0"), "{err}");
+        assert!(args("nonsense").init().is_err());
     }
 }

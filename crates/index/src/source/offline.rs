@@ -441,14 +441,16 @@ pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Value>, FileErro
             }
         }
     }
-    for (index, obj) in objects.iter().enumerate() {
-        if object_keys(obj).is_none() {
-            return Err(FileError::Document {
-                index,
-                reason: "object without apiVersion, kind or metadata.name".to_string(),
-            });
+    // An item that is not an object of its own is skipped by itself: one bad entry of a large
+    // `kind: List` must not take the rest of the cluster with it.
+    objects.retain(|obj| {
+        let named = object_keys(obj).is_some();
+        if !named {
+            let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("<no kind>");
+            tracing::warn!(file = %path.display(), %kind, "skipping an object without apiVersion, kind or metadata.name");
         }
-    }
+        named
+    });
     Ok(objects)
 }
 

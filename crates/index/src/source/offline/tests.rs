@@ -67,11 +67,6 @@ fn malformed_files_are_errors_naming_the_problem() {
         ("x.yaml", "- 1\n- 2\n", "expected a mapping"),
         (
             "x.yaml",
-            "apiVersion: v1\nkind: Service\nmetadata: {}\n",
-            "metadata.name",
-        ),
-        (
-            "x.yaml",
             "apiVersion: v1\nkind: List\nitems: 5\n",
             "not a sequence",
         ),
@@ -84,6 +79,23 @@ fn malformed_files_are_errors_naming_the_problem() {
         assert!(err.contains(needle), "{text:?}: {err}");
     }
     assert!(parse_manifests(Path::new("x.yaml"), &[0xff, 0xfe]).is_err());
+}
+
+#[test]
+fn unnamed_items_are_skipped_alone() {
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b, namespace: ok}\n- {kind: Service}\n- 42\n";
+    let err = parse_manifests(Path::new("x.yaml"), list.as_bytes());
+    // 42 is not a mapping: the item is skipped, and so is the nameless Service; `b` stays.
+    let objs = err.unwrap();
+    assert_eq!(objs.len(), 1);
+    assert_eq!(objs[0]["metadata"]["name"], "b");
+    let nameless = "apiVersion: v1\nkind: Service\nmetadata: {}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: a}\n";
+    assert_eq!(
+        parse_manifests(Path::new("x.yaml"), nameless.as_bytes())
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
