@@ -81,6 +81,9 @@ struct StateDir {
 }
 
 struct LoadedFile {
+    /// Size and modification time when last read: an unchanged stamp skips re-reading (and
+    /// re-hashing) a large file when another file changed.
+    stamp: Option<(u64, std::time::SystemTime)>,
     content_hash: u64,
     objects: Arc<Vec<Arc<Value>>>,
 }
@@ -272,6 +275,12 @@ impl StateDir {
         };
         self.files.retain(|path, _| paths.contains(path));
         for path in &paths {
+            let stamp = std::fs::metadata(path)
+                .and_then(|m| Ok((m.len(), m.modified()?)))
+                .ok();
+            if stamp.is_some() && self.files.get(path).is_some_and(|f| f.stamp == stamp) {
+                continue;
+            }
             let bytes = match std::fs::read(path) {
                 Ok(bytes) => bytes,
                 Err(error) => {
@@ -289,12 +298,13 @@ impl StateDir {
                 bytes.hash(&mut h);
                 h.finish()
             };
-            if self
-                .files
-                .get(path)
-                .is_some_and(|f| f.content_hash == content_hash)
-                || self.rejected.get(path) == Some(&content_hash)
+            if let Some(file) = self.files.get_mut(path)
+                && file.content_hash == content_hash
             {
+                file.stamp = stamp;
+                continue;
+            }
+            if self.rejected.get(path) == Some(&content_hash) {
                 continue;
             }
             match parse_manifests(path, &bytes) {
@@ -303,6 +313,7 @@ impl StateDir {
                     self.files.insert(
                         path.clone(),
                         LoadedFile {
+                            stamp,
                             content_hash,
                             objects: Arc::new(objects.into_iter().map(Arc::new).collect()),
                         },
