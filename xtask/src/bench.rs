@@ -38,6 +38,8 @@ const SERVER_MAX_STREAMS_PER_CONNECTION: usize = 10_000;
 /// Client HTTP/2 windows: large, so that flow control never delays a message.
 const CONNECTION_WINDOW: u32 = 64 << 20;
 const STREAM_WINDOW: u32 = 1 << 20;
+/// How long the server is watched for CPU use after the last change, when it has nothing to do.
+const IDLE_CHECK: Duration = Duration::from_secs(3);
 
 /// `cargo xtask bench [--services N] [--endpoints M] [--streams S] [--connections C] [--changes K]`
 #[derive(Debug, clap::Args)]
@@ -124,6 +126,8 @@ struct Report {
     /// CPU time used during the change phase by the server and by this process (the clients).
     server_cpu: Duration,
     client_cpu: Duration,
+    /// CPU time the server used during [`IDLE_CHECK`] after the last change.
+    idle_cpu: Duration,
 }
 
 #[derive(Default)]
@@ -151,6 +155,9 @@ struct ChangeStats {
 /// streams cannot all be opened; timeouts during the change phase are counted, not errors.
 pub fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
     args.validate()?;
+    if cfg!(debug_assertions) && args.release {
+        return rerun_optimized(root);
+    }
     let exe = server::build_destination(root, args.release)?;
 
     let tmp = tempfile::Builder::new()
@@ -189,6 +196,21 @@ pub fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
     let report = result?;
     report.print(&args, &spec);
     Ok(())
+}
+
+/// Runs this same command again from an optimized build of xtask: a debug build of the client
+/// (tonic, h2, prost) costs more CPU per message than the server does, and the two share the
+/// machine, so it would mostly measure itself. Returns only when the re-run cannot start.
+fn rerun_optimized(root: &Path) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("building xtask (release) to run the bench client optimized...");
+    let error = std::process::Command::new(&cargo)
+        .current_dir(root)
+        .args(["run", "--quiet", "--release", "--package", "xtask", "--"])
+        .args(std::env::args_os().skip(1))
+        .exec();
+    Err(error).with_context(|| format!("cannot run {}", cargo.to_string_lossy()))
 }
 
 async fn bench(
@@ -263,6 +285,10 @@ async fn bench(
     let server_cpu = server::cpu_time(pid)?.saturating_sub(server_cpu);
     let client_cpu = server::cpu_time(std::process::id())?.saturating_sub(client_cpu);
     let rss_after_changes = server::rss_bytes(pid)?;
+    // A server with nothing to do should use no CPU; anything else is a loop somewhere.
+    let idle_start = server::cpu_time(pid)?;
+    tokio::time::sleep(IDLE_CHECK).await;
+    let idle_cpu = server::cpu_time(pid)?.saturating_sub(idle_start);
     if let Some(status) = server.try_wait()? {
         bail!(
             "destination exited during the benchmark ({status}){}",
@@ -284,6 +310,7 @@ async fn bench(
         changes,
         server_cpu,
         client_cpu,
+        idle_cpu,
     })
 }
 
@@ -646,6 +673,16 @@ impl Report {
             self.server_cpu.as_secs_f64() * 1e6 / deliveries,
             self.client_cpu.as_secs_f64(),
             self.client_cpu.as_secs_f64() * 1e6 / deliveries,
+        );
+        println!(
+            "server CPU while idle for {} s after the last change: {:.2} s{}",
+            IDLE_CHECK.as_secs(),
+            self.idle_cpu.as_secs_f64(),
+            if self.idle_cpu > IDLE_CHECK / 20 {
+                "  <-- busy while idle"
+            } else {
+                ""
+            }
         );
         println!(
             "messages received: {} ({} initial Adds + {} during the changes)",
