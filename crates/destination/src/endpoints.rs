@@ -11,7 +11,7 @@ use linkerd2_proxy_api::{
     destination::{AddrSet, NoEndpoints, Update, WeightedAddrSet, update},
     net::TcpAddress,
 };
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::translate::EndpointTranslator;
@@ -158,23 +158,41 @@ impl EndpointsStream {
             };
         }
 
-        let old_by_id: HashMap<&AddressId, &Arc<Endpoint>> = old.iter().copied().collect();
+        // Both sets are in address-ID order (views are BTreeMaps and filters keep the order), so
+        // one merge pass finds what was added, changed and removed without hashing.
         let mut added = Vec::new();
-        for (id, ep) in &new {
-            let changed = old_by_id
-                .get(id)
-                .is_none_or(|prev| !Arc::ptr_eq(prev, ep) && ***prev != ***ep);
-            if changed {
-                added.push(*ep);
+        let mut removed: Vec<TcpAddress> = Vec::new();
+        let (mut old_iter, mut new_iter) = (old.iter().peekable(), new.iter().peekable());
+        loop {
+            match (old_iter.peek(), new_iter.peek()) {
+                (None, None) => break,
+                (Some((_, gone)), None) => {
+                    removed.push(gone.addr.into());
+                    old_iter.next();
+                }
+                (None, Some((_, ep))) => {
+                    added.push(*ep);
+                    new_iter.next();
+                }
+                (Some((old_id, prev)), Some((new_id, ep))) => match old_id.cmp(new_id) {
+                    std::cmp::Ordering::Less => {
+                        removed.push(prev.addr.into());
+                        old_iter.next();
+                    }
+                    std::cmp::Ordering::Greater => {
+                        added.push(*ep);
+                        new_iter.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        if !Arc::ptr_eq(prev, ep) && ***prev != ***ep {
+                            added.push(*ep);
+                        }
+                        old_iter.next();
+                        new_iter.next();
+                    }
+                },
             }
         }
-        let new_ids: std::collections::HashSet<&AddressId> =
-            new.iter().map(|(id, _)| *id).collect();
-        let removed: Vec<TcpAddress> = old
-            .iter()
-            .filter(|(id, _)| !new_ids.contains(id))
-            .map(|(_, ep)| ep.addr.into())
-            .collect();
 
         let mut updates = Vec::with_capacity(2);
         let addrs = self.translate(added.into_iter());
