@@ -24,6 +24,19 @@ fn identity(addr: &linkerd2_proxy_api::destination::WeightedAddr) -> (String, St
     (id.name, tls.server_name.expect("server name").name)
 }
 
+/// `(address, zone_locality)` of every address of an `Add`, sorted.
+fn localities(
+    set: &linkerd2_proxy_api::destination::WeightedAddrSet,
+) -> Vec<(std::net::SocketAddr, String)> {
+    let mut got: Vec<_> = set
+        .addrs
+        .iter()
+        .map(|a| (addr_of(a), a.metric_labels["zone_locality"].clone()))
+        .collect();
+    got.sort();
+    got
+}
+
 #[tokio::test]
 async fn fact_1_web_svc() {
     let mut h = harness().await;
@@ -131,14 +144,8 @@ async fn fact_3_voting_svc_topology_hints() {
     let Update::Add(set) = next(&mut stream).await else {
         panic!("expected Add")
     };
-    let mut got: Vec<_> = set
-        .addrs
-        .iter()
-        .map(|a| (addr_of(a), a.metric_labels["zone_locality"].clone()))
-        .collect();
-    got.sort();
     assert_eq!(
-        got,
+        localities(&set),
         [
             (sa("10.244.0.27:8080"), "remote".into()),
             (sa("10.244.1.35:8080"), "remote".into())
@@ -150,14 +157,8 @@ async fn fact_3_voting_svc_topology_hints() {
     let Update::Add(set) = next(&mut stream).await else {
         panic!("expected Add")
     };
-    let mut got: Vec<_> = set
-        .addrs
-        .iter()
-        .map(|a| (addr_of(a), a.metric_labels["zone_locality"].clone()))
-        .collect();
-    got.sort();
     assert_eq!(
-        got,
+        localities(&set),
         [
             (sa("10.244.0.27:8080"), "unknown".into()),
             (sa("10.244.1.35:8080"), "unknown".into())
