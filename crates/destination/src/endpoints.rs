@@ -52,7 +52,7 @@ impl StreamFilter {
         if local_only {
             set.retain(|(_, ep)| match &ep.workload {
                 Workload::Pod { pod, .. } => pod.node_name == self.node_name,
-                Workload::Address { .. } => false,
+                Workload::External(_) | Workload::Address { .. } => false,
             });
         } else if !set.is_empty() && set.iter().all(|(_, ep)| !ep.zone_hints.is_empty()) {
             // Hints apply only when every candidate has them; none for our zone keeps them all.

@@ -5,7 +5,7 @@ use linkerd2_proxy_api::destination::{
     AuthorityOverride, Http2ClientParams, ProtocolHint, TlsIdentity, WeightedAddr,
     http2_client_params::{FlowControl, Internals, KeepAlive},
     protocol_hint::{self, OpaqueTransport},
-    tls_identity::{DnsLikeIdentity, Strategy},
+    tls_identity::{DnsLikeIdentity, Strategy, UriLikeIdentity},
 };
 use serde_json::Value;
 use std::collections::HashMap;
@@ -62,9 +62,11 @@ impl EndpointTranslator {
 
     /// The `WeightedAddr` for `ep` as seen by a client in `client_zone`.
     ///
-    /// Labels: `pod`, `<owner kind>` (`job` becomes `k8s_job`), `serviceaccount`,
-    /// `control_plane_ns` and `pod_template_hash` when set, `zone`, and `zone_locality`
-    /// (`local`/`remote` when both zones are known, else `unknown`).
+    /// Pods (§C.6.1) get labels `pod`, `<owner kind>` (`job` becomes `k8s_job`),
+    /// `serviceaccount`, `control_plane_ns` and `pod_template_hash` when set, and `zone`;
+    /// ExternalWorkloads (§C.6.2) get `external_workload`, `<owner kind>` and `zone`, a URI
+    /// identity and always a hint. Every address gets `zone_locality` (`local`/`remote` when
+    /// both zones are known, else `unknown`).
     pub fn weighted_addr(
         &self,
         ep: &Endpoint,
@@ -102,7 +104,8 @@ impl EndpointTranslator {
                     let (Some(admin), Some(control)) = (proxy.admin, proxy.control) else {
                         return Err(OmittedEndpoint::NoMetaPorts { pod: pod_name() });
                     };
-                    let opaque = pod.is_opaque_port(port, &self.config.default_opaque_ports);
+                    let opaque = ep.server_opaque
+                        || pod.is_opaque_port(port, &self.config.default_opaque_ports);
                     let mut hint = ProtocolHint::default();
                     // The proxy's own admin and control ports never take opaque transport (§H.2).
                     if port != admin
@@ -142,6 +145,39 @@ impl EndpointTranslator {
                         });
                     }
                 }
+            }
+            Workload::External(ew) => {
+                let labels = &mut addr.metric_labels;
+                labels.insert("external_workload".into(), ew.name.clone());
+                if let Some(owner) = &ew.owner {
+                    labels.insert(owner.kind.to_lowercase(), owner.name.clone());
+                }
+                labels.insert("zone".into(), ep.zone.clone().unwrap_or_default());
+                let port = ep.addr.port();
+                let opaque =
+                    ep.server_opaque || ew.is_opaque_port(port, &self.config.default_opaque_ports);
+                // ExternalWorkloads are always meshed: h2 regardless of --enable-h2-upgrade.
+                addr.protocol_hint = Some(ProtocolHint {
+                    protocol: Some(if opaque {
+                        protocol_hint::Protocol::Opaque(protocol_hint::Opaque {})
+                    } else {
+                        protocol_hint::Protocol::H2(protocol_hint::H2 {})
+                    }),
+                    opaque_transport: (opaque || self.config.force_opaque_transport).then(|| {
+                        OpaqueTransport {
+                            inbound_port: u32::from(ew.proxy_inbound_port()),
+                        }
+                    }),
+                });
+                addr.http2 = self.config.meshed_http2_params;
+                addr.tls_identity = Some(TlsIdentity {
+                    server_name: Some(DnsLikeIdentity {
+                        name: ew.server_name.clone(),
+                    }),
+                    strategy: Some(Strategy::UriLikeIdentity(UriLikeIdentity {
+                        uri: ew.identity.clone(),
+                    })),
+                });
             }
             Workload::Address {
                 identity,

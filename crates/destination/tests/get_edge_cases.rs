@@ -1,5 +1,5 @@
 //! `Destination.Get` over the edge-cases snapshot: the Get facts of fixtures/README.md that
-//! discovery covers (E1–E13).
+//! discovery covers (E1–E14, and E16's Server-driven opacity).
 
 mod support;
 
@@ -314,4 +314,51 @@ async fn forced_opaque_transport_spares_admin_and_control_ports() {
     assert_eq!(hint(&admin.addrs[0]), ("h2", None));
     let control = add_set(&mut h, "web-svc.emojivoto.svc.cluster.local:4190").await;
     assert_eq!(hint(&control.addrs[0]), ("h2", None));
+}
+
+#[tokio::test]
+async fn e14_external_workload_endpoint() {
+    let mut h = Harness::start(&edge()).await;
+    let set = add_set(&mut h, "payments.edge.svc.cluster.local:80").await;
+    // The kube placeholder slice (ports null) contributes nothing; the linkerd slice one address.
+    assert_eq!(set.addrs.len(), 1, "{set:?}");
+    let a = &set.addrs[0];
+    assert_eq!(addr_of(a), sa("10.20.3.200:8080"));
+    let tls = a.tls_identity.clone().unwrap();
+    assert_eq!(
+        tls.strategy,
+        Some(Strategy::UriLikeIdentity(
+            linkerd2_proxy_api::destination::tls_identity::UriLikeIdentity {
+                uri: "spiffe://root.linkerd.cluster.local/payments-vm-01".into()
+            }
+        ))
+    );
+    assert_eq!(
+        tls.server_name.unwrap().name,
+        "payments-vm-01.cluster.local"
+    );
+    assert_eq!(hint(a), ("h2", None));
+    assert!(
+        a.http2.is_some(),
+        "meshed params are sent to ExternalWorkloads"
+    );
+    assert_eq!(
+        sorted(&a.metric_labels),
+        labels(&[
+            ("external_workload", "payments-vm-01"),
+            ("zone", "eu-west-1c"),
+            ("zone_locality", "unknown")
+        ])
+    );
+}
+
+#[tokio::test]
+async fn e16_opaque_server_makes_get_opaque() {
+    let mut h = Harness::start(&edge()).await;
+    let set = add_set(&mut h, "secrets.edge-strict.svc.cluster.local:8200").await;
+    let got: Vec<_> = set.addrs.iter().map(addr_of).collect();
+    assert_eq!(got, [sa("10.244.1.90:8200"), sa("10.244.2.92:8200")]);
+    for a in &set.addrs {
+        assert_eq!(hint(a), ("opaque", Some(4143)), "{a:?}");
+    }
 }

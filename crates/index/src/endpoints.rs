@@ -12,7 +12,9 @@ use std::{
 };
 
 use crate::{
-    model::{AddressType, ObjectRef, OwnerRef, PodInfo, ServiceInfo, SliceInfo},
+    model::{
+        AddressType, ExternalWorkloadInfo, ObjectRef, OwnerRef, PodInfo, ServiceInfo, SliceInfo,
+    },
     store::Cluster,
 };
 
@@ -47,6 +49,8 @@ pub enum AddressId {
         name: String,
         family: AddressType,
     },
+    /// An ExternalWorkload (no family: a dual-stack workload's addresses share it, §I.9).
+    External { namespace: String, name: String },
     /// An address without a target reference: `<service>-<ip>-<port>[-<hostname>]`.
     Address { namespace: String, name: String },
 }
@@ -61,6 +65,8 @@ pub struct Endpoint {
     pub zone: Option<String>,
     /// `hints.forZones[].name`, sorted.
     pub zone_hints: Vec<String>,
+    /// An opaque Server in the workload's namespace covers this port (spec §C.3.1).
+    pub server_opaque: bool,
     pub workload: Workload,
 }
 
@@ -69,6 +75,8 @@ pub struct Endpoint {
 pub enum Workload {
     /// A pod, with its owner resolved through ReplicaSets and Jobs (spec §C.6.4).
     Pod { pod: Arc<PodInfo>, owner: OwnerRef },
+    /// An ExternalWorkload; its owner (the single owner reference, if any) is on the workload.
+    External(Arc<ExternalWorkloadInfo>),
     /// A bare address (selector-less service, mirrored gateway).
     Address {
         /// Slice annotation `mirror.linkerd.io/remote-gateway-identity`.
@@ -131,7 +139,7 @@ impl EndpointsView {
                 }
                 for ip in &ep.addresses {
                     let addr = SocketAddr::new(*ip, port);
-                    let (id, workload, zone) = match &ep.target {
+                    let (id, workload, zone, server_opaque) = match &ep.target {
                         Some(t) if t.kind == "Pod" => {
                             let pod_ref = ObjectRef {
                                 namespace: t.namespace.clone(),
@@ -154,9 +162,31 @@ impl EndpointsView {
                                     owner,
                                 },
                                 ep.zone.clone(),
+                                cluster.server_opaque_pod(pod, port),
                             )
                         }
-                        // ExternalWorkload and other kinds are not served yet.
+                        Some(t) if t.kind == "ExternalWorkload" => {
+                            // Looked up in the slice's namespace only (§H.6).
+                            let ew_ref = ObjectRef {
+                                namespace: slice.namespace.clone(),
+                                name: t.name.clone(),
+                            };
+                            let Some(ew) = cluster.external_workloads.get(&ew_ref) else {
+                                tracing::debug!(workload = %format!("{}/{}", ew_ref.namespace, ew_ref.name), slice = %slice.name, "endpoint's ExternalWorkload is not indexed (yet); skipping it");
+                                continue;
+                            };
+                            let id = AddressId::External {
+                                namespace: ew_ref.namespace,
+                                name: ew_ref.name,
+                            };
+                            (
+                                id,
+                                Workload::External(ew.clone()),
+                                ep.zone.clone(),
+                                cluster.server_opaque_external_workload(ew, port),
+                            )
+                        }
+                        // Other target kinds are ignored (spec §C.3).
                         Some(_) => continue,
                         None => {
                             let id = AddressId::Address {
@@ -175,7 +205,7 @@ impl EndpointsView {
                                     .as_ref()
                                     .map(|fqn| format!("{fqn}:{}", key.port)),
                             };
-                            (id, workload, None)
+                            (id, workload, None, false)
                         }
                     };
                     let endpoint = Endpoint {
@@ -183,6 +213,7 @@ impl EndpointsView {
                         hostname: ep.hostname.clone(),
                         zone,
                         zone_hints: ep.zone_hints.clone(),
+                        server_opaque,
                         workload,
                     };
                     endpoints.insert(id, Arc::new(endpoint));
@@ -225,7 +256,7 @@ impl Endpoint {
     pub fn pod(&self) -> Option<&PodInfo> {
         match &self.workload {
             Workload::Pod { pod, .. } => Some(pod),
-            Workload::Address { .. } => None,
+            Workload::External(_) | Workload::Address { .. } => None,
         }
     }
 }

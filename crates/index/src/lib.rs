@@ -20,6 +20,7 @@ pub mod endpoints;
 pub mod metrics;
 pub mod model;
 pub mod ports;
+pub mod selector;
 pub mod source;
 pub mod store;
 pub mod topic;

@@ -34,7 +34,8 @@ pub struct IndexMetrics {
 impl IndexMetrics {
     /// Registers the index's metrics in `registry`:
     /// `pod_cache_size`, `service_cache_size`, `endpointslices_cache_size`, `node_cache_size`,
-    /// `replicaset_cache_size`, `job_cache_size` (gauges, `{cluster}`),
+    /// `replicaset_cache_size`, `job_cache_size`, `server_cache_size`,
+    /// `externalworkload_cache_size`, `serviceprofile_cache_size` (gauges, `{cluster}`),
     /// `index_invalid_objects_total{kind}` (objects that could not be decoded or indexed),
     /// `offline_invalid_files_total` and `offline_conflicting_objects_total` (offline source).
     pub fn register(registry: &mut Registry) -> Self {
@@ -46,6 +47,9 @@ impl IndexMetrics {
             "node_cache_size",
             "replicaset_cache_size",
             "job_cache_size",
+            "server_cache_size",
+            "externalworkload_cache_size",
+            "serviceprofile_cache_size",
         ] {
             let family = Family::<ClusterLabels, Gauge>::default();
             registry.register(

@@ -22,10 +22,15 @@ use std::{
 };
 use tokio::sync::watch;
 
+use linkerd_k8s_api::{ExternalWorkload, Server};
+
 use crate::{
     endpoints::{EndpointsKey, EndpointsView},
     metrics::IndexMetrics,
-    model::{self, InvalidObject, NodeInfo, ObjectRef, OwnerRef, PodInfo, ServiceInfo, SliceInfo},
+    model::{
+        self, ExternalWorkloadInfo, InvalidObject, NodeInfo, ObjectRef, OwnerRef, PodInfo,
+        ServerInfo, ServiceInfo, SliceInfo,
+    },
     source::{Event, Source, Watched},
     topic::Topic,
 };
@@ -62,6 +67,14 @@ pub struct Cluster {
     pub(crate) nodes: HashMap<String, NodeInfo>,
     pub(crate) replica_sets: HashMap<ObjectRef, Option<OwnerRef>>,
     pub(crate) jobs: HashMap<ObjectRef, Option<OwnerRef>>,
+    pub(crate) servers: HashMap<ObjectRef, Arc<ServerInfo>>,
+    /// Namespace → its Servers (a Server only reaches workloads of its own namespace).
+    pub(crate) servers_by_namespace: HashMap<String, BTreeSet<ObjectRef>>,
+    pub(crate) external_workloads: HashMap<ObjectRef, Arc<ExternalWorkloadInfo>>,
+    /// `ip:port` for every workload IP × declared port (spec §B.3).
+    pub(crate) external_workloads_by_addr: HashMap<(IpAddr, u16), BTreeSet<ObjectRef>>,
+    /// ExternalWorkload → the slices whose endpoints point at it.
+    pub(crate) slices_by_external_workload: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
     endpoint_topics: HashMap<ObjectRef, ServiceTopics>,
     /// Kinds whose initial list has been applied.
     synced: HashSet<&'static str>,
@@ -72,8 +85,20 @@ pub struct Cluster {
 /// The endpoint topics of one service, by requested port and hostname.
 type ServiceTopics = HashMap<(u16, Option<String>), Topic<EndpointsView>>;
 
-/// Services whose subscribed views must be recomputed after a batch of changes.
-pub type Touched = BTreeSet<ObjectRef>;
+/// What a batch of changes touched: the subscribed views to recompute.
+#[derive(Debug, Default)]
+pub struct Touched {
+    /// Services whose endpoint (and profile) views may have changed.
+    services: BTreeSet<ObjectRef>,
+    /// Namespaces in which a Server changed: every service view there is recomputed.
+    server_namespaces: BTreeSet<String>,
+}
+
+impl Touched {
+    fn insert(&mut self, service: ObjectRef) {
+        self.services.insert(service);
+    }
+}
 
 /// A kind the index stores.
 pub trait IndexedKind: Watched {
@@ -109,7 +134,7 @@ impl Index {
     }
 
     /// Starts one task per kind discovery needs (Services, EndpointSlices, Pods, Nodes,
-    /// ReplicaSets, Jobs), each applying `source`'s events to the index. The tasks run until the
+    /// ReplicaSets, Jobs, Servers, ExternalWorkloads), each applying `source`'s events to the index. The tasks run until the
     /// source's streams end.
     pub fn spawn_watches<S: Source>(&self, source: &S) -> Vec<tokio::task::JoinHandle<()>> {
         vec![
@@ -119,6 +144,8 @@ impl Index {
             self.spawn_watch::<Node, _>(source),
             self.spawn_watch::<ReplicaSet, _>(source),
             self.spawn_watch::<Job, _>(source),
+            self.spawn_watch::<Server, _>(source),
+            self.spawn_watch::<ExternalWorkload, _>(source),
         ]
     }
 
@@ -157,7 +184,7 @@ impl Index {
     /// `index_invalid_objects_total{kind}`, and skipped; nothing else is affected.
     pub fn apply<K: IndexedKind>(&self, event: Event<K>) {
         let mut cluster = self.inner.cluster.lock();
-        let mut touched = Touched::new();
+        let mut touched = Touched::default();
         match event {
             Event::Apply(obj) => self.apply_one(&mut cluster, &obj, &mut touched),
             Event::Delete(obj) => {
@@ -349,7 +376,16 @@ impl Cluster {
     /// Recomputes and publishes the subscribed views of `touched` services, dropping topics
     /// nobody listens to any more.
     fn publish(&mut self, touched: &Touched) {
-        for service in touched {
+        let mut services = touched.services.clone();
+        if !touched.server_namespaces.is_empty() {
+            services.extend(
+                self.endpoint_topics
+                    .keys()
+                    .filter(|s| touched.server_namespaces.contains(&s.namespace))
+                    .cloned(),
+            );
+        }
+        for service in &services {
             let Some(mut topics) = self.endpoint_topics.remove(service) else {
                 continue;
             };
@@ -366,6 +402,30 @@ impl Cluster {
                 self.endpoint_topics.insert(service.clone(), topics);
             }
         }
+    }
+
+    /// Whether an opaque Server in the pod's namespace covers `port` of `pod` (spec §C.3.1).
+    pub(crate) fn server_opaque_pod(&self, pod: &PodInfo, port: u16) -> bool {
+        self.namespace_servers(&pod.namespace)
+            .any(|s| s.is_opaque() && s.selects_pod_port(pod, port))
+    }
+
+    /// Whether an opaque Server covers `port` of the ExternalWorkload `ew` (spec §C.3.1).
+    pub(crate) fn server_opaque_external_workload(
+        &self,
+        ew: &ExternalWorkloadInfo,
+        port: u16,
+    ) -> bool {
+        self.namespace_servers(&ew.namespace)
+            .any(|s| s.is_opaque() && s.selects_external_workload_port(ew, port))
+    }
+
+    fn namespace_servers<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a ServerInfo> {
+        self.servers_by_namespace
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.servers.get(k).map(|s| &**s))
     }
 
     fn touch_slice_services(&self, slices: Option<&BTreeSet<ObjectRef>>, touched: &mut Touched) {
@@ -429,7 +489,7 @@ impl IndexedKind for Service {
         if cluster.services.get(&key).is_some_and(|old| **old == svc) {
             return Ok(());
         }
-        Self::delete(cluster, &key, &mut Touched::new());
+        Self::delete(cluster, &key, &mut Touched::default());
         for ip in &svc.cluster_ips {
             index_insert(&mut cluster.services_by_ip, *ip, &key);
         }
@@ -474,8 +534,11 @@ impl IndexedKind for EndpointSlice {
             index_insert(&mut cluster.slices_by_service, svc.clone(), &key);
             touched.insert(svc);
         }
-        for pod in slice.pod_refs() {
+        for pod in slice.target_refs("Pod") {
             index_insert(&mut cluster.slices_by_pod, pod, &key);
+        }
+        for ew in slice.target_refs("ExternalWorkload") {
+            index_insert(&mut cluster.slices_by_external_workload, ew, &key);
         }
         cluster.slices.insert(key, Arc::new(slice));
         Ok(())
@@ -489,8 +552,11 @@ impl IndexedKind for EndpointSlice {
             index_remove(&mut cluster.slices_by_service, &svc, key);
             touched.insert(svc);
         }
-        for pod in old.pod_refs() {
+        for pod in old.target_refs("Pod") {
             index_remove(&mut cluster.slices_by_pod, &pod, key);
+        }
+        for ew in old.target_refs("ExternalWorkload") {
+            index_remove(&mut cluster.slices_by_external_workload, &ew, key);
         }
     }
 
@@ -616,5 +682,96 @@ impl IndexedKind for Job {
 
     fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
         cluster.jobs.keys().cloned().collect()
+    }
+}
+
+impl IndexedKind for Server {
+    const KIND: &'static str = "Server";
+    const CACHE_METRIC: &'static str = "server_cache_size";
+
+    fn apply(
+        cluster: &mut Cluster,
+        obj: &Self,
+        touched: &mut Touched,
+    ) -> Result<(), InvalidObject> {
+        let srv = ServerInfo::from_server(obj)?;
+        let key = srv.object_ref();
+        if cluster.servers.get(&key).is_some_and(|old| **old == srv) {
+            return Ok(());
+        }
+        Self::delete(cluster, &key, touched);
+        index_insert(
+            &mut cluster.servers_by_namespace,
+            srv.namespace.clone(),
+            &key,
+        );
+        touched.server_namespaces.insert(srv.namespace.clone());
+        cluster.servers.insert(key, Arc::new(srv));
+        Ok(())
+    }
+
+    fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
+        if cluster.servers.remove(key).is_some() {
+            index_remove(&mut cluster.servers_by_namespace, &key.namespace, key);
+            touched.server_namespaces.insert(key.namespace.clone());
+        }
+    }
+
+    fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
+        cluster.servers.keys().cloned().collect()
+    }
+}
+
+impl IndexedKind for ExternalWorkload {
+    const KIND: &'static str = "ExternalWorkload";
+    const CACHE_METRIC: &'static str = "externalworkload_cache_size";
+
+    fn apply(
+        cluster: &mut Cluster,
+        obj: &Self,
+        touched: &mut Touched,
+    ) -> Result<(), InvalidObject> {
+        let ew = ExternalWorkloadInfo::from_external_workload(obj)?;
+        let key = ew.object_ref();
+        if cluster
+            .external_workloads
+            .get(&key)
+            .is_some_and(|old| **old == ew)
+        {
+            return Ok(());
+        }
+        Self::delete(cluster, &key, touched);
+        for ip in &ew.ips {
+            for port in &ew.ports {
+                index_insert(
+                    &mut cluster.external_workloads_by_addr,
+                    (*ip, port.port),
+                    &key,
+                );
+            }
+        }
+        cluster.touch_slice_services(cluster.slices_by_external_workload.get(&key), touched);
+        cluster.external_workloads.insert(key, Arc::new(ew));
+        Ok(())
+    }
+
+    fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
+        let Some(old) = cluster.external_workloads.remove(key) else {
+            return;
+        };
+        for ip in &old.ips {
+            for port in &old.ports {
+                index_remove(
+                    &mut cluster.external_workloads_by_addr,
+                    &(*ip, port.port),
+                    key,
+                );
+            }
+        }
+        cluster.touch_slice_services(cluster.slices_by_external_workload.get(key), touched);
+    }
+
+    fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
+        cluster.external_workloads.keys().cloned().collect()
     }
 }

@@ -15,6 +15,14 @@ use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
 
 use crate::ports::PortSet;
 
+mod external_workload;
+mod server;
+
+pub use self::{
+    external_workload::{ExternalWorkloadInfo, WorkloadPort},
+    server::{ServerInfo, ServerPort},
+};
+
 /// Pod label whose presence (non-empty) marks a pod as meshed; its value is the control-plane
 /// namespace that issued the proxy's identity.
 pub const CONTROL_PLANE_NS_LABEL: &str = "linkerd.io/control-plane-ns";
@@ -74,6 +82,10 @@ pub struct ServiceInfo {
     pub ports: Vec<ServicePort>,
     pub annotations: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
+    /// `config.linkerd.io/opaque-ports`, parsed once (service port names resolved to their
+    /// `port`); `None` when absent, so the default opaque ports apply (spec §B.2). Only
+    /// `GetProfile.opaque_protocol` of service profiles reads it.
+    pub opaque_ports: Option<PortSet>,
 }
 
 /// One `spec.ports[]` entry of a Service.
@@ -232,12 +244,23 @@ impl ServiceInfo {
             Some(ips) if !ips.is_empty() => ips.to_vec(),
             _ => spec.cluster_ip.into_iter().collect(),
         };
+        let annotations = svc.metadata.annotations.clone().unwrap_or_default();
+        let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
+            let (set, bad) = PortSet::parse_with_names(list, |n| {
+                ports.iter().find(|p| p.name == n).map(|p| p.port)
+            });
+            for item in bad {
+                tracing::warn!(service = %format!("{namespace}/{name}"), %item, "ignoring invalid {OPAQUE_PORTS_ANNOTATION} item");
+            }
+            set
+        });
         Ok(Self {
             external_name: spec.type_.as_deref() == Some("ExternalName"),
             internal_traffic_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
             cluster_ips: ips.iter().filter_map(|ip| ip.parse().ok()).collect(),
             ports,
-            annotations: svc.metadata.annotations.clone().unwrap_or_default(),
+            opaque_ports,
+            annotations,
             labels: svc.metadata.labels.clone().unwrap_or_default(),
             namespace,
             name,
@@ -335,12 +358,12 @@ impl SliceInfo {
         })
     }
 
-    /// The pods this slice's endpoints point at.
-    pub fn pod_refs(&self) -> impl Iterator<Item = ObjectRef> + '_ {
+    /// The objects of `kind` (`Pod`, `ExternalWorkload`) this slice's endpoints point at.
+    pub fn target_refs<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = ObjectRef> + 'a {
         self.endpoints
             .iter()
             .filter_map(|ep| ep.target.as_ref())
-            .filter(|t| t.kind == "Pod")
+            .filter(move |t| t.kind == kind)
             .map(|t| ObjectRef {
                 namespace: t.namespace.clone(),
                 name: t.name.clone(),
@@ -516,7 +539,7 @@ pub fn job_owner(job: &Job) -> Option<OwnerRef> {
     single_owner(&job.metadata)
 }
 
-fn single_owner(meta: &ObjectMeta) -> Option<OwnerRef> {
+pub(crate) fn single_owner(meta: &ObjectMeta) -> Option<OwnerRef> {
     match meta.owner_references.as_deref() {
         Some([OwnerReference { kind, name, .. }]) => Some(OwnerRef {
             kind: kind.clone(),
@@ -543,7 +566,12 @@ pub(crate) fn names(
     }
 }
 
-fn invalid(kind: &'static str, namespace: &str, name: &str, reason: String) -> InvalidObject {
+pub(crate) fn invalid(
+    kind: &'static str,
+    namespace: &str,
+    name: &str,
+    reason: String,
+) -> InvalidObject {
     InvalidObject {
         kind,
         namespace: namespace.to_string(),

@@ -1,0 +1,136 @@
+//! Server, as the index reads it: which workload ports it covers and with which protocol
+//! (spec/policy.md §2.1; the destination uses it for opacity, spec/destination.md §C.3.1).
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use linkerd_k8s_api::{Server, server::ProxyProtocol};
+use std::collections::BTreeMap;
+
+use super::{
+    ContainerPort, ExternalWorkloadInfo, InvalidObject, ObjectRef, PodInfo, invalid, names,
+};
+use crate::selector::Selector;
+
+/// A Server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerInfo {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// `metadata.creationTimestamp` as RFC 3339 (the oldest Server wins a port; ties by name).
+    pub created: Option<String>,
+    /// `spec.podSelector`; `None` selects no pod.
+    pub pod_selector: Option<Selector>,
+    /// `spec.externalWorkloadSelector`; `None` selects no ExternalWorkload.
+    pub external_workload_selector: Option<Selector>,
+    pub port: ServerPort,
+    pub proxy_protocol: ProxyProtocol,
+    /// `spec.accessPolicy` (`deny` when absent, the CRD default).
+    pub access_policy: String,
+}
+
+/// `spec.port`: a number, or a container (or ExternalWorkload) port name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ServerPort {
+    Number(u16),
+    Name(String),
+}
+
+impl ServerInfo {
+    /// Builds the domain form of a Server. Errors when it has no name or a numeric port outside
+    /// 1..=65535.
+    pub fn from_server(srv: &Server) -> Result<Self, InvalidObject> {
+        let (namespace, name) = names("Server", &srv.metadata)?;
+        let port = match &srv.spec.port {
+            IntOrString::Int(n) => match u16::try_from(*n) {
+                Ok(p) if p != 0 => ServerPort::Number(p),
+                _ => {
+                    return Err(invalid(
+                        "Server",
+                        &namespace,
+                        &name,
+                        format!("spec.port {n} out of range"),
+                    ));
+                }
+            },
+            IntOrString::String(s) => match s.parse::<u16>() {
+                Ok(p) if p != 0 => ServerPort::Number(p),
+                _ => ServerPort::Name(s.clone()),
+            },
+        };
+        Ok(Self {
+            labels: srv.metadata.labels.clone().unwrap_or_default(),
+            created: srv
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string()),
+            pod_selector: srv
+                .spec
+                .pod_selector
+                .as_ref()
+                .map(Selector::from_label_selector),
+            external_workload_selector: srv
+                .spec
+                .external_workload_selector
+                .as_ref()
+                .map(Selector::from_label_selector),
+            port,
+            proxy_protocol: srv.spec.proxy_protocol,
+            access_policy: srv
+                .spec
+                .access_policy
+                .clone()
+                .unwrap_or_else(|| "deny".to_string()),
+            namespace,
+            name,
+        })
+    }
+
+    pub fn object_ref(&self) -> ObjectRef {
+        ObjectRef {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    /// Whether this Server covers `port` of `pod`: same namespace (a Server never reaches
+    /// another namespace, §H.5), selector match, and the port by number or by the name of a
+    /// container port whose `containerPort` or `hostPort` is `port` (init containers included,
+    /// §H.4).
+    pub fn selects_pod_port(&self, pod: &PodInfo, port: u16) -> bool {
+        self.namespace == pod.namespace
+            && self
+                .pod_selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&pod.labels))
+            && match &self.port {
+                ServerPort::Number(n) => *n == port,
+                ServerPort::Name(name) => pod.container_ports.iter().any(|p: &ContainerPort| {
+                    p.name.as_deref() == Some(name.as_str())
+                        && (p.container_port == port || p.host_port == Some(port))
+                }),
+            }
+    }
+
+    /// Whether this Server covers `port` of the ExternalWorkload `ew` (by number, or by the name
+    /// of one of its declared ports).
+    pub fn selects_external_workload_port(&self, ew: &ExternalWorkloadInfo, port: u16) -> bool {
+        self.namespace == ew.namespace
+            && self
+                .external_workload_selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&ew.labels))
+            && match &self.port {
+                ServerPort::Number(n) => *n == port,
+                ServerPort::Name(name) => ew
+                    .ports
+                    .iter()
+                    .any(|p| p.port == port && p.name.as_deref() == Some(name.as_str())),
+            }
+    }
+
+    /// `proxyProtocol: opaque`.
+    pub fn is_opaque(&self) -> bool {
+        self.proxy_protocol == ProxyProtocol::Opaque
+    }
+}
