@@ -20,6 +20,7 @@ pub mod endpoints;
 pub mod metrics;
 pub mod model;
 pub mod ports;
+pub mod profile;
 pub mod selector;
 pub mod source;
 pub mod store;
@@ -30,6 +31,7 @@ pub use self::{
     metrics::IndexMetrics,
     model::{ObjectRef, OwnerRef, PodInfo, ServiceInfo, SliceInfo},
     ports::PortSet,
+    profile::ProfileInfo,
     source::{ClusterSource, Event, Source},
     store::Index,
 };
