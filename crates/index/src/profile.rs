@@ -426,7 +426,8 @@ impl NonZero for Duration {
 /// Errors carry Go's message, with the input quoted as Go quotes it: `time: invalid duration
 /// "x"`, `time: missing unit in duration "250"`, `time: unknown unit "d" in duration "1d"`;
 /// more than `i64::MAX` nanoseconds is invalid. A negative duration, which Go accepts, is
-/// [`DurationError::Negative`]: a timeout or a TTL cannot be negative.
+/// [`DurationError::Negative`]: a timeout or a TTL cannot be negative. (The sp-validator,
+/// which must admit `-1s` as upstream does, can treat that variant as valid syntax.)
 pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
     const MAX: u64 = 1 << 63;
     let invalid = || DurationError::Invalid(go_quote(input));
