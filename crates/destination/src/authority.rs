@@ -120,11 +120,56 @@ pub fn parse_service_name(path: &str, cluster_domain: &str) -> Result<ServiceNam
     }
 }
 
+/// What a `GetProfile` path names (spec/destination.md §D.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProfileTarget {
+    /// An IP and port: a Service's cluster IP, a pod IP, a host IP and host port, an
+    /// ExternalWorkload's IP, or an address nothing is known about.
+    Addr(std::net::SocketAddr),
+    /// A Service name (with an instance for a StatefulSet pod's DNS name).
+    Name(ServiceName),
+}
+
+/// Parses a `GetProfile` path: an IP (IPv6 bracketed) or a service name as for `Get`.
+pub fn parse_profile_target(
+    path: &str,
+    cluster_domain: &str,
+) -> Result<ProfileTarget, AuthorityError> {
+    let (host, port) = split_host_port(path)?;
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(ProfileTarget::Addr(std::net::SocketAddr::new(ip, port)));
+    }
+    parse_service_name(path, cluster_domain).map(ProfileTarget::Name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const DOMAIN: &str = "cluster.local";
+
+    #[test]
+    fn profile_targets() {
+        assert_eq!(
+            parse_profile_target("10.96.34.218:80", DOMAIN),
+            Ok(ProfileTarget::Addr("10.96.34.218:80".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_profile_target("[fd00:10:96::8:7a3e]:80", DOMAIN),
+            Ok(ProfileTarget::Addr(
+                "[fd00:10:96::8:7a3e]:80".parse().unwrap()
+            ))
+        );
+        let Ok(ProfileTarget::Name(name)) =
+            parse_profile_target("cache-1.cache.edge.svc.cluster.local:6379", DOMAIN)
+        else {
+            panic!("expected a name");
+        };
+        assert_eq!(name.instance.as_deref(), Some("cache-1"));
+        assert!(parse_profile_target("fd00::1:80", DOMAIN).is_err());
+        assert!(parse_profile_target("linkerd.io:80", DOMAIN).is_err());
+        assert!(parse_profile_target("10.0.0.1:0", DOMAIN).is_err());
+    }
 
     #[test]
     fn service_names() {

@@ -290,6 +290,7 @@ mod tests {
             ports: vec![],
             annotations: Default::default(),
             labels: Default::default(),
+            opaque_ports: None,
         };
         let endpoints = eps
             .iter()
@@ -310,6 +311,7 @@ mod tests {
                     hostname: None,
                     zone: None,
                     zone_hints: hints.iter().map(|h| h.to_string()).collect(),
+                    server_opaque: false,
                     workload: Workload::Pod {
                         pod: pod(name, node),
                         owner: OwnerRef {

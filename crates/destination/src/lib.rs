@@ -12,6 +12,7 @@
 pub mod args;
 pub mod authority;
 pub mod endpoints;
+pub mod get_profile;
 pub mod metrics;
 pub mod profile;
 pub mod server;

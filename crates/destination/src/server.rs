@@ -22,12 +22,12 @@ use crate::{
 /// The Destination service over an [`Index`].
 #[derive(Clone)]
 pub struct DestinationService {
-    index: Index,
-    translator: Arc<EndpointTranslator>,
-    cluster_domain: String,
+    pub(crate) index: Index,
+    pub(crate) translator: Arc<EndpointTranslator>,
+    pub(crate) cluster_domain: String,
     enable_ipv6: bool,
-    metrics: DestinationMetrics,
-    shutdown: Shutdown,
+    pub(crate) metrics: DestinationMetrics,
+    pub(crate) shutdown: Shutdown,
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -147,21 +147,23 @@ impl Destination for DestinationService {
         Ok(Response::new(Box::pin(updates)))
     }
 
-    /// Not served yet: service profiles come with `GetProfile` support (issue 3). Proxies then
-    /// fall back to discovery without a profile.
+    /// Streams the profile of a Service port or a workload address (spec/destination.md §D).
+    /// Errors: see [`DestinationService::profile_stream`].
     async fn get_profile(
         &self,
-        _: Request<GetDestination>,
+        request: Request<GetDestination>,
     ) -> Result<Response<Self::GetProfileStream>, Status> {
         self.metrics
             .started
             .get_or_create(&DestinationMetrics::grpc("GetProfile"))
             .inc();
-        self.metrics
-            .handled("GetProfile", tonic::Code::Unimplemented);
-        Err(Status::unimplemented(
-            "GetProfile is not served by this destination yet",
-        ))
+        match self.profile_stream(request.into_inner()) {
+            Ok(stream) => Ok(Response::new(stream)),
+            Err(status) => {
+                self.metrics.handled("GetProfile", status.code());
+                Err(status)
+            }
+        }
     }
 }
 

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod model;
 pub mod ports;
 pub mod profile;
+pub mod profiles;
 pub mod selector;
 pub mod source;
 pub mod store;

@@ -22,7 +22,7 @@ use std::{
 };
 use tokio::sync::watch;
 
-use linkerd_k8s_api::{ExternalWorkload, Server};
+use linkerd_k8s_api::{ExternalWorkload, Server, ServiceProfile};
 
 use crate::{
     endpoints::{EndpointsKey, EndpointsView},
@@ -31,8 +31,13 @@ use crate::{
         self, ExternalWorkloadInfo, InvalidObject, NodeInfo, ObjectRef, OwnerRef, PodInfo,
         ServerInfo, ServiceInfo, SliceInfo,
     },
+    profile::ProfileInfo,
+    profiles::{
+        self, AddressConflict, EndpointProfileKey, EndpointProfileView, ServiceProfileKey,
+        ServiceProfileView,
+    },
     source::{Event, Source, Watched},
-    topic::Topic,
+    topic::Topics,
 };
 
 /// The shared index: stores, their indexes, and the topics subscribed to them.
@@ -75,15 +80,16 @@ pub struct Cluster {
     pub(crate) external_workloads_by_addr: HashMap<(IpAddr, u16), BTreeSet<ObjectRef>>,
     /// ExternalWorkload → the slices whose endpoints point at it.
     pub(crate) slices_by_external_workload: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
-    endpoint_topics: HashMap<ObjectRef, ServiceTopics>,
+    /// ServiceProfiles by their own namespace and name (`<svc>.<ns>.svc.<domain>`).
+    pub(crate) profiles: HashMap<ObjectRef, Arc<ProfileInfo>>,
+    endpoint_topics: Topics<ObjectRef, (u16, Option<String>), EndpointsView>,
+    profile_topics: Topics<ObjectRef, ServiceProfileKey, ServiceProfileView>,
+    endpoint_profile_topics: Topics<IpAddr, u16, EndpointProfileView>,
     /// Kinds whose initial list has been applied.
     synced: HashSet<&'static str>,
     /// Kinds that must be synced before the index is ready.
     required: HashSet<&'static str>,
 }
-
-/// The endpoint topics of one service, by requested port and hostname.
-type ServiceTopics = HashMap<(u16, Option<String>), Topic<EndpointsView>>;
 
 /// What a batch of changes touched: the subscribed views to recompute.
 #[derive(Debug, Default)]
@@ -92,6 +98,10 @@ pub struct Touched {
     services: BTreeSet<ObjectRef>,
     /// Namespaces in which a Server changed: every service view there is recomputed.
     server_namespaces: BTreeSet<String>,
+    /// IPs whose endpoint profiles may have changed (a pod's or ExternalWorkload's).
+    ips: BTreeSet<IpAddr>,
+    /// A Server changed: every endpoint profile is recomputed.
+    all_ips: bool,
 }
 
 impl Touched {
@@ -134,7 +144,7 @@ impl Index {
     }
 
     /// Starts one task per kind discovery needs (Services, EndpointSlices, Pods, Nodes,
-    /// ReplicaSets, Jobs, Servers, ExternalWorkloads), each applying `source`'s events to the index. The tasks run until the
+    /// ReplicaSets, Jobs, Servers, ExternalWorkloads, ServiceProfiles), each applying `source`'s events to the index. The tasks run until the
     /// source's streams end.
     pub fn spawn_watches<S: Source>(&self, source: &S) -> Vec<tokio::task::JoinHandle<()>> {
         vec![
@@ -146,6 +156,7 @@ impl Index {
             self.spawn_watch::<Job, _>(source),
             self.spawn_watch::<Server, _>(source),
             self.spawn_watch::<ExternalWorkload, _>(source),
+            self.spawn_watch::<ServiceProfile, _>(source),
         ]
     }
 
@@ -228,45 +239,95 @@ impl Index {
     /// it changes whenever a different view is computed. The topic is dropped when the last
     /// receiver is.
     pub fn endpoints(&self, key: EndpointsKey) -> watch::Receiver<Arc<EndpointsView>> {
-        let mut cluster = self.inner.cluster.lock();
         let sub_key = (key.port, key.hostname.clone());
-        if let Some(topic) = cluster
-            .endpoint_topics
-            .get(&key.service)
-            .and_then(|t| t.get(&sub_key))
-        {
-            return topic.subscribe();
-        }
-        let id = self.inner.next_topic_id.fetch_add(1, Ordering::Relaxed);
-        let topic = Topic::new(id, EndpointsView::compute(&cluster, &key));
-        let rx = topic.subscribe();
-        let closed = topic.closed_handle();
-        cluster
-            .endpoint_topics
-            .entry(key.service.clone())
-            .or_default()
-            .insert(sub_key.clone(), topic);
-        drop(cluster);
+        self.subscribe(
+            |c| &mut c.endpoint_topics,
+            key.service.clone(),
+            sub_key,
+            |c| EndpointsView::compute(c, &key),
+        )
+    }
 
-        // The topic ends with its last stream (linkerd2-proxy's "tasks end with their clients").
+    /// Subscribes to the service profile of `key` (spec §D.2): the Service and the
+    /// ServiceProfile that applies to the client. Dropped with its last receiver.
+    pub fn service_profile(
+        &self,
+        key: ServiceProfileKey,
+    ) -> watch::Receiver<Arc<ServiceProfileView>> {
+        self.subscribe(
+            |c| &mut c.profile_topics,
+            key.service.clone(),
+            key.clone(),
+            |c| ServiceProfileView::compute(c, &key),
+        )
+    }
+
+    /// Subscribes to the endpoint profile of `ip:port` (spec §D.5). Errors when several pods
+    /// or ExternalWorkloads claim the address now (`FailedPrecondition` upstream).
+    pub fn endpoint_profile(
+        &self,
+        key: EndpointProfileKey,
+    ) -> Result<watch::Receiver<Arc<EndpointProfileView>>, AddressConflict> {
+        profiles::address_conflict(&self.inner.cluster.lock(), &key)?;
+        Ok(self.subscribe(
+            |c| &mut c.endpoint_profile_topics,
+            key.ip,
+            key.port,
+            |c| EndpointProfileView::compute(c, &key),
+        ))
+    }
+
+    /// The pod behind the endpoint with `hostname` in the Service's slices, whatever its
+    /// readiness (a StatefulSet pod's DNS name, spec §D.5). `None` when no endpoint has that
+    /// hostname or it points at no known pod.
+    pub fn pod_by_hostname(&self, service: &ObjectRef, hostname: &str) -> Option<Arc<PodInfo>> {
+        let cluster = self.inner.cluster.lock();
+        cluster
+            .service_slices(service)
+            .flat_map(|s| s.endpoints.iter())
+            .filter(|ep| ep.hostname.as_deref() == Some(hostname))
+            .filter_map(|ep| ep.target.as_ref().filter(|t| t.kind == "Pod"))
+            .find_map(|t| {
+                cluster
+                    .pods
+                    .get(&ObjectRef {
+                        namespace: t.namespace.clone(),
+                        name: t.name.clone(),
+                    })
+                    .cloned()
+            })
+    }
+
+    /// A receiver of topic `(group, key)` in the topics `select` picks, creating the topic with
+    /// `compute` if needed. A task drops the topic when its last receiver goes
+    /// (linkerd2-proxy's "tasks end with their clients").
+    fn subscribe<G, K, V>(
+        &self,
+        select: fn(&mut Cluster) -> &mut Topics<G, K, V>,
+        group: G,
+        key: K,
+        compute: impl FnOnce(&Cluster) -> V,
+    ) -> watch::Receiver<Arc<V>>
+    where
+        G: std::hash::Hash + Eq + Clone + Send + 'static,
+        K: std::hash::Hash + Eq + Clone + Send + 'static,
+        V: PartialEq + Send + Sync + 'static,
+    {
+        let mut cluster = self.inner.cluster.lock();
+        if let Some(rx) = select(&mut cluster).get(&group, &key) {
+            return rx;
+        }
+        let view = compute(&cluster);
+        let id = self.inner.next_topic_id.fetch_add(1, Ordering::Relaxed);
+        let (rx, closed) = select(&mut cluster).insert(group.clone(), key.clone(), id, view);
+        drop(cluster);
         let index = self.clone();
         tokio::spawn(async move {
             loop {
                 closed.closed().await;
                 let mut cluster = index.inner.cluster.lock();
-                let Some(topics) = cluster.endpoint_topics.get_mut(&key.service) else {
+                if select(&mut cluster).drop_if_idle(&group, &key, id) {
                     return;
-                };
-                match topics.get(&sub_key) {
-                    Some(t) if t.id() == id && t.is_idle() => {
-                        topics.remove(&sub_key);
-                        if topics.is_empty() {
-                            cluster.endpoint_topics.remove(&key.service);
-                        }
-                        return;
-                    }
-                    Some(t) if t.id() == id => {}
-                    _ => return,
                 }
             }
         });
@@ -275,13 +336,13 @@ impl Index {
 
     /// The number of endpoint topics alive (one per subscribed service port and hostname).
     pub fn endpoint_topic_count(&self) -> usize {
-        self.inner
-            .cluster
-            .lock()
-            .endpoint_topics
-            .values()
-            .map(HashMap::len)
-            .sum()
+        self.inner.cluster.lock().endpoint_topics.len()
+    }
+
+    /// The number of profile topics alive (service profiles and endpoint profiles).
+    pub fn profile_topic_count(&self) -> usize {
+        let cluster = self.inner.cluster.lock();
+        cluster.profile_topics.len() + cluster.endpoint_profile_topics.len()
     }
 
     /// The zone of a node (label `topology.kubernetes.io/zone`), if the node is known.
@@ -364,7 +425,7 @@ impl Cluster {
         grandparent.unwrap_or_else(|| owner.clone())
     }
 
-    fn live_pods(&self, keys: Option<&BTreeSet<ObjectRef>>) -> Vec<Arc<PodInfo>> {
+    pub(crate) fn live_pods(&self, keys: Option<&BTreeSet<ObjectRef>>) -> Vec<Arc<PodInfo>> {
         keys.into_iter()
             .flatten()
             .filter_map(|k| self.pods.get(k))
@@ -373,35 +434,49 @@ impl Cluster {
             .collect()
     }
 
-    /// Recomputes and publishes the subscribed views of `touched` services, dropping topics
+    /// Recomputes and publishes the subscribed views `touched` reaches, dropping topics
     /// nobody listens to any more.
     fn publish(&mut self, touched: &Touched) {
         let mut services = touched.services.clone();
         if !touched.server_namespaces.is_empty() {
             services.extend(
                 self.endpoint_topics
-                    .keys()
+                    .groups()
                     .filter(|s| touched.server_namespaces.contains(&s.namespace))
                     .cloned(),
             );
         }
+        let mut topics = std::mem::take(&mut self.endpoint_topics);
         for service in &services {
-            let Some(mut topics) = self.endpoint_topics.remove(service) else {
-                continue;
-            };
-            topics.retain(|_, t| !t.is_idle());
-            for ((port, hostname), topic) in &topics {
+            topics.republish(service, |(port, hostname)| {
                 let key = EndpointsKey {
                     service: service.clone(),
                     port: *port,
                     hostname: hostname.clone(),
                 };
-                topic.publish(EndpointsView::compute(self, &key));
-            }
-            if !topics.is_empty() {
-                self.endpoint_topics.insert(service.clone(), topics);
-            }
+                EndpointsView::compute(self, &key)
+            });
         }
+        self.endpoint_topics = topics;
+
+        let mut topics = std::mem::take(&mut self.profile_topics);
+        for service in &touched.services {
+            topics.republish(service, |key| ServiceProfileView::compute(self, key));
+        }
+        self.profile_topics = topics;
+
+        let mut topics = std::mem::take(&mut self.endpoint_profile_topics);
+        let ips: Vec<IpAddr> = if touched.all_ips {
+            topics.groups().copied().collect()
+        } else {
+            touched.ips.iter().copied().collect()
+        };
+        for ip in ips {
+            topics.republish(&ip, |port| {
+                EndpointProfileView::compute(self, &EndpointProfileKey { ip, port: *port })
+            });
+        }
+        self.endpoint_profile_topics = topics;
     }
 
     /// Whether an opaque Server in the pod's namespace covers `port` of `pod` (spec §C.3.1).
@@ -593,6 +668,9 @@ impl IndexedKind for Pod {
         }
         // A pod that shows up after the slice naming it must still reach that slice's service.
         cluster.touch_slice_services(cluster.slices_by_pod.get(&key), touched);
+        touched
+            .ips
+            .extend(pod.ips.iter().chain(&pod.host_ips).copied());
         cluster.pods.insert(key, Arc::new(pod));
         Ok(())
     }
@@ -604,6 +682,9 @@ impl IndexedKind for Pod {
         for ip in &old.ips {
             index_remove(&mut cluster.pods_by_ip, ip, key);
         }
+        touched
+            .ips
+            .extend(old.ips.iter().chain(&old.host_ips).copied());
         for host_ip in &old.host_ips {
             for port in old.container_ports.iter().filter_map(|p| p.host_port) {
                 index_remove(&mut cluster.pods_by_host_port, &(*host_ip, port), key);
@@ -706,6 +787,7 @@ impl IndexedKind for Server {
             &key,
         );
         touched.server_namespaces.insert(srv.namespace.clone());
+        touched.all_ips = true;
         cluster.servers.insert(key, Arc::new(srv));
         Ok(())
     }
@@ -714,6 +796,7 @@ impl IndexedKind for Server {
         if cluster.servers.remove(key).is_some() {
             index_remove(&mut cluster.servers_by_namespace, &key.namespace, key);
             touched.server_namespaces.insert(key.namespace.clone());
+            touched.all_ips = true;
         }
     }
 
@@ -751,6 +834,7 @@ impl IndexedKind for ExternalWorkload {
             }
         }
         cluster.touch_slice_services(cluster.slices_by_external_workload.get(&key), touched);
+        touched.ips.extend(ew.ips.iter().copied());
         cluster.external_workloads.insert(key, Arc::new(ew));
         Ok(())
     }
@@ -773,5 +857,62 @@ impl IndexedKind for ExternalWorkload {
 
     fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
         cluster.external_workloads.keys().cloned().collect()
+    }
+}
+
+impl IndexedKind for ServiceProfile {
+    const KIND: &'static str = "ServiceProfile";
+    const CACHE_METRIC: &'static str = "serviceprofile_cache_size";
+
+    /// An invalid update removes the profile it replaces: the service is then served the
+    /// default profile rather than a stale one (issue 3 item 5).
+    fn apply(
+        cluster: &mut Cluster,
+        obj: &Self,
+        touched: &mut Touched,
+    ) -> Result<(), InvalidObject> {
+        let converted = ProfileInfo::from_service_profile(obj);
+        let key = match &converted {
+            Ok(p) => ObjectRef {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+            },
+            Err(e) => ObjectRef {
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+            },
+        };
+        match converted {
+            Ok(profile) => {
+                if cluster
+                    .profiles
+                    .get(&key)
+                    .is_some_and(|old| **old == profile)
+                {
+                    return Ok(());
+                }
+                cluster.profiles.insert(key.clone(), Arc::new(profile));
+                touched
+                    .services
+                    .extend(profiles::profile_service(&key.name));
+                Ok(())
+            }
+            Err(error) => {
+                Self::delete(cluster, &key, touched);
+                Err(error)
+            }
+        }
+    }
+
+    fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
+        if cluster.profiles.remove(key).is_some() {
+            touched
+                .services
+                .extend(profiles::profile_service(&key.name));
+        }
+    }
+
+    fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
+        cluster.profiles.keys().cloned().collect()
     }
 }

@@ -4,7 +4,7 @@
 //! never blocks the index or another stream and never needs a queue (DESIGN.md "Data flow" 4).
 //! The index drops a topic when its last receiver is gone.
 
-use std::sync::Arc;
+use std::{collections::HashMap, hash::Hash, sync::Arc};
 use tokio::sync::watch;
 
 /// The publishing side of one topic.
@@ -54,6 +54,91 @@ impl<V: PartialEq> Topic<V> {
     /// A sender handle to wait on with `closed()`; it does not keep the topic alive.
     pub fn closed_handle(&self) -> watch::Sender<Arc<V>> {
         self.tx.clone()
+    }
+}
+
+/// The topics of one kind of view, grouped by what invalidates them (a service, an IP) and
+/// keyed within the group (port, hostname, client namespace, ...).
+#[derive(Debug)]
+pub(crate) struct Topics<G, K, V> {
+    groups: HashMap<G, HashMap<K, Topic<V>>>,
+}
+
+impl<G, K, V> Default for Topics<G, K, V> {
+    fn default() -> Self {
+        Self {
+            groups: HashMap::new(),
+        }
+    }
+}
+
+impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq> Topics<G, K, V> {
+    /// A receiver of topic `(group, key)`, if it exists.
+    pub(crate) fn get(&self, group: &G, key: &K) -> Option<watch::Receiver<Arc<V>>> {
+        self.groups
+            .get(group)
+            .and_then(|t| t.get(key))
+            .map(Topic::subscribe)
+    }
+
+    /// Creates topic `(group, key)` holding `view`, numbered `id`. Returns a receiver, and the
+    /// sender handle to wait on for the topic's last receiver to go.
+    pub(crate) fn insert(
+        &mut self,
+        group: G,
+        key: K,
+        id: u64,
+        view: V,
+    ) -> (watch::Receiver<Arc<V>>, watch::Sender<Arc<V>>) {
+        let topic = Topic::new(id, view);
+        let rx = topic.subscribe();
+        let closed = topic.closed_handle();
+        self.groups.entry(group).or_default().insert(key, topic);
+        (rx, closed)
+    }
+
+    /// Drops topic `(group, key)` if it is still the one numbered `id` and has no receiver.
+    /// Returns `false` while that topic lives on with receivers (wait again), `true` otherwise.
+    pub(crate) fn drop_if_idle(&mut self, group: &G, key: &K, id: u64) -> bool {
+        let Some(topics) = self.groups.get_mut(group) else {
+            return true;
+        };
+        match topics.get(key) {
+            Some(t) if t.id() == id && t.is_idle() => {
+                topics.remove(key);
+                if topics.is_empty() {
+                    self.groups.remove(group);
+                }
+                true
+            }
+            Some(t) if t.id() == id => false,
+            _ => true,
+        }
+    }
+
+    /// Recomputes every topic of `group` with `compute(key)`, publishing what changed and
+    /// dropping topics nobody listens to any more.
+    pub(crate) fn republish(&mut self, group: &G, compute: impl Fn(&K) -> V) {
+        let Some(topics) = self.groups.get_mut(group) else {
+            return;
+        };
+        topics.retain(|_, t| !t.is_idle());
+        for (key, topic) in topics.iter() {
+            topic.publish(compute(key));
+        }
+        if topics.is_empty() {
+            self.groups.remove(group);
+        }
+    }
+
+    /// The groups that have topics.
+    pub(crate) fn groups(&self) -> impl Iterator<Item = &G> {
+        self.groups.keys()
+    }
+
+    /// The number of topics alive.
+    pub(crate) fn len(&self) -> usize {
+        self.groups.values().map(HashMap::len).sum()
     }
 }
 

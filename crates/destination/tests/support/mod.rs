@@ -10,7 +10,8 @@ use destination::{
 use linkerd_index::{Index, IndexMetrics, PortSet, source::offline::OfflineSource};
 use linkerd_runtime::shutdown;
 use linkerd2_proxy_api::destination::{
-    GetDestination, Update, WeightedAddr, destination_client::DestinationClient, update,
+    DestinationProfile, GetDestination, Update, WeightedAddr,
+    destination_client::DestinationClient, update,
 };
 use std::{collections::BTreeMap, net::SocketAddr, path::Path, time::Duration};
 use tonic::{Streaming, transport::Channel};
@@ -111,6 +112,48 @@ impl Harness {
             })
             .await
             .map(|r| r.into_inner())
+    }
+}
+
+impl Harness {
+    pub async fn get_profile(
+        &mut self,
+        path: &str,
+        token: &str,
+    ) -> Result<Streaming<DestinationProfile>, tonic::Status> {
+        self.client
+            .get_profile(GetDestination {
+                scheme: "k8s".into(),
+                path: path.into(),
+                context_token: token.into(),
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    /// The first profile of `GetProfile path`, failing the test on an error.
+    pub async fn first_profile(&mut self, path: &str, token: &str) -> DestinationProfile {
+        let mut stream = self
+            .get_profile(path, token)
+            .await
+            .unwrap_or_else(|e| panic!("GetProfile {path}: {e}"));
+        next_profile(&mut stream).await
+    }
+}
+
+/// The next profile, failing the test after 5 s.
+pub async fn next_profile(stream: &mut Streaming<DestinationProfile>) -> DestinationProfile {
+    tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("a profile within 5s")
+        .expect("stream ok")
+        .expect("stream open")
+}
+
+/// Asserts that no profile arrives for a while.
+pub async fn assert_no_profile(stream: &mut Streaming<DestinationProfile>) {
+    if let Ok(msg) = tokio::time::timeout(Duration::from_millis(300), stream.message()).await {
+        panic!("unexpected profile: {msg:?}");
     }
 }
 
