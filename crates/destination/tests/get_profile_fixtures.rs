@@ -416,3 +416,45 @@ async fn e16_opaque_server_reaches_endpoint_profiles_only() {
     let pod = h.first_profile("10.244.1.90:8200", "").await;
     assert!(pod.opaque_protocol);
 }
+
+/// Every ServiceProfile of fixtures/profiles, served alone beside the booksapp Services: a
+/// valid one is served with its routes, in order; an invalid one is skipped and the service
+/// gets the default profile.
+#[tokio::test]
+async fn fixture_profiles_valid_served_invalid_skipped() {
+    let dir = fixture_dir("profiles");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 12);
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let raw: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let name = raw["metadata"]["name"].as_str().unwrap().to_string();
+        let service = name.split('.').next().unwrap().to_string();
+        let state = StateDir::new();
+        state.write(
+            "svc.yaml",
+            &[mk_service("booksapp", &service, &[("http", 7000)])],
+        );
+        state.write_raw("sp.yaml", &text);
+        let mut h = Harness::start(state.path()).await;
+        let p = h.first_profile(&format!("{name}:7000"), "").await;
+        let file_name = file.file_name().unwrap().to_string_lossy().to_string();
+        if file_name.starts_with("valid") {
+            let expected: Vec<String> = raw["spec"]["routes"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|r| r["name"].as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(route_names(&p), expected, "{file_name}");
+        } else {
+            assert!(p.routes.is_empty(), "{file_name}: {p:?}");
+            assert_eq!(p.retry_budget, default_budget(), "{file_name}");
+            assert_eq!(p.fully_qualified_name, name, "{file_name}");
+        }
+    }
+}

@@ -6,8 +6,9 @@
 //!    directory of manifests ([`source::offline::OfflineSource`]) into typed [`Event`]s.
 //! 2. [`store`]: the [`Index`] applies those events to compact domain objects
 //!    ([`model`]) held with secondary indexes, under one lock.
-//! 3. [`endpoints`]: views computed from the stores, one [`EndpointsView`] per subscribed
-//!    (service, port[, hostname]).
+//! 3. Views computed from the stores: [`endpoints`], one [`EndpointsView`] per subscribed
+//!    (service, port[, hostname]); [`profiles`], one view per subscribed service profile or
+//!    workload address, with ServiceProfiles validated into [`profile::ProfileInfo`].
 //! 4. [`topic`]: views are published on `tokio::sync::watch` topics that live while
 //!    subscribed; an identical recomputation is not published.
 //!
@@ -33,6 +34,7 @@ pub use self::{
     model::{ObjectRef, OwnerRef, PodInfo, ServiceInfo, SliceInfo},
     ports::PortSet,
     profile::ProfileInfo,
+    profiles::{EndpointProfileKey, ServiceProfileKey},
     source::{ClusterSource, Event, Source},
     store::Index,
 };

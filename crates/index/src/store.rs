@@ -85,6 +85,9 @@ pub struct Cluster {
     endpoint_topics: Topics<ObjectRef, (u16, Option<String>), EndpointsView>,
     profile_topics: Topics<ObjectRef, ServiceProfileKey, ServiceProfileView>,
     endpoint_profile_topics: Topics<IpAddr, u16, EndpointProfileView>,
+    /// Objects skipped as invalid, with the reason logged, so a re-applied one is not logged
+    /// again.
+    invalid: HashMap<(&'static str, ObjectRef), String>,
     /// Kinds whose initial list has been applied.
     synced: HashSet<&'static str>,
     /// Kinds that must be synced before the index is ready.
@@ -201,6 +204,7 @@ impl Index {
             Event::Delete(obj) => {
                 if let Some(key) = object_ref(&obj) {
                     K::delete(&mut cluster, &key, &mut touched);
+                    cluster.invalid.remove(&(K::KIND, key));
                 }
             }
             Event::Reset(objs) => {
@@ -210,6 +214,9 @@ impl Index {
                         K::delete(&mut cluster, &key, &mut touched);
                     }
                 }
+                cluster
+                    .invalid
+                    .retain(|(kind, key), _| *kind != K::KIND || listed.contains(key));
                 for obj in &objs {
                     self.apply_one(&mut cluster, obj, &mut touched);
                 }
@@ -228,10 +235,26 @@ impl Index {
             .send_if_modified(|r| std::mem::replace(r, ready) != ready);
     }
 
+    /// Applies one object. An invalid one is logged and counted once per distinct problem:
+    /// relists and offline reloads re-apply it unchanged without repeating the log line.
     fn apply_one<K: IndexedKind>(&self, cluster: &mut Cluster, obj: &K, touched: &mut Touched) {
-        if let Err(error) = K::apply(cluster, obj, touched) {
-            tracing::warn!(%error, "skipping object");
-            self.inner.metrics.invalid_object(K::KIND);
+        let key = object_ref(obj).map(|k| (K::KIND, k));
+        match K::apply(cluster, obj, touched) {
+            Ok(()) => {
+                if let Some(key) = key {
+                    cluster.invalid.remove(&key);
+                }
+            }
+            Err(error) => {
+                let reason = error.to_string();
+                let repeated = key
+                    .map(|key| cluster.invalid.insert(key, reason.clone()))
+                    .is_some_and(|old| old.as_deref() == Some(reason.as_str()));
+                if !repeated {
+                    tracing::warn!(error = %reason, "skipping object");
+                    self.inner.metrics.invalid_object(K::KIND);
+                }
+            }
         }
     }
 

@@ -1,0 +1,109 @@
+//! The index's profile views, driven by events applied directly: which ServiceProfile a client
+//! gets, what an invalid one does, and how often it is reported.
+
+use k8s_openapi::api::core::v1::Service;
+use linkerd_index::{
+    Event, Index, IndexMetrics, ObjectRef, ServiceProfileKey, profiles::ServiceProfileView,
+};
+use linkerd_k8s_api::ServiceProfile;
+use prometheus_client::{encoding::text::encode, registry::Registry};
+use serde_json::json;
+
+const NAME: &str = "web.ns.svc.cluster.local";
+
+fn service() -> Service {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "ns"},
+        "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "http", "port": 80}]},
+    }))
+    .unwrap()
+}
+
+fn profile(namespace: &str, path_regex: &str) -> ServiceProfile {
+    serde_json::from_value(json!({
+        "apiVersion": "linkerd.io/v1alpha2", "kind": "ServiceProfile",
+        "metadata": {"name": NAME, "namespace": namespace},
+        "spec": {"routes": [{"name": "r", "condition": {"pathRegex": path_regex}}]},
+    }))
+    .unwrap()
+}
+
+fn key(client: Option<&str>) -> ServiceProfileKey {
+    ServiceProfileKey {
+        service: ObjectRef {
+            namespace: "ns".into(),
+            name: "web".into(),
+        },
+        port: 80,
+        profile_name: NAME.into(),
+        client_namespace: client.map(Into::into),
+    }
+}
+
+fn route_regex(view: &ServiceProfileView) -> Option<String> {
+    let route = view.profile.as_ref()?.routes.first()?;
+    match &route.condition {
+        linkerd_index::profile::RequestMatch::Path(p) => Some(p.clone()),
+        other => panic!("unexpected condition {other:?}"),
+    }
+}
+
+fn invalid_count(registry: &Registry) -> String {
+    let mut text = String::new();
+    encode(&mut text, registry).unwrap();
+    text.lines()
+        .find(|l| l.starts_with("index_invalid_objects_total{kind=\"ServiceProfile\"}"))
+        .map(|l| l.rsplit(' ').next().unwrap_or_default().to_string())
+        .unwrap_or_else(|| "absent".into())
+}
+
+#[tokio::test]
+async fn client_namespace_first_then_service_namespace() {
+    let index = Index::new(IndexMetrics::default());
+    index.apply(Event::Reset(vec![service()]));
+    index.apply(Event::Reset(vec![profile("ns", "/server")]));
+    let mut client = index.service_profile(key(Some("client")));
+    assert_eq!(route_regex(&client.borrow()).as_deref(), Some("/server"));
+
+    index.apply(Event::Apply(profile("client", "/client")));
+    assert!(client.has_changed().unwrap());
+    assert_eq!(
+        route_regex(&client.borrow_and_update()).as_deref(),
+        Some("/client")
+    );
+    // Another client's namespace still gets the service namespace's profile.
+    let other = index.service_profile(key(Some("other")));
+    assert_eq!(route_regex(&other.borrow()).as_deref(), Some("/server"));
+
+    index.apply(Event::Delete(profile("client", "/client")));
+    assert_eq!(
+        route_regex(&client.borrow_and_update()).as_deref(),
+        Some("/server")
+    );
+}
+
+#[tokio::test]
+async fn invalid_update_falls_back_to_the_default_and_is_reported_once() {
+    let mut registry = Registry::default();
+    let index = Index::new(IndexMetrics::register(&mut registry));
+    index.apply(Event::Reset(vec![service()]));
+    index.apply(Event::Reset(vec![profile("ns", "/ok")]));
+    let rx = index.service_profile(key(None));
+    assert_eq!(route_regex(&rx.borrow()).as_deref(), Some("/ok"));
+
+    // An edit that does not translate removes the profile rather than keeping a stale one.
+    index.apply(Event::Apply(profile("ns", "/books/([0-9]+")));
+    assert_eq!(route_regex(&rx.borrow()), None);
+    assert_eq!(invalid_count(&registry), "1");
+    // Relists re-apply it unchanged: not counted (or logged) again.
+    index.apply(Event::Reset(vec![profile("ns", "/books/([0-9]+")]));
+    index.apply(Event::Reset(vec![profile("ns", "/books/([0-9]+")]));
+    assert_eq!(invalid_count(&registry), "1");
+    // Fixed, then broken again: a new report.
+    index.apply(Event::Apply(profile("ns", "/fixed")));
+    assert_eq!(route_regex(&rx.borrow()).as_deref(), Some("/fixed"));
+    index.apply(Event::Apply(profile("ns", "(")));
+    assert_eq!(invalid_count(&registry), "2");
+    assert!(rx.borrow().service.is_some(), "the Service is still served");
+}
