@@ -18,11 +18,13 @@
 #![forbid(unsafe_code)]
 
 pub mod endpoints;
+pub mod inbound;
 pub mod metrics;
 pub mod model;
 pub mod ports;
 pub mod profile;
 pub mod profiles;
+pub mod routes;
 pub mod selector;
 pub mod source;
 pub mod store;

@@ -26,6 +26,7 @@ use linkerd_k8s_api::{ExternalWorkload, Server, ServiceProfile};
 
 use crate::{
     endpoints::{EndpointsKey, EndpointsView},
+    inbound::{InboundConfig, InboundServer, PolicyStores, UnknownWorkload, WorkloadRef},
     metrics::IndexMetrics,
     model::{
         self, ExternalWorkloadInfo, InvalidObject, NodeInfo, ObjectRef, OwnerRef, PodInfo,
@@ -85,6 +86,11 @@ pub struct Cluster {
     endpoint_topics: Topics<ObjectRef, (u16, Option<String>), EndpointsView>,
     profile_topics: Topics<ObjectRef, ServiceProfileKey, ServiceProfileView>,
     endpoint_profile_topics: Topics<IpAddr, u16, EndpointProfileView>,
+    /// The policy kinds (ServerAuthorization, AuthorizationPolicy, ...), for inbound policy.
+    pub(crate) policy: PolicyStores,
+    /// Set by the policy controller; `None` in the destination.
+    pub(crate) inbound_config: Option<InboundConfig>,
+    inbound_topics: Topics<WorkloadRef, u16, InboundServer>,
     /// Objects skipped as invalid, with the reason logged, so a re-applied one is not logged
     /// again.
     invalid: HashMap<(&'static str, ObjectRef), String>,
@@ -105,6 +111,10 @@ pub struct Touched {
     ips: BTreeSet<IpAddr>,
     /// A Server changed: every endpoint profile is recomputed.
     all_ips: bool,
+    /// Namespaces whose inbound servers must be recomputed (§4.3).
+    pub(crate) inbound_namespaces: BTreeSet<String>,
+    /// An authentication changed: every inbound server is recomputed.
+    pub(crate) inbound_all: bool,
 }
 
 impl Touched {
@@ -144,6 +154,13 @@ impl Index {
                 next_topic_id: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// An empty index that also serves inbound policy with `config` (the policy controller).
+    pub fn with_inbound(metrics: IndexMetrics, config: InboundConfig) -> Self {
+        let index = Self::new(metrics);
+        index.inner.cluster.lock().inbound_config = Some(config);
+        index
     }
 
     /// Starts one task per kind discovery needs (Services, EndpointSlices, Pods, Nodes,
@@ -357,6 +374,30 @@ impl Index {
         rx
     }
 
+    /// Subscribes to the inbound policy of `workload`'s `port` (spec/policy.md §4.9). The
+    /// receiver closes when the workload is deleted. Errors when the workload is not indexed
+    /// (unknown, or an unmeshed pod) or the index was not built with [`Index::with_inbound`].
+    pub fn inbound_server(
+        &self,
+        workload: WorkloadRef,
+        port: u16,
+    ) -> Result<watch::Receiver<Arc<InboundServer>>, UnknownWorkload> {
+        let initial = {
+            let cluster = self.inner.cluster.lock();
+            let config = cluster.inbound_config.as_ref().ok_or(UnknownWorkload)?;
+            cluster
+                .inbound_server(config, &workload, port)
+                .ok_or(UnknownWorkload)?
+        };
+        Ok(self.subscribe(
+            |c| &mut c.inbound_topics,
+            workload,
+            port,
+            // Computed just above; recomputing under the same lock would give the same value.
+            move |_| initial,
+        ))
+    }
+
     /// The number of endpoint topics alive (one per subscribed service port and hostname).
     pub fn endpoint_topic_count(&self) -> usize {
         self.inner.cluster.lock().endpoint_topics.len()
@@ -500,6 +541,35 @@ impl Cluster {
             });
         }
         self.endpoint_profile_topics = topics;
+
+        if let Some(config) = self.inbound_config.clone()
+            && (touched.inbound_all || !touched.inbound_namespaces.is_empty())
+        {
+            let mut topics = std::mem::take(&mut self.inbound_topics);
+            let workloads: Vec<WorkloadRef> = topics
+                .groups()
+                .filter(|w| {
+                    touched.inbound_all
+                        || touched.inbound_namespaces.contains(match w {
+                            WorkloadRef::Pod { namespace, .. }
+                            | WorkloadRef::ExternalWorkload { namespace, .. } => namespace,
+                        })
+                })
+                .cloned()
+                .collect();
+            for workload in workloads {
+                if !self.has_inbound_workload(&workload) {
+                    // Deleted: dropping its topics ends the streams watching it (§4.2).
+                    topics.remove_group(&workload);
+                    continue;
+                }
+                topics.republish(&workload, |port| {
+                    self.inbound_server(&config, &workload, *port)
+                        .unwrap_or_else(|| unreachable_default(&config))
+                });
+            }
+            self.inbound_topics = topics;
+        }
     }
 
     /// Whether an opaque Server in the pod's namespace covers `port` of `pod` (spec §C.3.1).
@@ -532,6 +602,21 @@ impl Cluster {
                 touched.insert(svc);
             }
         }
+    }
+}
+
+/// Never used: a workload checked to exist always has a server. Kept total rather than
+/// panicking inside the index lock.
+fn unreachable_default(config: &InboundConfig) -> InboundServer {
+    InboundServer {
+        reference: crate::inbound::ServerRef::Default(config.default_policy.name().into()),
+        protocol: crate::inbound::InboundProtocol::Detect {
+            timeout: crate::inbound::DETECT_TIMEOUT,
+        },
+        authorizations: config.default_policy.authorizations(config),
+        http_routes: Vec::new(),
+        grpc_routes: Vec::new(),
+        rate_limit: None,
     }
 }
 
@@ -810,6 +895,7 @@ impl IndexedKind for Server {
             &key,
         );
         touched.server_namespaces.insert(srv.namespace.clone());
+        touched.inbound_namespaces.insert(srv.namespace.clone());
         touched.all_ips = true;
         cluster.servers.insert(key, Arc::new(srv));
         Ok(())
@@ -819,6 +905,7 @@ impl IndexedKind for Server {
         if cluster.servers.remove(key).is_some() {
             index_remove(&mut cluster.servers_by_namespace, &key.namespace, key);
             touched.server_namespaces.insert(key.namespace.clone());
+            touched.inbound_namespaces.insert(key.namespace.clone());
             touched.all_ips = true;
         }
     }
@@ -858,6 +945,7 @@ impl IndexedKind for ExternalWorkload {
         }
         cluster.touch_slice_services(cluster.slices_by_external_workload.get(&key), touched);
         touched.ips.extend(ew.ips.iter().copied());
+        touched.inbound_namespaces.insert(ew.namespace.clone());
         cluster.external_workloads.insert(key, Arc::new(ew));
         Ok(())
     }

@@ -131,6 +131,11 @@ impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq> Topics<G, K, V> {
         }
     }
 
+    /// Drops every topic of `group`: their receivers see the channel close.
+    pub(crate) fn remove_group(&mut self, group: &G) {
+        self.groups.remove(group);
+    }
+
     /// The groups that have topics.
     pub(crate) fn groups(&self) -> impl Iterator<Item = &G> {
         self.groups.keys()

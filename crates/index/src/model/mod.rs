@@ -11,15 +11,21 @@ use k8s_openapi::api::{
     discovery::v1::EndpointSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+    sync::Arc,
+};
 
 use crate::ports::PortSet;
 
 mod external_workload;
+mod policy;
 mod server;
 
 pub use self::{
     external_workload::{ExternalWorkloadInfo, WorkloadPort},
+    policy::*,
     server::{ServerInfo, ServerPort},
 };
 
@@ -185,6 +191,9 @@ pub struct PodInfo {
     pub opaque_ports: Option<PortSet>,
     /// `config.linkerd.io/skip-inbound-ports`, parsed once (no names allowed there).
     pub skip_inbound_ports: PortSet,
+    /// Paths of `httpGet` liveness, readiness and startup probes, by port (spec/policy.md
+    /// §4.2): inbound policy adds a `probe` route for them.
+    pub probe_paths: BTreeMap<u16, BTreeSet<String>>,
 }
 
 /// One declared container port.
@@ -193,6 +202,8 @@ pub struct ContainerPort {
     pub name: Option<String>,
     pub container_port: u16,
     pub host_port: Option<u16>,
+    /// `protocol` is absent or TCP (only TCP ports can be named by a Server).
+    pub tcp: bool,
 }
 
 /// Ports read from the proxy container's environment (spec §B.2); `None` when the variable is
@@ -396,6 +407,10 @@ impl PodInfo {
                         .host_port
                         .and_then(|h| u16::try_from(h).ok())
                         .filter(|h| *h != 0),
+                    tcp: p
+                        .protocol
+                        .as_deref()
+                        .is_none_or(|p| p.eq_ignore_ascii_case("TCP")),
                 })
             })
             .collect();
@@ -444,7 +459,9 @@ impl PodInfo {
             .get(SKIP_INBOUND_PORTS_ANNOTATION)
             .map(|list| PortSet::parse(list).0)
             .unwrap_or_default();
+        let probe_paths = probe_paths(&containers);
         Ok(Self {
+            probe_paths,
             resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
             labels: pod.metadata.labels.clone().unwrap_or_default(),
             annotations,
@@ -547,6 +564,46 @@ pub(crate) fn single_owner(meta: &ObjectMeta) -> Option<OwnerRef> {
         }),
         _ => None,
     }
+}
+
+/// The `httpGet` probe paths of `containers` by port: a numeric port, or a name resolved
+/// against the same container's TCP ports (case-insensitively); the path's query is dropped
+/// and a path that is not absolute is skipped.
+fn probe_paths(containers: &[&Container]) -> BTreeMap<u16, BTreeSet<String>> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let mut paths: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
+    for c in containers {
+        let probes = [&c.liveness_probe, &c.readiness_probe, &c.startup_probe];
+        for get in probes
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.http_get.as_ref())
+        {
+            let port = match &get.port {
+                IntOrString::Int(n) => u16::try_from(*n).ok().filter(|p| *p != 0),
+                IntOrString::String(name) => c.ports.iter().flatten().find_map(|p| {
+                    let tcp = p
+                        .protocol
+                        .as_deref()
+                        .is_none_or(|p| p.eq_ignore_ascii_case("TCP"));
+                    (tcp && p
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.eq_ignore_ascii_case(name)))
+                    .then(|| u16::try_from(p.container_port).ok())
+                    .flatten()
+                }),
+            };
+            let path = get.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("/");
+            let path = path.split(['?', '#']).next().unwrap_or_default();
+            if let Some(port) = port
+                && path.starts_with('/')
+            {
+                paths.entry(port).or_default().insert(path.to_string());
+            }
+        }
+    }
+    paths
 }
 
 /// `(namespace, name)` of an object; namespace is `""` for cluster-scoped kinds.

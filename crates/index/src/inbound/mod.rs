@@ -1,0 +1,702 @@
+//! Inbound policy: per (workload, port), the Server that covers it (or the default server) with
+//! its authorizations, routes and rate limit (spec/policy.md §4).
+//!
+//! The stores of the policy kinds live in [`PolicyStores`] inside the index's cluster state;
+//! [`InboundServer`]s are computed from them for subscribed (workload, port) pairs and
+//! recomputed when anything in the workload's namespace changes (§4.3).
+
+pub mod view;
+
+use ipnet::IpNet;
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    str::FromStr,
+    sync::Arc,
+};
+
+use crate::{
+    model::{
+        AuthenticationRef, AuthorizationPolicyInfo, ExternalWorkloadInfo, InboundRouteInfo,
+        MeshTlsAuthenticationInfo, NetworkAuthenticationInfo, ObjectRef, PodInfo, PolicyTarget,
+        RateLimitPolicyInfo, RouteRules, ServerAuthorizationInfo, ServerInfo, ServerPort,
+        ServerSelection,
+    },
+    ports::PortSet,
+    routes::{GrpcRouteMatch, GrpcRule, HttpRouteMatch, HttpRule, PathMatch},
+    store::Cluster,
+};
+use linkerd_k8s_api::server::ProxyProtocol;
+
+pub use self::view::*;
+
+/// Pod and ExternalWorkload annotation overriding the default inbound policy.
+pub const DEFAULT_INBOUND_POLICY_ANNOTATION: &str = "config.linkerd.io/default-inbound-policy";
+/// Annotation listing ports whose Allow defaults require an authenticated client.
+pub const REQUIRE_IDENTITY_PORTS_ANNOTATION: &str =
+    "config.linkerd.io/proxy-require-identity-inbound-ports";
+
+/// The policy controller's settings that shape inbound answers (its flags, §1.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InboundConfig {
+    /// `--cluster-networks`.
+    pub cluster_networks: Vec<IpNet>,
+    /// `--default-policy`.
+    pub default_policy: DefaultPolicy,
+    /// `--probe-networks`: who may reach probe routes (none: no probe routes).
+    pub probe_networks: Vec<IpNet>,
+    /// `--identity-domain`.
+    pub identity_domain: String,
+    /// `--control-plane-namespace`.
+    pub control_plane_namespace: String,
+    /// Offline mode: decide route acceptance in-process instead of reading `status.parents`.
+    pub compute_route_acceptance: bool,
+}
+
+/// A default inbound policy (§4.4).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DefaultPolicy {
+    AllUnauthenticated,
+    AllAuthenticated,
+    ClusterUnauthenticated,
+    ClusterAuthenticated,
+    Deny,
+    Audit,
+}
+
+/// A string that is not a default-policy name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid mode: {0:?}")]
+pub struct InvalidPolicy(pub String);
+
+/// A workload as the proxy names it in `PortSpec.workload`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WorkloadRef {
+    Pod { namespace: String, name: String },
+    ExternalWorkload { namespace: String, name: String },
+}
+
+/// The workload is not indexed (unknown, or a pod that is not meshed): `NOT_FOUND`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown server")]
+pub struct UnknownWorkload;
+
+/// The stores of the policy kinds, by namespace then name.
+#[derive(Debug, Default)]
+pub struct PolicyStores {
+    pub(crate) server_authorizations: NamespacedStore<ServerAuthorizationInfo>,
+    pub(crate) authorization_policies: NamespacedStore<AuthorizationPolicyInfo>,
+    pub(crate) mesh_tls_authentications: NamespacedStore<MeshTlsAuthenticationInfo>,
+    pub(crate) network_authentications: NamespacedStore<NetworkAuthenticationInfo>,
+    pub(crate) rate_limits: NamespacedStore<RateLimitPolicyInfo>,
+    /// Routes by `(group, kind)` too, since a policy and a Gateway HTTPRoute may share a name.
+    pub(crate) routes: NamespacedStore<InboundRouteInfo>,
+}
+
+/// Objects of one kind, by namespace then name (or `group/kind/name` for routes).
+#[derive(Debug)]
+pub(crate) struct NamespacedStore<T> {
+    by_namespace: HashMap<String, BTreeMap<String, Arc<T>>>,
+}
+
+impl<T> Default for NamespacedStore<T> {
+    fn default() -> Self {
+        Self {
+            by_namespace: HashMap::new(),
+        }
+    }
+}
+
+impl<T: PartialEq> NamespacedStore<T> {
+    /// Inserts; returns false when an equal object was already there.
+    pub(crate) fn insert(&mut self, namespace: &str, name: String, obj: T) -> bool {
+        let ns = self.by_namespace.entry(namespace.to_string()).or_default();
+        if ns.get(&name).is_some_and(|old| **old == obj) {
+            return false;
+        }
+        ns.insert(name, Arc::new(obj));
+        true
+    }
+
+    pub(crate) fn remove(&mut self, namespace: &str, name: &str) -> bool {
+        let Some(ns) = self.by_namespace.get_mut(namespace) else {
+            return false;
+        };
+        let removed = ns.remove(name).is_some();
+        if ns.is_empty() {
+            self.by_namespace.remove(namespace);
+        }
+        removed
+    }
+
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<&T> {
+        self.by_namespace.get(namespace)?.get(name).map(|t| &**t)
+    }
+
+    pub(crate) fn in_namespace<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a T> {
+        self.by_namespace
+            .get(namespace)
+            .into_iter()
+            .flat_map(|ns| ns.values().map(|t| &**t))
+    }
+
+    pub(crate) fn keys(&self) -> Vec<ObjectRef> {
+        self.by_namespace
+            .iter()
+            .flat_map(|(ns, objs)| {
+                objs.keys().map(move |name| ObjectRef {
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                })
+            })
+            .collect()
+    }
+}
+
+// === impl DefaultPolicy ===
+
+impl DefaultPolicy {
+    /// The policy's name, as annotations, flags and `default:<name>` references spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AllUnauthenticated => "all-unauthenticated",
+            Self::AllAuthenticated => "all-authenticated",
+            Self::ClusterUnauthenticated => "cluster-unauthenticated",
+            Self::ClusterAuthenticated => "cluster-authenticated",
+            Self::Deny => "deny",
+            Self::Audit => "audit",
+        }
+    }
+
+    /// The authorizations this policy grants (§4.4): one entry named after the policy, or
+    /// none for `deny`.
+    pub fn authorizations(
+        self,
+        config: &InboundConfig,
+    ) -> BTreeMap<AuthorizationRef, ClientAuthorization> {
+        let all = || vec![network("0.0.0.0/0"), network("::/0")];
+        let cluster = || {
+            config
+                .cluster_networks
+                .iter()
+                .map(|net| Network {
+                    net: *net,
+                    except: vec![],
+                })
+                .collect::<Vec<_>>()
+        };
+        let any_identity =
+            || ClientAuthentication::TlsAuthenticated(vec![IdentityMatch::Suffix(vec![])]);
+        let authz = match self {
+            Self::AllUnauthenticated | Self::Audit => ClientAuthorization {
+                networks: all(),
+                authentication: ClientAuthentication::Unauthenticated,
+            },
+            Self::AllAuthenticated => ClientAuthorization {
+                networks: all(),
+                authentication: any_identity(),
+            },
+            Self::ClusterUnauthenticated => ClientAuthorization {
+                networks: cluster(),
+                authentication: ClientAuthentication::Unauthenticated,
+            },
+            Self::ClusterAuthenticated => ClientAuthorization {
+                networks: cluster(),
+                authentication: any_identity(),
+            },
+            Self::Deny => return BTreeMap::new(),
+        };
+        BTreeMap::from([(AuthorizationRef::Default(self.name().to_string()), authz)])
+    }
+}
+
+fn network(cidr: &str) -> Network {
+    Network {
+        net: cidr.parse().unwrap_or_default(),
+        except: vec![],
+    }
+}
+
+impl FromStr for DefaultPolicy {
+    type Err = InvalidPolicy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "all-unauthenticated" => Self::AllUnauthenticated,
+            "all-authenticated" => Self::AllAuthenticated,
+            "cluster-unauthenticated" => Self::ClusterUnauthenticated,
+            "cluster-authenticated" => Self::ClusterAuthenticated,
+            "deny" => Self::Deny,
+            "audit" => Self::Audit,
+            other => return Err(InvalidPolicy(other.to_string())),
+        })
+    }
+}
+
+// === computation ===
+
+/// A workload, as server selection sees it.
+enum Workload<'a> {
+    Pod(&'a PodInfo),
+    External(&'a ExternalWorkloadInfo),
+}
+
+impl Workload<'_> {
+    fn namespace(&self) -> &str {
+        match self {
+            Self::Pod(p) => &p.namespace,
+            Self::External(e) => &e.namespace,
+        }
+    }
+
+    fn labels(&self) -> &BTreeMap<String, String> {
+        match self {
+            Self::Pod(p) => &p.labels,
+            Self::External(e) => &e.labels,
+        }
+    }
+
+    fn annotations(&self) -> &BTreeMap<String, String> {
+        match self {
+            Self::Pod(p) => &p.annotations,
+            Self::External(e) => &e.annotations,
+        }
+    }
+
+    fn opaque_ports(&self) -> Option<&PortSet> {
+        match self {
+            Self::Pod(p) => p.opaque_ports.as_ref(),
+            Self::External(e) => e.opaque_ports.as_ref(),
+        }
+    }
+
+    /// Whether `server` selects this workload kind and its labels (§4.3).
+    fn selected_by(&self, server: &ServerInfo) -> bool {
+        let selector = match self {
+            Self::Pod(_) => server.pod_selector.as_ref(),
+            Self::External(_) => server.external_workload_selector.as_ref(),
+        };
+        selector.is_some_and(|s| s.matches(self.labels()))
+    }
+
+    /// Whether `server`'s port resolves to `port` on this workload: a number, or a name
+    /// carried by that port (any of a pod's TCP ports with the name; the workload's one).
+    fn server_port_is(&self, server: &ServerInfo, port: u16) -> bool {
+        match &server.port {
+            ServerPort::Number(n) => *n == port,
+            ServerPort::Name(name) => match self {
+                Self::Pod(p) => p.container_ports.iter().any(|c| {
+                    c.tcp && c.container_port == port && c.name.as_deref() == Some(name.as_str())
+                }),
+                Self::External(e) => {
+                    e.ports
+                        .iter()
+                        .find(|p| p.name.as_deref() == Some(name.as_str()))
+                        .map(|p| p.port)
+                        == Some(port)
+                }
+            },
+        }
+    }
+
+    fn probe_paths(&self, port: u16) -> Option<&BTreeSet<String>> {
+        match self {
+            Self::Pod(p) => p.probe_paths.get(&port),
+            Self::External(_) => None,
+        }
+    }
+}
+
+impl Cluster {
+    /// The pod or ExternalWorkload `workload`, if indexed for inbound policy (pods must be
+    /// meshed).
+    fn inbound_workload(&self, workload: &WorkloadRef) -> Option<Workload<'_>> {
+        match workload {
+            WorkloadRef::Pod { namespace, name } => self
+                .pods
+                .get(&ObjectRef {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                })
+                .filter(|p| p.labels.contains_key(crate::model::CONTROL_PLANE_NS_LABEL))
+                .map(|p| Workload::Pod(p)),
+            WorkloadRef::ExternalWorkload { namespace, name } => self
+                .external_workloads
+                .get(&ObjectRef {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                })
+                .map(|e| Workload::External(e)),
+        }
+    }
+
+    /// Whether `workload` is indexed.
+    pub(crate) fn has_inbound_workload(&self, workload: &WorkloadRef) -> bool {
+        self.inbound_workload(workload).is_some()
+    }
+
+    /// The server of `workload`'s `port`, or `None` when the workload is not indexed.
+    pub(crate) fn inbound_server(
+        &self,
+        config: &InboundConfig,
+        workload: &WorkloadRef,
+        port: u16,
+    ) -> Option<InboundServer> {
+        let workload = self.inbound_workload(workload)?;
+        let mut servers: Vec<&ServerInfo> = self
+            .servers_by_namespace
+            .get(workload.namespace())
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.servers.get(k).map(|s| &**s))
+            .collect();
+        // Oldest first (a missing timestamp sorts first), then by name (§4.3).
+        servers.sort_by(|a, b| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
+        let server = servers
+            .into_iter()
+            .find(|s| workload.selected_by(s) && workload.server_port_is(s, port));
+        Some(match server {
+            Some(server) => self.server_content(config, &workload, server, port),
+            None => default_server(config, &workload, port),
+        })
+    }
+
+    fn server_content(
+        &self,
+        config: &InboundConfig,
+        workload: &Workload<'_>,
+        server: &ServerInfo,
+        port: u16,
+    ) -> InboundServer {
+        let ns = &server.namespace;
+        let protocol = match server.proxy_protocol {
+            ProxyProtocol::Unknown => InboundProtocol::Detect {
+                timeout: DETECT_TIMEOUT,
+            },
+            ProxyProtocol::Http1 => InboundProtocol::Http1,
+            ProxyProtocol::Http2 => InboundProtocol::Http2,
+            ProxyProtocol::Grpc => InboundProtocol::Grpc,
+            ProxyProtocol::Opaque => InboundProtocol::Opaque,
+            ProxyProtocol::Tls => InboundProtocol::Tls,
+        };
+        let mut authorizations = BTreeMap::new();
+        for saz in self.policy.server_authorizations.in_namespace(ns) {
+            let selects = match &saz.servers {
+                ServerSelection::Name(name) => *name == server.name,
+                ServerSelection::Selector(sel) => sel.matches(&server.labels),
+            };
+            if selects {
+                authorizations.insert(
+                    AuthorizationRef::ServerAuthorization(saz.name.clone()),
+                    saz.authorization.clone(),
+                );
+            }
+        }
+        for policy in self.policy.authorization_policies.in_namespace(ns) {
+            let targets = match &policy.target {
+                PolicyTarget::Server(name) => *name == server.name,
+                PolicyTarget::Namespace => true,
+                PolicyTarget::Route { .. } => false,
+            };
+            if targets && let Some(authz) = self.policy_authorization(policy) {
+                authorizations.insert(
+                    AuthorizationRef::AuthorizationPolicy(policy.name.clone()),
+                    authz,
+                );
+            }
+        }
+        if let Ok(access) = server.access_policy.parse::<DefaultPolicy>() {
+            authorizations.extend(access.authorizations(config));
+        }
+
+        let mut http_routes = Vec::new();
+        let mut grpc_routes = Vec::new();
+        for route in self.policy.routes.in_namespace(ns) {
+            if !route.parents.contains(&server.name)
+                || !self.route_accepted(config, route, &server.name)
+            {
+                continue;
+            }
+            let authorizations = self.route_authorizations(route);
+            let reference = RouteRef::Resource {
+                group: route.group.clone(),
+                kind: route.kind.clone(),
+                name: route.name.clone(),
+            };
+            match &route.rules {
+                RouteRules::Http(rules) => http_routes.push(InboundRoute {
+                    reference,
+                    creation_timestamp: route.created.clone(),
+                    hostnames: route.hostnames.clone(),
+                    rules: rules.clone(),
+                    authorizations,
+                }),
+                RouteRules::Grpc(rules) => grpc_routes.push(InboundRoute {
+                    reference,
+                    creation_timestamp: route.created.clone(),
+                    hostnames: route.hostnames.clone(),
+                    rules: rules.clone(),
+                    authorizations,
+                }),
+            }
+        }
+        if http_routes.is_empty() {
+            http_routes = default_http_routes(config, workload, port);
+        }
+        if grpc_routes.is_empty() {
+            grpc_routes = vec![default_grpc_route()];
+        }
+        sort_routes(&mut http_routes);
+        sort_routes(&mut grpc_routes);
+
+        let rate_limit = self
+            .policy
+            .rate_limits
+            .in_namespace(ns)
+            .filter(|r| r.accepted && r.server == server.name)
+            .min_by(|a, b| a.name.cmp(&b.name))
+            .map(|r| RateLimit {
+                name: r.name.clone(),
+                total: r.total,
+                identity: r.identity,
+                overrides: r
+                    .overrides
+                    .iter()
+                    .map(|(rps, ids)| RateLimitOverride {
+                        requests_per_second: *rps,
+                        identities: ids.clone(),
+                    })
+                    .collect(),
+            });
+        InboundServer {
+            reference: ServerRef::Server(server.name.clone()),
+            protocol,
+            authorizations,
+            http_routes,
+            grpc_routes,
+            rate_limit,
+        }
+    }
+
+    /// A route is accepted for a Server when its status says so (written by the status
+    /// controller), or, in offline mode, when that Server exists in the route's namespace.
+    fn route_accepted(
+        &self,
+        config: &InboundConfig,
+        route: &InboundRouteInfo,
+        server: &str,
+    ) -> bool {
+        if config.compute_route_acceptance {
+            accepted_by_server(self, route, server)
+        } else {
+            route.accepted.contains(server)
+        }
+    }
+
+    /// The authorizations of AuthorizationPolicies targeting `route` (§4.6).
+    fn route_authorizations(
+        &self,
+        route: &InboundRouteInfo,
+    ) -> BTreeMap<AuthorizationRef, ClientAuthorization> {
+        self.policy
+            .authorization_policies
+            .in_namespace(&route.namespace)
+            .filter(|p| match &p.target {
+                PolicyTarget::Route { group, kind, name } => {
+                    group.eq_ignore_ascii_case(&route.group)
+                        && kind.eq_ignore_ascii_case(&route.kind)
+                        && name.eq_ignore_ascii_case(&route.name)
+                }
+                _ => false,
+            })
+            .filter_map(|p| {
+                Some((
+                    AuthorizationRef::AuthorizationPolicy(p.name.clone()),
+                    self.policy_authorization(p)?,
+                ))
+            })
+            .collect()
+    }
+
+    /// What an AuthorizationPolicy admits, or `None` while a referenced authentication is
+    /// missing or the references are ambiguous (§4.5 step 2).
+    fn policy_authorization(
+        &self,
+        policy: &AuthorizationPolicyInfo,
+    ) -> Option<ClientAuthorization> {
+        let mut identities: Option<Vec<IdentityMatch>> = None;
+        let mut networks: Option<Vec<Network>> = None;
+        for authn in &policy.authentications {
+            match authn {
+                AuthenticationRef::MeshTls { namespace, name } => {
+                    let mtls = self.policy.mesh_tls_authentications.get(namespace, name)?;
+                    if identities.replace(mtls.identities.clone()).is_some() {
+                        return None;
+                    }
+                }
+                AuthenticationRef::ServiceAccount { identity } => {
+                    if identities
+                        .replace(vec![IdentityMatch::Exact(identity.clone())])
+                        .is_some()
+                    {
+                        return None;
+                    }
+                }
+                AuthenticationRef::Network { namespace, name } => {
+                    let net = self.policy.network_authentications.get(namespace, name)?;
+                    if networks.replace(net.networks.clone()).is_some() {
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(ClientAuthorization {
+            networks: networks.unwrap_or_else(|| vec![network("0.0.0.0/0"), network("::/0")]),
+            authentication: match identities {
+                Some(ids) => ClientAuthentication::TlsAuthenticated(ids),
+                None => ClientAuthentication::Unauthenticated,
+            },
+        })
+    }
+}
+
+/// Whether the status controller accepts `route` for Server `server`: the route names it as a
+/// parent and it exists in the route's namespace. Shared by offline mode and the status
+/// writer so both decide alike.
+pub(crate) fn accepted_by_server(
+    cluster: &Cluster,
+    route: &InboundRouteInfo,
+    server: &str,
+) -> bool {
+    route.parents.contains(server)
+        && cluster.servers.contains_key(&ObjectRef {
+            namespace: route.namespace.clone(),
+            name: server.to_string(),
+        })
+}
+
+/// The server of a port no Server covers (§4.4).
+fn default_server(config: &InboundConfig, workload: &Workload<'_>, port: u16) -> InboundServer {
+    let annotations = workload.annotations();
+    let mut policy = annotations
+        .get(DEFAULT_INBOUND_POLICY_ANNOTATION)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(config.default_policy);
+    let require_identity = annotations
+        .get(REQUIRE_IDENTITY_PORTS_ANNOTATION)
+        .map(|list| PortSet::parse(list).0)
+        .is_some_and(|ports| ports.contains(port));
+    if require_identity {
+        policy = match policy {
+            DefaultPolicy::AllUnauthenticated => DefaultPolicy::AllAuthenticated,
+            DefaultPolicy::ClusterUnauthenticated => DefaultPolicy::ClusterAuthenticated,
+            other => other,
+        };
+    }
+    let opaque = workload.opaque_ports().is_some_and(|p| p.contains(port));
+    InboundServer {
+        reference: ServerRef::Default(policy.name().to_string()),
+        protocol: if opaque {
+            InboundProtocol::Opaque
+        } else {
+            InboundProtocol::Detect {
+                timeout: DETECT_TIMEOUT,
+            }
+        },
+        authorizations: policy.authorizations(config),
+        http_routes: default_http_routes(config, workload, port),
+        grpc_routes: Vec::new(),
+        rate_limit: None,
+    }
+}
+
+/// The catch-all `default` route, and the `probe` route when the workload has probe paths on
+/// this port and probe networks are configured (§4.6).
+fn default_http_routes(
+    config: &InboundConfig,
+    workload: &Workload<'_>,
+    port: u16,
+) -> Vec<InboundRoute<HttpRule>> {
+    let mut routes = vec![InboundRoute {
+        reference: RouteRef::Default("default".into()),
+        creation_timestamp: None,
+        hostnames: vec![],
+        rules: vec![HttpRule {
+            matches: vec![HttpRouteMatch {
+                path: Some(PathMatch::Prefix("/".into())),
+                ..HttpRouteMatch::default()
+            }],
+            filters: vec![],
+        }],
+        authorizations: BTreeMap::new(),
+    }];
+    if let Some(paths) = workload.probe_paths(port).filter(|p| !p.is_empty())
+        && !config.probe_networks.is_empty()
+    {
+        routes.push(InboundRoute {
+            reference: RouteRef::Default("probe".into()),
+            creation_timestamp: None,
+            hostnames: vec![],
+            rules: vec![HttpRule {
+                matches: paths
+                    .iter()
+                    .map(|p| HttpRouteMatch {
+                        path: Some(PathMatch::Exact(p.clone())),
+                        method: Some("GET".into()),
+                        ..HttpRouteMatch::default()
+                    })
+                    .collect(),
+                filters: vec![],
+            }],
+            authorizations: BTreeMap::from([(
+                AuthorizationRef::Default("probe".into()),
+                ClientAuthorization {
+                    networks: config
+                        .probe_networks
+                        .iter()
+                        .map(|net| Network {
+                            net: *net,
+                            except: vec![],
+                        })
+                        .collect(),
+                    authentication: ClientAuthentication::Unauthenticated,
+                },
+            )]),
+        });
+    }
+    routes
+}
+
+fn default_grpc_route() -> InboundRoute<GrpcRule> {
+    InboundRoute {
+        reference: RouteRef::Default("default".into()),
+        creation_timestamp: None,
+        hostnames: vec![],
+        rules: vec![GrpcRule {
+            matches: vec![GrpcRouteMatch::default()],
+            filters: vec![],
+        }],
+        authorizations: BTreeMap::new(),
+    }
+}
+
+/// Routes with a creation time first, oldest first; then resources before defaults,
+/// resources by name, group, kind, defaults by name (§4.8).
+fn sort_routes<R>(routes: &mut [InboundRoute<R>]) {
+    fn key<R>(r: &InboundRoute<R>) -> (bool, Option<&str>, u8, &str, &str, &str) {
+        let (rank, name, group, kind) = match &r.reference {
+            RouteRef::Resource { group, kind, name } => {
+                (0, name.as_str(), group.as_str(), kind.as_str())
+            }
+            RouteRef::Default(name) => (1, name.as_str(), "", ""),
+        };
+        (
+            r.creation_timestamp.is_none(),
+            r.creation_timestamp.as_deref(),
+            rank,
+            name,
+            group,
+            kind,
+        )
+    }
+    routes.sort_by(|a, b| key(a).cmp(&key(b)));
+}

@@ -1,0 +1,132 @@
+//! What the policy controller serves for one workload port (spec/policy.md §4.4–§4.8), in
+//! protocol-agnostic form: the policy binary turns an [`InboundServer`] into the proxy API's
+//! `inbound.Server`.
+
+use ipnet::IpNet;
+use std::{collections::BTreeMap, time::Duration};
+
+use crate::routes::{GrpcRule, HostMatch, HttpRule};
+
+/// The protocol-detection timeout of `Detect` servers (§1.2 constants).
+pub const DETECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The policy of one workload port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InboundServer {
+    pub reference: ServerRef,
+    pub protocol: InboundProtocol,
+    /// Server-level authorizations, by reference (order on the wire is unspecified).
+    pub authorizations: BTreeMap<AuthorizationRef, ClientAuthorization>,
+    /// HTTP routes, sorted as §4.8 says; the default (and probe) routes when none attached.
+    pub http_routes: Vec<InboundRoute<HttpRule>>,
+    /// gRPC routes (Servers only), sorted; the default route when none attached.
+    pub grpc_routes: Vec<InboundRoute<GrpcRule>>,
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// Which Server (or default policy) a port is served by.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServerRef {
+    /// A default server, named after its policy (`all-unauthenticated`, ...).
+    Default(String),
+    /// A `policy.linkerd.io` Server, by name.
+    Server(String),
+}
+
+/// The protocol a server's port speaks (§4.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InboundProtocol {
+    Detect { timeout: Duration },
+    Http1,
+    Http2,
+    Grpc,
+    Opaque,
+    Tls,
+}
+
+/// What an authorization (or route) is: the wire metadata and `labels` come from it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AuthorizationRef {
+    /// A default authorization, named after its policy (`all-unauthenticated`, `probe`).
+    Default(String),
+    ServerAuthorization(String),
+    AuthorizationPolicy(String),
+}
+
+/// Which clients an authorization admits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientAuthorization {
+    /// Client networks; empty means the cluster networks (§4.8).
+    pub networks: Vec<Network>,
+    pub authentication: ClientAuthentication,
+}
+
+/// How clients must authenticate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientAuthentication {
+    /// Any client, TLS or not.
+    Unauthenticated,
+    /// Mesh TLS without a required identity.
+    TlsUnauthenticated,
+    /// Mesh TLS with one of these identities.
+    TlsAuthenticated(Vec<IdentityMatch>),
+}
+
+/// A client identity match (§3.2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IdentityMatch {
+    Exact(String),
+    /// `*.a.b` → `["a", "b"]`; `*` → `[]` (any identity).
+    Suffix(Vec<String>),
+}
+
+/// A client network with exceptions (§3.3).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Network {
+    pub net: IpNet,
+    pub except: Vec<IpNet>,
+}
+
+/// A route attached to a server, with its own authorizations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InboundRoute<R> {
+    pub reference: RouteRef,
+    /// RFC 3339 creation time; routes with one sort first (§4.8).
+    pub creation_timestamp: Option<String>,
+    pub hostnames: Vec<HostMatch>,
+    pub rules: Vec<R>,
+    pub authorizations: BTreeMap<AuthorizationRef, ClientAuthorization>,
+}
+
+/// What a route is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RouteRef {
+    /// A resource (`HTTPRoute`, `GRPCRoute`) of a group.
+    Resource {
+        group: String,
+        kind: String,
+        name: String,
+    },
+    /// A default route: `default` or `probe`.
+    Default(String),
+}
+
+/// A local rate limit (§4.7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateLimit {
+    /// The HTTPLocalRateLimitPolicy's name.
+    pub name: String,
+    /// Requests per second for all clients together.
+    pub total: Option<u32>,
+    /// Requests per second per client identity.
+    pub identity: Option<u32>,
+    pub overrides: Vec<RateLimitOverride>,
+}
+
+/// A rate limit for some client identities.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateLimitOverride {
+    pub requests_per_second: u32,
+    /// Exact identities of the ServiceAccounts named.
+    pub identities: Vec<String>,
+}

@@ -1,0 +1,116 @@
+//! HTTP and gRPC route rules in domain form, shared by inbound policy, outbound policy and the
+//! admission webhook (spec/policy.md §3.4, §3.5). Conversion from the Kubernetes types lives
+//! with each consumer; these are the validated results.
+
+/// A request path match. Paths are absolute (start with `/`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PathMatch {
+    Exact(String),
+    Prefix(String),
+    /// A regular expression known to compile.
+    Regex(String),
+}
+
+/// A header (or gRPC metadata) match on `name`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum HeaderMatch {
+    Exact { name: String, value: String },
+    Regex { name: String, regex: String },
+}
+
+/// A query-parameter match on `name`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum QueryParamMatch {
+    Exact { name: String, value: String },
+    Regex { name: String, regex: String },
+}
+
+/// One HTTP match: every field that is set must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HttpRouteMatch {
+    pub path: Option<PathMatch>,
+    pub headers: Vec<HeaderMatch>,
+    pub query_params: Vec<QueryParamMatch>,
+    /// An upper-case HTTP method.
+    pub method: Option<String>,
+}
+
+/// One gRPC match: an RPC (service and method, either may be absent) and headers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GrpcRouteMatch {
+    pub service: Option<String>,
+    pub method: Option<String>,
+    pub headers: Vec<HeaderMatch>,
+}
+
+/// Headers to add, set and remove.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HeaderModifier {
+    pub add: Vec<(String, String)>,
+    pub set: Vec<(String, String)>,
+    pub remove: Vec<String>,
+}
+
+/// How a redirect rewrites the path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PathModifier {
+    Full(String),
+    Prefix(String),
+}
+
+/// A request redirect.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RequestRedirect {
+    /// `http` or `https`.
+    pub scheme: Option<String>,
+    pub hostname: Option<String>,
+    pub path: Option<PathModifier>,
+    /// 1..=65535; other values are dropped at conversion.
+    pub port: Option<u16>,
+    /// An HTTP status code (301, 302, ...).
+    pub status: Option<u16>,
+}
+
+/// A route filter.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Filter {
+    RequestHeaderModifier(HeaderModifier),
+    ResponseHeaderModifier(HeaderModifier),
+    RequestRedirect(RequestRedirect),
+}
+
+/// A hostname match: `*.example.com` matches by suffix, anything else exactly.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum HostMatch {
+    Exact(String),
+    /// The labels after `*.`, reversed (`*.example.com` → `["com", "example"]`).
+    Suffix {
+        reverse_labels: Vec<String>,
+    },
+}
+
+/// One HTTP rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HttpRule {
+    pub matches: Vec<HttpRouteMatch>,
+    pub filters: Vec<Filter>,
+}
+
+/// One gRPC rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GrpcRule {
+    pub matches: Vec<GrpcRouteMatch>,
+    pub filters: Vec<Filter>,
+}
+
+impl HostMatch {
+    /// Parses a route hostname (§3.4).
+    pub fn parse(host: &str) -> Self {
+        match host.strip_prefix("*.") {
+            Some(rest) => Self::Suffix {
+                reverse_labels: rest.split('.').rev().map(str::to_string).collect(),
+            },
+            None => Self::Exact(host.to_string()),
+        }
+    }
+}
