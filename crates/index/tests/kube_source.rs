@@ -9,31 +9,42 @@
 
 mod fake_apiserver;
 
-use fake_apiserver::{FakeApi, JOBS, PODS, RESOURCES, SERVICES, SLICES, TIMEOUT};
-use hyper::StatusCode;
-use linkerd_index::{
-    EndpointsKey, EndpointsView, Index, IndexMetrics, ObjectRef, source::kube::KubeSource,
+use fake_apiserver::{
+    EXTERNAL_WORKLOADS, FakeApi, JOBS, PODS, RESOURCES, SERVERS, SERVICE_PROFILES, SERVICES,
+    SLICES, TIMEOUT,
 };
+use futures::StreamExt;
+use hyper::StatusCode;
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+use linkerd_index::{
+    EndpointsKey, EndpointsView, Event, Index, IndexMetrics, ObjectRef, Source,
+    source::{Watched, kube::KubeSource},
+};
+use linkerd_k8s_api::ServiceProfile;
+use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use std::{
     net::{IpAddr, SocketAddr},
     sync::Arc,
     time::Duration,
 };
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 const NS: &str = "emojivoto";
 const WEB_1_IP: &str = "10.244.0.11";
 const WEB_2_IP: &str = "10.244.0.12";
+const WEB_3_IP: &str = "10.244.0.13";
 
 #[tokio::test]
 async fn ready_only_after_every_initial_list() {
     let api = FakeApi::start(emojivoto()).await;
     api.hold_lists(JOBS);
-    let index = Index::new(IndexMetrics::default());
+    let metrics = IndexMetrics::default();
+    let index = Index::new(metrics.clone());
     let mut ready = index.ready();
     let mut web = index.endpoints(web_key());
-    let _watches = index.spawn_watches(&KubeSource::new(api.client()));
+    let _watches = index.spawn_watches(&KubeSource::new(api.client(), metrics));
 
     // Every kind but Job has listed and moved on to watching: their lists are applied.
     for (path, _, _) in RESOURCES.iter().filter(|(p, _, _)| *p != JOBS) {
@@ -232,9 +243,10 @@ async fn pods_listed_after_their_slice_reach_the_subscription() {
     // The slice names pods the index does not know yet: the view skips them until they arrive.
     let api = FakeApi::start(emojivoto()).await;
     api.hold_lists(PODS);
-    let index = Index::new(IndexMetrics::default());
+    let metrics = IndexMetrics::default();
+    let index = Index::new(metrics.clone());
     let mut web = index.endpoints(web_key());
-    let _watches = index.spawn_watches(&KubeSource::new(api.client()));
+    let _watches = index.spawn_watches(&KubeSource::new(api.client(), metrics));
     api.wait_for_watches(SERVICES, 1).await;
     api.wait_for_watches(SLICES, 1).await;
     let view = web.borrow_and_update().clone();
@@ -246,12 +258,243 @@ async fn pods_listed_after_their_slice_reach_the_subscription() {
     assert_eq!(addrs(&view), [sock(WEB_1_IP, 8080), sock(WEB_2_IP, 8080)]);
 }
 
+#[tokio::test]
+async fn ready_while_crds_are_not_installed() {
+    let api = FakeApi::start(emojivoto()).await;
+    let (index, _watches) = start_ready(&api).await;
+
+    // The CRD kinds were answered 404 and count as synced and empty...
+    for path in [SERVERS, EXTERNAL_WORKLOADS] {
+        let statuses: Vec<u16> = api
+            .requests()
+            .iter()
+            .filter(|r| r.path == path)
+            .map(|r| r.status)
+            .collect();
+        assert!(!statuses.is_empty(), "{path} never requested");
+        assert!(statuses.iter().all(|s| *s == 404), "{path}: {statuses:?}");
+    }
+    // ...and the built-in kinds are served as usual.
+    assert_eq!(
+        addrs(&index.endpoints(web_key()).borrow()),
+        [sock(WEB_1_IP, 8080), sock(WEB_2_IP, 8080)]
+    );
+}
+
+#[tokio::test]
+async fn missing_crd_is_served_empty_until_installed_and_after_removal() {
+    let api = FakeApi::start([mk_profile("web-svc")]).await;
+    let source = KubeSource::new(api.client(), IndexMetrics::default());
+    let mut events = spawn_events::<ServiceProfile>(&source);
+
+    // Not installed: one empty Reset, so the kind is synced; the retries yield nothing more.
+    assert_eq!(next_event(&mut events, "the missing CRD").await, reset(&[]));
+    wait_for_not_found(&api, false, 2).await;
+
+    // Installed: the retried list serves its objects.
+    api.install_crd(SERVICE_PROFILES);
+    assert_eq!(
+        next_event(&mut events, "the installed CRD").await,
+        reset(&[profile_name("web-svc")])
+    );
+    let lists = api.requests_to(SERVICE_PROFILES, false);
+    assert_eq!(lists.last().map(|r| r.status), Some(200));
+
+    // Removed while watched: the watch ends, its retry gets 404, the objects are gone.
+    api.wait_for_watches(SERVICE_PROFILES, 1).await;
+    api.remove_crd(SERVICE_PROFILES);
+    assert_eq!(next_event(&mut events, "the removed CRD").await, reset(&[]));
+
+    // Installed again with other objects: relisted.
+    api.apply(SERVICE_PROFILES, mk_profile("emoji-svc"));
+    api.install_crd(SERVICE_PROFILES);
+    assert_eq!(
+        next_event(&mut events, "the reinstalled CRD").await,
+        reset(&[profile_name("emoji-svc")])
+    );
+}
+
+#[tokio::test]
+async fn malformed_object_in_a_list_is_skipped_alone() {
+    let api = FakeApi::start([
+        mk_service("api-svc"),
+        mk_bad_service("bad-svc"),
+        mk_service("web-svc"),
+    ])
+    .await;
+    let mut registry = Registry::default();
+    let source = KubeSource::new(api.client(), IndexMetrics::register(&mut registry));
+    let mut events = spawn_events::<Service>(&source);
+
+    assert_eq!(
+        next_event(&mut events, "the initial list").await,
+        reset(&["api-svc".to_string(), "web-svc".to_string()])
+    );
+    assert_eq!(invalid_objects(&registry, "Service"), 1);
+}
+
+#[tokio::test]
+async fn malformed_object_in_a_watch_is_skipped_alone() {
+    let api = FakeApi::start([mk_service("web-svc")]).await;
+    let mut registry = Registry::default();
+    let source = KubeSource::new(api.client(), IndexMetrics::register(&mut registry));
+    let mut events = spawn_events::<Service>(&source);
+    assert_eq!(
+        next_event(&mut events, "the initial list").await,
+        reset(&["web-svc".to_string()])
+    );
+    api.wait_for_watches(SERVICES, 1).await;
+
+    api.apply(SERVICES, mk_bad_service("bad-svc"));
+    api.apply(SERVICES, mk_service("api-svc"));
+    assert_eq!(
+        next_event(&mut events, "the Service after the bad one").await,
+        ("Apply", vec!["api-svc".to_string()])
+    );
+    assert_eq!(invalid_objects(&registry, "Service"), 1);
+
+    // Its deletion still arrives, built from its metadata.
+    api.delete(SERVICES, NS, "bad-svc");
+    assert_eq!(
+        next_event(&mut events, "the bad Service deleted").await,
+        ("Delete", vec!["bad-svc".to_string()])
+    );
+    api.delete(SERVICES, NS, "web-svc");
+    assert_eq!(
+        next_event(&mut events, "a good Service deleted").await,
+        ("Delete", vec!["web-svc".to_string()])
+    );
+    assert_eq!(invalid_objects(&registry, "Service"), 2);
+}
+
+#[tokio::test]
+async fn malformed_pod_does_not_hide_the_others() {
+    // The slice names three pods; web-3's does not decode.
+    let api = FakeApi::start([
+        mk_service("web-svc"),
+        mk_slice(
+            "web-svc-7xk2p",
+            &[
+                ("web-1", WEB_1_IP),
+                ("web-2", WEB_2_IP),
+                ("web-3", WEB_3_IP),
+            ],
+        ),
+        mk_pod("web-1", WEB_1_IP),
+        mk_pod("web-2", WEB_2_IP),
+        mk_bad_pod("web-3", WEB_3_IP),
+    ])
+    .await;
+    let mut registry = Registry::default();
+    let (index, _watches) = start_ready_with(&api, IndexMetrics::register(&mut registry)).await;
+    let mut web = index.endpoints(web_key());
+    assert_eq!(
+        addrs(&web.borrow_and_update()),
+        [sock(WEB_1_IP, 8080), sock(WEB_2_IP, 8080)]
+    );
+    assert_eq!(pod_names(&index, WEB_3_IP), Vec::<String>::new());
+    assert_eq!(invalid_objects(&registry, "Pod"), 1);
+
+    // Fixed, it arrives through the watch.
+    api.apply(PODS, mk_pod("web-3", WEB_3_IP));
+    let view = next_view(&mut web, "the fixed pod").await;
+    assert_eq!(
+        addrs(&view),
+        [
+            sock(WEB_1_IP, 8080),
+            sock(WEB_2_IP, 8080),
+            sock(WEB_3_IP, 8080)
+        ]
+    );
+    assert_eq!(pod_names(&index, WEB_3_IP), ["web-3"]);
+}
+
 // === helpers ===
 
-/// The index over `api`, once every kind's initial list is applied and every kind watches.
+/// Polls `source`'s events of kind `K` in a task of its own, so the watcher keeps requesting
+/// while the test waits on the server; each event is summarized by [`summary`].
+fn spawn_events<K: Watched>(
+    source: &KubeSource,
+) -> mpsc::UnboundedReceiver<(&'static str, Vec<String>)> {
+    let mut events = source.events::<K>();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(event) = events.next().await {
+            if tx.send(summary(&event)).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The event's variant and the names of its objects, sorted.
+fn summary<K: Watched>(event: &Event<K>) -> (&'static str, Vec<String>) {
+    let (variant, objs) = match event {
+        Event::Apply(obj) => ("Apply", std::slice::from_ref(obj)),
+        Event::Delete(obj) => ("Delete", std::slice::from_ref(obj)),
+        Event::Reset(objs) => ("Reset", objs.as_slice()),
+    };
+    let mut names: Vec<String> = objs.iter().map(|o| o.name_any()).collect();
+    names.sort();
+    (variant, names)
+}
+
+fn reset(names: &[String]) -> (&'static str, Vec<String>) {
+    ("Reset", names.to_vec())
+}
+
+/// The next event summarized, failing the test after [`TIMEOUT`].
+async fn next_event(
+    rx: &mut mpsc::UnboundedReceiver<(&'static str, Vec<String>)>,
+    what: &str,
+) -> (&'static str, Vec<String>) {
+    match tokio::time::timeout(TIMEOUT, rx.recv()).await {
+        Ok(Some(event)) => event,
+        Ok(None) => panic!("events ended waiting for {what}"),
+        Err(_) => panic!("timed out waiting for {what}"),
+    }
+}
+
+/// Waits until the ServiceProfile lists (or watches) have been answered `404` `n` times.
+async fn wait_for_not_found(api: &FakeApi, watches: bool, n: usize) {
+    api.wait_for_requests(
+        &format!("{n} ServiceProfile requests answered 404"),
+        |reqs| {
+            reqs.iter()
+                .filter(|r| {
+                    r.path == SERVICE_PROFILES && r.is_watch() == watches && r.status == 404
+                })
+                .count()
+                >= n
+        },
+    )
+    .await;
+}
+
+/// `index_invalid_objects_total{kind}` as `registry` encodes it (0 when absent).
+fn invalid_objects(registry: &Registry, kind: &str) -> u64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).expect("encode metrics");
+    let series = format!("index_invalid_objects_total{{kind=\"{kind}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0, |value| value.parse().expect("a counter value"))
+}
+
+/// The index over `api`, once every kind's initial list is applied and every built-in kind
+/// watches.
 async fn start_ready(api: &FakeApi) -> (Index, Vec<tokio::task::JoinHandle<()>>) {
-    let index = Index::new(IndexMetrics::default());
-    let watches = index.spawn_watches(&KubeSource::new(api.client()));
+    start_ready_with(api, IndexMetrics::default()).await
+}
+
+/// [`start_ready`], counting in `metrics`.
+async fn start_ready_with(
+    api: &FakeApi,
+    metrics: IndexMetrics,
+) -> (Index, Vec<tokio::task::JoinHandle<()>>) {
+    let index = Index::new(metrics.clone());
+    let watches = index.spawn_watches(&KubeSource::new(api.client(), metrics));
     tokio::time::timeout(TIMEOUT, index.ready().wait_for(|r| *r))
         .await
         .expect("ready after the initial lists")
@@ -350,6 +593,34 @@ fn mk_slice(name: &str, pods: &[(&str, &str)]) -> Value {
         "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
         "endpoints": endpoints,
     })
+}
+
+/// A Service whose port is not a number: it does not decode as a `Service`.
+fn mk_bad_service(name: &str) -> Value {
+    let mut svc = mk_service(name);
+    svc["spec"]["ports"][0]["port"] = json!("not-a-number");
+    svc
+}
+
+/// A pod whose containers are not a list: it does not decode as a `Pod`.
+fn mk_bad_pod(name: &str, ip: &str) -> Value {
+    let mut pod = mk_pod(name, ip);
+    pod["spec"]["containers"] = json!("web");
+    pod
+}
+
+/// The ServiceProfile of `service` in [`NS`].
+fn mk_profile(service: &str) -> Value {
+    json!({
+        "apiVersion": "linkerd.io/v1alpha2",
+        "kind": "ServiceProfile",
+        "metadata": {"name": profile_name(service), "namespace": NS},
+        "spec": {"routes": [{"name": "GET /", "condition": {"method": "GET", "pathRegex": "/"}}]},
+    })
+}
+
+fn profile_name(service: &str) -> String {
+    format!("{service}.{NS}.svc.cluster.local")
 }
 
 fn mk_pod(name: &str, ip: &str) -> Value {

@@ -51,6 +51,7 @@ impl ClusterArgs {
         tracing::info!(cluster_url = %config.cluster_url, "watching the Kubernetes API");
         Ok(ClusterSource::Kube(KubeSource::new(
             kube::Client::try_from(config)?,
+            metrics,
         )))
     }
 }

@@ -12,6 +12,10 @@
 //!   kept open. A `resourceVersion` older than the last [`FakeApi::expire`] gets an `ERROR`
 //!   event with a `410 Expired` Status, as the real server does.
 //!
+//! The Linkerd CRDs ([`CRDS`]) start *not installed*: their lists and watches get `404`, as on
+//! a cluster without them, until [`FakeApi::install_crd`]; [`FakeApi::remove_crd`] takes one
+//! away again.
+//!
 //! Every request is recorded, so a test waits on "the server saw this request" instead of
 //! sleeping; a wait that is never satisfied fails after [`TIMEOUT`].
 
@@ -47,7 +51,11 @@ pub const NODES: &str = "/api/v1/nodes";
 pub const REPLICA_SETS: &str = "/apis/apps/v1/replicasets";
 pub const JOBS: &str = "/apis/batch/v1/jobs";
 
-/// Every collection the index watches: (path, apiVersion, kind).
+pub const SERVERS: &str = "/apis/policy.linkerd.io/v1beta3/servers";
+pub const EXTERNAL_WORKLOADS: &str = "/apis/workload.linkerd.io/v1beta1/externalworkloads";
+pub const SERVICE_PROFILES: &str = "/apis/linkerd.io/v1alpha2/serviceprofiles";
+
+/// The built-in collections the index watches, always served: (path, apiVersion, kind).
 pub const RESOURCES: [(&str, &str, &str); 6] = [
     (SERVICES, "v1", "Service"),
     (SLICES, "discovery.k8s.io/v1", "EndpointSlice"),
@@ -55,6 +63,18 @@ pub const RESOURCES: [(&str, &str, &str); 6] = [
     (NODES, "v1", "Node"),
     (REPLICA_SETS, "apps/v1", "ReplicaSet"),
     (JOBS, "batch/v1", "Job"),
+];
+
+/// The CRD collections the index watches, served only while installed: (path, apiVersion,
+/// kind).
+pub const CRDS: [(&str, &str, &str); 3] = [
+    (SERVERS, "policy.linkerd.io/v1beta3", "Server"),
+    (
+        EXTERNAL_WORKLOADS,
+        "workload.linkerd.io/v1beta1",
+        "ExternalWorkload",
+    ),
+    (SERVICE_PROFILES, "linkerd.io/v1alpha2", "ServiceProfile"),
 ];
 
 /// A running fake API server; it stops with the test's runtime.
@@ -102,6 +122,8 @@ struct Collection {
     watch_failures: VecDeque<StatusCode>,
     /// While set, list requests are recorded but not answered.
     lists_held: bool,
+    /// While unset (a CRD not installed), every request gets `404`.
+    installed: bool,
 }
 
 /// A response body: one buffer, or a stream of watch-event lines that stays open while the
@@ -115,11 +137,14 @@ enum ApiBody {
 
 impl FakeApi {
     /// Starts the server with `objects` (full objects with `apiVersion`, `kind` and
-    /// `metadata.namespace`/`name`), each stored under the collection of its kind.
+    /// `metadata.namespace`/`name`), each stored under the collection of its kind. Objects of
+    /// a CRD kind are served once it is installed.
     pub async fn start(objects: impl IntoIterator<Item = Value>) -> Self {
-        let collections = RESOURCES
-            .iter()
-            .map(|(path, api_version, kind)| {
+        let builtin = RESOURCES.iter().map(|r| (r, true));
+        let crds = CRDS.iter().map(|r| (r, false));
+        let collections = builtin
+            .chain(crds)
+            .map(|((path, api_version, kind), installed)| {
                 let collection = Collection {
                     api_version,
                     kind,
@@ -129,6 +154,7 @@ impl FakeApi {
                     watches: Vec::new(),
                     watch_failures: VecDeque::new(),
                     lists_held: false,
+                    installed,
                 };
                 (*path, collection)
             })
@@ -234,6 +260,32 @@ impl FakeApi {
             .mutate(|state| state.collection(path).watch_failures.push_back(status));
     }
 
+    /// Installs the CRD of `path`: from now on its lists and watches are answered, with the
+    /// objects already applied to it. As for a new CRD's storage, a watch resuming from before
+    /// now gets `410 Gone`.
+    pub fn install_crd(&self, path: &str) {
+        self.shared.mutate(|state| {
+            state.version += 1;
+            let version = state.version;
+            let collection = state.collection(path);
+            collection.installed = true;
+            collection.compacted = version;
+            collection.history.clear();
+        });
+    }
+
+    /// Removes the CRD of `path` with its objects: open watches end (without events), and
+    /// every later request gets `404` until [`FakeApi::install_crd`].
+    pub fn remove_crd(&self, path: &str) {
+        self.shared.mutate(|state| {
+            let collection = state.collection(path);
+            collection.installed = false;
+            collection.objects.clear();
+            collection.history.clear();
+            collection.watches.clear();
+        });
+    }
+
     /// Holds list requests of `path` unanswered until [`FakeApi::release_lists`].
     pub fn hold_lists(&self, path: &str) {
         self.shared
@@ -320,8 +372,13 @@ impl Shared {
             list_version: None,
             at: Instant::now(),
         };
-        let known = self.state.lock().collections.contains_key(path.as_str());
-        if !known || req.method() != hyper::Method::GET {
+        let served = self
+            .state
+            .lock()
+            .collections
+            .get(path.as_str())
+            .is_some_and(|c| c.installed);
+        if !served || req.method() != hyper::Method::GET {
             seen.status = 404;
             self.mutate(|state| state.requests.push(seen));
             return status_response(
@@ -479,6 +536,7 @@ impl Body for ApiBody {
 fn path_of(kind: &str) -> &'static str {
     RESOURCES
         .iter()
+        .chain(&CRDS)
         .find(|(_, _, k)| *k == kind)
         .map(|(path, _, _)| *path)
         .unwrap_or_else(|| panic!("{kind} is not a scripted kind"))
