@@ -1,6 +1,8 @@
 //! HTTP and gRPC route rules in domain form, shared by inbound policy, outbound policy and the
-//! admission webhook (spec/policy.md §3.4, §3.5). Conversion from the Kubernetes types lives
-//! with each consumer; these are the validated results.
+//! admission webhook (spec/policy.md §3.4, §3.5): the validated results, and their conversion
+//! from the Kubernetes types ([`convert`]).
+
+pub mod convert;
 
 /// A request path match. Paths are absolute (start with `/`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

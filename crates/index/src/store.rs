@@ -180,6 +180,31 @@ impl Index {
         ]
     }
 
+    /// Starts one task per kind inbound policy needs: Pods, ExternalWorkloads, Servers,
+    /// ServerAuthorizations, AuthorizationPolicies, MeshTLS and Network authentications,
+    /// HTTPLocalRateLimitPolicies, and the route kinds (policy and Gateway API HTTPRoutes,
+    /// GRPCRoutes) (spec/policy.md §1.5). Route kinds whose CRD is missing are served empty.
+    pub fn spawn_policy_watches<S: Source>(&self, source: &S) -> Vec<tokio::task::JoinHandle<()>> {
+        use linkerd_k8s_api::{
+            AuthorizationPolicy, HttpLocalRateLimitPolicy, HttpRoute, MeshTlsAuthentication,
+            NetworkAuthentication, ServerAuthorization,
+            gateway_api::{grpcroutes::GrpcRoute, httproutes::HttpRoute as GatewayHttpRoute},
+        };
+        vec![
+            self.spawn_watch::<Pod, _>(source),
+            self.spawn_watch::<ExternalWorkload, _>(source),
+            self.spawn_watch::<Server, _>(source),
+            self.spawn_watch::<ServerAuthorization, _>(source),
+            self.spawn_watch::<AuthorizationPolicy, _>(source),
+            self.spawn_watch::<MeshTlsAuthentication, _>(source),
+            self.spawn_watch::<NetworkAuthentication, _>(source),
+            self.spawn_watch::<HttpLocalRateLimitPolicy, _>(source),
+            self.spawn_watch::<HttpRoute, _>(source),
+            self.spawn_watch::<GatewayHttpRoute, _>(source),
+            self.spawn_watch::<GrpcRoute, _>(source),
+        ]
+    }
+
     /// Starts the task applying `source`'s events of kind `K`; the index is not ready until its
     /// initial list is applied.
     pub fn spawn_watch<K: IndexedKind, S: Source>(
@@ -627,7 +652,7 @@ fn slice_service(slice: &SliceInfo) -> Option<ObjectRef> {
     })
 }
 
-fn object_ref<K: Watched>(obj: &K) -> Option<ObjectRef> {
+pub(crate) fn object_ref<K: Watched>(obj: &K) -> Option<ObjectRef> {
     let meta = obj.meta();
     Some(ObjectRef {
         namespace: meta.namespace.clone().unwrap_or_default(),

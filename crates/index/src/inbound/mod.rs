@@ -5,6 +5,7 @@
 //! [`InboundServer`]s are computed from them for subscribed (workload, port) pairs and
 //! recomputed when anything in the workload's namespace changes (§4.3).
 
+pub mod objects;
 pub mod view;
 
 use ipnet::IpNet;

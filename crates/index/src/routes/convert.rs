@@ -1,0 +1,306 @@
+//! Conversion of Gateway API (and policy.linkerd.io) route matches and filters into the
+//! domain form, validating as spec/policy.md §3.5 says. Every error names the field.
+
+use gateway_api::{grpcroutes as grpc, httproutes as http_api};
+use linkerd_k8s_api::gateway_api;
+
+use super::{
+    Filter, GrpcRouteMatch, HeaderMatch, HeaderModifier, HttpRouteMatch, PathMatch, PathModifier,
+    QueryParamMatch, RequestRedirect,
+};
+
+/// Why a route's match or filter cannot be used; the whole route is then ignored (§3.5).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("path {0:?} must be absolute (start with '/')")]
+    RelativePath(String),
+    #[error("invalid regular expression {regex:?}: {reason}")]
+    InvalidRegex { regex: String, reason: String },
+    #[error("invalid header name {0:?}")]
+    InvalidHeaderName(String),
+    #[error("invalid value for header {0:?}")]
+    InvalidHeaderValue(String),
+    #[error("unsupported GRPCRoute method match type")]
+    GrpcRegexMethod,
+    #[error("redirect path modifier needs replaceFullPath or replacePrefixMatch")]
+    EmptyPathModifier,
+    #[error("invalid redirect status code {0}")]
+    InvalidStatus(i64),
+    #[error("unsupported filter {0}")]
+    UnsupportedFilter(&'static str),
+}
+
+fn regex(value: &str) -> Result<String, RouteError> {
+    regex::Regex::new(value)
+        .map(|_| value.to_string())
+        .map_err(|e| RouteError::InvalidRegex {
+            regex: value.to_string(),
+            reason: e.to_string(),
+        })
+}
+
+fn absolute(path: &str) -> Result<String, RouteError> {
+    if path.starts_with('/') {
+        Ok(path.to_string())
+    } else {
+        Err(RouteError::RelativePath(path.to_string()))
+    }
+}
+
+fn header_name(name: &str) -> Result<String, RouteError> {
+    ::http::HeaderName::from_bytes(name.as_bytes())
+        .map(|_| name.to_string())
+        .map_err(|_| RouteError::InvalidHeaderName(name.to_string()))
+}
+
+fn header_pair(name: &str, value: &str) -> Result<(String, String), RouteError> {
+    let name = header_name(name)?;
+    ::http::HeaderValue::from_str(value)
+        .map_err(|_| RouteError::InvalidHeaderValue(name.clone()))?;
+    Ok((name, value.to_string()))
+}
+
+fn header_match(name: &str, value: &str, is_regex: bool) -> Result<HeaderMatch, RouteError> {
+    if is_regex {
+        Ok(HeaderMatch::Regex {
+            name: header_name(name)?,
+            regex: regex(value)?,
+        })
+    } else {
+        let (name, value) = header_pair(name, value)?;
+        Ok(HeaderMatch::Exact { name, value })
+    }
+}
+
+/// An HTTPRoute match (Gateway API and policy.linkerd.io share the type).
+pub fn http_match(m: &http_api::HttpRouteRulesMatches) -> Result<HttpRouteMatch, RouteError> {
+    use http_api::{
+        HttpRouteRulesMatchesHeadersType as H, HttpRouteRulesMatchesPathType as P,
+        HttpRouteRulesMatchesQueryParamsType as Q,
+    };
+    let path = match &m.path {
+        None => None,
+        Some(p) => {
+            let value = p.value.as_deref().unwrap_or("/");
+            Some(match p.r#type {
+                None | Some(P::PathPrefix) => PathMatch::Prefix(absolute(value)?),
+                Some(P::Exact) => PathMatch::Exact(absolute(value)?),
+                Some(P::RegularExpression) => PathMatch::Regex(regex(value)?),
+            })
+        }
+    };
+    let headers = m
+        .headers
+        .iter()
+        .flatten()
+        .map(|h| header_match(&h.name, &h.value, h.r#type == Some(H::RegularExpression)))
+        .collect::<Result<_, _>>()?;
+    let query_params = m
+        .query_params
+        .iter()
+        .flatten()
+        .map(|q| {
+            Ok(if q.r#type == Some(Q::RegularExpression) {
+                QueryParamMatch::Regex {
+                    name: q.name.clone(),
+                    regex: regex(&q.value)?,
+                }
+            } else {
+                QueryParamMatch::Exact {
+                    name: q.name.clone(),
+                    value: q.value.clone(),
+                }
+            })
+        })
+        .collect::<Result<_, RouteError>>()?;
+    let method = m.method.as_ref().map(|m| {
+        serde_json::to_value(m)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    });
+    Ok(HttpRouteMatch {
+        path,
+        headers,
+        query_params,
+        method,
+    })
+}
+
+/// A GRPCRoute match; a regular-expression method match is an error.
+pub fn grpc_match(m: &grpc::GrpcRouteRulesMatches) -> Result<GrpcRouteMatch, RouteError> {
+    use grpc::{GrpcRouteRulesMatchesHeadersType as H, GrpcRouteRulesMatchesMethodType as M};
+    let (service, method) = match &m.method {
+        None => (None, None),
+        Some(method) if method.r#type == Some(M::RegularExpression) => {
+            return Err(RouteError::GrpcRegexMethod);
+        }
+        Some(method) => (method.service.clone(), method.method.clone()),
+    };
+    let headers = m
+        .headers
+        .iter()
+        .flatten()
+        .map(|h| header_match(&h.name, &h.value, h.r#type == Some(H::RegularExpression)))
+        .collect::<Result<_, _>>()?;
+    Ok(GrpcRouteMatch {
+        service,
+        method,
+        headers,
+    })
+}
+
+/// A header modifier from its `add`, `set` and `remove` lists.
+pub fn header_modifier<'a>(
+    add: impl IntoIterator<Item = (&'a str, &'a str)>,
+    set: impl IntoIterator<Item = (&'a str, &'a str)>,
+    remove: impl IntoIterator<Item = &'a str>,
+) -> Result<HeaderModifier, RouteError> {
+    Ok(HeaderModifier {
+        add: add
+            .into_iter()
+            .map(|(n, v)| header_pair(n, v))
+            .collect::<Result<_, _>>()?,
+        set: set
+            .into_iter()
+            .map(|(n, v)| header_pair(n, v))
+            .collect::<Result<_, _>>()?,
+        remove: remove
+            .into_iter()
+            .map(header_name)
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// A request redirect: a port outside 1..=65535 is dropped; a path modifier needs its value.
+pub fn redirect(
+    r: &http_api::HttpRouteRulesFiltersRequestRedirect,
+) -> Result<RequestRedirect, RouteError> {
+    use http_api::{
+        HttpRouteRulesFiltersRequestRedirectPathType as T,
+        HttpRouteRulesFiltersRequestRedirectScheme as S,
+    };
+    let path = match &r.path {
+        None => None,
+        Some(p) => Some(
+            match (&p.r#type, &p.replace_full_path, &p.replace_prefix_match) {
+                (T::ReplaceFullPath, Some(full), _) => PathModifier::Full(absolute(full)?),
+                (T::ReplacePrefixMatch, _, Some(prefix)) => PathModifier::Prefix(absolute(prefix)?),
+                _ => return Err(RouteError::EmptyPathModifier),
+            },
+        ),
+    };
+    let status = match r.status_code {
+        None => None,
+        Some(code) => Some(
+            u16::try_from(code)
+                .ok()
+                .filter(|c| (100..=599).contains(c))
+                .ok_or(RouteError::InvalidStatus(code))?,
+        ),
+    };
+    Ok(RequestRedirect {
+        scheme: r.scheme.as_ref().map(|s| match s {
+            S::Http => "http".to_string(),
+            S::Https => "https".to_string(),
+        }),
+        hostname: r.hostname.clone(),
+        path,
+        port: r
+            .port
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0),
+        status,
+    })
+}
+
+/// A Gateway API HTTPRoute filter; mirrors, rewrites, CORS and extension refs are not
+/// supported by the proxy and make the route unusable.
+pub fn gateway_http_filter(f: &http_api::HttpRouteRulesFilters) -> Result<Filter, RouteError> {
+    use http_api::HttpRouteRulesFiltersType as T;
+    match f.r#type {
+        T::RequestHeaderModifier => {
+            let m = f
+                .request_header_modifier
+                .as_ref()
+                .ok_or(RouteError::UnsupportedFilter(
+                    "RequestHeaderModifier without a body",
+                ))?;
+            Ok(Filter::RequestHeaderModifier(header_modifier(
+                m.add
+                    .iter()
+                    .flatten()
+                    .map(|h| (h.name.as_str(), h.value.as_str())),
+                m.set
+                    .iter()
+                    .flatten()
+                    .map(|h| (h.name.as_str(), h.value.as_str())),
+                m.remove.iter().flatten().map(String::as_str),
+            )?))
+        }
+        T::ResponseHeaderModifier => {
+            let m = f
+                .response_header_modifier
+                .as_ref()
+                .ok_or(RouteError::UnsupportedFilter(
+                    "ResponseHeaderModifier without a body",
+                ))?;
+            Ok(Filter::ResponseHeaderModifier(header_modifier(
+                m.add
+                    .iter()
+                    .flatten()
+                    .map(|h| (h.name.as_str(), h.value.as_str())),
+                m.set
+                    .iter()
+                    .flatten()
+                    .map(|h| (h.name.as_str(), h.value.as_str())),
+                m.remove.iter().flatten().map(String::as_str),
+            )?))
+        }
+        T::RequestRedirect => Ok(Filter::RequestRedirect(redirect(
+            f.request_redirect
+                .as_ref()
+                .ok_or(RouteError::UnsupportedFilter(
+                    "RequestRedirect without a body",
+                ))?,
+        )?)),
+        T::RequestMirror => Err(RouteError::UnsupportedFilter("RequestMirror")),
+        T::UrlRewrite => Err(RouteError::UnsupportedFilter("URLRewrite")),
+        T::ExtensionRef => Err(RouteError::UnsupportedFilter("ExtensionRef")),
+        T::Cors => Err(RouteError::UnsupportedFilter("CORS")),
+    }
+}
+
+/// A GRPCRoute filter: header modifiers only.
+pub fn grpc_filter(f: &grpc::GrpcRouteRulesFilters) -> Result<Filter, RouteError> {
+    if let Some(m) = &f.request_header_modifier {
+        return Ok(Filter::RequestHeaderModifier(header_modifier(
+            m.add
+                .iter()
+                .flatten()
+                .map(|h| (h.name.as_str(), h.value.as_str())),
+            m.set
+                .iter()
+                .flatten()
+                .map(|h| (h.name.as_str(), h.value.as_str())),
+            m.remove.iter().flatten().map(String::as_str),
+        )?));
+    }
+    if let Some(m) = &f.response_header_modifier {
+        return Ok(Filter::ResponseHeaderModifier(header_modifier(
+            m.add
+                .iter()
+                .flatten()
+                .map(|h| (h.name.as_str(), h.value.as_str())),
+            m.set
+                .iter()
+                .flatten()
+                .map(|h| (h.name.as_str(), h.value.as_str())),
+            m.remove.iter().flatten().map(String::as_str),
+        )?));
+    }
+    if f.request_mirror.is_some() {
+        return Err(RouteError::UnsupportedFilter("RequestMirror"));
+    }
+    Err(RouteError::UnsupportedFilter("ExtensionRef"))
+}
