@@ -1,7 +1,7 @@
 //! `dst-diag`: a client of the Destination service that streams what a Linkerd proxy would
 //! receive and prints it, as readable blocks or as newline-delimited JSON.
 //!
-//! Each subcommand is a module ([`endpoints`]); [`client`] connects to the server and
+//! Each subcommand is a module ([`endpoints`], [`profile`]); [`client`] connects to the server and
 //! [`output`] renders the proxy API's messages, so that rendering is tested without a network.
 //! `main.rs` only parses the command line, handles Ctrl-C and turns an [`Error`] into a
 //! one-line message and exit code 1.
@@ -12,6 +12,7 @@
 pub mod client;
 pub mod endpoints;
 pub mod output;
+pub mod profile;
 
 pub use self::output::OutputFormat;
 
@@ -29,6 +30,9 @@ pub struct Args {
 pub enum Command {
     /// Streams `Destination.Get` for an authority: the endpoints a proxy would balance over.
     Endpoints(endpoints::EndpointsArgs),
+    /// Streams `Destination.GetProfile` for an authority or `IP:PORT`: the service profile
+    /// (routes, retries, timeouts) or endpoint profile a proxy would apply.
+    Profile(profile::ProfileArgs),
 }
 
 /// Why a run stopped other than by the server ending its stream. The `Display` of each
@@ -54,9 +58,9 @@ pub enum Error {
     /// The server refused the request or ended the stream with an error status.
     #[error("{rpc} {target}: {}", status_line(status))]
     Status {
-        /// The RPC (`Get`).
+        /// The RPC (`Get`, `GetProfile`).
         rpc: &'static str,
-        /// What was asked for (the authority).
+        /// What was asked for (the authority or `IP:PORT`).
         target: String,
         /// The status, rendered as `Code: message`.
         status: tonic::Status,
@@ -75,6 +79,7 @@ impl Args {
         let mut stdout = std::io::stdout();
         match self.command {
             Command::Endpoints(args) => args.run(&mut stdout).await,
+            Command::Profile(args) => args.run(&mut stdout).await,
         }
     }
 }

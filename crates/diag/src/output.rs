@@ -1,4 +1,5 @@
-//! Rendering of the proxy API's messages: readable tables and JSON.
+//! Rendering of the proxy API's messages: readable tables and JSON, for `Destination.Get`
+//! updates (here) and `Destination.GetProfile` profiles ([`profile_table`], [`profile_json`]).
 //!
 //! The generated proto types do not implement serde, so the JSON is built by hand. Its shape is
 //! fixed: every field of a message is present (`null` when unset), maps are objects with sorted
@@ -21,6 +22,12 @@ use std::{
     collections::{BTreeMap, HashMap},
     io::{self, Write},
     net::SocketAddr,
+};
+
+mod profile;
+
+pub use self::profile::{
+    profile_json, profile_table, request_match_text, response_match_text, write_profile,
 };
 
 /// How updates are printed.
@@ -108,17 +115,7 @@ pub fn update_table(update: &Update) -> String {
             if !set.metric_labels.is_empty() {
                 block.push_str(&format!(" ({})", labels_line(&set.metric_labels, None)));
             }
-            let mut table = Table::new(["ADDRESS", "IDENTITY", "ZONE", "HINT", "LABELS"]);
-            for addr in &set.addrs {
-                table.push([
-                    tcp_addr(addr.addr.as_ref()),
-                    identity(addr.tls_identity.as_ref()).unwrap_or_else(|| "-".into()),
-                    or_dash(addr.metric_labels.get(ZONE_LABEL).cloned()),
-                    hint_text(addr.protocol_hint.as_ref()),
-                    or_dash(Some(labels_line(&addr.metric_labels, Some(ZONE_LABEL)))),
-                ]);
-            }
-            with_table(block, &table)
+            with_table(block, &addrs_table(&set.addrs))
         }
         Some(update::Update::Remove(set)) => {
             let mut table = Table::new(["ADDRESS"]);
@@ -130,6 +127,22 @@ pub fn update_table(update: &Update) -> String {
         Some(update::Update::NoEndpoints(none)) => format!("NO ENDPOINTS exists={}", none.exists),
         None => "EMPTY UPDATE".into(),
     }
+}
+
+/// The endpoints as an `ADDRESS IDENTITY ZONE HINT LABELS` table, one row each, in order; the
+/// zone label has its own column and is left out of `LABELS`.
+pub fn addrs_table(addrs: &[WeightedAddr]) -> Table {
+    let mut table = Table::new(["ADDRESS", "IDENTITY", "ZONE", "HINT", "LABELS"]);
+    for addr in addrs {
+        table.push([
+            tcp_addr(addr.addr.as_ref()),
+            identity(addr.tls_identity.as_ref()).unwrap_or_else(|| "-".into()),
+            or_dash(addr.metric_labels.get(ZONE_LABEL).cloned()),
+            hint_text(addr.protocol_hint.as_ref()),
+            or_dash(Some(labels_line(&addr.metric_labels, Some(ZONE_LABEL)))),
+        ]);
+    }
+    table
 }
 
 // === impl Table ===

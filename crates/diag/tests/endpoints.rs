@@ -1,97 +1,12 @@
 //! `dst-diag endpoints` as a process against a destination server started in this test on
 //! `127.0.0.1:0`, serving the emojivoto fixture with the chart-default flags.
 
-use destination::{
-    DestinationMetrics, DestinationService, EndpointTranslator, TranslatorConfig, serve,
-    server::bind, translate::parse_http2_params,
-};
-use linkerd_index::{Index, IndexMetrics, PortSet, source::offline::OfflineSource};
-use linkerd_runtime::shutdown;
+mod support;
+
+use destination::server::bind;
 use serde_json::{Value, json};
-use std::{net::SocketAddr, path::Path, process::Stdio, time::Duration};
-use tokio::{
-    io::{AsyncBufReadExt, AsyncReadExt, BufReader},
-    process::{Child, Command},
-};
-
-const WEB: &str = "web-svc.emojivoto.svc.cluster.local:80";
-const WEB_ID: &str = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local";
-const KEEPALIVE_JSON: &str =
-    r#"{"keep_alive":{"interval":{"seconds":10},"timeout":{"seconds":3},"while_idle":true}}"#;
-/// Generous: the binary may start slowly while other crates build on the same machine.
-const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The destination flags the fixtures assume (the chart defaults, as in
-/// crates/destination/tests/support/mod.rs).
-fn chart_config() -> TranslatorConfig {
-    TranslatorConfig {
-        controller_namespace: "linkerd".into(),
-        trust_domain: "cluster.local".into(),
-        enable_h2_upgrade: true,
-        default_opaque_ports: PortSet::parse("25,587,3306,4444,5432,6379,9300,11211").0,
-        meshed_http2_params: parse_http2_params(KEEPALIVE_JSON).unwrap(),
-        force_opaque_transport: false,
-        ext_endpoint_zone_weights: false,
-    }
-}
-
-/// A destination server over the emojivoto fixture; it stops when the trigger is dropped.
-async fn start_server() -> (SocketAddr, shutdown::Trigger) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/emojivoto");
-    let metrics = IndexMetrics::default();
-    let index = Index::new(metrics.clone());
-    let source = OfflineSource::start(&dir, metrics).expect("fixture dir");
-    index.spawn_watches(&source);
-    let mut ready = index.ready();
-    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
-        .await
-        .expect("index ready in time")
-        .expect("ready channel");
-    let (trigger, shutdown) = shutdown::channel();
-    let service = DestinationService::new(
-        index,
-        EndpointTranslator::new(chart_config()),
-        "cluster.local".into(),
-        false,
-        DestinationMetrics::default(),
-        shutdown.clone(),
-    );
-    let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    tokio::spawn(serve(listener, service, shutdown));
-    (addr, trigger)
-}
-
-fn dst_diag(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_dst-diag"))
-        .args(args)
-        .env_remove("DST_DIAG_DESTINATION")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("dst-diag starts")
-}
-
-/// Reads stdout lines up to the first empty line or `n` lines, then kills the process.
-async fn read_lines(mut child: Child, n: usize) -> Vec<String> {
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let mut read = Vec::new();
-    while read.len() < n {
-        let line = tokio::time::timeout(TIMEOUT, lines.next_line())
-            .await
-            .expect("dst-diag prints in time")
-            .expect("stdout readable")
-            .expect("a line before stdout closes");
-        if line.is_empty() {
-            break;
-        }
-        read.push(line);
-    }
-    child.kill().await.expect("kill dst-diag");
-    read
-}
+use support::*;
+use tokio::io::AsyncReadExt;
 
 #[tokio::test]
 async fn json_shows_the_web_pod() {
