@@ -1,0 +1,153 @@
+//! The tonic service implementing `io.linkerd.proxy.inbound.InboundServerPolicies`
+//! (spec/policy.md §4.1, §4.9, §9).
+
+use futures::{Stream, StreamExt};
+use linkerd_index::{
+    Index,
+    inbound::{InboundServer, WorkloadRef},
+};
+use linkerd_runtime::shutdown::Shutdown;
+use linkerd2_proxy_api::inbound::{
+    PortSpec, Server,
+    inbound_server_policies_server::{InboundServerPolicies, InboundServerPoliciesServer},
+};
+use std::{pin::Pin, sync::Arc};
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+use crate::{
+    metrics::{GET_PORT, PolicyMetrics, Rpc, SubscriberGuard, WATCH_PORT},
+    translate::InboundTranslator,
+    workload::{parse_port, parse_workload},
+};
+
+/// `InboundServerPolicies` over an [`Index`] built with
+/// [`Index::with_inbound`](linkerd_index::Index::with_inbound).
+#[derive(Clone)]
+pub struct InboundPolicyService {
+    index: Index,
+    translator: Arc<InboundTranslator>,
+    metrics: PolicyMetrics,
+    shutdown: Shutdown,
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// What one `WatchPort` stream holds between updates: the topic's receiver and the view it
+/// last sent.
+struct WatchState {
+    rx: watch::Receiver<Arc<InboundServer>>,
+    last: Option<Arc<InboundServer>>,
+    translator: Arc<InboundTranslator>,
+    rpc: Rpc,
+    _subscriber: SubscriberGuard,
+}
+
+// === impl InboundPolicyService ===
+
+impl InboundPolicyService {
+    /// A service answering from `index`; every `WatchPort` stream ends with `OK` when
+    /// `shutdown` fires.
+    pub fn new(
+        index: Index,
+        translator: InboundTranslator,
+        metrics: PolicyMetrics,
+        shutdown: Shutdown,
+    ) -> Self {
+        Self {
+            index,
+            translator: Arc::new(translator),
+            metrics,
+            shutdown,
+        }
+    }
+
+    /// The tonic service, ready to add to a `Server`.
+    pub fn into_server(self) -> InboundServerPoliciesServer<Self> {
+        InboundServerPoliciesServer::new(self)
+    }
+
+    /// The (workload, port) watch a request names.
+    ///
+    /// Errors: `InvalidArgument` "Invalid workload: …" / "Invalid port: N"; `NotFound`
+    /// "unknown server" when the workload is not indexed (unknown, or an unmeshed pod).
+    fn lookup(&self, spec: &PortSpec) -> Result<watch::Receiver<Arc<InboundServer>>, Status> {
+        let workload: WorkloadRef =
+            parse_workload(&spec.workload).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let port = parse_port(spec.port).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        tracing::debug!(?workload, port, "inbound lookup");
+        self.index
+            .inbound_server(workload, port)
+            .map_err(|e| Status::not_found(e.to_string()))
+    }
+}
+
+#[tonic::async_trait]
+impl InboundServerPolicies for InboundPolicyService {
+    type WatchPortStream = BoxStream<Server>;
+
+    /// The current policy of a workload port (§4.9). Errors: see [`Self::lookup`].
+    async fn get_port(&self, request: Request<PortSpec>) -> Result<Response<Server>, Status> {
+        let rpc = self.metrics.start(GET_PORT);
+        let rx = match self.lookup(request.get_ref()) {
+            Ok(rx) => rx,
+            Err(status) => return Err(rpc.fail(status)),
+        };
+        let server = self.translator.server(&rx.borrow());
+        Ok(Response::new(server))
+    }
+
+    /// The current policy of a workload port, then every change to it (§4.9): a
+    /// recomputation equal to what was last sent sends nothing, and a slow reader only ever
+    /// gets the newest value. Ends with `OK` when the workload is deleted or at shutdown.
+    /// Errors: see [`Self::lookup`].
+    async fn watch_port(
+        &self,
+        request: Request<PortSpec>,
+    ) -> Result<Response<Self::WatchPortStream>, Status> {
+        let rpc = self.metrics.start(WATCH_PORT);
+        let rx = match self.lookup(request.get_ref()) {
+            Ok(rx) => rx,
+            Err(status) => return Err(rpc.fail(status)),
+        };
+        let state = WatchState {
+            rx,
+            last: None,
+            translator: self.translator.clone(),
+            rpc,
+            _subscriber: self.metrics.inbound_subscriber(),
+        };
+        let updates = futures::stream::unfold(state, |mut state| async move {
+            let server = state.next().await?;
+            state.rpc.sent();
+            Some((Ok(server), state))
+        })
+        .take_until(self.shutdown.clone().signaled());
+        Ok(Response::new(Box::pin(updates)))
+    }
+}
+
+// === impl WatchState ===
+
+impl WatchState {
+    /// The next message: the current view first, then each view that differs from the last
+    /// one sent; `None` once the topic is gone (the workload was deleted).
+    async fn next(&mut self) -> Option<Server> {
+        loop {
+            if self.last.is_some() {
+                self.rx.changed().await.ok()?;
+            }
+            let view = self.rx.borrow_and_update().clone();
+            let unchanged = self
+                .last
+                .as_ref()
+                .is_some_and(|last| Arc::ptr_eq(last, &view) || **last == *view);
+            if unchanged {
+                continue;
+            }
+            let server = self.translator.server(&view);
+            self.last = Some(view);
+            return Some(server);
+        }
+    }
+}

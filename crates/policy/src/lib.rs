@@ -1,0 +1,24 @@
+//! The policy controller of the linkerd-destination pod: `InboundServerPolicies` tells each
+//! proxy what its inbound ports accept and how they route (spec/policy.md §4).
+//!
+//! The index ([`linkerd_index`]) computes one [`linkerd_index::inbound::InboundServer`] per
+//! subscribed (workload, port); this crate parses requests ([`workload`]), streams the views
+//! ([`inbound`]) and translates them to the proxy API's types ([`translate`]).
+
+#![deny(rust_2018_idioms)]
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod inbound;
+pub mod metrics;
+pub mod server;
+pub mod translate;
+pub mod workload;
+
+pub use self::{
+    args::Args,
+    inbound::InboundPolicyService,
+    metrics::PolicyMetrics,
+    server::{bind, serve},
+    translate::InboundTranslator,
+};

@@ -1,0 +1,249 @@
+//! gRPC server metrics with upstream's names and labels (spec/policy.md §8):
+//! `grpc_server_started_total`, `grpc_server_msg_received_total`, `grpc_server_msg_sent_total`,
+//! `grpc_server_handled_total{grpc_code}`, `grpc_server_handling_seconds`; plus
+//! `inbound_port_subscribers`, the open `WatchPort` streams.
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+use std::time::Instant;
+
+/// The gRPC service name of inbound policy.
+pub const INBOUND_SERVICE: &str = "io.linkerd.proxy.inbound.InboundServerPolicies";
+
+/// Buckets of `grpc_server_handling_seconds`: streams last minutes to hours.
+const HANDLING_BUCKETS: [f64; 4] = [0.1, 1.0, 300.0, 3600.0];
+
+/// Labels of the per-method gRPC series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GrpcLabels {
+    pub grpc_service: &'static str,
+    pub grpc_method: &'static str,
+    /// `unary` or `server_stream`.
+    pub grpc_type: &'static str,
+}
+
+/// Labels of `grpc_server_handled_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GrpcCodeLabels {
+    pub grpc_service: &'static str,
+    pub grpc_method: &'static str,
+    pub grpc_type: &'static str,
+    /// `OK`, `INVALID_ARGUMENT`, `NOT_FOUND`, ...
+    pub grpc_code: &'static str,
+}
+
+/// One RPC method of a service.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Method {
+    pub service: &'static str,
+    pub name: &'static str,
+    pub streaming: bool,
+}
+
+/// `InboundServerPolicies.GetPort`.
+pub const GET_PORT: Method = Method {
+    service: INBOUND_SERVICE,
+    name: "GetPort",
+    streaming: false,
+};
+
+/// `InboundServerPolicies.WatchPort`.
+pub const WATCH_PORT: Method = Method {
+    service: INBOUND_SERVICE,
+    name: "WatchPort",
+    streaming: true,
+};
+
+/// Handles to the policy controller's gRPC metrics; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct PolicyMetrics {
+    started: Family<GrpcLabels, Counter>,
+    received: Family<GrpcLabels, Counter>,
+    sent: Family<GrpcLabels, Counter>,
+    handled: Family<GrpcCodeLabels, Counter>,
+    handling: Family<GrpcLabels, Histogram, fn() -> Histogram>,
+    inbound_subscribers: Gauge,
+}
+
+/// An RPC in progress: counts it as handled (`OK` unless [`Rpc::fail`] said otherwise) and
+/// observes its duration when dropped, so a stream the client drops counts as `OK`.
+#[derive(Debug)]
+pub struct Rpc {
+    metrics: PolicyMetrics,
+    method: Method,
+    started: Instant,
+    code: tonic::Code,
+}
+
+/// Keeps `inbound_port_subscribers` right for the life of one `WatchPort` stream.
+#[derive(Debug)]
+pub struct SubscriberGuard(Gauge);
+
+// === impl PolicyMetrics ===
+
+impl Default for PolicyMetrics {
+    fn default() -> Self {
+        Self {
+            started: Family::default(),
+            received: Family::default(),
+            sent: Family::default(),
+            handled: Family::default(),
+            handling: Family::new_with_constructor(handling_histogram),
+            inbound_subscribers: Gauge::default(),
+        }
+    }
+}
+
+fn handling_histogram() -> Histogram {
+    Histogram::new(HANDLING_BUCKETS)
+}
+
+impl PolicyMetrics {
+    /// Registers the metrics in `registry`, with the `OK` series of every inbound method
+    /// created up front (as upstream does).
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "grpc_server_started",
+            "Total number of RPCs started on the server",
+            m.started.clone(),
+        );
+        registry.register(
+            "grpc_server_msg_received",
+            "Total number of RPC stream messages received on the server",
+            m.received.clone(),
+        );
+        registry.register(
+            "grpc_server_msg_sent",
+            "Total number of gRPC stream messages sent by the server",
+            m.sent.clone(),
+        );
+        registry.register(
+            "grpc_server_handled",
+            "Total number of RPCs completed on the server, regardless of success or failure",
+            m.handled.clone(),
+        );
+        registry.register(
+            "grpc_server_handling_seconds",
+            "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server",
+            m.handling.clone(),
+        );
+        registry.register(
+            "inbound_port_subscribers",
+            "Open InboundServerPolicies.WatchPort streams",
+            m.inbound_subscribers.clone(),
+        );
+        for method in [GET_PORT, WATCH_PORT] {
+            let _ = m
+                .handled
+                .get_or_create(&code_labels(method, tonic::Code::Ok));
+        }
+        m
+    }
+
+    /// Counts a started RPC and its request message; the returned [`Rpc`] finishes it.
+    pub fn start(&self, method: Method) -> Rpc {
+        let labels = labels(method);
+        self.started.get_or_create(&labels).inc();
+        self.received.get_or_create(&labels).inc();
+        Rpc {
+            metrics: self.clone(),
+            method,
+            started: Instant::now(),
+            code: tonic::Code::Ok,
+        }
+    }
+
+    /// Counts one open `WatchPort` stream until the guard drops.
+    pub fn inbound_subscriber(&self) -> SubscriberGuard {
+        self.inbound_subscribers.inc();
+        SubscriberGuard(self.inbound_subscribers.clone())
+    }
+}
+
+fn labels(method: Method) -> GrpcLabels {
+    GrpcLabels {
+        grpc_service: method.service,
+        grpc_method: method.name,
+        grpc_type: grpc_type(method),
+    }
+}
+
+fn code_labels(method: Method, code: tonic::Code) -> GrpcCodeLabels {
+    GrpcCodeLabels {
+        grpc_service: method.service,
+        grpc_method: method.name,
+        grpc_type: grpc_type(method),
+        grpc_code: code_name(code),
+    }
+}
+
+fn grpc_type(method: Method) -> &'static str {
+    if method.streaming {
+        "server_stream"
+    } else {
+        "unary"
+    }
+}
+
+/// The canonical upper-case name of a status code.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+// === impl Rpc ===
+
+impl Rpc {
+    /// Counts one streamed message.
+    pub fn sent(&self) {
+        self.metrics.sent.get_or_create(&labels(self.method)).inc();
+    }
+
+    /// Ends the RPC with `status`, which is returned for convenience.
+    pub fn fail(mut self, status: tonic::Status) -> tonic::Status {
+        self.code = status.code();
+        status
+    }
+}
+
+impl Drop for Rpc {
+    fn drop(&mut self) {
+        let m = &self.metrics;
+        m.handled
+            .get_or_create(&code_labels(self.method, self.code))
+            .inc();
+        m.handling
+            .get_or_create(&labels(self.method))
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+// === impl SubscriberGuard ===
+
+impl Drop for SubscriberGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

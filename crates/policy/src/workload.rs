@@ -1,0 +1,162 @@
+//! `PortSpec` parsing (spec/policy.md §4.1): which workload and port a proxy asks about.
+
+use linkerd_index::inbound::WorkloadRef;
+use serde::Deserialize;
+
+/// How much of a client's string an error message repeats: enough to recognise it, never so
+/// much that the status no longer fits in the response headers.
+const MAX_ECHO: usize = 256;
+
+/// A `PortSpec` that names no workload or no valid port. Displayed as the gRPC status message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PortSpecError {
+    /// `Invalid workload: <s>` (the string, cut to 256 bytes), with the JSON error when the
+    /// string was JSON.
+    #[error("Invalid workload: {workload}{}", reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default())]
+    Workload {
+        workload: String,
+        reason: Option<String>,
+    },
+    /// `Invalid port: N`: 0 or above 65535.
+    #[error("Invalid port: {0}")]
+    Port(u32),
+}
+
+/// The JSON form: `{"ns":"emojivoto","pod":"web-0"}` or
+/// `{"ns":"edge","external_workload":"payments-vm-01"}`.
+#[derive(Deserialize)]
+struct JsonWorkload {
+    ns: String,
+    #[serde(default)]
+    pod: Option<String>,
+    #[serde(default)]
+    external_workload: Option<String>,
+}
+
+/// Parses `PortSpec.workload`: legacy `"<ns>:<pod>"` (both parts non-empty) or the JSON form
+/// (any string starting with `{`), naming exactly one of `pod` and `external_workload`.
+pub fn parse_workload(workload: &str) -> Result<WorkloadRef, PortSpecError> {
+    let invalid = |reason: Option<String>| PortSpecError::Workload {
+        workload: echo(workload),
+        reason,
+    };
+    if workload.starts_with('{') {
+        let json: JsonWorkload =
+            serde_json::from_str(workload).map_err(|e| invalid(Some(e.to_string())))?;
+        if json.ns.is_empty() {
+            return Err(invalid(Some("empty namespace".into())));
+        }
+        return match (json.pod, json.external_workload) {
+            (Some(name), None) if !name.is_empty() => Ok(WorkloadRef::Pod {
+                namespace: json.ns,
+                name,
+            }),
+            (None, Some(name)) if !name.is_empty() => Ok(WorkloadRef::ExternalWorkload {
+                namespace: json.ns,
+                name,
+            }),
+            (Some(_), Some(_)) => Err(invalid(Some(
+                "both pod and external_workload are set".into(),
+            ))),
+            _ => Err(invalid(Some(
+                "expected a non-empty pod or external_workload".into(),
+            ))),
+        };
+    }
+    match workload.split_once(':') {
+        Some((ns, pod)) if !ns.is_empty() && !pod.is_empty() => Ok(WorkloadRef::Pod {
+            namespace: ns.to_string(),
+            name: pod.to_string(),
+        }),
+        _ => Err(invalid(None)),
+    }
+}
+
+/// Checks `PortSpec.port`: 1..=65535.
+pub fn parse_port(port: u32) -> Result<u16, PortSpecError> {
+    u16::try_from(port)
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or(PortSpecError::Port(port))
+}
+
+/// `s`, cut to [`MAX_ECHO`] bytes (at a character boundary) with `...` when longer.
+fn echo(s: &str) -> String {
+    if s.len() <= MAX_ECHO {
+        return s.to_string();
+    }
+    let mut end = MAX_ECHO;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str) -> WorkloadRef {
+        WorkloadRef::Pod {
+            namespace: ns.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn legacy_and_json_forms() {
+        assert_eq!(
+            parse_workload("emojivoto:web-djjwbqr6lt-sfd7g"),
+            Ok(pod("emojivoto", "web-djjwbqr6lt-sfd7g"))
+        );
+        assert_eq!(
+            parse_workload(r#"{"ns":"emojivoto","pod":"web-djjwbqr6lt-sfd7g"}"#),
+            Ok(pod("emojivoto", "web-djjwbqr6lt-sfd7g"))
+        );
+        assert_eq!(
+            parse_workload(r#"{"ns":"edge","external_workload":"payments-vm-01"}"#),
+            Ok(WorkloadRef::ExternalWorkload {
+                namespace: "edge".into(),
+                name: "payments-vm-01".into()
+            })
+        );
+    }
+
+    #[test]
+    fn invalid_workloads_name_the_string() {
+        for bad in [
+            "",
+            "emojivoto",
+            ":web",
+            "emojivoto:",
+            "{",
+            r#"{"ns":"emojivoto"}"#,
+            r#"{"ns":"","pod":"web"}"#,
+            r#"{"ns":"emojivoto","pod":""}"#,
+            r#"{"ns":"emojivoto","pod":"a","external_workload":"b"}"#,
+            r#"{"pod":"web"}"#,
+        ] {
+            let err = parse_workload(bad).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("Invalid workload: {bad}")),
+                "{bad:?}: {err}"
+            );
+        }
+        let long = format!("ns:{}", "é".repeat(1000));
+        let err = parse_workload(&format!("{{{long}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.len() < 400, "{err}");
+    }
+
+    #[test]
+    fn ports() {
+        assert_eq!(parse_port(1), Ok(1));
+        assert_eq!(parse_port(65535), Ok(65535));
+        assert_eq!(parse_port(0).unwrap_err().to_string(), "Invalid port: 0");
+        assert_eq!(
+            parse_port(70000).unwrap_err().to_string(),
+            "Invalid port: 70000"
+        );
+    }
+}
