@@ -32,7 +32,7 @@ use crate::{
 };
 
 /// How long the server has to load the generated cluster.
-const READY_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// The destination server's `max_concurrent_streams` per connection.
 const SERVER_MAX_STREAMS_PER_CONNECTION: usize = 10_000;
 /// Client HTTP/2 windows: large, so that flow control never delays a message.
@@ -201,7 +201,7 @@ pub fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
 /// Runs this same command again from an optimized build of xtask: a debug build of the client
 /// (tonic, h2, prost) costs more CPU per message than the server does, and the two share the
 /// machine, so it would mostly measure itself. Returns only when the re-run cannot start.
-fn rerun_optimized(root: &Path) -> anyhow::Result<()> {
+pub(crate) fn rerun_optimized(root: &Path) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("building xtask (release) to run the bench client optimized...");
@@ -316,7 +316,7 @@ async fn bench(
 
 /// Opens `count` HTTP/2 connections to `addr`, each with windows large enough that the client
 /// never throttles the server.
-async fn connect(addr: SocketAddr, count: usize) -> anyhow::Result<Vec<Channel>> {
+pub(crate) async fn connect(addr: SocketAddr, count: usize) -> anyhow::Result<Vec<Channel>> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .context("invalid server URI")?
         .initial_connection_window_size(CONNECTION_WINDOW)
@@ -694,7 +694,7 @@ impl Report {
 }
 
 /// The nearest-rank `p`th percentile of sorted `values`.
-fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
+pub(crate) fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
     if sorted.is_empty() {
         return None;
     }
@@ -702,7 +702,8 @@ fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
-fn ms(nanos: Option<u64>) -> String {
+/// Nanoseconds as milliseconds with two decimals, or `-` when there is no value.
+pub(crate) fn ms(nanos: Option<u64>) -> String {
     match nanos {
         Some(n) => format!("{:.2} ms", n as f64 / 1e6),
         None => "-".to_string(),

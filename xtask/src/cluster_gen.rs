@@ -5,6 +5,8 @@
 //!
 //! Everything goes in one bulk file, except the EndpointSlice of the churning service (service
 //! 0), which is alone in `churn.yaml` so that each change re-parses only that small file.
+//! [`ClusterSpec::write_service_profiles`] adds one ServiceProfile per Service in
+//! `profiles.yaml`, written as a user would write them.
 
 use anyhow::Context;
 use std::{fmt::Write as _, io::Write as _, net::Ipv4Addr, path::Path};
@@ -15,6 +17,18 @@ pub const NAMESPACE: &str = "bench";
 pub const CHURN_FILE: &str = "churn.yaml";
 /// The file holding everything else.
 pub const BULK_FILE: &str = "cluster.yaml";
+/// The file holding the ServiceProfiles, when there are any.
+pub const PROFILES_FILE: &str = "profiles.yaml";
+/// The routes of every generated ServiceProfile, by name, in order.
+pub const PROFILE_ROUTES: [&str; 4] = [
+    "GET /api/items",
+    "POST /api/items",
+    "GET /api/items/{id}",
+    "GET /healthz",
+];
+/// The retry budget of every generated ServiceProfile: ratio, min retries per second, TTL
+/// in seconds.
+pub const PROFILE_RETRY_BUDGET: (f32, u32, i64) = (0.25, 5, 15);
 /// The Service port clients ask for.
 pub const SERVICE_PORT: u16 = 80;
 /// The pods' application port (the Service's target port).
@@ -113,6 +127,30 @@ impl ClusterSpec {
             .with_context(|| format!("cannot write {}", churn_path.display()))?;
         Ok(churn)
     }
+
+    /// The authority a proxy asks for to reach service `service` (from 0).
+    pub fn service_authority(&self, service: usize) -> String {
+        format!("{}:{SERVICE_PORT}", service_fqn(service))
+    }
+
+    /// Writes [`PROFILES_FILE`] into `dir`: one ServiceProfile per Service, named by its
+    /// fully-qualified name, with the routes of [`PROFILE_ROUTES`] and the retry budget of
+    /// [`PROFILE_RETRY_BUDGET`]. Returns the file's size in bytes.
+    pub fn write_service_profiles(&self, dir: &Path) -> anyhow::Result<u64> {
+        let path = dir.join(PROFILES_FILE);
+        let mut doc = String::with_capacity(1200 * self.services);
+        for service in 0..self.services {
+            write_service_profile(&mut doc, service);
+        }
+        std::fs::write(&path, &doc).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(doc.len() as u64)
+    }
+}
+
+/// The name of service `service`'s ServiceProfile, and what `GetProfile` reports as its
+/// fully-qualified name.
+pub fn service_fqn(service: usize) -> String {
+    format!("{}.{NAMESPACE}.svc.cluster.local", service_name(service))
 }
 
 // === impl ChurnSlice ===
@@ -331,6 +369,59 @@ status:
         node = node_name(pod.node),
         host_ip = host_ip(pod.node),
         ip = pod.ip,
+    );
+}
+
+/// A ServiceProfile as `linkerd profile --template` starts one and a user fills it in: a
+/// retryable list route, a create route with a timeout and 5xx failures, a per-item route
+/// matched on method and path regex with `all`, and a health check matched on the path only.
+fn write_service_profile(doc: &mut String, service: usize) {
+    let (ratio, min_retries, ttl) = PROFILE_RETRY_BUDGET;
+    let [list, create, item, health] = PROFILE_ROUTES;
+    let _ = write!(
+        doc,
+        r#"---
+apiVersion: linkerd.io/v1alpha2
+kind: ServiceProfile
+metadata:
+  name: {fqn}
+  namespace: {NAMESPACE}
+  uid: {uid}
+spec:
+  retryBudget:
+    retryRatio: {ratio}
+    minRetriesPerSecond: {min_retries}
+    ttl: {ttl}s
+  routes:
+  - name: {list}
+    condition:
+      method: GET
+      pathRegex: /api/items
+    isRetryable: true
+  - name: {create}
+    condition:
+      method: POST
+      pathRegex: /api/items
+    timeout: 500ms
+    responseClasses:
+    - condition:
+        status:
+          min: 500
+          max: 599
+      isFailure: true
+  - name: {item:?}
+    condition:
+      all:
+      - method: GET
+      - pathRegex: /api/items/[^/]+
+    timeout: 1s
+    isRetryable: true
+  - name: {health}
+    condition:
+      pathRegex: /healthz
+"#,
+        fqn = service_fqn(service),
+        uid = uid(7, service as u64),
     );
 }
 

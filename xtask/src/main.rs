@@ -3,6 +3,8 @@
 //! - `cargo xtask dev`: build `destination` and run it in offline mode on the emojivoto fixture.
 //! - `cargo xtask bench`: measure per-stream memory and change-to-delivery latency of
 //!   `Destination.Get` on a generated cluster.
+//! - `cargo xtask bench-profiles`: a storm of `GetProfile` streams on a generated cluster with
+//!   ServiceProfiles: time to every stream's first profile, memory, and idle CPU after closing.
 //!
 //! The alias lives in `.cargo/config.toml`; nothing in the workspace depends on this crate.
 
@@ -11,6 +13,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 mod bench;
+mod bench_profiles;
 mod cluster_gen;
 mod dev;
 mod server;
@@ -31,6 +34,10 @@ enum Command {
     /// Generate a cluster, run `destination` on it, open many `Get` streams on one service and
     /// churn its endpoints: prints memory per stream and change-to-delivery latency.
     Bench(bench::BenchArgs),
+    /// Generate a cluster with a ServiceProfile per service, run `destination` on it, open
+    /// thousands of `GetProfile` streams at once, close them: prints first-profile latency,
+    /// memory, and the server's CPU once idle.
+    BenchProfiles(bench_profiles::BenchProfilesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,6 +46,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Dev(args) => dev::run(&root, args),
         Command::Bench(args) => bench::run(&root, args),
+        Command::BenchProfiles(args) => bench_profiles::run(&root, args),
     }
 }
 

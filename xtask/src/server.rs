@@ -333,6 +333,12 @@ fn die_with_parent(cmd: &mut Command) {
 
 /// `GET path` over HTTP/1.0 and returns the response's status code.
 async fn http_get_status(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
+    http_get(addr, path).await.map(|(code, _)| code)
+}
+
+/// `GET path` over HTTP/1.0 (so the server closes the connection after the body) and returns
+/// the response's status code and body; errors after 2 s without a complete answer.
+pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let exchange = async {
         let mut stream = TcpStream::connect(addr).await?;
         stream
@@ -340,11 +346,18 @@ async fn http_get_status(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
             .await?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).await?;
-        let head = String::from_utf8_lossy(&response[..response.len().min(64)]).into_owned();
-        head.split_whitespace()
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let head: String = text.chars().take(64).collect();
+        let code = head
+            .split_whitespace()
             .nth(1)
             .and_then(|code| code.parse::<u16>().ok())
-            .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {head:?}")))
+            .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {head:?}")))?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_string())
+            .unwrap_or_default();
+        Ok((code, body))
     };
     tokio::time::timeout(Duration::from_secs(2), exchange)
         .await
