@@ -1,6 +1,6 @@
 //! Process plumbing shared by every binary of the pod: the flags they all take, logging, the
 //! admin HTTP server (`/live`, `/ready`, `/metrics`), the choice between a cluster and offline
-//! mode, and graceful shutdown.
+//! mode, graceful shutdown, and the HTTPS server of the admission webhooks ([`tls`]).
 
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
@@ -10,6 +10,7 @@ pub mod args;
 pub mod cluster;
 pub mod log;
 pub mod shutdown;
+pub mod tls;
 
 pub use self::{
     admin::Admin,

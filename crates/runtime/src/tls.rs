@@ -1,0 +1,485 @@
+//! The HTTPS server of the pod's admission webhooks (the policy validator, spec/policy.md §6, and
+//! the ServiceProfile validator, spec/sp-validator-and-pod.md §b.2).
+//!
+//! [`ServerTls`] loads a PEM certificate chain and private key (`--server-tls-certs`,
+//! `--server-tls-key`; PKCS#1 RSA, SEC1 EC or PKCS#8 keys) with rustls' `ring` provider, the
+//! one kube uses. The certificate is picked per handshake, so a reload takes effect for the next
+//! connection: [`ServerTls::spawn_reloader`] re-reads both files when their directories change
+//! (Kubernetes updates a mounted Secret by swapping a `..data` symlink, so the directories are
+//! watched rather than the files). A missing or unusable file at start is an error that names
+//! it; an unusable one on reload is logged and the previous certificate keeps being served.
+//!
+//! [`HttpsServer`] serves an axum [`Router`] over HTTP/1.1 on TLS until a shutdown future
+//! resolves, then lets open requests finish (for up to [`DRAIN_TIMEOUT`]).
+
+use axum::Router;
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    service::TowerToHyperService,
+};
+use rustls::{
+    ServerConfig,
+    crypto::CryptoProvider,
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+    server::{ClientHello, ResolvesServerCert},
+    sign::CertifiedKey,
+};
+use std::{
+    future::Future,
+    io,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{Arc, PoisonError, RwLock},
+    time::Duration,
+};
+use tokio::{net::TcpListener, sync::watch, task::JoinSet};
+use tokio_rustls::TlsAcceptor;
+
+#[cfg(test)]
+mod tests;
+
+/// How long a client may take to complete the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a client may take to send a request's headers (upstream's ReadHeaderTimeout).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long open connections may take to finish their requests after shutdown.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Changes to the files are applied once they have been quiet this long: a Secret update, or
+/// an editor writing the certificate and then the key, is several events.
+const RELOAD_DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// How often the files are re-read when their directories cannot be watched.
+const RELOAD_POLL: Duration = Duration::from_secs(10);
+
+/// The two PEM files of a server certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first (`--server-tls-certs`).
+    pub certs: PathBuf,
+    /// The private key of the leaf (`--server-tls-key`).
+    pub key: PathBuf,
+}
+
+/// Why a certificate and key cannot be served. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("no PEM certificate in {}", path.display())]
+    NoCertificate { path: PathBuf },
+    #[error("invalid PEM certificate in {}: {reason}", path.display())]
+    InvalidCertificate { path: PathBuf, reason: String },
+    #[error("no PEM private key in {}", path.display())]
+    NoKey { path: PathBuf },
+    #[error("unusable private key in {}: {reason}", path.display())]
+    InvalidKey { path: PathBuf, reason: String },
+    #[error(
+        "the key in {} does not match the certificate in {}: {reason}",
+        key.display(),
+        certs.display()
+    )]
+    Mismatch {
+        certs: PathBuf,
+        key: PathBuf,
+        reason: String,
+    },
+    #[error("cannot build the TLS configuration: {0}")]
+    Config(rustls::Error),
+}
+
+/// A server certificate loaded from [`TlsFiles`], and the rustls configuration that serves it.
+/// Clones share the certificate: a reload through one is seen by all.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    files: TlsFiles,
+    resolver: Arc<Resolver>,
+    config: Arc<ServerConfig>,
+}
+
+/// Whether [`ServerTls::reload`] found new contents.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Reloaded {
+    /// Both files hold what is already served.
+    Unchanged,
+    /// The new certificate is served from the next handshake on.
+    Changed,
+}
+
+/// Keeps [`ServerTls::spawn_reloader`]'s task alive; dropping it stops the reloads.
+#[derive(Debug)]
+pub struct Reloader {
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A bound HTTPS listener with its certificate.
+#[derive(Debug)]
+pub struct HttpsServer {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    tls: ServerTls,
+}
+
+/// Picks the current certificate for each handshake.
+#[derive(Debug)]
+struct Resolver {
+    current: RwLock<Loaded>,
+}
+
+/// A certificate as served, with the file contents it came from (to tell a real change from a
+/// touch).
+#[derive(Debug)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    certs_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+}
+
+// === impl ServerTls ===
+
+impl ServerTls {
+    /// Loads the certificate chain and key, accepting TLS 1.2 and 1.3 with ALPN `http/1.1`.
+    pub fn load(files: &TlsFiles) -> Result<Self, TlsError> {
+        Self::load_with_versions(files, rustls::ALL_VERSIONS)
+    }
+
+    /// Like [`ServerTls::load`], accepting only TLS 1.3 (the sp-validator's minimum, spec
+    /// §b.2).
+    pub fn load_tls13_only(files: &TlsFiles) -> Result<Self, TlsError> {
+        Self::load_with_versions(files, &[&rustls::version::TLS13])
+    }
+
+    fn load_with_versions(
+        files: &TlsFiles,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> Result<Self, TlsError> {
+        let loaded = read(files)?;
+        let resolver = Arc::new(Resolver {
+            current: RwLock::new(loaded),
+        });
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(versions)
+            .map_err(TlsError::Config)?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver.clone());
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Self {
+            files: files.clone(),
+            resolver,
+            config: Arc::new(config),
+        })
+    }
+
+    /// The rustls configuration; its certificate follows reloads.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.config.clone()
+    }
+
+    /// The files the certificate is read from.
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+
+    /// The certificate chain served now, leaf first.
+    pub fn current_chain(&self) -> Vec<CertificateDer<'static>> {
+        self.resolver.current().cert.clone()
+    }
+
+    /// Re-reads both files and serves their certificate if it changed. On an error the
+    /// previous certificate stays.
+    pub fn reload(&self) -> Result<Reloaded, TlsError> {
+        let certs_pem = read_file(&self.files.certs)?;
+        let key_pem = read_file(&self.files.key)?;
+        {
+            let current = self
+                .resolver
+                .current
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            if current.certs_pem == certs_pem && current.key_pem == key_pem {
+                return Ok(Reloaded::Unchanged);
+            }
+        }
+        let loaded = parse(&self.files, certs_pem, key_pem)?;
+        *self
+            .resolver
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = loaded;
+        Ok(Reloaded::Changed)
+    }
+
+    /// Reloads the certificate whenever the files' directories change (or every
+    /// [`RELOAD_POLL`] when they cannot be watched), logging each outcome. Must be called
+    /// within a tokio runtime.
+    pub fn spawn_reloader(&self) -> Reloader {
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let watcher = self.watch(changed.clone());
+        let tls = self.clone();
+        let task = tokio::spawn(async move {
+            // Owned by the task: dropping the watcher ends the notifications.
+            let _watcher = watcher;
+            let polling = _watcher.is_none();
+            loop {
+                if polling {
+                    tokio::time::sleep(RELOAD_POLL).await;
+                } else {
+                    changed.notified().await;
+                    // Wait for the burst of events to end.
+                    while tokio::time::timeout(RELOAD_DEBOUNCE, changed.notified())
+                        .await
+                        .is_ok()
+                    {}
+                }
+                match tls.reload() {
+                    Ok(Reloaded::Unchanged) => {}
+                    Ok(Reloaded::Changed) => tracing::info!(
+                        certs = %tls.files.certs.display(),
+                        "reloaded the TLS certificate"
+                    ),
+                    Err(error) => tracing::warn!(
+                        %error,
+                        "cannot reload the TLS certificate; serving the previous one"
+                    ),
+                }
+            }
+        });
+        Reloader { task }
+    }
+
+    /// Watches the directories of both files; `None` (logged) when that is impossible.
+    fn watch(&self, changed: Arc<tokio::sync::Notify>) -> Option<notify::RecommendedWatcher> {
+        use notify::Watcher;
+        let mut dirs = vec![parent(&self.files.certs), parent(&self.files.key)];
+        dirs.dedup();
+        let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            if res.is_ok_and(|event| is_content_change(&event.kind)) {
+                changed.notify_one();
+            }
+        })
+        .inspect_err(|error| {
+            tracing::warn!(%error, "cannot watch the TLS files; polling them instead");
+        })
+        .ok()?;
+        for dir in dirs {
+            if let Err(error) = watcher.watch(&dir, notify::RecursiveMode::NonRecursive) {
+                tracing::warn!(dir = %dir.display(), %error, "cannot watch the TLS files; polling them instead");
+                return None;
+            }
+        }
+        Some(watcher)
+    }
+}
+
+// === impl Reloader ===
+
+impl Drop for Reloader {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+// === impl HttpsServer ===
+
+impl HttpsServer {
+    /// Binds `addr` (port 0 picks a free port, see [`HttpsServer::local_addr`]).
+    pub async fn bind(addr: SocketAddr, tls: ServerTls) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        Ok(Self {
+            listener,
+            local_addr,
+            tls,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves `router` to every client until `shutdown` resolves, reloading the certificate
+    /// as its files change. Then stops accepting, lets open connections finish their current
+    /// request (closing idle keep-alive connections), and returns once they are closed or
+    /// [`DRAIN_TIMEOUT`] has passed.
+    ///
+    /// A failed handshake or connection concerns one client only: it is logged at debug level
+    /// and the server goes on.
+    pub async fn serve(self, router: Router, shutdown: impl Future<Output = ()> + Send) {
+        let _reloader = self.tls.spawn_reloader();
+        let acceptor = TlsAcceptor::from(self.tls.config());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                accepted = self.listener.accept() => match accepted {
+                    Ok((tcp, peer)) => {
+                        connections.spawn(serve_connection(
+                            acceptor.clone(),
+                            tcp,
+                            peer,
+                            router.clone(),
+                            stop_rx.clone(),
+                        ));
+                    }
+                    Err(error) => {
+                        // Out of file descriptors, most likely: let some connections end.
+                        tracing::warn!(%error, addr = %self.local_addr, "cannot accept an HTTPS connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+            }
+        }
+        drop(self.listener);
+        let _ = stop_tx.send(true);
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                open = connections.len(),
+                "HTTPS connections still open after the drain timeout; closing them"
+            );
+            connections.shutdown().await;
+        }
+    }
+}
+
+async fn serve_connection(
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => {
+            tracing::debug!(%peer, %error, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(router));
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        () = async { drop(stop.wait_for(|stop| *stop).await) } => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%peer, %error, "HTTPS connection failed");
+    }
+}
+
+// === impl Resolver ===
+
+impl Resolver {
+    fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .key
+            .clone()
+    }
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// The `ring` provider, as kube's client uses.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn read(files: &TlsFiles) -> Result<Loaded, TlsError> {
+    let certs_pem = read_file(&files.certs)?;
+    let key_pem = read_file(&files.key)?;
+    parse(files, certs_pem, key_pem)
+}
+
+fn parse(files: &TlsFiles, certs_pem: Vec<u8>, key_pem: Vec<u8>) -> Result<Loaded, TlsError> {
+    let chain = CertificateDer::pem_slice_iter(&certs_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::InvalidCertificate {
+            path: files.certs.clone(),
+            reason: e.to_string(),
+        })?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: files.certs.clone(),
+        });
+    }
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => TlsError::NoKey {
+            path: files.key.clone(),
+        },
+        e => TlsError::InvalidKey {
+            path: files.key.clone(),
+            reason: e.to_string(),
+        },
+    })?;
+    let key = CertifiedKey::from_der(chain, key, &provider()).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => TlsError::Mismatch {
+            certs: files.certs.clone(),
+            key: files.key.clone(),
+            reason: e.to_string(),
+        },
+        rustls::Error::InvalidCertificate(_) => TlsError::InvalidCertificate {
+            path: files.certs.clone(),
+            reason: e.to_string(),
+        },
+        e => TlsError::InvalidKey {
+            path: files.key.clone(),
+            reason: e.to_string(),
+        },
+    })?;
+    Ok(Loaded {
+        key: Arc::new(key),
+        certs_pem,
+        key_pem,
+    })
+}
+
+/// The directory to watch for a file: its parent, or `.` for a bare file name.
+fn parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Whether a file event may have changed contents (our own reads must not trigger reloads).
+fn is_content_change(kind: &notify::EventKind) -> bool {
+    use notify::event::{EventKind, ModifyKind};
+    match kind {
+        EventKind::Access(_) | EventKind::Modify(ModifyKind::Metadata(_)) | EventKind::Other => {
+            false
+        }
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any => true,
+    }
+}
