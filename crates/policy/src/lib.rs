@@ -8,6 +8,7 @@
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod args;
 pub mod inbound;
 pub mod metrics;

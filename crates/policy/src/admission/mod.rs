@@ -1,0 +1,248 @@
+//! The validating admission webhook of the policy CRDs (spec/policy.md §6), served over HTTPS
+//! by [`linkerd_runtime::tls::HttpsServer`] on `--server-addr`.
+//!
+//! # Protocol
+//!
+//! Only `POST /` is handled; any other method or path is `404`. The body is an
+//! `AdmissionReview` ([`review`]) of `admission.k8s.io/v1` or `v1beta1`; the answer is a review
+//! of the same `apiVersion` whose `response` carries the request's `uid`:
+//!
+//! - a body that does not decode as a review (not JSON, wrong field types) is answered
+//!   `400 text/plain` `failed to decode admission review request: <error>`, and a review without
+//!   `request` or with an empty `request.uid` `400` `invalid admission review request`. (Upstream
+//!   answers `200` with a review marked invalid and no uid, which the API server can only treat
+//!   as a failed call; a `400` says the same thing plainly, as the sp-validator does.)
+//! - a kind this webhook does not validate is refused with reason `InvalidRequest` and the
+//!   message `unsupported resource type: <group>.<version>.<kind>`.
+//! - only `CREATE` and `UPDATE` (or a review that names no operation) are validated. Any other
+//!   operation (`DELETE`, `CONNECT`; the chart's registration never sends them) is allowed
+//!   without looking at the object, since a deletion must never be blocked by the content of
+//!   what is deleted.
+//! - a validated request without `object` is denied with `admission request missing 'object`,
+//!   an object without `spec` with `admission request missing 'spec'`.
+//! - the spec of a `policy.linkerd.io` kind is decoded strictly: an unknown field or a wrong
+//!   type is a denial naming the field (`spec.proxyProtocol: unknown variant ...`). The spec of
+//!   a Gateway API kind (HTTPRoute, GRPCRoute, TLSRoute, TCPRoute of
+//!   `gateway.networking.k8s.io`) is decoded leniently: a spec that does not decode is allowed
+//!   with a warning, since newer Gateway API versions may carry what these types do not know.
+//! - then the kind's rules run and the first that fails is the denial message
+//!   (status reason `BadRequest`, code 400); see [`admit`].
+
+pub mod annotations;
+mod decode;
+pub mod identity;
+pub mod kinds;
+mod policy;
+pub mod review;
+mod routes;
+
+use axum::{
+    Router,
+    body::Bytes,
+    extract::DefaultBodyLimit,
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::post,
+};
+use linkerd_k8s_api::{
+    authorization_policy::v1alpha1::AuthorizationPolicySpec,
+    egress_network::v1alpha1::EgressNetworkSpec,
+    gateway_api::{
+        experimental::{tcproutes::TcpRouteSpec, tlsroutes::TlsRouteSpec},
+        grpcroutes::GrpcRouteSpec,
+        httproutes::HttpRouteSpec as GatewayHttpRouteSpec,
+    },
+    http_local_rate_limit_policy::v1alpha1::HttpLocalRateLimitPolicySpec,
+    http_route::v1beta3::HttpRouteSpec,
+    mesh_tls_authentication::v1alpha1::MeshTlsAuthenticationSpec,
+    network_authentication::v1alpha1::NetworkAuthenticationSpec,
+    server::v1beta3::ServerSpec,
+    server_authorization::v1beta1::ServerAuthorizationSpec,
+};
+
+pub use self::{
+    kinds::Kind,
+    review::{
+        AdmissionRequest, AdmissionResponse, AdmissionReview, AdmissionReviewResponse,
+        DEFAULT_API_VERSION, GroupVersionKind, Status,
+    },
+};
+
+/// The largest request body read (as the sp-validator's); larger ones are answered `413`.
+pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// Why a body is not a review to answer; both are answered `400 text/plain`.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("failed to decode admission review request: {0}")]
+    Decode(#[from] serde_json::Error),
+    #[error("invalid admission review request")]
+    Invalid,
+}
+
+/// The webhook's routes: `POST /` reviews; everything else is `404`.
+pub fn router() -> Router {
+    Router::new()
+        .route("/", post(handle).fallback(not_found))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// Answers a review body (see the module docs for the protocol).
+pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
+    let review: AdmissionReview = serde_json::from_slice(body)?;
+    let request = review
+        .request
+        .filter(|r| !r.uid.is_empty())
+        .ok_or(ReviewError::Invalid)?;
+    Ok(AdmissionReviewResponse {
+        api_version: review
+            .api_version
+            .unwrap_or_else(|| DEFAULT_API_VERSION.to_string()),
+        kind: "AdmissionReview",
+        response: admit(&request),
+    })
+}
+
+/// Judges one request: dispatch by `request.kind`, then the rules of spec §6 for the kind
+/// (first failing rule wins):
+///
+/// - AuthorizationPolicy: a Namespace target is the policy's own namespace; at most one
+///   MeshTLSAuthentication, one ServiceAccount (not both) and one NetworkAuthentication, and
+///   no other authentication kind; the target is a Server, Namespace, HTTPRoute or GRPCRoute.
+/// - MeshTLSAuthentication: SPIFFE or DNS-like identities ([`identity`]); identityRefs are
+///   ServiceAccounts or Namespaces without a namespace.
+/// - Server: a valid `accessPolicy`.
+/// - NetworkAuthentication, EgressNetwork, ServerAuthorization: networks, and for
+///   ServerAuthorization the `unauthenticated`/`unauthenticatedTLS` exclusions.
+/// - policy HTTPRoute, Gateway HTTPRoute, GRPCRoute: EgressNetwork parents name a port; with
+///   an outbound parent the retry/timeout annotations parse ([`annotations`]); matches and
+///   filters convert; policy rule timeouts are ordered; Gateway Service backends have ports.
+/// - TLSRoute, TCPRoute: EgressNetwork parents name a port; exactly one rule.
+/// - HTTPLocalRateLimitPolicy: targets a Server; rates positive and within the total;
+///   overrides name ServiceAccounts.
+pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
+    let uid = request.uid.as_str();
+    let gvk = &request.kind;
+    let Some(kind) = Kind::of(gvk) else {
+        return AdmissionResponse::invalid(
+            uid,
+            format!(
+                "unsupported resource type: {}.{}.{}",
+                gvk.group, gvk.version, gvk.kind
+            ),
+        );
+    };
+    let validated = request
+        .operation
+        .as_deref()
+        .is_none_or(|op| op.eq_ignore_ascii_case("CREATE") || op.eq_ignore_ascii_case("UPDATE"));
+    if !validated {
+        return AdmissionResponse::allow(uid);
+    }
+
+    let Some(object) = &request.object else {
+        return deny(request, "admission request missing 'object".to_string());
+    };
+    let spec = match object.get("spec") {
+        None | Some(serde_json::Value::Null) => {
+            return deny(request, "admission request missing 'spec'".to_string());
+        }
+        Some(spec) => spec.clone(),
+    };
+    let ns = request.object_namespace();
+    let annotations = request.object_annotations();
+
+    let verdict = if kind.is_gateway_api() {
+        let decoded = match kind {
+            Kind::GatewayHttpRoute => decode::lenient::<GatewayHttpRouteSpec>(spec)
+                .map(|s| routes::gateway_http_route(&annotations, &s)),
+            Kind::GrpcRoute => {
+                decode::lenient::<GrpcRouteSpec>(spec).map(|s| routes::grpc_route(&annotations, &s))
+            }
+            Kind::TlsRoute => decode::lenient::<TlsRouteSpec>(spec).map(|s| routes::tls_route(&s)),
+            _ => decode::lenient::<TcpRouteSpec>(spec).map(|s| routes::tcp_route(&s)),
+        };
+        match decoded {
+            Ok(verdict) => verdict,
+            Err(error) => {
+                tracing::info!(
+                    kind = %gvk.kind,
+                    %ns,
+                    name = request.name.as_deref().unwrap_or_default(),
+                    %error,
+                    "admitted a Gateway API resource whose spec does not decode"
+                );
+                return AdmissionResponse::allow(uid).with_warning(format!(
+                    "{} admitted without validation: its spec does not decode: {error}",
+                    gvk.kind
+                ));
+            }
+        }
+    } else {
+        match kind {
+            Kind::AuthorizationPolicy => decode::strict::<AuthorizationPolicySpec>(spec)
+                .and_then(|s| policy::authorization_policy(ns, &s)),
+            Kind::MeshTlsAuthentication => decode::strict::<MeshTlsAuthenticationSpec>(spec)
+                .and_then(|s| policy::mesh_tls_authentication(&s)),
+            Kind::NetworkAuthentication => decode::strict::<NetworkAuthenticationSpec>(spec)
+                .and_then(|s| policy::network_authentication(&s)),
+            Kind::Server => decode::strict::<ServerSpec>(spec).and_then(|s| policy::server(&s)),
+            Kind::ServerAuthorization => decode::strict::<ServerAuthorizationSpec>(spec)
+                .and_then(|s| policy::server_authorization(&s)),
+            Kind::EgressNetwork => {
+                decode::strict::<EgressNetworkSpec>(spec).and_then(|s| policy::egress_network(&s))
+            }
+            Kind::HttpLocalRateLimitPolicy => decode::strict::<HttpLocalRateLimitPolicySpec>(spec)
+                .and_then(|s| policy::rate_limit_policy(&s)),
+            _ => decode::strict::<HttpRouteSpec>(spec)
+                .and_then(|s| routes::policy_http_route(&annotations, &s)),
+        }
+    };
+    match verdict {
+        Ok(()) => AdmissionResponse::allow(uid),
+        Err(message) => deny(request, message),
+    }
+}
+
+fn deny(request: &AdmissionRequest, message: String) -> AdmissionResponse {
+    tracing::info!(
+        kind = %request.kind.kind,
+        ns = %request.object_namespace(),
+        name = request.name.as_deref().unwrap_or_default(),
+        %message,
+        "denied"
+    );
+    AdmissionResponse::deny(&request.uid, message)
+}
+
+async fn handle(body: Bytes) -> Response {
+    let answer = review(&body).map_err(|error| {
+        tracing::info!(%error, "bad admission review");
+        error
+    });
+    match answer.map(|answer| serde_json::to_vec(&answer)) {
+        Ok(Ok(json)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            json,
+        )
+            .into_response(),
+        Ok(Err(error)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain")],
+            format!("cannot encode the admission review response: {error}"),
+        )
+            .into_response(),
+        Err(error) => (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "text/plain")],
+            error.to_string(),
+        )
+            .into_response(),
+    }
+}
+
+async fn not_found() -> StatusCode {
+    StatusCode::NOT_FOUND
+}

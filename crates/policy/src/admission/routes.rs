@@ -1,0 +1,274 @@
+//! The rules of the route kinds (spec/policy.md §6): the policy.linkerd.io HTTPRoute, and the
+//! Gateway API HTTPRoute, GRPCRoute, TLSRoute and TCPRoute. Matches and filters are checked by
+//! converting them as the indexes do ([`linkerd_index::routes::convert`], §3.5).
+
+use linkerd_index::{
+    profile::{DurationError, parse_go_duration},
+    routes::convert,
+};
+use linkerd_k8s_api::{
+    gateway_api::{
+        experimental::{tcproutes::TcpRouteSpec, tlsroutes::TlsRouteSpec},
+        grpcroutes::GrpcRouteSpec,
+        httproutes::{self as gateway_http, HttpRouteSpec as GatewayHttpRouteSpec},
+    },
+    http_route::{HttpRouteFilter, HttpRouteTimeouts, v1beta3::HttpRouteSpec},
+};
+use std::{collections::BTreeMap, time::Duration};
+
+use super::{
+    annotations,
+    kinds::{EGRESS_NETWORK, SERVICE},
+};
+
+/// The part of a parent reference the rules look at.
+struct Parent<'a> {
+    group: Option<&'a str>,
+    kind: Option<&'a str>,
+    port: Option<i32>,
+}
+
+/// Which retry annotations a route kind reads.
+#[derive(Copy, Clone)]
+enum Protocol {
+    Http,
+    Grpc,
+}
+
+/// The policy.linkerd.io HTTPRoute: (1) an EgressNetwork parent names a port; (2) with a
+/// Service or EgressNetwork parent, the retry and timeout annotations parse; (3) every match
+/// and filter converts; (4) rule timeouts are not negative and `backendRequest` does not
+/// exceed `request`.
+pub fn policy_http_route(
+    annotations: &BTreeMap<String, String>,
+    spec: &HttpRouteSpec,
+) -> Result<(), String> {
+    outbound_parents(
+        annotations,
+        Protocol::Http,
+        spec.parent_refs.iter().flatten().map(|p| Parent {
+            group: p.group.as_deref(),
+            kind: p.kind.as_deref(),
+            port: p.port,
+        }),
+    )?;
+    let rules = spec.rules.as_deref().unwrap_or_default();
+    for rule in rules {
+        for m in rule.matches.iter().flatten() {
+            convert::http_match(m).map_err(|e| e.to_string())?;
+        }
+        for filter in rule.filters.iter().flatten() {
+            policy_filter(filter)?;
+        }
+    }
+    for timeouts in rules.iter().filter_map(|r| r.timeouts.as_ref()) {
+        rule_timeouts(timeouts)?;
+    }
+    Ok(())
+}
+
+/// The Gateway API HTTPRoute: rules (1) to (3) of [`policy_http_route`], where only header
+/// modifier and redirect filters are checked (mirrors, rewrites and extension refs are
+/// admitted); then every Service backend names a non-zero port (`invalid backendRef`).
+pub fn gateway_http_route(
+    annotations: &BTreeMap<String, String>,
+    spec: &GatewayHttpRouteSpec,
+) -> Result<(), String> {
+    use gateway_http::HttpRouteRulesFiltersType as T;
+    outbound_parents(
+        annotations,
+        Protocol::Http,
+        spec.parent_refs.iter().flatten().map(|p| Parent {
+            group: p.group.as_deref(),
+            kind: p.kind.as_deref(),
+            port: p.port,
+        }),
+    )?;
+    let rules = spec.rules.as_deref().unwrap_or_default();
+    for rule in rules {
+        for m in rule.matches.iter().flatten() {
+            convert::http_match(m).map_err(|e| e.to_string())?;
+        }
+        for filter in rule.filters.iter().flatten() {
+            if matches!(
+                filter.r#type,
+                T::RequestHeaderModifier | T::ResponseHeaderModifier | T::RequestRedirect
+            ) {
+                convert::gateway_http_filter(filter).map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    service_backends(
+        rules
+            .iter()
+            .flat_map(|r| r.backend_refs.iter().flatten())
+            .map(|b| (b.group.as_deref(), b.kind.as_deref(), b.port)),
+    )
+}
+
+/// GRPCRoute: rules (1) and (2) of [`policy_http_route`] (with the gRPC retry annotation);
+/// every match converts (no regular-expression method match); header modifier filters are
+/// valid; every Service backend names a non-zero port.
+pub fn grpc_route(
+    annotations: &BTreeMap<String, String>,
+    spec: &GrpcRouteSpec,
+) -> Result<(), String> {
+    outbound_parents(
+        annotations,
+        Protocol::Grpc,
+        spec.parent_refs.iter().flatten().map(|p| Parent {
+            group: p.group.as_deref(),
+            kind: p.kind.as_deref(),
+            port: p.port,
+        }),
+    )?;
+    let rules = spec.rules.as_deref().unwrap_or_default();
+    for rule in rules {
+        for m in rule.matches.iter().flatten() {
+            convert::grpc_match(m).map_err(|e| e.to_string())?;
+        }
+        for filter in rule.filters.iter().flatten() {
+            if filter.request_header_modifier.is_some() || filter.response_header_modifier.is_some()
+            {
+                convert::grpc_filter(filter).map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    service_backends(
+        rules
+            .iter()
+            .flat_map(|r| r.backend_refs.iter().flatten())
+            .map(|b| (b.group.as_deref(), b.kind.as_deref(), b.port)),
+    )
+}
+
+/// TLSRoute: an EgressNetwork parent names a port; exactly one rule.
+pub fn tls_route(spec: &TlsRouteSpec) -> Result<(), String> {
+    egress_parents_have_ports(spec.parent_refs.iter().flatten().map(|p| Parent {
+        group: p.group.as_deref(),
+        kind: p.kind.as_deref(),
+        port: p.port,
+    }))?;
+    if spec.rules.len() != 1 {
+        return Err("TlsRoute supports a single rule only".into());
+    }
+    Ok(())
+}
+
+/// TCPRoute: an EgressNetwork parent names a port; exactly one rule.
+pub fn tcp_route(spec: &TcpRouteSpec) -> Result<(), String> {
+    egress_parents_have_ports(spec.parent_refs.iter().flatten().map(|p| Parent {
+        group: p.group.as_deref(),
+        kind: p.kind.as_deref(),
+        port: p.port,
+    }))?;
+    if spec.rules.len() != 1 {
+        return Err("TcpRoute supports a single rule only".into());
+    }
+    Ok(())
+}
+
+/// Rules (1) and (2): parents, and the annotations the outbound index reads when the route
+/// has an outbound parent.
+fn outbound_parents<'a>(
+    annotations: &BTreeMap<String, String>,
+    protocol: Protocol,
+    parents: impl Iterator<Item = Parent<'a>> + Clone,
+) -> Result<(), String> {
+    egress_parents_have_ports(parents.clone())?;
+    let outbound = parents.into_iter().any(|p| {
+        SERVICE.matches_opt(p.group, p.kind) || EGRESS_NETWORK.matches_opt(p.group, p.kind)
+    });
+    if outbound {
+        annotations::check_timeouts(annotations)?;
+        match protocol {
+            Protocol::Http => annotations::check_http_retry(annotations)?,
+            Protocol::Grpc => annotations::check_grpc_retry(annotations)?,
+        }
+    }
+    Ok(())
+}
+
+fn egress_parents_have_ports<'a>(
+    mut parents: impl Iterator<Item = Parent<'a>>,
+) -> Result<(), String> {
+    if parents.any(|p| EGRESS_NETWORK.matches_opt(p.group, p.kind) && p.port.is_none()) {
+        return Err("cannot target an EgressNetwork without specifying a port".into());
+    }
+    Ok(())
+}
+
+/// Backends `(group, kind, port)` that are Services (kind defaults to `Service`) need a
+/// non-zero port. Other kinds are admitted.
+fn service_backends<'a>(
+    mut backends: impl Iterator<Item = (Option<&'a str>, Option<&'a str>, Option<i32>)>,
+) -> Result<(), String> {
+    let missing = backends.find(|(group, kind, port)| {
+        SERVICE.matches(*group, kind.unwrap_or("Service")) && port.unwrap_or(0) == 0
+    });
+    match missing {
+        // The cause ("cannot reference a Service without a port") is in the log only: the
+        // denial message is upstream's.
+        Some((_, _, port)) => {
+            tracing::debug!(?port, "cannot reference a Service without a port");
+            Err("invalid backendRef".into())
+        }
+        None => Ok(()),
+    }
+}
+
+fn policy_filter(filter: &HttpRouteFilter) -> Result<(), String> {
+    // The request and response modifiers are distinct generated types of the same shape.
+    macro_rules! header_modifier {
+        ($m:expr) => {
+            convert::header_modifier(
+                $m.add
+                    .iter()
+                    .flatten()
+                    .map(|h| (h.name.as_str(), h.value.as_str())),
+                $m.set
+                    .iter()
+                    .flatten()
+                    .map(|h| (h.name.as_str(), h.value.as_str())),
+                $m.remove.iter().flatten().map(String::as_str),
+            )
+            .map(drop)
+        };
+    }
+    match filter {
+        HttpRouteFilter::RequestHeaderModifier {
+            request_header_modifier: m,
+        } => header_modifier!(m),
+        HttpRouteFilter::ResponseHeaderModifier {
+            response_header_modifier: m,
+        } => header_modifier!(m),
+        HttpRouteFilter::RequestRedirect { request_redirect } => {
+            convert::redirect(request_redirect).map(drop)
+        }
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Rule (4) of the policy HTTPRoute: Go-style `request` and `backendRequest` timeouts.
+fn rule_timeouts(timeouts: &HttpRouteTimeouts) -> Result<(), String> {
+    fn parse(name: &str, value: Option<&str>) -> Result<Option<Duration>, String> {
+        match value.map(parse_go_duration) {
+            None => Ok(None),
+            Some(Ok(d)) => Ok(Some(d)),
+            Some(Err(DurationError::Negative(_))) => {
+                Err(format!("{name} timeout must not be negative"))
+            }
+            Some(Err(e)) => Err(format!("invalid {name} timeout: {e}")),
+        }
+    }
+    let backend_request = parse("backendRequest", timeouts.backend_request.as_deref())?;
+    let request = parse("request", timeouts.request.as_deref())?;
+    if let (Some(request), Some(backend_request)) = (request, backend_request)
+        && backend_request > request
+    {
+        return Err(format!(
+            "backendRequest timeout ({backend_request:?}) must not be greater than request timeout ({request:?})"
+        ));
+    }
+    Ok(())
+}
