@@ -48,8 +48,7 @@ use linkerd_k8s_api::{
     authorization_policy::v1alpha1::AuthorizationPolicySpec,
     egress_network::v1alpha1::EgressNetworkSpec,
     gateway_api::{
-        experimental::{tcproutes::TcpRouteSpec, tlsroutes::TlsRouteSpec},
-        grpcroutes::GrpcRouteSpec,
+        experimental::tcproutes::TcpRouteSpec, grpcroutes::GrpcRouteSpec,
         httproutes::HttpRouteSpec as GatewayHttpRouteSpec,
     },
     http_local_rate_limit_policy::v1alpha1::HttpLocalRateLimitPolicySpec,
@@ -160,7 +159,9 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
             Kind::GrpcRoute => {
                 decode::lenient::<GrpcRouteSpec>(spec).map(|s| routes::grpc_route(&annotations, &s))
             }
-            Kind::TlsRoute => decode::lenient::<TlsRouteSpec>(spec).map(|s| routes::tls_route(&s)),
+            Kind::TlsRoute => {
+                decode::lenient::<routes::TlsRouteSpec>(spec).map(|s| routes::tls_route(&s))
+            }
             _ => decode::lenient::<TcpRouteSpec>(spec).map(|s| routes::tcp_route(&s)),
         };
         match decoded {

@@ -8,18 +8,36 @@ use linkerd_index::{
 };
 use linkerd_k8s_api::{
     gateway_api::{
-        experimental::{tcproutes::TcpRouteSpec, tlsroutes::TlsRouteSpec},
+        experimental::{
+            tcproutes::TcpRouteSpec,
+            tlsroutes::{TlsRouteParentRefs, TlsRouteRules},
+        },
         grpcroutes::GrpcRouteSpec,
         httproutes::{self as gateway_http, HttpRouteSpec as GatewayHttpRouteSpec},
     },
     http_route::{HttpRouteFilter, HttpRouteTimeouts, v1beta3::HttpRouteSpec},
 };
+use serde::Deserialize;
 use std::{collections::BTreeMap, time::Duration};
 
 use super::{
     annotations,
     kinds::{EGRESS_NETWORK, SERVICE},
 };
+
+/// `spec` of a TLSRoute as `v1alpha2` (the version Linkerd's chart serves) writes it, over the
+/// `gateway-api` crate's parent and rule types: that crate's TLSRoute is `v1`, which requires
+/// `hostnames`, so a `v1alpha2` route without them would not decode and would escape the
+/// single-rule check.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsRouteSpec {
+    #[serde(default)]
+    pub parent_refs: Option<Vec<TlsRouteParentRefs>>,
+    #[serde(default)]
+    pub hostnames: Option<Vec<String>>,
+    pub rules: Vec<TlsRouteRules>,
+}
 
 /// The part of a parent reference the rules look at.
 struct Parent<'a> {

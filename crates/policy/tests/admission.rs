@@ -1,0 +1,1100 @@
+//! The policy admission webhook over real HTTPS (spec/policy.md §6): the server is
+//! `linkerd_runtime::tls::HttpsServer` on 127.0.0.1:0 with a fresh self-signed certificate, the
+//! client a rustls client that trusts it. Every kind has allowed and denied documents with the
+//! exact denial message; the fixture clusters' policy objects are all allowed.
+
+use policy::admission::{self, AdmissionResponse};
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::{net::SocketAddr, sync::Arc};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A webhook served over TLS, and what a client needs to reach it.
+struct Webhook {
+    addr: SocketAddr,
+    ca: CertificateDer<'static>,
+    _trigger: linkerd_runtime::shutdown::Trigger,
+    _dir: tempfile::TempDir,
+}
+
+/// An HTTP response: status, content type and body.
+struct Reply {
+    status: u16,
+    content_type: Option<String>,
+    body: String,
+}
+
+async fn mk_webhook() -> Webhook {
+    let rcgen::CertifiedKey { cert, signing_key } =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let files = linkerd_runtime::tls::TlsFiles {
+        certs: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+    };
+    std::fs::write(&files.certs, cert.pem()).unwrap();
+    std::fs::write(&files.key, signing_key.serialize_pem()).unwrap();
+    let tls = linkerd_runtime::tls::ServerTls::load(&files).unwrap();
+    let server = linkerd_runtime::tls::HttpsServer::bind("127.0.0.1:0".parse().unwrap(), tls)
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let (trigger, shutdown) = linkerd_runtime::shutdown::channel();
+    tokio::spawn(server.serve(admission::router(), shutdown.signaled()));
+    Webhook {
+        addr,
+        ca: cert.der().clone(),
+        _trigger: trigger,
+        _dir: dir,
+    }
+}
+
+impl Webhook {
+    /// Sends one HTTP/1.1 request over a new TLS connection.
+    async fn send(&self, method: &str, path: &str, body: &[u8]) -> Reply {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.clone()).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.write_all(body).await.unwrap();
+        let mut response = String::new();
+        tls.read_to_string(&mut response).await.unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.lines();
+        let status = lines.next().unwrap().split(' ').nth(1).unwrap();
+        let content_type = lines.find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_string())
+        });
+        Reply {
+            status: status.parse().unwrap(),
+            content_type,
+            body: body.to_string(),
+        }
+    }
+
+    /// Posts a review and returns the answer as JSON (asserting a 200 JSON answer).
+    async fn review(&self, review: &Value) -> Value {
+        let reply = self
+            .send("POST", "/", &serde_json::to_vec(review).unwrap())
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(reply.content_type.as_deref(), Some("application/json"));
+        serde_json::from_str(&reply.body).unwrap()
+    }
+
+    /// A CREATE of `object` (YAML); returns the review's `response`.
+    async fn admit(&self, object: &str) -> AdmissionResponse {
+        let object: Value = serde_yaml::from_str(object).unwrap();
+        self.admit_object(object).await
+    }
+
+    async fn admit_object(&self, object: Value) -> AdmissionResponse {
+        let answer = self.review(&mk_review("CREATE", Some(object))).await;
+        assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(answer["kind"], "AdmissionReview");
+        let response: AdmissionResponse =
+            serde_json::from_value(answer["response"].clone()).unwrap();
+        assert_eq!(response.uid, "3f2b7c1e-0000-4000-8000-000000000001");
+        response
+    }
+
+    /// Asserts that each document is allowed.
+    async fn assert_allowed(&self, objects: &[&str]) {
+        for object in objects {
+            let response = self.admit(object).await;
+            assert!(
+                response.allowed,
+                "{object}\ndenied: {:?}",
+                response.message()
+            );
+            assert_eq!(response.status, None);
+        }
+    }
+
+    /// Asserts that each document is denied with exactly its message.
+    async fn assert_denied(&self, cases: &[(&str, &str)]) {
+        for (object, message) in cases {
+            let response = self.admit(object).await;
+            assert!(!response.allowed, "{object}\nwas allowed");
+            let status = response.status.as_ref().unwrap();
+            assert_eq!(status.message, *message, "{object}");
+            assert_eq!((status.code, status.reason.as_str()), (400, "BadRequest"));
+        }
+    }
+}
+
+/// A review of `object` (whose `apiVersion` and `kind` give `request.kind`).
+fn mk_review(operation: &str, object: Option<Value>) -> Value {
+    let (group, version, kind, namespace, name) = match &object {
+        Some(o) => {
+            let api_version = o["apiVersion"].as_str().unwrap_or_default();
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            (
+                group.to_string(),
+                version.to_string(),
+                o["kind"].as_str().unwrap_or_default().to_string(),
+                o["metadata"]["namespace"].clone(),
+                o["metadata"]["name"].clone(),
+            )
+        }
+        None => (
+            "policy.linkerd.io".into(),
+            "v1beta3".into(),
+            "Server".into(),
+            json!("emojivoto"),
+            json!("web-http"),
+        ),
+    };
+    let mut request = json!({
+        "uid": "3f2b7c1e-0000-4000-8000-000000000001",
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": "things"},
+        "operation": operation,
+        "namespace": namespace,
+        "name": name,
+        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
+        "dryRun": false,
+    });
+    if let Some(object) = object {
+        request["object"] = object;
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+}
+
+/// `apiVersion`, `kind` and metadata in namespace `emojivoto`, then `spec` (indented YAML).
+fn doc(api_version: &str, kind: &str, annotations: &str, spec: &str) -> String {
+    let annotations = if annotations.is_empty() {
+        String::new()
+    } else {
+        format!("  annotations: {annotations}\n")
+    };
+    format!(
+        "apiVersion: {api_version}\nkind: {kind}\nmetadata:\n  name: test\n  namespace: emojivoto\n{annotations}spec:\n{spec}"
+    )
+}
+
+fn authz(spec: &str) -> String {
+    doc(
+        "policy.linkerd.io/v1alpha1",
+        "AuthorizationPolicy",
+        "",
+        spec,
+    )
+}
+
+#[tokio::test]
+async fn admit_fixture_policy_objects() {
+    let webhook = mk_webhook().await;
+    let kinds = [
+        "Server",
+        "ServerAuthorization",
+        "AuthorizationPolicy",
+        "MeshTLSAuthentication",
+        "NetworkAuthentication",
+        "HTTPRoute",
+        "GRPCRoute",
+        "HTTPLocalRateLimitPolicy",
+        "EgressNetwork",
+        "TLSRoute",
+        "TCPRoute",
+    ];
+    let mut admitted = Vec::new();
+    for cluster in ["emojivoto", "edge-cases"] {
+        let path = format!(
+            "{}/../../tests/fixtures/{cluster}/cluster.yaml",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let Ok(object) = Value::deserialize(document) else {
+                continue;
+            };
+            let kind = object["kind"].as_str().unwrap_or_default().to_string();
+            if !kinds.contains(&kind.as_str()) {
+                continue;
+            }
+            let name = format!("{cluster}: {kind} {}", object["metadata"]["name"]);
+            let response = webhook.admit_object(object).await;
+            assert!(response.allowed, "{name}: {:?}", response.message());
+            admitted.push(name);
+        }
+    }
+    // emojivoto: 4 Servers, 5 AuthorizationPolicies, 3 MeshTLSAuthentications, 1
+    // NetworkAuthentication, 2 HTTPRoutes; edge-cases: 4 Servers, 2 AuthorizationPolicies,
+    // 2 MeshTLSAuthentications.
+    assert_eq!(admitted.len(), 23, "{admitted:#?}");
+}
+
+#[tokio::test]
+async fn admit_authorization_policy() {
+    let webhook = mk_webhook().await;
+    webhook
+        .assert_allowed(&[
+            &authz(
+                "  targetRef: {group: policy.linkerd.io, kind: Server, name: web-http}\n  requiredAuthenticationRefs:\n  - {group: policy.linkerd.io, kind: MeshTLSAuthentication, name: web}\n  - {group: policy.linkerd.io, kind: NetworkAuthentication, name: cluster}\n",
+            ),
+            &authz(
+                "  targetRef: {kind: Namespace, name: emojivoto}\n  requiredAuthenticationRefs: []\n",
+            ),
+            &authz(
+                "  targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: web-static}\n  requiredAuthenticationRefs:\n  - {kind: ServiceAccount, name: web, namespace: emojivoto}\n",
+            ),
+            &authz(
+                "  targetRef: {group: POLICY.linkerd.io, kind: httproute, name: web-api}\n  requiredAuthenticationRefs: []\n",
+            ),
+            &authz(
+                "  targetRef: {group: gateway.networking.k8s.io, kind: GRPCRoute, name: emoji}\n  requiredAuthenticationRefs: []\n",
+            ),
+        ])
+        .await;
+    webhook
+        .assert_denied(&[
+            (
+                &authz(
+                    "  targetRef: {kind: Namespace, name: other}\n  requiredAuthenticationRefs:\n  - {group: policy.linkerd.io, kind: MeshTLSAuthentication, name: a}\n  - {group: policy.linkerd.io, kind: MeshTLSAuthentication, name: b}\n",
+                ),
+                "cannot target another namespace: other",
+            ),
+            (
+                &authz(
+                    "  targetRef: {group: policy.linkerd.io, kind: Server, name: s}\n  requiredAuthenticationRefs:\n  - {group: policy.linkerd.io, kind: MeshTLSAuthentication, name: a}\n  - {group: policy.linkerd.io, kind: meshtlsauthentication, name: b}\n",
+                ),
+                "only a single MeshTLSAuthentication may be set",
+            ),
+            (
+                &authz(
+                    "  targetRef: {group: policy.linkerd.io, kind: Server, name: s}\n  requiredAuthenticationRefs:\n  - {kind: ServiceAccount, name: a}\n  - {group: core, kind: serviceaccount, name: b}\n",
+                ),
+                "only a single ServiceAccount may be set",
+            ),
+            (
+                &authz(
+                    "  targetRef: {group: policy.linkerd.io, kind: Server, name: s}\n  requiredAuthenticationRefs:\n  - {kind: ServiceAccount, name: a}\n  - {group: policy.linkerd.io, kind: MeshTLSAuthentication, name: b}\n",
+                ),
+                "a MeshTLSAuthentication and ServiceAccount may not be set together",
+            ),
+            (
+                &authz(
+                    "  targetRef: {group: policy.linkerd.io, kind: Server, name: s}\n  requiredAuthenticationRefs:\n  - {group: policy.linkerd.io, kind: NetworkAuthentication, name: a}\n  - {group: policy.linkerd.io, kind: NetworkAuthentication, name: b}\n",
+                ),
+                "only a single NetworkAuthentication may be set",
+            ),
+            (
+                &authz(
+                    "  targetRef: {group: policy.linkerd.io, kind: Server, name: s}\n  requiredAuthenticationRefs:\n  - {kind: Pod, name: a}\n  - {group: example.com, kind: Thing, name: b}\n  - {kind: ServiceAccount, name: c}\n",
+                ),
+                "unsupported authentication kind(s): Pod, Thing.example.com",
+            ),
+            (
+                &authz(
+                    "  targetRef: {kind: Service, name: web-svc}\n  requiredAuthenticationRefs: []\n",
+                ),
+                "unsupported authorization target type: Service",
+            ),
+            (
+                &authz(
+                    "  targetRef: {group: apps, kind: Deployment, name: web}\n  requiredAuthenticationRefs: []\n",
+                ),
+                "unsupported authorization target type: Deployment.apps",
+            ),
+            (
+                &authz("  targetRef: {group: policy.linkerd.io, kind: Server, name: s}\n"),
+                "spec: missing field `requiredAuthenticationRefs`",
+            ),
+            (
+                &authz(
+                    "  targetRef: {group: policy.linkerd.io, kind: Server, name: s, port: 80}\n  requiredAuthenticationRefs: []\n",
+                ),
+                "spec.targetRef.port: unknown field",
+            ),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_mesh_tls_authentication() {
+    let webhook = mk_webhook().await;
+    let mtls = |spec: &str| {
+        doc(
+            "policy.linkerd.io/v1alpha1",
+            "MeshTLSAuthentication",
+            "",
+            spec,
+        )
+    };
+    webhook
+        .assert_allowed(&[
+            &mtls(
+                "  identities:\n  - '*'\n  - '*.emojivoto.serviceaccount.identity.linkerd.cluster.local'\n  - web.emojivoto.serviceaccount.identity.linkerd.cluster.local\n  - spiffe://cluster.local/ns/emojivoto/sa/web\n  - spiffe://example.org\n",
+            ),
+            &mtls(
+                "  identityRefs:\n  - {kind: ServiceAccount, name: web}\n  - {kind: ServiceAccount, name: prometheus, namespace: linkerd-viz}\n  - {kind: Namespace, name: emojivoto}\n",
+            ),
+        ])
+        .await;
+    let dns = "identity must be a valid SPIFFE id or a DNS SAN, matching the regex: ^(\\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+    webhook
+        .assert_denied(&[
+            (
+                &mtls("  identities: [a.b.c, 'a.b.*']\n"),
+                &format!("id a.b.* is invalid: {dns}"),
+            ),
+            (
+                &mtls("  identities: ['http://example.org/a']\n"),
+                &format!("id http://example.org/a is invalid: {dns}"),
+            ),
+            (
+                &mtls("  identities: ['spiffe:///path']\n"),
+                "id spiffe:///path is invalid: SPIFFE trust domain is missing",
+            ),
+            (
+                &mtls("  identities: ['spiffe://example.org:8080/a']\n"),
+                "id spiffe://example.org:8080/a is invalid: SPIFFE trust domain characters are limited to lowercase letters, numbers, dots, dashes, and underscores",
+            ),
+            (
+                &mtls("  identities: ['spiffe://example.org/a?b']\n"),
+                "id spiffe://example.org/a?b is invalid: SPIFFE path segment characters are limited to letters, numbers, dots, dashes, and underscores",
+            ),
+            (
+                &mtls("  identities: ['spiffe://example.org/a//b']\n"),
+                "id spiffe://example.org/a//b is invalid: SPIFFE path cannot contain empty segments",
+            ),
+            (
+                &mtls("  identities: ['spiffe://example.org/a/../b']\n"),
+                "id spiffe://example.org/a/../b is invalid: SPIFFE path cannot contain dot segments",
+            ),
+            (
+                &mtls("  identities: ['spiffe://example.org/a/']\n"),
+                "id spiffe://example.org/a/ is invalid: SPIFFE path cannot have a trailing slash",
+            ),
+            (
+                &mtls("  identityRefs:\n  - {kind: Namespace, name: emojivoto, namespace: emojivoto}\n"),
+                "Namespace identity_ref is cluster-scoped and cannot have a namespace",
+            ),
+            (
+                &mtls("  identityRefs:\n  - {kind: ServiceAccount, name: web}\n  - {kind: Pod, name: web}\n"),
+                "invalid identity target kind: Pod",
+            ),
+            (
+                &mtls("  identityRefs:\n  - {group: policy.linkerd.io, kind: Server, name: web}\n"),
+                "invalid identity target kind: Server.policy.linkerd.io",
+            ),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_server() {
+    let webhook = mk_webhook().await;
+    let server = |spec: &str| doc("policy.linkerd.io/v1beta3", "Server", "", spec);
+    let mut allowed = vec![server(
+        "  podSelector: {matchLabels: {app: web}}\n  port: http\n",
+    )];
+    for policy in [
+        "all-unauthenticated",
+        "all-authenticated",
+        "cluster-unauthenticated",
+        "cluster-authenticated",
+        "deny",
+        "audit",
+    ] {
+        allowed.push(server(&format!(
+            "  podSelector: {{}}\n  port: 8080\n  accessPolicy: {policy}\n"
+        )));
+    }
+    for protocol in ["unknown", "HTTP/1", "HTTP/2", "gRPC", "opaque", "TLS"] {
+        allowed.push(server(&format!(
+            "  externalWorkloadSelector: {{matchLabels: {{app: vm}}}}\n  port: 8080\n  proxyProtocol: {protocol}\n"
+        )));
+    }
+    let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+    webhook.assert_allowed(&allowed).await;
+    webhook
+        .assert_denied(&[
+            (
+                &server("  podSelector: {}\n  port: 8080\n  accessPolicy: open\n"),
+                "Invalid 'accessPolicy' field: invalid mode: \"open\"",
+            ),
+            (
+                &server("  podSelector: {}\n  port: 8080\n  proxyProtocol: HTTP/3\n"),
+                "spec.proxyProtocol: unknown variant `HTTP/3`, expected one of `unknown`, `HTTP/1`, `HTTP/2`, `gRPC`, `opaque`, `TLS`",
+            ),
+            (
+                &server("  podSelector: {}\n  port: 8080\n  protocol: HTTP/1\n"),
+                "spec.protocol: unknown field",
+            ),
+            (
+                &server("  podSelector: {}\n"),
+                "spec: missing field `port`",
+            ),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_network_authentication() {
+    let webhook = mk_webhook().await;
+    let netauthn = |spec: &str| {
+        doc(
+            "policy.linkerd.io/v1alpha1",
+            "NetworkAuthentication",
+            "",
+            spec,
+        )
+    };
+    webhook
+        .assert_allowed(&[&netauthn(
+            "  networks:\n  - {cidr: 10.0.0.0/8, except: [10.1.0.0/16, 10.2.3.4]}\n  - cidr: fd00::/8\n  - cidr: 192.168.1.1\n",
+        )])
+        .await;
+    webhook
+        .assert_denied(&[
+            (
+                &netauthn("  networks: []\n"),
+                "at least one network must be specified",
+            ),
+            (
+                &netauthn("  networks:\n  - {cidr: 10.1.0.0/16, except: [10.0.0.0/8]}\n"),
+                "cidr '10.1.0.0/16' is completely negated by exception '10.0.0.0/8'",
+            ),
+            (
+                &netauthn("  networks:\n  - {cidr: 10.1.2.3, except: [10.1.2.3/32]}\n"),
+                "cidr '10.1.2.3/32' is completely negated by exception '10.1.2.3/32'",
+            ),
+            (
+                &netauthn(
+                    "  networks:\n  - {cidr: 10.0.0.0/8, except: [10.1.0.0/16]}\n  - {cidr: 10.0.0.0/8, except: [192.168.0.0/16]}\n",
+                ),
+                "cidr '10.0.0.0/8' does not include exception '192.168.0.0/16'",
+            ),
+            (
+                &netauthn("  networks:\n  - {cidr: 10.0.0.0/8, except: ['fd00::/16']}\n"),
+                "cidr '10.0.0.0/8' does not include exception 'fd00::/16'",
+            ),
+            (
+                &netauthn("  networks:\n  - cidr: 10.0.0.0/33\n"),
+                "invalid CIDR \"10.0.0.0/33\"",
+            ),
+            (&netauthn("  {}\n"), "spec: missing field `networks`"),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_egress_network() {
+    let webhook = mk_webhook().await;
+    let egress = |spec: &str| doc("policy.linkerd.io/v1alpha1", "EgressNetwork", "", spec);
+    webhook
+        .assert_allowed(&[
+            &egress("  trafficPolicy: Allow\n"),
+            &egress(
+                "  trafficPolicy: Deny\n  networks:\n  - {cidr: 0.0.0.0/0, except: [10.0.0.0/8, 192.168.0.0/16]}\n  - cidr: '::/0'\n",
+            ),
+        ])
+        .await;
+    webhook
+        .assert_denied(&[
+            (
+                &egress("  trafficPolicy: Allow\n  networks: []\n"),
+                "at least one network must be specified",
+            ),
+            (
+                &egress(
+                    "  trafficPolicy: Allow\n  networks:\n  - {cidr: 10.0.0.0/16, except: [10.1.0.0/16]}\n",
+                ),
+                "cidr '10.0.0.0/16' does not include exception '10.1.0.0/16'",
+            ),
+            (
+                &egress("  networks:\n  - cidr: 0.0.0.0/0\n"),
+                "spec: missing field `trafficPolicy`",
+            ),
+            (
+                &egress("  trafficPolicy: Maybe\n"),
+                "spec.trafficPolicy: unknown variant `Maybe`, expected `Allow` or `Deny`",
+            ),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_server_authorization() {
+    let webhook = mk_webhook().await;
+    let saz = |spec: &str| doc("policy.linkerd.io/v1beta1", "ServerAuthorization", "", spec);
+    webhook
+        .assert_allowed(&[
+            &saz("  server: {name: web-http}\n  client: {unauthenticated: true}\n"),
+            &saz(
+                "  server: {selector: {matchLabels: {app: web}}}\n  client:\n    networks:\n    - {cidr: 10.0.0.0/8, except: [10.1.2.3]}\n    meshTLS:\n      identities: ['*.emojivoto.serviceaccount.identity.linkerd.cluster.local']\n      serviceAccounts: [{name: vote-bot}]\n",
+            ),
+            &saz("  server: {name: identity}\n  client:\n    meshTLS: {unauthenticatedTLS: true}\n"),
+        ])
+        .await;
+    webhook
+        .assert_denied(&[
+            (
+                &saz(
+                    "  server: {name: web-http}\n  client:\n    unauthenticated: true\n    meshTLS: {identities: ['*']}\n",
+                ),
+                "`unauthenticated` must be false if `mesh_tls` is specified",
+            ),
+            (
+                &saz(
+                    "  server: {name: web-http}\n  client:\n    meshTLS: {unauthenticatedTLS: true, identities: ['*']}\n",
+                ),
+                "`unauthenticatedTLS` be false if any `identities` or `service_accounts` is specified",
+            ),
+            (
+                &saz(
+                    "  server: {name: web-http}\n  client:\n    meshTLS:\n      unauthenticatedTLS: true\n      serviceAccounts: [{name: web}]\n",
+                ),
+                "`unauthenticatedTLS` be false if any `identities` or `service_accounts` is specified",
+            ),
+            (
+                &saz(
+                    "  server: {name: web-http}\n  client:\n    unauthenticated: true\n    networks:\n    - {cidr: 10.0.0.0/24, except: [10.0.1.0/24]}\n",
+                ),
+                "cidr '10.0.0.0/24' does not include exception '10.0.1.0/24'",
+            ),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_policy_http_route() {
+    let webhook = mk_webhook().await;
+    let route = |annotations: &str, spec: &str| {
+        doc("policy.linkerd.io/v1beta3", "HTTPRoute", annotations, spec)
+    };
+    let to_server = "  parentRefs: [{group: policy.linkerd.io, kind: Server, name: web-http}]\n";
+    let to_service = "  parentRefs: [{kind: Service, name: web-svc, port: 80}]\n";
+    webhook
+        .assert_allowed(&[
+            &route(
+                "",
+                &format!(
+                    "{to_server}  rules:\n  - matches:\n    - path: {{type: Exact, value: /api/list}}\n      method: GET\n      headers: [{{name: x-user, value: alice}}, {{type: RegularExpression, name: x-id, value: '[0-9]+'}}]\n      queryParams: [{{name: q, value: v}}]\n    filters:\n    - type: RequestHeaderModifier\n      requestHeaderModifier: {{set: [{{name: x-a, value: b}}], remove: [x-b]}}\n    - type: ResponseHeaderModifier\n      responseHeaderModifier: {{add: [{{name: x-c, value: d}}]}}\n    timeouts: {{request: 10s, backendRequest: 5s}}\n  - filters:\n    - type: RequestRedirect\n      requestRedirect: {{scheme: https, statusCode: 301, path: {{type: ReplacePrefixMatch, replacePrefixMatch: /new}}}}\n"
+                ),
+            ),
+            &route(
+                "{retry.linkerd.io/http: '5xx,gateway-error,429,500-504', retry.linkerd.io/limit: '3', retry.linkerd.io/timeout: 300ms, timeout.linkerd.io/request: 10s}",
+                &format!("{to_service}  rules: [{{backendRefs: [{{name: web-svc, port: 80}}]}}]\n"),
+            ),
+            &route(
+                "",
+                "  parentRefs: [{group: policy.linkerd.io, kind: EgressNetwork, name: internet, namespace: linkerd-egress, port: 443}]\n",
+            ),
+            // Annotations are only read for outbound parents.
+            &route(
+                "{retry.linkerd.io/http: bogus, timeout.linkerd.io/request: '1.5s'}",
+                to_server,
+            ),
+        ])
+        .await;
+    webhook
+        .assert_denied(&[
+            (
+                &route(
+                    "{retry.linkerd.io/http: bogus}",
+                    "  parentRefs: [{group: policy.linkerd.io, kind: EgressNetwork, name: internet}]\n",
+                ),
+                "cannot target an EgressNetwork without specifying a port",
+            ),
+            (
+                &route("{retry.linkerd.io/http: '5xx,abc'}", to_service),
+                "invalid retry condition: 5xx,abc",
+            ),
+            (
+                &route(
+                    "{timeout.linkerd.io/request: '1.5s'}",
+                    "  parentRefs: [{group: policy.linkerd.io, kind: EgressNetwork, name: internet, port: 443}]\n",
+                ),
+                "invalid timeout.linkerd.io/request value: fractional values not supported",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - matches: [{{path: {{type: PathPrefix, value: api}}}}]\n"),
+                ),
+                "path \"api\" must be absolute (start with '/')",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - matches: [{{headers: [{{name: 'bad header', value: x}}]}}]\n"),
+                ),
+                "invalid header name \"bad header\"",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - filters:\n    - type: RequestRedirect\n      requestRedirect: {{path: {{type: ReplaceFullPath}}}}\n"),
+                ),
+                "redirect path modifier needs replaceFullPath or replacePrefixMatch",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - filters:\n    - type: ResponseHeaderModifier\n      responseHeaderModifier: {{remove: ['x y']}}\n"),
+                ),
+                "invalid header name \"x y\"",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - timeouts: {{request: -1s}}\n"),
+                ),
+                "request timeout must not be negative",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - timeouts: {{request: -1s, backendRequest: -2s}}\n"),
+                ),
+                "backendRequest timeout must not be negative",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - timeouts: {{request: 5s, backendRequest: 1m}}\n"),
+                ),
+                "backendRequest timeout (60s) must not be greater than request timeout (5s)",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - timeouts: {{request: 5 seconds}}\n"),
+                ),
+                "invalid request timeout: time: unknown unit \" seconds\" in duration \"5 seconds\"",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - filters:\n    - type: RequestMirror\n      requestMirror: {{backendRef: {{name: b, port: 80}}}}\n"),
+                ),
+                "spec.rules[0].filters[0].type: unknown variant `RequestMirror`, expected one of `RequestHeaderModifier`, `ResponseHeaderModifier`, `RequestRedirect`",
+            ),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_gateway_http_route() {
+    let webhook = mk_webhook().await;
+    let route = |annotations: &str, spec: &str| {
+        doc(
+            "gateway.networking.k8s.io/v1",
+            "HTTPRoute",
+            annotations,
+            spec,
+        )
+    };
+    let to_server = "  parentRefs: [{group: policy.linkerd.io, kind: Server, name: web-http}]\n";
+    let to_service = "  parentRefs: [{kind: Service, name: web-svc, port: 80}]\n";
+    webhook
+        .assert_allowed(&[
+            &route(
+                "",
+                &format!(
+                    "{to_server}  rules:\n  - matches: [{{path: {{type: RegularExpression, value: '/api/.*'}}}}]\n    filters:\n    - type: RequestHeaderModifier\n      requestHeaderModifier: {{add: [{{name: x-a, value: b}}]}}\n    - type: RequestMirror\n      requestMirror: {{backendRef: {{name: shadow, port: 80}}}}\n    - type: URLRewrite\n      urlRewrite: {{hostname: example.org}}\n    - type: ExtensionRef\n      extensionRef: {{group: example.com, kind: Thing, name: t}}\n"
+                ),
+            ),
+            &route(
+                "{retry.linkerd.io/http: 5xx, timeout.linkerd.io/response: 2s}",
+                &format!(
+                    "{to_service}  rules:\n  - backendRefs:\n    - {{name: web-svc, port: 80, weight: 9}}\n    - {{group: example.com, kind: Bucket, name: b}}\n"
+                ),
+            ),
+            // A spec these types cannot decode is admitted (with a warning, checked below).
+            &route("", "  rules: not-a-list\n"),
+        ])
+        .await;
+    let response = webhook.admit(&route("", "  rules: not-a-list\n")).await;
+    let warnings = response.warnings.unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert!(
+        warnings[0].starts_with("HTTPRoute admitted without validation: its spec does not decode: spec.rules: invalid type: string \"not-a-list\""),
+        "{warnings:?}"
+    );
+
+    webhook
+        .assert_denied(&[
+            (
+                &route(
+                    "",
+                    "  parentRefs: [{group: policy.linkerd.io, kind: EgressNetwork, name: internet}]\n",
+                ),
+                "cannot target an EgressNetwork without specifying a port",
+            ),
+            (
+                &route("{retry.linkerd.io/limit: many}", to_service),
+                "invalid retry.linkerd.io/limit value \"many\": invalid digit found in string",
+            ),
+            (
+                &route(
+                    "",
+                    &format!(
+                        "{to_server}  rules:\n  - filters:\n    - type: RequestRedirect\n      requestRedirect: {{statusCode: 1000}}\n"
+                    ),
+                ),
+                "invalid redirect status code 1000",
+            ),
+            (
+                &route(
+                    "",
+                    &format!(
+                        "{to_server}  rules:\n  - filters:\n    - type: ResponseHeaderModifier\n      responseHeaderModifier: {{set: [{{name: 'x:y', value: b}}]}}\n"
+                    ),
+                ),
+                "invalid header name \"x:y\"",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_service}  rules:\n  - backendRefs: [{{name: web-svc}}]\n"),
+                ),
+                "invalid backendRef",
+            ),
+            (
+                &route(
+                    "",
+                    &format!(
+                        "{to_server}  rules:\n  - backendRefs: [{{group: core, kind: Service, name: web-svc, port: 0}}]\n"
+                    ),
+                ),
+                "invalid backendRef",
+            ),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_grpc_route() {
+    let webhook = mk_webhook().await;
+    let route = |annotations: &str, spec: &str| {
+        doc(
+            "gateway.networking.k8s.io/v1",
+            "GRPCRoute",
+            annotations,
+            spec,
+        )
+    };
+    let to_server = "  parentRefs: [{group: policy.linkerd.io, kind: Server, name: emoji-grpc}]\n";
+    let to_service = "  parentRefs: [{kind: Service, name: emoji-svc, port: 8080}]\n";
+    webhook
+        .assert_allowed(&[
+            &route(
+                "",
+                &format!(
+                    "{to_server}  rules:\n  - matches:\n    - method: {{type: Exact, service: emojivoto.v1.EmojiService, method: ListAll}}\n      headers: [{{name: x-a, value: b}}]\n    filters:\n    - type: RequestHeaderModifier\n      requestHeaderModifier: {{set: [{{name: x-b, value: c}}]}}\n    - type: RequestMirror\n      requestMirror: {{backendRef: {{name: shadow, port: 8080}}}}\n    backendRefs: [{{name: emoji-svc, port: 8080}}]\n"
+                ),
+            ),
+            // The HTTP retry annotation is not read for gRPC routes.
+            &route(
+                "{retry.linkerd.io/grpc: 'cancelled,UNAVAILABLE', retry.linkerd.io/http: bogus}",
+                to_service,
+            ),
+        ])
+        .await;
+    webhook
+        .assert_denied(&[
+            (
+                &route(
+                    "",
+                    "  parentRefs: [{group: policy.linkerd.io, kind: egressnetwork, name: internet}]\n",
+                ),
+                "cannot target an EgressNetwork without specifying a port",
+            ),
+            (
+                &route("{retry.linkerd.io/grpc: 5xx}", to_service),
+                "invalid retry condition: 5xx",
+            ),
+            (
+                &route(
+                    "",
+                    &format!(
+                        "{to_server}  rules:\n  - matches: [{{method: {{type: RegularExpression, service: 'emojivoto.*'}}}}]\n"
+                    ),
+                ),
+                "unsupported GRPCRoute method match type",
+            ),
+            (
+                &route(
+                    "",
+                    &format!(
+                        "{to_server}  rules:\n  - filters:\n    - type: ResponseHeaderModifier\n      responseHeaderModifier: {{remove: ['bad header']}}\n"
+                    ),
+                ),
+                "invalid header name \"bad header\"",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_service}  rules:\n  - backendRefs: [{{name: emoji-svc}}]\n"),
+                ),
+                "invalid backendRef",
+            ),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_tls_and_tcp_routes() {
+    let webhook = mk_webhook().await;
+    let tls = |spec: &str| doc("gateway.networking.k8s.io/v1alpha2", "TLSRoute", "", spec);
+    let tcp = |spec: &str| doc("gateway.networking.k8s.io/v1alpha2", "TCPRoute", "", spec);
+    let one_rule = "  parentRefs: [{group: policy.linkerd.io, kind: EgressNetwork, name: internet, port: 443}]\n  rules:\n  - backendRefs: [{name: internet, port: 443, group: policy.linkerd.io, kind: EgressNetwork}]\n";
+    let two_rules = "  parentRefs: [{kind: Service, name: db, port: 5432}]\n  rules:\n  - backendRefs: [{name: db-a, port: 5432}]\n  - backendRefs: [{name: db-b, port: 5432}]\n";
+    let no_port = "  parentRefs: [{group: policy.linkerd.io, kind: EgressNetwork, name: internet}]\n  rules:\n  - backendRefs: [{name: db-a, port: 5432}]\n";
+    webhook
+        .assert_allowed(&[
+            &tls(&format!("  hostnames: [example.org]\n{one_rule}")),
+            &tcp(one_rule),
+        ])
+        .await;
+    webhook
+        .assert_denied(&[
+            (&tls(two_rules), "TlsRoute supports a single rule only"),
+            (&tcp(two_rules), "TcpRoute supports a single rule only"),
+            (
+                &tls("  parentRefs: [{kind: Service, name: db, port: 5432}]\n  rules: []\n"),
+                "TlsRoute supports a single rule only",
+            ),
+            (
+                &tls(no_port),
+                "cannot target an EgressNetwork without specifying a port",
+            ),
+            (
+                &tcp(no_port),
+                "cannot target an EgressNetwork without specifying a port",
+            ),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_http_local_rate_limit_policy() {
+    let webhook = mk_webhook().await;
+    let rl = |spec: &str| {
+        doc(
+            "policy.linkerd.io/v1alpha1",
+            "HTTPLocalRateLimitPolicy",
+            "",
+            spec,
+        )
+    };
+    let target = "  targetRef: {group: policy.linkerd.io, kind: Server, name: web-http}\n";
+    webhook
+        .assert_allowed(&[
+            &rl(&format!(
+                "{target}  total: {{requestsPerSecond: 100}}\n  identity: {{requestsPerSecond: 100}}\n  overrides:\n  - requestsPerSecond: 50\n    clientRefs: [{{kind: ServiceAccount, name: vote-bot}}, {{kind: ServiceAccount, name: web, namespace: other}}]\n"
+            )),
+            &rl(&format!("{target}  identity: {{requestsPerSecond: 20}}\n")),
+            &rl(target),
+        ])
+        .await;
+    webhook
+        .assert_denied(&[
+            (
+                &rl("  targetRef: {kind: Service, name: web-svc}\n  total: {requestsPerSecond: 0}\n"),
+                "invalid targetRef kind: Service",
+            ),
+            (
+                &rl("  targetRef: {kind: Server, name: web-http}\n"),
+                "invalid targetRef kind: Server",
+            ),
+            (
+                &rl(&format!("{target}  total: {{requestsPerSecond: 0}}\n")),
+                "total.requestsPerSecond must be greater than 0",
+            ),
+            (
+                &rl(&format!(
+                    "{target}  total: {{requestsPerSecond: 10}}\n  identity: {{requestsPerSecond: 11}}\n"
+                )),
+                "identity.requestsPerSecond must be less than or equal to total.requestsPerSecond",
+            ),
+            (
+                &rl(&format!(
+                    "{target}  total: {{requestsPerSecond: 10}}\n  overrides:\n  - requestsPerSecond: 20\n    clientRefs: [{{kind: ServiceAccount, name: a}}]\n"
+                )),
+                "override.requestsPerSecond must be less than or equal to total.requestsPerSecond",
+            ),
+            (
+                &rl(&format!("{target}  identity: {{requestsPerSecond: 0}}\n")),
+                "identity.requestsPerSecond must be greater than 0",
+            ),
+            (
+                &rl(&format!(
+                    "{target}  overrides:\n  - requestsPerSecond: 0\n    clientRefs: [{{kind: ServiceAccount, name: a}}]\n"
+                )),
+                "override.requestsPerSecond must be greater than 0",
+            ),
+            (
+                &rl(&format!(
+                    "{target}  overrides:\n  - requestsPerSecond: 5\n    clientRefs: [{{kind: Namespace, name: emojivoto}}]\n"
+                )),
+                "overrides.clientRefs must target a ServiceAccount",
+            ),
+            (
+                &rl(&format!("{target}  total: {{requestsPerSecond: -1}}\n")),
+                "spec.total.requestsPerSecond: invalid value: integer `-1`, expected u32",
+            ),
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn admit_protocol_envelope() {
+    let webhook = mk_webhook().await;
+    let bad_server = json!({
+        "apiVersion": "policy.linkerd.io/v1beta3",
+        "kind": "Server",
+        "metadata": {"name": "web-http", "namespace": "emojivoto"},
+        "spec": {"podSelector": {}, "port": 80, "accessPolicy": "open"},
+    });
+
+    // A v1beta1 review is answered as v1beta1, with the uid.
+    let mut review = mk_review("CREATE", Some(bad_server.clone()));
+    review["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    review["request"]["uid"] = json!("0b7c4c5e-1111-4222-8333-444455556666");
+    let answer = webhook.review(&review).await;
+    assert_eq!(
+        answer,
+        json!({
+            "apiVersion": "admission.k8s.io/v1beta1",
+            "kind": "AdmissionReview",
+            "response": {
+                "uid": "0b7c4c5e-1111-4222-8333-444455556666",
+                "allowed": false,
+                "status": {
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": "Invalid 'accessPolicy' field: invalid mode: \"open\"",
+                    "reason": "BadRequest",
+                    "code": 400,
+                },
+            },
+        })
+    );
+
+    // An allowed v1 review: the uid and nothing else.
+    let mut good_server = bad_server.clone();
+    good_server["spec"]["accessPolicy"] = json!("deny");
+    let answer = webhook
+        .review(&mk_review("UPDATE", Some(good_server)))
+        .await;
+    assert_eq!(
+        answer,
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {"uid": "3f2b7c1e-0000-4000-8000-000000000001", "allowed": true},
+        })
+    );
+
+    // A kind the webhook does not validate.
+    let config_map = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cm", "namespace": "emojivoto"},
+        "data": {"a": "b"},
+    });
+    let answer = webhook.review(&mk_review("CREATE", Some(config_map))).await;
+    let response = &answer["response"];
+    assert_eq!(response["uid"], "3f2b7c1e-0000-4000-8000-000000000001");
+    assert_eq!(response["allowed"], false);
+    assert_eq!(
+        response["status"]["message"],
+        "unsupported resource type: .v1.ConfigMap"
+    );
+    assert_eq!(response["status"]["reason"], "InvalidRequest");
+
+    // DELETE is allowed whatever the object was; the API server sends only oldObject.
+    let mut delete = mk_review("DELETE", None);
+    delete["request"]["oldObject"] = bad_server.clone();
+    let answer = webhook.review(&delete).await;
+    assert_eq!(
+        answer["response"],
+        json!({"uid": "3f2b7c1e-0000-4000-8000-000000000001", "allowed": true})
+    );
+
+    // CREATE without object, or an object without spec.
+    let answer = webhook.review(&mk_review("CREATE", None)).await;
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(
+        answer["response"]["status"]["message"],
+        "admission request missing 'object"
+    );
+    let mut no_spec = bad_server.clone();
+    no_spec.as_object_mut().unwrap().remove("spec");
+    let response = webhook.admit_object(no_spec).await;
+    assert_eq!(response.message(), Some("admission request missing 'spec'"));
+}
+
+#[tokio::test]
+async fn admit_bad_requests() {
+    let webhook = mk_webhook().await;
+
+    let reply = webhook.send("POST", "/", b"{not json").await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.content_type.as_deref(), Some("text/plain"));
+    assert!(
+        reply
+            .body
+            .starts_with("failed to decode admission review request: key must be a string"),
+        "{}",
+        reply.body
+    );
+
+    let reply = webhook
+        .send(
+            "POST",
+            "/",
+            br#"{"apiVersion": "admission.k8s.io/v1", "request": 5}"#,
+        )
+        .await;
+    assert_eq!(reply.status, 400);
+    assert!(
+        reply
+            .body
+            .starts_with("failed to decode admission review request: invalid type: integer `5`"),
+        "{}",
+        reply.body
+    );
+
+    for body in [
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ""}}),
+    ] {
+        let reply = webhook
+            .send("POST", "/", &serde_json::to_vec(&body).unwrap())
+            .await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (400, "invalid admission review request")
+        );
+    }
+
+    let review = serde_json::to_vec(&mk_review("DELETE", None)).unwrap();
+    assert_eq!(webhook.send("GET", "/", b"").await.status, 404);
+    assert_eq!(webhook.send("PUT", "/", &review).await.status, 404);
+    assert_eq!(webhook.send("POST", "/validate", &review).await.status, 404);
+    assert_eq!(webhook.send("POST", "/", &review).await.status, 200);
+}
