@@ -3,7 +3,10 @@
 use anyhow::Context;
 use clap::Parser;
 use linkerd_index::{Index, IndexMetrics};
-use linkerd_runtime::{Admin, shutdown};
+use linkerd_runtime::{
+    Admin, shutdown,
+    tls::{HttpsServer, ServerTls, TlsFiles},
+};
 use policy::{Args, InboundPolicyService, InboundTranslator, PolicyMetrics, bind, serve};
 use std::sync::Arc;
 
@@ -28,13 +31,24 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on --admin-addr {}", args.admin_addr))?;
 
-    // The admission webhook (spec §6) is served on --server-addr from here.
-    if !args.admission_controller_disabled {
-        tracing::warn!(
-            server_addr = %args.server_addr,
-            "this build has no admission webhook; --server-addr is not served"
-        );
-    }
+    // The admission webhook (spec §6); a missing or bad certificate stops the process.
+    let webhook = if args.admission_controller_disabled {
+        None
+    } else {
+        let files = TlsFiles {
+            certs: args.server_tls_certs.clone(),
+            key: args.server_tls_key.clone(),
+        };
+        let tls = ServerTls::load(&files).context("cannot load the admission webhook's TLS")?;
+        let server = HttpsServer::bind(args.server_addr, tls)
+            .await
+            .with_context(|| format!("cannot listen on --server-addr {}", args.server_addr))?;
+        tracing::info!(server_addr = %server.local_addr(), "serving the admission webhook");
+        let router = policy::admission::router();
+        Some(tokio::spawn(
+            server.serve(router, shutdown.clone().signaled()),
+        ))
+    };
 
     let (listener, grpc_addr) = bind(args.grpc_addr)
         .await
@@ -48,6 +62,9 @@ async fn main() -> anyhow::Result<()> {
         shutdown.clone(),
     );
     serve(listener, inbound, shutdown).await?;
+    if let Some(webhook) = webhook {
+        let _ = webhook.await;
+    }
     let _ = admin.await;
     Ok(())
 }

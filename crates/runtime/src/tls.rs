@@ -66,8 +66,8 @@ pub struct TlsFiles {
 /// Why a certificate and key cannot be served. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read {}: {source}", path.display())]
-    Read { path: PathBuf, source: io::Error },
+    #[error("cannot read {}: {error}", path.display())]
+    Read { path: PathBuf, error: io::Error },
     #[error("no PEM certificate in {}", path.display())]
     NoCertificate { path: PathBuf },
     #[error("invalid PEM certificate in {}: {reason}", path.display())]
@@ -410,9 +410,9 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    std::fs::read(path).map_err(|error| TlsError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 

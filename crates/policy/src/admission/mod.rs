@@ -170,7 +170,7 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
                 tracing::info!(
                     kind = %gvk.kind,
                     %ns,
-                    name = request.name.as_deref().unwrap_or_default(),
+                    name = %request.object_name(),
                     %error,
                     "admitted a Gateway API resource whose spec does not decode"
                 );
@@ -210,7 +210,7 @@ fn deny(request: &AdmissionRequest, message: String) -> AdmissionResponse {
     tracing::info!(
         kind = %request.kind.kind,
         ns = %request.object_namespace(),
-        name = request.name.as_deref().unwrap_or_default(),
+        name = %request.object_name(),
         %message,
         "denied"
     );

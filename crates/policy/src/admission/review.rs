@@ -159,6 +159,16 @@ impl AdmissionRequest {
             .unwrap_or_default()
     }
 
+    /// The object's name: `object.metadata.name`, else `request.name`, else empty.
+    pub fn object_name(&self) -> &str {
+        self.object
+            .as_ref()
+            .and_then(|o| o.pointer("/metadata/name"))
+            .and_then(serde_json::Value::as_str)
+            .or(self.name.as_deref())
+            .unwrap_or_default()
+    }
+
     /// The object's annotations (`object.metadata.annotations`); values that are not strings
     /// are skipped (the API server never sends any).
     pub fn object_annotations(&self) -> BTreeMap<String, String> {
