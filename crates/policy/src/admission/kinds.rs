@@ -13,19 +13,31 @@ pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 /// A resource type `(group, kind)`; the core group is `""`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct TypeRef {
+    /// The API group, `""` for core.
     pub group: &'static str,
+    /// The kind, as the API server spells it.
     pub kind: &'static str,
 }
 
+/// `policy.linkerd.io` Server.
 pub const SERVER: TypeRef = TypeRef::new(POLICY_GROUP, "Server");
+/// `policy.linkerd.io` MeshTLSAuthentication.
 pub const MESH_TLS_AUTHENTICATION: TypeRef = TypeRef::new(POLICY_GROUP, "MeshTLSAuthentication");
+/// `policy.linkerd.io` NetworkAuthentication.
 pub const NETWORK_AUTHENTICATION: TypeRef = TypeRef::new(POLICY_GROUP, "NetworkAuthentication");
+/// `policy.linkerd.io` HTTPRoute.
 pub const POLICY_HTTP_ROUTE: TypeRef = TypeRef::new(POLICY_GROUP, "HTTPRoute");
+/// `policy.linkerd.io` EgressNetwork.
 pub const EGRESS_NETWORK: TypeRef = TypeRef::new(POLICY_GROUP, "EgressNetwork");
+/// `gateway.networking.k8s.io` HTTPRoute.
 pub const GATEWAY_HTTP_ROUTE: TypeRef = TypeRef::new(GATEWAY_GROUP, "HTTPRoute");
+/// `gateway.networking.k8s.io` GRPCRoute.
 pub const GRPC_ROUTE: TypeRef = TypeRef::new(GATEWAY_GROUP, "GRPCRoute");
+/// core Namespace.
 pub const NAMESPACE: TypeRef = TypeRef::new("", "Namespace");
+/// core ServiceAccount.
 pub const SERVICE_ACCOUNT: TypeRef = TypeRef::new("", "ServiceAccount");
+/// core Service.
 pub const SERVICE: TypeRef = TypeRef::new("", "Service");
 
 /// A kind the webhook validates, by `request.kind` (group and kind compared
@@ -73,6 +85,7 @@ const KINDS: [(TypeRef, Kind); 12] = [
 // === impl TypeRef ===
 
 impl TypeRef {
+    /// The type `kind` of `group` (`""` for core).
     pub const fn new(group: &'static str, kind: &'static str) -> Self {
         Self { group, kind }
     }
