@@ -276,6 +276,7 @@ mod tests {
             proxy: None,
             opaque_ports: None,
             skip_inbound_ports: Default::default(),
+            probe_paths: Default::default(),
         })
     }
 

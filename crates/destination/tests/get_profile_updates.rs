@@ -250,3 +250,45 @@ async fn h3_reused_pod_ip_resolves_to_the_running_pod() {
         Some("web-a")
     );
 }
+
+fn external_workload(ip: &str) -> Value {
+    json!({
+        "apiVersion": "workload.linkerd.io/v1beta1",
+        "kind": "ExternalWorkload",
+        "metadata": {"name": "vm-01", "namespace": NS, "labels": {"app": "vm"}},
+        "spec": {
+            "meshTLS": {"identity": "spiffe://root.linkerd.cluster.local/vm-01", "serverName": "vm-01.cluster.local"},
+            "ports": [{"name": "http", "port": 8080}],
+            "workloadIPs": [{"ip": ip}],
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    })
+}
+
+#[tokio::test]
+async fn h18_external_workload_deleted_under_an_endpoint_profile() {
+    let dir = shop();
+    dir.write("ew.yaml", &[external_workload("10.20.0.5")]);
+    let mut h = Harness::start(dir.path()).await;
+    let mut stream = h.get_profile("10.20.0.5:8080", "").await.unwrap();
+    let ep = next_profile(&mut stream).await.endpoint.unwrap();
+    assert_eq!(
+        sorted(&ep.metric_labels).get("external_workload"),
+        Some(&"vm-01".to_string()),
+        "{ep:?}"
+    );
+    assert_eq!(
+        sorted(&ep.metric_labels)
+            .get("external_workload")
+            .map(String::as_str),
+        Some("vm-01")
+    );
+
+    dir.remove("ew.yaml");
+    let gone = next_profile(&mut stream).await.endpoint.unwrap();
+    assert!(gone.tls_identity.is_none(), "workload detached: {gone:?}");
+    assert!(gone.metric_labels.is_empty());
+    // The server keeps serving: a new stream on the same address works.
+    let again = h.first_profile("10.20.0.5:8080", "").await;
+    assert_eq!(addr_of(&again.endpoint.unwrap()), sa("10.20.0.5:8080"));
+}

@@ -227,3 +227,235 @@ async fn edge_cases_access_policies_and_namespace_defaults() {
         )]
     );
 }
+
+// === updates, driven by events applied directly ===
+
+mod updates {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use linkerd_index::Event;
+    use linkerd_k8s_api::{AuthorizationPolicy, MeshTlsAuthentication, Server};
+    use serde_json::{Value, json};
+
+    fn decode<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn mk_pod(labels: Value) -> Pod {
+        decode(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-0", "namespace": "ns", "labels": labels},
+            "spec": {"containers": [{"name": "app", "ports": [{"name": "http", "containerPort": 8080}]}]},
+            "status": {"phase": "Running", "podIP": "10.1.0.1"},
+        }))
+    }
+
+    fn meshed(app: &str) -> Value {
+        json!({"app": app, "linkerd.io/control-plane-ns": "linkerd"})
+    }
+
+    fn mk_server(name: &str, created: &str, port: Value) -> Server {
+        decode(json!({
+            "apiVersion": "policy.linkerd.io/v1beta3", "kind": "Server",
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+            "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "port": port, "proxyProtocol": "HTTP/1"},
+        }))
+    }
+
+    fn mk_policy(name: &str, server: &str) -> AuthorizationPolicy {
+        decode(json!({
+            "apiVersion": "policy.linkerd.io/v1alpha1", "kind": "AuthorizationPolicy",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {
+                "targetRef": {"group": "policy.linkerd.io", "kind": "Server", "name": server},
+                "requiredAuthenticationRefs": [{"group": "policy.linkerd.io", "kind": "MeshTLSAuthentication", "name": "clients"}],
+            },
+        }))
+    }
+
+    fn mk_mtls(identities: &[&str]) -> MeshTlsAuthentication {
+        decode(json!({
+            "apiVersion": "policy.linkerd.io/v1alpha1", "kind": "MeshTLSAuthentication",
+            "metadata": {"name": "clients", "namespace": "ns"},
+            "spec": {"identities": identities},
+        }))
+    }
+
+    fn start() -> Index {
+        let index = Index::with_inbound(IndexMetrics::default(), config());
+        index.apply(Event::Reset(vec![mk_pod(meshed("web"))]));
+        index.apply(Event::<Server>::Reset(vec![]));
+        index
+    }
+
+    fn current(
+        rx: &mut tokio::sync::watch::Receiver<std::sync::Arc<InboundServer>>,
+    ) -> InboundServer {
+        (**rx.borrow_and_update()).clone()
+    }
+
+    #[tokio::test]
+    async fn server_created_over_a_defaulted_port_then_relabelled_out() {
+        let index = start();
+        let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Default("all-unauthenticated".into())
+        );
+
+        index.apply(Event::Apply(mk_server(
+            "web-http",
+            "2026-01-02T00:00:00Z",
+            json!("http"),
+        )));
+        assert!(rx.has_changed().unwrap());
+        let s = current(&mut rx);
+        assert_eq!(s.reference, ServerRef::Server("web-http".into()));
+        assert_eq!(s.protocol, InboundProtocol::Http1);
+        assert!(
+            s.authorizations.is_empty(),
+            "deny: no default authorization"
+        );
+
+        // The pod is relabelled out of the Server's selector: back to the default.
+        index.apply(Event::Apply(mk_pod(meshed("other"))));
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Default("all-unauthenticated".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn oldest_server_wins_a_port_then_the_name() {
+        let index = start();
+        index.apply(Event::Apply(mk_server(
+            "b-newer",
+            "2026-01-03T00:00:00Z",
+            json!(8080),
+        )));
+        index.apply(Event::Apply(mk_server(
+            "z-older",
+            "2026-01-01T00:00:00Z",
+            json!("http"),
+        )));
+        let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Server("z-older".into())
+        );
+        // Same creation time: the name decides, whatever the order of arrival.
+        index.apply(Event::Apply(mk_server(
+            "a-tied",
+            "2026-01-01T00:00:00Z",
+            json!(8080),
+        )));
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Server("a-tied".into())
+        );
+        index.apply(Event::Delete(mk_server(
+            "a-tied",
+            "2026-01-01T00:00:00Z",
+            json!(8080),
+        )));
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Server("z-older".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn authorization_policy_added_edited_and_removed() {
+        let index = start();
+        index.apply(Event::Apply(mk_server(
+            "web-http",
+            "2026-01-02T00:00:00Z",
+            json!(8080),
+        )));
+        let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        assert!(current(&mut rx).authorizations.is_empty());
+
+        // A policy whose MeshTLSAuthentication does not exist yet is not served...
+        index.apply(Event::Apply(mk_policy("web-clients", "web-http")));
+        assert!(!rx.has_changed().unwrap());
+        // ...until the authentication appears.
+        index.apply(Event::Apply(mk_mtls(&[
+            "a.ns.serviceaccount.identity.linkerd.cluster.local",
+        ])));
+        let key = AuthorizationRef::AuthorizationPolicy("web-clients".into());
+        let s = current(&mut rx);
+        assert_eq!(
+            identities(&s, &key),
+            [IdentityMatch::Exact(
+                "a.ns.serviceaccount.identity.linkerd.cluster.local".into()
+            )]
+        );
+        // Editing the authentication reaches the server.
+        index.apply(Event::Apply(mk_mtls(&[
+            "*.ns.serviceaccount.identity.linkerd.cluster.local",
+        ])));
+        let s = current(&mut rx);
+        assert_eq!(
+            identities(&s, &key),
+            [IdentityMatch::Suffix(
+                [
+                    "ns",
+                    "serviceaccount",
+                    "identity",
+                    "linkerd",
+                    "cluster",
+                    "local"
+                ]
+                .map(String::from)
+                .to_vec()
+            )]
+        );
+        index.apply(Event::Delete(mk_policy("web-clients", "web-http")));
+        assert!(current(&mut rx).authorizations.is_empty());
+    }
+
+    #[tokio::test]
+    async fn bad_objects_are_skipped_and_others_still_served() {
+        let index = start();
+        index.apply(Event::Apply(mk_server(
+            "web-http",
+            "2026-01-02T00:00:00Z",
+            json!(8080),
+        )));
+        index.apply(Event::Apply(mk_mtls(&[
+            "a.ns.serviceaccount.identity.linkerd.cluster.local",
+        ])));
+        index.apply(Event::Apply(mk_policy("good", "web-http")));
+        let bad_net: linkerd_k8s_api::NetworkAuthentication = decode(json!({
+            "apiVersion": "policy.linkerd.io/v1alpha1", "kind": "NetworkAuthentication",
+            "metadata": {"name": "bad", "namespace": "ns"},
+            "spec": {"networks": [{"cidr": "10.0.0.0/33"}]},
+        }));
+        index.apply(Event::Reset(vec![bad_net]));
+        let odd_selector: Server = decode(json!({
+            "apiVersion": "policy.linkerd.io/v1beta3", "kind": "Server",
+            "metadata": {"name": "a-odd", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"podSelector": {"matchExpressions": [{"key": "app", "operator": "Near", "values": ["web"]}]}, "port": 8080},
+        }));
+        index.apply(Event::Apply(odd_selector));
+        let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        let s = current(&mut rx);
+        // The older Server's selector never matches; the good policy is still served.
+        assert_eq!(s.reference, ServerRef::Server("web-http".into()));
+        assert_eq!(
+            authz_names(&s),
+            [AuthorizationRef::AuthorizationPolicy("good".into())]
+        );
+    }
+
+    #[tokio::test]
+    async fn deleting_the_workload_ends_its_watches() {
+        let index = start();
+        let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        current(&mut rx);
+        index.apply(Event::Delete(mk_pod(meshed("web"))));
+        assert!(rx.changed().await.is_err(), "the watch closes");
+        assert!(index.inbound_server(pod("ns", "web-0"), 8080).is_err());
+        assert!(index.inbound_server(pod("ns", "unmeshed"), 8080).is_err());
+    }
+}

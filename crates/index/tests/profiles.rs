@@ -107,3 +107,35 @@ async fn invalid_update_falls_back_to_the_default_and_is_reported_once() {
     assert_eq!(invalid_count(&registry), "2");
     assert!(rx.borrow().service.is_some(), "the Service is still served");
 }
+
+#[tokio::test]
+async fn external_workload_address_resolves_to_the_workload() {
+    let index = Index::new(IndexMetrics::default());
+    let ew: linkerd_k8s_api::ExternalWorkload = serde_json::from_value(json!({
+        "apiVersion": "workload.linkerd.io/v1beta1", "kind": "ExternalWorkload",
+        "metadata": {"name": "vm-01", "namespace": "ns"},
+        "spec": {
+            "meshTLS": {"identity": "spiffe://root/vm-01", "serverName": "vm-01.cluster.local"},
+            "ports": [{"name": "http", "port": 8080}],
+            "workloadIPs": [{"ip": "10.20.0.5"}],
+        },
+    }))
+    .unwrap();
+    index.apply(Event::Reset(vec![ew.clone()]));
+    let key = linkerd_index::EndpointProfileKey {
+        ip: "10.20.0.5".parse().unwrap(),
+        port: 8080,
+    };
+    let mut rx = index.endpoint_profile(key).unwrap();
+    assert!(
+        matches!(&rx.borrow_and_update().endpoint.workload, linkerd_index::Workload::External(w) if w.name == "vm-01"),
+        "{:?}",
+        rx.borrow().endpoint
+    );
+    index.apply(Event::Delete(ew));
+    assert!(rx.has_changed().unwrap(), "the deletion is published");
+    assert!(matches!(
+        rx.borrow_and_update().endpoint.workload,
+        linkerd_index::Workload::Address { .. }
+    ));
+}

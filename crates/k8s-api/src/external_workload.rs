@@ -28,7 +28,11 @@ pub mod v1beta1 {
         /// Declared ports; a port named `linkerd-proxy` is the proxy's inbound port.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub ports: Option<Vec<PortSpec>>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            rename = "workloadIPs",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         pub workload_ips: Option<Vec<WorkloadIp>>,
     }
 }
@@ -54,7 +58,11 @@ pub mod v1alpha1 {
         pub mesh_tls: MeshTls,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub ports: Option<Vec<PortSpec>>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            rename = "workloadIPs",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         pub workload_ips: Option<Vec<WorkloadIp>>,
     }
 }
@@ -108,4 +116,42 @@ pub struct WorkloadCondition {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::v1beta1::ExternalWorkload;
+
+    #[test]
+    fn decodes_workload_ips_and_ports_as_kubectl_prints_them() {
+        let ew: ExternalWorkload = serde_yaml::from_str(
+            r#"
+apiVersion: workload.linkerd.io/v1beta1
+kind: ExternalWorkload
+metadata: {name: payments-vm-01, namespace: edge}
+spec:
+  meshTLS: {identity: "spiffe://root.linkerd.cluster.local/payments-vm-01", serverName: payments-vm-01.cluster.local}
+  ports: [{name: http, port: 8080, protocol: TCP}]
+  workloadIPs: [{ip: 10.20.3.200}]
+status:
+  conditions: [{lastProbeTime: null, lastTransitionTime: "2026-05-11T13:45:35Z", status: "True", type: Ready}]
+"#,
+        )
+        .unwrap();
+        let ips: Vec<_> = ew
+            .spec
+            .workload_ips
+            .unwrap()
+            .into_iter()
+            .map(|i| i.ip)
+            .collect();
+        assert_eq!(ips, ["10.20.3.200"]);
+        assert_eq!(ew.spec.mesh_tls.server_name, "payments-vm-01.cluster.local");
+        assert_eq!(ew.spec.ports.unwrap()[0].port, 8080);
+        let conditions = ew.status.unwrap().conditions.unwrap();
+        assert_eq!(
+            (conditions[0].type_.as_str(), conditions[0].status.as_str()),
+            ("Ready", "True")
+        );
+    }
 }
