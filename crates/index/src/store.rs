@@ -384,12 +384,17 @@ impl Index {
         }
         let view = compute(&cluster);
         let id = self.inner.next_topic_id.fetch_add(1, Ordering::Relaxed);
-        let (rx, closed) = select(&mut cluster).insert(group.clone(), key.clone(), id, view);
+        let (rx, mut watch) = select(&mut cluster).insert(group.clone(), key.clone(), id, view);
         drop(cluster);
         let index = self.clone();
         tokio::spawn(async move {
             loop {
-                closed.closed().await;
+                tokio::select! {
+                    _ = watch.closed.closed() => {}
+                    // Removed by the index (its workload was deleted): let go of the sender so
+                    // the receivers see the channel close.
+                    _ = &mut watch.dropped => return,
+                }
                 let mut cluster = index.inner.cluster.lock();
                 if select(&mut cluster).drop_if_idle(&group, &key, id) {
                     return;
@@ -804,6 +809,7 @@ impl IndexedKind for Pod {
         touched
             .ips
             .extend(pod.ips.iter().chain(&pod.host_ips).copied());
+        touched.inbound_namespaces.insert(pod.namespace.clone());
         cluster.pods.insert(key, Arc::new(pod));
         Ok(())
     }
@@ -818,6 +824,7 @@ impl IndexedKind for Pod {
         touched
             .ips
             .extend(old.ips.iter().chain(&old.host_ips).copied());
+        touched.inbound_namespaces.insert(old.namespace.clone());
         for host_ip in &old.host_ips {
             for port in old.container_ports.iter().filter_map(|p| p.host_port) {
                 index_remove(&mut cluster.pods_by_host_port, &(*host_ip, port), key);
@@ -988,6 +995,8 @@ impl IndexedKind for ExternalWorkload {
                 );
             }
         }
+        touched.ips.extend(old.ips.iter().copied());
+        touched.inbound_namespaces.insert(old.namespace.clone());
         cluster.touch_slice_services(cluster.slices_by_external_workload.get(key), touched);
     }
 

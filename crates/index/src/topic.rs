@@ -12,13 +12,27 @@ use tokio::sync::watch;
 pub struct Topic<V> {
     id: u64,
     tx: watch::Sender<Arc<V>>,
+    /// Dropped with the topic: tells the task watching for its last receiver to let go of its
+    /// sender handle, so receivers see the channel close.
+    dropped: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// What the task that garbage-collects a topic holds: a sender handle to wait on for the last
+/// receiver, and the signal that the index dropped the topic (then the handle must go too).
+pub struct TopicWatch<V> {
+    pub closed: watch::Sender<Arc<V>>,
+    pub dropped: tokio::sync::oneshot::Receiver<()>,
 }
 
 impl<V: PartialEq> Topic<V> {
     /// A topic holding `initial`; `id` tells this topic apart from a later one for the same key.
     pub fn new(id: u64, initial: V) -> Self {
         let (tx, _) = watch::channel(Arc::new(initial));
-        Self { id, tx }
+        Self {
+            id,
+            tx,
+            dropped: None,
+        }
     }
 
     pub fn id(&self) -> u64 {
@@ -51,9 +65,15 @@ impl<V: PartialEq> Topic<V> {
         self.tx.receiver_count()
     }
 
-    /// A sender handle to wait on with `closed()`; it does not keep the topic alive.
-    pub fn closed_handle(&self) -> watch::Sender<Arc<V>> {
-        self.tx.clone()
+    /// What a garbage-collecting task waits on. Its sender handle keeps the channel open, so
+    /// the task must drop it once `dropped` fires (the index removed the topic).
+    pub fn watch(&mut self) -> TopicWatch<V> {
+        let (tx, dropped) = tokio::sync::oneshot::channel();
+        self.dropped = Some(tx);
+        TopicWatch {
+            closed: self.tx.clone(),
+            dropped,
+        }
     }
 }
 
@@ -89,12 +109,12 @@ impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq> Topics<G, K, V> {
         key: K,
         id: u64,
         view: V,
-    ) -> (watch::Receiver<Arc<V>>, watch::Sender<Arc<V>>) {
-        let topic = Topic::new(id, view);
+    ) -> (watch::Receiver<Arc<V>>, TopicWatch<V>) {
+        let mut topic = Topic::new(id, view);
         let rx = topic.subscribe();
-        let closed = topic.closed_handle();
+        let watch = topic.watch();
         self.groups.entry(group).or_default().insert(key, topic);
-        (rx, closed)
+        (rx, watch)
     }
 
     /// Drops topic `(group, key)` if it is still the one numbered `id` and has no receiver.

@@ -90,7 +90,6 @@ async fn servers_and_authorizations_come_and_go() {
 // `Touched::inbound_namespaces` (crates/index/src/store.rs).
 
 #[tokio::test]
-#[ignore = "index: Pod and ExternalWorkload events do not recompute inbound topics"]
 async fn deleting_the_pod_ends_the_stream_with_ok() {
     let state = StateDir::new();
     state.write("pod.yaml", &[web_pod()]);
@@ -111,7 +110,6 @@ async fn deleting_the_pod_ends_the_stream_with_ok() {
 }
 
 #[tokio::test]
-#[ignore = "index: Pod and ExternalWorkload events do not recompute inbound topics"]
 async fn deleting_the_external_workload_ends_the_stream_with_ok() {
     let state = StateDir::new();
     state.write(
@@ -140,7 +138,6 @@ async fn deleting_the_external_workload_ends_the_stream_with_ok() {
 }
 
 #[tokio::test]
-#[ignore = "index: Pod and ExternalWorkload events do not recompute inbound topics"]
 async fn a_pod_annotation_change_updates_the_default_policy() {
     let state = StateDir::new();
     state.write("pod.yaml", &[web_pod()]);
