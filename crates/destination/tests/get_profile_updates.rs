@@ -168,7 +168,7 @@ async fn server_flips_a_pod_port_to_opaque() {
     // The same Server reaches Get streams.
     match next(&mut get).await {
         linkerd2_proxy_api::destination::update::Update::Add(set) => {
-            let hint = set.addrs[0].protocol_hint.clone().unwrap();
+            let hint = set.addrs[0].protocol_hint.unwrap();
             assert_eq!(hint.opaque_transport.map(|t| t.inbound_port), Some(4143));
         }
         other => panic!("expected Add, got {other:?}"),
