@@ -47,6 +47,12 @@ impl Selector {
         }
     }
 
+    /// Whether some expression can never match (an illegal operator/values combination):
+    /// worth a warning naming the object that carries the selector.
+    pub fn has_unusable_expression(&self) -> bool {
+        self.expressions.contains(&Expression::Never)
+    }
+
     /// Whether an object with `labels` is selected.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
@@ -112,11 +118,13 @@ mod tests {
                 match_expressions: Some(vec![bad.clone()]),
             });
             assert!(!sel.matches(&labels(&[("app", "x")])), "{bad:?}");
+            assert!(sel.has_unusable_expression(), "{bad:?}");
         }
         let not_in = Selector::from_label_selector(&LabelSelector {
             match_labels: None,
             match_expressions: Some(vec![expr("app", "NotIn", Some(&["x"]))]),
         });
         assert!(not_in.matches(&labels(&[])) && !not_in.matches(&labels(&[("app", "x")])));
+        assert!(!not_in.has_unusable_expression());
     }
 }

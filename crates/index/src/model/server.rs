@@ -57,6 +57,23 @@ impl ServerInfo {
                 _ => ServerPort::Name(s.clone()),
             },
         };
+        let pod_selector = srv
+            .spec
+            .pod_selector
+            .as_ref()
+            .map(Selector::from_label_selector);
+        let external_workload_selector = srv
+            .spec
+            .external_workload_selector
+            .as_ref()
+            .map(Selector::from_label_selector);
+        if [&pod_selector, &external_workload_selector]
+            .into_iter()
+            .flatten()
+            .any(Selector::has_unusable_expression)
+        {
+            tracing::warn!(server = %format!("{namespace}/{name}"), "selector has an expression with an unknown operator or unfitting values; it selects nothing");
+        }
         Ok(Self {
             labels: srv.metadata.labels.clone().unwrap_or_default(),
             created: srv
@@ -64,16 +81,8 @@ impl ServerInfo {
                 .creation_timestamp
                 .as_ref()
                 .map(|t| t.0.to_string()),
-            pod_selector: srv
-                .spec
-                .pod_selector
-                .as_ref()
-                .map(Selector::from_label_selector),
-            external_workload_selector: srv
-                .spec
-                .external_workload_selector
-                .as_ref()
-                .map(Selector::from_label_selector),
+            pod_selector,
+            external_workload_selector,
             port,
             proxy_protocol: srv.spec.proxy_protocol,
             access_policy: srv
