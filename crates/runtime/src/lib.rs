@@ -1,11 +1,13 @@
 //! Process plumbing shared by every binary of the pod: the flags they all take, logging, the
 //! admin HTTP server (`/live`, `/ready`, `/metrics`), the choice between a cluster and offline
-//! mode, graceful shutdown, and the HTTPS server of the admission webhooks ([`tls`]).
+//! mode, graceful shutdown, and the HTTPS server of the admission webhooks ([`tls`]) with the
+//! `AdmissionReview` envelope they speak ([`admission`]).
 
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod admission;
 pub mod args;
 pub mod cluster;
 pub mod log;
