@@ -11,6 +11,10 @@
 //!
 //! [`HttpsServer`] serves an axum [`Router`] over HTTP/1.1 on TLS until a shutdown future
 //! resolves, then lets open requests finish (for up to [`DRAIN_TIMEOUT`]).
+//!
+//! [`ServerTls::load_mtls`] configures mesh TLS instead, as the pod's sidecar terminates it
+//! (spec/sp-validator-and-pod.md §d.2, §d.6): TLS 1.3, ALPN `h2` offered but not required, and
+//! client certificates verified against [`TrustAnchors`].
 
 use axum::Router;
 use hyper_util::{
@@ -18,10 +22,11 @@ use hyper_util::{
     service::TowerToHyperService,
 };
 use rustls::{
-    ServerConfig,
+    RootCertStore, ServerConfig,
     crypto::CryptoProvider,
     pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
     server::{ClientHello, ResolvesServerCert},
+    server::{WebPkiClientVerifier, danger::ClientCertVerifier},
     sign::CertifiedKey,
 };
 use std::{
@@ -86,8 +91,31 @@ pub enum TlsError {
         key: PathBuf,
         reason: String,
     },
+    #[error("no PEM certificate in the trust anchors {}", path.display())]
+    NoTrustAnchor { path: PathBuf },
+    #[error("invalid trust anchors in {}: {reason}", path.display())]
+    InvalidTrustAnchor { path: PathBuf, reason: String },
     #[error("cannot build the TLS configuration: {0}")]
     Config(rustls::Error),
+}
+
+/// The roots that client (and peer) certificates must chain to: the mesh's trust anchors
+/// (`ca-bundle.crt` of the `linkerd-identity-trust-roots` ConfigMap, spec §d.4). Read once;
+/// as for the proxy, changing them needs a restart.
+#[derive(Clone, Debug)]
+pub struct TrustAnchors {
+    path: PathBuf,
+    roots: Arc<RootCertStore>,
+}
+
+/// Whether a mesh-TLS server ([`ServerTls::load_mtls`]) admits clients without a certificate.
+/// A presented certificate is verified either way.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// The handshake fails (alert `certificate_required`) when the client presents none.
+    Required,
+    /// Clients without a certificate are admitted, as the proxy does (spec §d.2).
+    Optional,
 }
 
 /// A server certificate loaded from [`TlsFiles`], and the rustls configuration that serves it.
@@ -151,20 +179,67 @@ impl ServerTls {
         Self::load_with_versions(files, &[&rustls::version::TLS13])
     }
 
+    /// Loads the certificate chain and key for mesh TLS (spec §d.2, §d.6): TLS 1.3 only, client
+    /// certificates verified against `trust_anchors` (and required or not as `client_auth`
+    /// says), ALPN `h2` advertised while a client that offers no ALPN is still accepted (the
+    /// proxy's control-plane clients offer none and speak HTTP/2, spec Z.5). The certificate
+    /// follows reloads as with [`ServerTls::load`]; the trust anchors do not.
+    ///
+    /// A client that presents no certificate when one is required fails with
+    /// [`rustls::Error::NoCertificatesPresented`]; one whose certificate does not verify (self
+    /// signed, unknown issuer, expired, not a client certificate) with
+    /// [`rustls::Error::InvalidCertificate`]. Both send the client a TLS alert.
+    pub fn load_mtls(
+        files: &TlsFiles,
+        trust_anchors: &TrustAnchors,
+        client_auth: ClientAuth,
+    ) -> Result<Self, TlsError> {
+        let builder =
+            WebPkiClientVerifier::builder_with_provider(trust_anchors.roots.clone(), provider());
+        let builder = match client_auth {
+            ClientAuth::Required => builder,
+            ClientAuth::Optional => builder.allow_unauthenticated(),
+        };
+        let verifier = builder.build().map_err(|e| TlsError::InvalidTrustAnchor {
+            path: trust_anchors.path.clone(),
+            reason: e.to_string(),
+        })?;
+        Self::build(
+            files,
+            &[&rustls::version::TLS13],
+            Some(verifier),
+            vec![b"h2".to_vec()],
+        )
+    }
+
     fn load_with_versions(
         files: &TlsFiles,
         versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> Result<Self, TlsError> {
+        Self::build(files, versions, None, vec![b"http/1.1".to_vec()])
+    }
+
+    fn build(
+        files: &TlsFiles,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        client_verifier: Option<Arc<dyn ClientCertVerifier>>,
+        alpn_protocols: Vec<Vec<u8>>,
     ) -> Result<Self, TlsError> {
         let loaded = read(files)?;
         let resolver = Arc::new(Resolver {
             current: RwLock::new(loaded),
         });
-        let mut config = ServerConfig::builder_with_provider(provider())
+        let builder = ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(versions)
-            .map_err(TlsError::Config)?
-            .with_no_client_auth()
-            .with_cert_resolver(resolver.clone());
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            .map_err(TlsError::Config)?;
+        let builder = match client_verifier {
+            Some(verifier) => builder.with_client_cert_verifier(verifier),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(resolver.clone());
+        // rustls refuses a client whose ALPN list shares nothing with this one, and accepts a
+        // client that offers no ALPN at all.
+        config.alpn_protocols = alpn_protocols;
         Ok(Self {
             files: files.clone(),
             resolver,
@@ -270,6 +345,46 @@ impl ServerTls {
             }
         }
         Some(watcher)
+    }
+}
+
+// === impl TrustAnchors ===
+
+impl TrustAnchors {
+    /// Reads every PEM certificate in `path` as a trust anchor. Errors name the file: it
+    /// cannot be read, holds no certificate, or holds one that cannot be an anchor.
+    pub fn load(path: &Path) -> Result<Self, TlsError> {
+        let pem = read_file(path)?;
+        let invalid = |reason: String| TlsError::InvalidTrustAnchor {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let certs = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(TlsError::NoTrustAnchor {
+                path: path.to_path_buf(),
+            });
+        }
+        let mut roots = RootCertStore::empty();
+        for cert in certs {
+            roots.add(cert).map_err(|e| invalid(e.to_string()))?;
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            roots: Arc::new(roots),
+        })
+    }
+
+    /// The file the anchors were read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The anchors, for building verifiers.
+    pub fn roots(&self) -> Arc<RootCertStore> {
+        self.roots.clone()
     }
 }
 

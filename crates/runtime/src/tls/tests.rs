@@ -213,3 +213,146 @@ fn start_errors_name_the_file() {
         "{err}"
     );
 }
+
+/// A CA, a `localhost` server leaf and a client leaf it issued, as PEM files in `dir`.
+struct Mesh {
+    server: TlsFiles,
+    anchors: PathBuf,
+    client: (CertificateDer<'static>, PrivateKeyDer<'static>),
+    ca: CertificateDer<'static>,
+}
+
+fn mk_mesh(dir: &Path) -> Mesh {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let leaf = |name: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        (cert, key)
+    };
+    let (server_cert, server_key) = leaf("localhost");
+    let (client_cert, client_key) = leaf("client.example");
+    let server = files(dir);
+    std::fs::write(&server.certs, server_cert.pem()).unwrap();
+    std::fs::write(&server.key, server_key.serialize_pem()).unwrap();
+    let anchors = dir.join("ca.crt");
+    std::fs::write(&anchors, ca_cert.pem()).unwrap();
+    Mesh {
+        server,
+        anchors,
+        client: (
+            client_cert.der().clone(),
+            PrivateKeyDer::try_from(client_key.serialize_der()).unwrap(),
+        ),
+        ca: ca_cert.der().clone(),
+    }
+}
+
+/// Handshakes with `server` as a client of `mesh` (with its client certificate or none),
+/// offering `alpn`; returns the ALPN protocol the server negotiated, or its handshake error.
+async fn mtls_handshake(
+    server: &ServerTls,
+    mesh: &Mesh,
+    with_client_cert: bool,
+    alpn: &[&[u8]],
+) -> Result<Option<Vec<u8>>, io::Error> {
+    let mut roots = RootCertStore::empty();
+    roots.add(mesh.ca.clone()).unwrap();
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = if with_client_cert {
+        builder
+            .with_client_auth_cert(vec![mesh.client.0.clone()], mesh.client.1.clone_key())
+            .unwrap()
+    } else {
+        builder.with_no_client_auth()
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = TlsAcceptor::from(server.config());
+    let accepted = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let tls = acceptor.accept(tcp).await?;
+        Ok::<_, io::Error>(tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec))
+    });
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let client = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await;
+    let server_side = accepted.await.unwrap();
+    drop(client);
+    server_side
+}
+
+#[tokio::test]
+async fn mtls_verifies_client_certificates_and_accepts_clients_without_alpn() {
+    let dir = tempfile::tempdir().unwrap();
+    let mesh = mk_mesh(dir.path());
+    let anchors = TrustAnchors::load(&mesh.anchors).unwrap();
+    let required = ServerTls::load_mtls(&mesh.server, &anchors, ClientAuth::Required).unwrap();
+
+    assert_eq!(
+        mtls_handshake(&required, &mesh, true, &[]).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        mtls_handshake(&required, &mesh, true, &[b"h2"])
+            .await
+            .unwrap(),
+        Some(b"h2".to_vec())
+    );
+    let err = mtls_handshake(&required, &mesh, false, &[])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.get_ref()
+                .and_then(|e| e.downcast_ref::<rustls::Error>()),
+            Some(rustls::Error::NoCertificatesPresented)
+        ),
+        "{err}"
+    );
+
+    let optional = ServerTls::load_mtls(&mesh.server, &anchors, ClientAuth::Optional).unwrap();
+    assert_eq!(
+        mtls_handshake(&optional, &mesh, false, &[]).await.unwrap(),
+        None
+    );
+}
+
+#[test]
+fn trust_anchor_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ca.crt");
+    let err = TrustAnchors::load(&path).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("cannot read {}: ", path.display())),
+        "{err}"
+    );
+    std::fs::write(&path, "no pem here").unwrap();
+    let err = TrustAnchors::load(&path).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!("no PEM certificate in the trust anchors {}", path.display())
+    );
+    std::fs::write(
+        &path,
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let err = TrustAnchors::load(&path).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("invalid trust anchors in {}: ", path.display())),
+        "{err}"
+    );
+}
