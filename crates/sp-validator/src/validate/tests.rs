@@ -1,0 +1,200 @@
+use super::*;
+use serde_json::json;
+
+/// The denial message for a profile named `web.ns.svc.cluster.local` with `spec` (YAML).
+fn denial(spec: &str) -> Option<String> {
+    let spec: Value = serde_yaml::from_str(spec).unwrap();
+    let object = json!({
+        "apiVersion": "linkerd.io/v1alpha2",
+        "kind": "ServiceProfile",
+        "metadata": {"name": "web.ns.svc.cluster.local", "namespace": "ns"},
+        "spec": spec,
+    });
+    validate(Some(&object)).err().map(|e| e.to_string())
+}
+
+const DECODE: &str =
+    "failed to validate ServiceProfile: error unmarshaling JSON: while decoding JSON: json: ";
+const SP: &str = "ServiceProfile \"web.ns.svc.cluster.local\" ";
+
+#[test]
+fn decode_errors_name_the_field() {
+    assert_eq!(
+        denial("routes: [{name: r, condition: {method: GET}, isRetriable: true}]").unwrap(),
+        format!("{DECODE}unknown field \"isRetriable\" (spec.routes[0].isRetriable)")
+    );
+    assert_eq!(
+        denial("foo: bar").unwrap(),
+        format!("{DECODE}unknown field \"foo\" (spec.foo)")
+    );
+    assert_eq!(
+        denial("retryBudget: {retryRatio: 0.2, minRetriesPerSecond: -5, ttl: 10s}").unwrap(),
+        format!(
+            "{DECODE}cannot decode spec.retryBudget.minRetriesPerSecond: invalid value: integer `-5`, expected u32"
+        )
+    );
+    assert_eq!(
+        denial("retryBudget: {retryRatio: 1e39, ttl: 10s}").unwrap(),
+        format!(
+            "{DECODE}cannot decode spec.retryBudget.retryRatio: number out of range for float32"
+        )
+    );
+    assert_eq!(
+        denial("dstOverrides: [{authority: a, weight: 1}, {authority: b, weight: lots}]").unwrap(),
+        format!(
+            "{DECODE}cannot decode spec.dstOverrides[1].weight: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        )
+    );
+    // A route-level `not` is one object (the CRD schema's array is a bug, §a.3).
+    assert_eq!(
+        denial("routes: [{name: r, condition: {not: [{method: GET}]}}]").unwrap(),
+        format!(
+            "{DECODE}cannot decode spec.routes[0].condition.not: invalid type: sequence, expected an object"
+        )
+    );
+    // Nor is any other object a list of its fields (serde would read `[[...]]` as `all`).
+    assert_eq!(
+        denial("routes: [{name: r, condition: {any: [[[{method: GET}]]]}}]").unwrap(),
+        format!(
+            "{DECODE}cannot decode spec.routes[0].condition.any[0]: invalid type: sequence, expected an object"
+        )
+    );
+    assert_eq!(
+        denial("retryBudget: [0.2, 10, 10s]").unwrap(),
+        format!(
+            "{DECODE}cannot decode spec.retryBudget: invalid type: sequence, expected an object"
+        )
+    );
+    // A string where a number or boolean is expected is an error (the reverse is coerced).
+    let err = denial("routes: [{name: r, condition: {method: GET}, isRetryable: 'true'}]").unwrap();
+    assert!(
+        err.starts_with(&format!(
+            "{DECODE}cannot decode spec.routes[0].isRetryable: invalid type: string"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn nulls_are_absent_fields_as_in_go() {
+    // A null name is an empty one; a null isRetryable is false.
+    assert_eq!(
+        denial("routes: [{name: null, condition: {method: GET}}]").unwrap(),
+        format!("{SP}has a route with no name")
+    );
+    assert_eq!(
+        denial("routes: [{name: r, condition: {method: GET}, isRetryable: null, timeout: null}]"),
+        None
+    );
+    assert_eq!(
+        denial("retryBudget: {retryRatio: null, minRetriesPerSecond: null, ttl: null}").unwrap(),
+        format!("{SP}RetryBudget missing TTL field")
+    );
+    // An unknown field is refused even when null.
+    assert_eq!(
+        denial("routes: [{name: r, condition: {method: GET, foo: null}}]").unwrap(),
+        format!("{DECODE}unknown field \"foo\" (spec.routes[0].condition.foo)")
+    );
+    assert_eq!(denial("routes: null\nretryBudget: null"), None);
+}
+
+#[test]
+fn scalars_for_strings_are_their_text() {
+    assert_eq!(
+        denial("routes: [{name: r, condition: {method: GET}, timeout: 10}]").unwrap(),
+        format!("{SP}has a route with an invalid timeout: time: missing unit in duration \"10\"")
+    );
+    assert_eq!(
+        denial("routes: [{name: 5, condition: {method: true}}]"),
+        None
+    );
+    assert_eq!(denial("dstOverrides: [{authority: 7, weight: 0.5}]"), None);
+}
+
+#[test]
+fn names_are_rfc1123_subdomains() {
+    let named = |name: Value| {
+        validate(Some(&json!({"metadata": {"name": name}})))
+            .err()
+            .map(|e| e.to_string())
+    };
+    assert_eq!(named(json!("web.ns.svc.cluster.local")), None);
+    assert_eq!(named(json!("a-1.b")), None);
+    for bad in ["^.^", "", "Web.ns", "a..b", "-a", "a.", "a_b"] {
+        assert_eq!(
+            named(json!(bad)),
+            Some(format!(
+                "ServiceProfile \"{bad}\" has invalid name: {NAME_NOT_SUBDOMAIN}"
+            )),
+            "{bad}"
+        );
+    }
+    let long = "a".repeat(254);
+    assert_eq!(
+        named(json!(long)),
+        Some(format!(
+            "ServiceProfile \"{long}\" has invalid name: {NAME_TOO_LONG}"
+        ))
+    );
+    // No object, or a null one, is an empty profile.
+    assert_eq!(
+        validate(None).unwrap_err().to_string(),
+        format!("ServiceProfile \"\" has invalid name: {NAME_NOT_SUBDOMAIN}")
+    );
+    assert_eq!(validate(Some(&Value::Null)), validate(None));
+    // A name that is not a string does not decode.
+    assert_eq!(
+        named(json!(5)).unwrap(),
+        format!(
+            "{DECODE}cannot decode metadata.name: invalid type: integer `5`, expected a string"
+        )
+    );
+    // Metadata Kubernetes adds, and fields outside spec, are not checked.
+    let object = json!({
+        "metadata": {"name": "a", "uid": "x", "managedFields": [{"manager": "kubectl"}], "foo": 1},
+        "status": {"anything": true},
+    });
+    assert_eq!(validate(Some(&object)), Ok(()));
+}
+
+#[test]
+fn path_regexes_must_compile() {
+    assert_eq!(
+        denial(
+            "routes: [{name: r, condition: {all: [{method: GET}, {not: {pathRegex: '/a(b'}}]}}]"
+        )
+        .unwrap(),
+        format!("{SP}has a route \"r\" with an invalid pathRegex \"/a(b\": unclosed group")
+    );
+    // Upstream's condition check comes first.
+    assert_eq!(
+        denial("routes: [{name: r, condition: {any: [{pathRegex: '('}, null]}}]").unwrap(),
+        format!("{SP}has a route with an invalid condition: null condition \"any\"")
+    );
+    assert_eq!(
+        denial("routes: [{name: r, condition: {pathRegex: '(?i)/health(z|check)?'}}]"),
+        None
+    );
+}
+
+#[test]
+fn negative_durations_are_valid() {
+    assert_eq!(
+        denial(
+            "retryBudget: {retryRatio: 0, ttl: -5s}\nroutes: [{name: r, condition: {method: GET}, timeout: -1s}]"
+        ),
+        None
+    );
+    assert_eq!(
+        denial("retryBudget: {retryRatio: 0.2, ttl: 1d}").unwrap(),
+        format!("{SP}RetryBudget: time: unknown unit \"d\" in duration \"1d\"")
+    );
+}
+
+#[test]
+fn null_dst_overrides_are_refused() {
+    assert_eq!(
+        denial("dstOverrides: [{authority: a, weight: 1}, null]").unwrap(),
+        format!("{SP}has a null dstOverride")
+    );
+}

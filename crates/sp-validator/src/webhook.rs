@@ -1,0 +1,231 @@
+//! The admission protocol of the sp-validator (spec/sp-validator-and-pod.md §b.3 to §b.5),
+//! served over HTTPS by [`linkerd_runtime::tls::HttpsServer`].
+//!
+//! Every method and path is handled alike (the API server POSTs to `/`). The body is an
+//! `AdmissionReview` of `admission.k8s.io/v1` or `v1beta1` ([`linkerd_runtime::admission`]):
+//!
+//! | body | answer |
+//! |---|---|
+//! | empty | `200` with an empty body, as upstream (the API server counts it as a failed call and applies the webhook's `failurePolicy`) |
+//! | larger than [`MAX_BODY_BYTES`] | `413 text/plain` `limit reached while reading: 10485760` (upstream answers `500` with this text) |
+//! | not a review (not JSON, wrong field types) | `400 text/plain` `failed to decode admission review request: <error>` |
+//! | a review without `request`, or with an empty `request.uid` | `400 text/plain` `invalid admission review request` |
+//! | a review | `200 application/json`: `{apiVersion, kind: AdmissionReview, response}` with the request's `apiVersion` (`admission.k8s.io/v1` when it has none) and `uid` |
+//!
+//! The response allows or denies as [`admit`] decides; a denial carries
+//! `status: {message, code: 400, reason: BadRequest, status: Failure}`. Unlike upstream the
+//! request is not echoed back in the answer: the API server reads only `response`.
+
+use crate::validate::validate;
+use axum::{
+    Router,
+    body::Bytes,
+    extract::{
+        DefaultBodyLimit, State,
+        rejection::{BytesRejection, FailedToBufferBody},
+    },
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use linkerd_runtime::admission::{
+    AdmissionRequest, AdmissionResponse, AdmissionReview, AdmissionReviewResponse,
+    DEFAULT_API_VERSION,
+};
+use prometheus_client::{
+    encoding::{EncodeLabelSet, EncodeLabelValue},
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
+};
+
+/// The largest body read, as upstream's.
+pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// Why a body is not a review to answer; both are answered `400 text/plain` with this text.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("failed to decode admission review request: {0}")]
+    Decode(#[from] serde_json::Error),
+    #[error("invalid admission review request")]
+    Invalid,
+}
+
+/// The webhook's metrics: `sp_validator_admission_reviews_total{result}`, where `result` is
+/// `allowed`, `denied` or `invalid` (a body answered 400 or 413).
+#[derive(Clone, Debug, Default)]
+pub struct WebhookMetrics {
+    reviews: Family<ResultLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: Verdict,
+}
+
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+enum Verdict {
+    allowed,
+    denied,
+    invalid,
+}
+
+// === impl WebhookMetrics ===
+
+impl WebhookMetrics {
+    /// Registers the metrics in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "sp_validator_admission_reviews",
+            "Admission reviews answered, by result",
+            metrics.reviews.clone(),
+        );
+        metrics
+    }
+
+    fn count(&self, result: Verdict) {
+        self.reviews.get_or_create(&ResultLabels { result }).inc();
+    }
+}
+
+/// The webhook's routes: every method and path reviews its body (see the module docs).
+pub fn router(metrics: WebhookMetrics) -> Router {
+    Router::new()
+        .fallback(handle)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(metrics)
+}
+
+/// Answers a non-empty review body (see the module docs).
+pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
+    let review: AdmissionReview = serde_json::from_slice(body)?;
+    let request = review
+        .request
+        .filter(|r| !r.uid.is_empty())
+        .ok_or(ReviewError::Invalid)?;
+    Ok(AdmissionReviewResponse {
+        api_version: review
+            .api_version
+            .unwrap_or_else(|| DEFAULT_API_VERSION.to_string()),
+        kind: "AdmissionReview",
+        response: admit(&request),
+    })
+}
+
+/// Judges one request (§b.5):
+///
+/// - an operation other than `CREATE` or `UPDATE` (`DELETE`, `CONNECT`) is allowed without
+///   looking at the object: the shipped registration never sends them, and a deletion must
+///   never be blocked by what is deleted (upstream denies them, decoding the absent object as
+///   an empty profile with an invalid name);
+/// - a kind other than `linkerd.io` ServiceProfile (by `request.kind`, else by the object's
+///   `apiVersion` and `kind`) is allowed: it is not this webhook's to judge (upstream decodes
+///   any object as a ServiceProfile);
+/// - otherwise `request.object` goes through [`validate`], and the first broken rule is the
+///   denial message.
+pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
+    let validated = request
+        .operation
+        .as_deref()
+        .is_none_or(|op| op.eq_ignore_ascii_case("CREATE") || op.eq_ignore_ascii_case("UPDATE"));
+    if !validated || !is_service_profile(request) {
+        return AdmissionResponse::allow(&request.uid);
+    }
+    match validate(request.object.as_ref()) {
+        Ok(()) => AdmissionResponse::allow(&request.uid),
+        Err(invalid) => {
+            let message = invalid.to_string();
+            tracing::info!(
+                ns = %request.object_namespace(),
+                name = %request.object_name(),
+                %message,
+                "denied a ServiceProfile"
+            );
+            AdmissionResponse::deny(&request.uid, message)
+        }
+    }
+}
+
+/// Whether the request concerns a `linkerd.io` ServiceProfile: by `request.kind` when it names
+/// a kind, else by the object's `apiVersion`/`kind`; a request that names neither is judged.
+fn is_service_profile(request: &AdmissionRequest) -> bool {
+    let is = |group: &str, kind: &str| {
+        group.eq_ignore_ascii_case("linkerd.io") && kind.eq_ignore_ascii_case("ServiceProfile")
+    };
+    if !request.kind.kind.is_empty() {
+        return is(&request.kind.group, &request.kind.kind);
+    }
+    let field = |name: &str| {
+        request
+            .object
+            .as_ref()
+            .and_then(|o| o.get(name))
+            .and_then(serde_json::Value::as_str)
+    };
+    match (field("apiVersion"), field("kind")) {
+        (None, None) => true,
+        (api_version, kind) => {
+            let group = api_version
+                .unwrap_or_default()
+                .split_once('/')
+                .map_or("", |(group, _)| group);
+            is(group, kind.unwrap_or_default())
+        }
+    }
+}
+
+async fn handle(
+    State(metrics): State<WebhookMetrics>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let text = |status: StatusCode, text: String| {
+        (status, [(header::CONTENT_TYPE, "text/plain")], text).into_response()
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
+            metrics.count(Verdict::invalid);
+            return text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("limit reached while reading: {MAX_BODY_BYTES}"),
+            );
+        }
+        Err(rejection) => {
+            metrics.count(Verdict::invalid);
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the request body: {rejection}"),
+            );
+        }
+    };
+    if body.is_empty() {
+        tracing::warn!("empty admission review request; answering with an empty body");
+        metrics.count(Verdict::invalid);
+        return StatusCode::OK.into_response();
+    }
+    let answer = match review(&body) {
+        Ok(answer) => answer,
+        Err(error) => {
+            tracing::info!(%error, "bad admission review");
+            metrics.count(Verdict::invalid);
+            return text(StatusCode::BAD_REQUEST, error.to_string());
+        }
+    };
+    metrics.count(if answer.response.allowed {
+        Verdict::allowed
+    } else {
+        Verdict::denied
+    });
+    match serde_json::to_vec(&answer) {
+        Ok(json) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            json,
+        )
+            .into_response(),
+        Err(error) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the admission review response: {error}"),
+        ),
+    }
+}
