@@ -412,27 +412,38 @@ fn route_info(
     })
 }
 
+/// The Servers a route's parent refs name and those its status accepts it for (see
+/// [`server_parents`], [`accepted_servers`]); the route kinds' generated types differ but
+/// share these fields.
+macro_rules! route_parents {
+    ($r:expr) => {{
+        let r = $r;
+        let namespace = r.metadata.namespace.as_deref().unwrap_or_default();
+        let parents = server_parents(
+            namespace,
+            r.spec.parent_refs.iter().flatten().map(|p| ParentRef {
+                group: p.group.as_deref(),
+                kind: p.kind.as_deref(),
+                name: &p.name,
+                namespace: p.namespace.as_deref(),
+                port: p.port,
+                section_name: p.section_name.as_deref(),
+            }),
+        );
+        let accepted = accepted_servers(r.status.iter().flat_map(|s| &s.parents).map(|p| {
+            (
+                p.controller_name.as_str(),
+                p.parent_ref.kind.as_deref(),
+                p.parent_ref.name.as_str(),
+                p.conditions.as_slice(),
+            )
+        }));
+        (parents, accepted)
+    }};
+}
+
 fn policy_http_route(r: &PolicyHttpRoute) -> Result<InboundRouteInfo, InvalidObject> {
-    let ns = r.metadata.namespace.as_deref().unwrap_or_default();
-    let parents = server_parents(
-        ns,
-        r.spec.parent_refs.iter().flatten().map(|p| ParentRef {
-            group: p.group.as_deref(),
-            kind: p.kind.as_deref(),
-            name: &p.name,
-            namespace: p.namespace.as_deref(),
-            port: p.port,
-            section_name: p.section_name.as_deref(),
-        }),
-    );
-    let accepted = accepted_servers(r.status.iter().flat_map(|s| &s.parents).map(|p| {
-        (
-            p.controller_name.as_str(),
-            p.parent_ref.kind.as_deref(),
-            p.parent_ref.name.as_str(),
-            p.conditions.as_slice(),
-        )
-    }));
+    let (parents, accepted) = route_parents!(r);
     let rules = r
         .spec
         .rules
@@ -453,32 +464,12 @@ fn policy_http_route(r: &PolicyHttpRoute) -> Result<InboundRouteInfo, InvalidObj
                     .map(|f| match f {
                         HttpRouteFilter::RequestHeaderModifier {
                             request_header_modifier: m,
-                        } => convert::header_modifier(
-                            m.add
-                                .iter()
-                                .flatten()
-                                .map(|h| (h.name.as_str(), h.value.as_str())),
-                            m.set
-                                .iter()
-                                .flatten()
-                                .map(|h| (h.name.as_str(), h.value.as_str())),
-                            m.remove.iter().flatten().map(String::as_str),
-                        )
-                        .map(crate::routes::Filter::RequestHeaderModifier),
+                        } => convert::modifier_of!(m)
+                            .map(crate::routes::Filter::RequestHeaderModifier),
                         HttpRouteFilter::ResponseHeaderModifier {
                             response_header_modifier: m,
-                        } => convert::header_modifier(
-                            m.add
-                                .iter()
-                                .flatten()
-                                .map(|h| (h.name.as_str(), h.value.as_str())),
-                            m.set
-                                .iter()
-                                .flatten()
-                                .map(|h| (h.name.as_str(), h.value.as_str())),
-                            m.remove.iter().flatten().map(String::as_str),
-                        )
-                        .map(crate::routes::Filter::ResponseHeaderModifier),
+                        } => convert::modifier_of!(m)
+                            .map(crate::routes::Filter::ResponseHeaderModifier),
                         HttpRouteFilter::RequestRedirect { request_redirect } => {
                             convert::redirect(request_redirect)
                                 .map(crate::routes::Filter::RequestRedirect)
@@ -501,26 +492,7 @@ fn policy_http_route(r: &PolicyHttpRoute) -> Result<InboundRouteInfo, InvalidObj
 }
 
 fn gateway_http_route(r: &GatewayHttpRoute) -> Result<InboundRouteInfo, InvalidObject> {
-    let ns = r.metadata.namespace.as_deref().unwrap_or_default();
-    let parents = server_parents(
-        ns,
-        r.spec.parent_refs.iter().flatten().map(|p| ParentRef {
-            group: p.group.as_deref(),
-            kind: p.kind.as_deref(),
-            name: &p.name,
-            namespace: p.namespace.as_deref(),
-            port: p.port,
-            section_name: p.section_name.as_deref(),
-        }),
-    );
-    let accepted = accepted_servers(r.status.iter().flat_map(|s| &s.parents).map(|p| {
-        (
-            p.controller_name.as_str(),
-            p.parent_ref.kind.as_deref(),
-            p.parent_ref.name.as_str(),
-            p.conditions.as_slice(),
-        )
-    }));
+    let (parents, accepted) = route_parents!(r);
     let rules = r
         .spec
         .rules
@@ -556,26 +528,7 @@ fn gateway_http_route(r: &GatewayHttpRoute) -> Result<InboundRouteInfo, InvalidO
 }
 
 fn grpc_route(r: &GrpcRoute) -> Result<InboundRouteInfo, InvalidObject> {
-    let ns = r.metadata.namespace.as_deref().unwrap_or_default();
-    let parents = server_parents(
-        ns,
-        r.spec.parent_refs.iter().flatten().map(|p| ParentRef {
-            group: p.group.as_deref(),
-            kind: p.kind.as_deref(),
-            name: &p.name,
-            namespace: p.namespace.as_deref(),
-            port: p.port,
-            section_name: p.section_name.as_deref(),
-        }),
-    );
-    let accepted = accepted_servers(r.status.iter().flat_map(|s| &s.parents).map(|p| {
-        (
-            p.controller_name.as_str(),
-            p.parent_ref.kind.as_deref(),
-            p.parent_ref.name.as_str(),
-            p.conditions.as_slice(),
-        )
-    }));
+    let (parents, accepted) = route_parents!(r);
     let rules = r
         .spec
         .rules

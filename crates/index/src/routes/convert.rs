@@ -9,6 +9,25 @@ use super::{
     QueryParamMatch, RequestRedirect,
 };
 
+/// [`header_modifier`] of any Gateway API header-modifier body (`add`, `set`: name/value
+/// pairs; `remove`: names): their generated types differ per route kind but share fields.
+macro_rules! modifier_of {
+    ($m:expr) => {
+        $crate::routes::convert::header_modifier(
+            $m.add
+                .iter()
+                .flatten()
+                .map(|h| (h.name.as_str(), h.value.as_str())),
+            $m.set
+                .iter()
+                .flatten()
+                .map(|h| (h.name.as_str(), h.value.as_str())),
+            $m.remove.iter().flatten().map(String::as_str),
+        )
+    };
+}
+pub(crate) use modifier_of;
+
 /// Why a route's match or filter cannot be used; the whole route is then ignored (§3.5).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
@@ -226,17 +245,7 @@ pub fn gateway_http_filter(f: &http_api::HttpRouteRulesFilters) -> Result<Filter
                 .ok_or(RouteError::UnsupportedFilter(
                     "RequestHeaderModifier without a body",
                 ))?;
-            Ok(Filter::RequestHeaderModifier(header_modifier(
-                m.add
-                    .iter()
-                    .flatten()
-                    .map(|h| (h.name.as_str(), h.value.as_str())),
-                m.set
-                    .iter()
-                    .flatten()
-                    .map(|h| (h.name.as_str(), h.value.as_str())),
-                m.remove.iter().flatten().map(String::as_str),
-            )?))
+            Ok(Filter::RequestHeaderModifier(modifier_of!(m)?))
         }
         T::ResponseHeaderModifier => {
             let m = f
@@ -245,17 +254,7 @@ pub fn gateway_http_filter(f: &http_api::HttpRouteRulesFilters) -> Result<Filter
                 .ok_or(RouteError::UnsupportedFilter(
                     "ResponseHeaderModifier without a body",
                 ))?;
-            Ok(Filter::ResponseHeaderModifier(header_modifier(
-                m.add
-                    .iter()
-                    .flatten()
-                    .map(|h| (h.name.as_str(), h.value.as_str())),
-                m.set
-                    .iter()
-                    .flatten()
-                    .map(|h| (h.name.as_str(), h.value.as_str())),
-                m.remove.iter().flatten().map(String::as_str),
-            )?))
+            Ok(Filter::ResponseHeaderModifier(modifier_of!(m)?))
         }
         T::RequestRedirect => Ok(Filter::RequestRedirect(redirect(
             f.request_redirect
@@ -274,30 +273,10 @@ pub fn gateway_http_filter(f: &http_api::HttpRouteRulesFilters) -> Result<Filter
 /// A GRPCRoute filter: header modifiers only.
 pub fn grpc_filter(f: &grpc::GrpcRouteRulesFilters) -> Result<Filter, RouteError> {
     if let Some(m) = &f.request_header_modifier {
-        return Ok(Filter::RequestHeaderModifier(header_modifier(
-            m.add
-                .iter()
-                .flatten()
-                .map(|h| (h.name.as_str(), h.value.as_str())),
-            m.set
-                .iter()
-                .flatten()
-                .map(|h| (h.name.as_str(), h.value.as_str())),
-            m.remove.iter().flatten().map(String::as_str),
-        )?));
+        return Ok(Filter::RequestHeaderModifier(modifier_of!(m)?));
     }
     if let Some(m) = &f.response_header_modifier {
-        return Ok(Filter::ResponseHeaderModifier(header_modifier(
-            m.add
-                .iter()
-                .flatten()
-                .map(|h| (h.name.as_str(), h.value.as_str())),
-            m.set
-                .iter()
-                .flatten()
-                .map(|h| (h.name.as_str(), h.value.as_str())),
-            m.remove.iter().flatten().map(String::as_str),
-        )?));
+        return Ok(Filter::ResponseHeaderModifier(modifier_of!(m)?));
     }
     if f.request_mirror.is_some() {
         return Err(RouteError::UnsupportedFilter("RequestMirror"));
