@@ -34,6 +34,8 @@ pub struct EndpointsStream {
     translator: Arc<EndpointTranslator>,
     /// The view the last update was computed from; `None` before the first message.
     last: Option<Arc<EndpointsView>>,
+    /// The number of addresses in this client's filtered set of `last`.
+    held: usize,
 }
 
 type Filtered<'a> = Vec<(&'a AddressId, &'a Arc<Endpoint>)>;
@@ -117,7 +119,20 @@ impl EndpointsStream {
             filter,
             translator,
             last: None,
+            held: 0,
         }
+    }
+
+    /// The number of addresses in the filtered set the stream last sent from (0 before the
+    /// first message): the size of the client's snapshot, whatever translation left out.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Whether the service existed in the view the stream last sent from (`false` before the
+    /// first message).
+    pub fn exists(&self) -> bool {
+        self.last.as_ref().is_some_and(|view| view.exists())
     }
 
     /// Waits for the next view and returns the updates it causes (possibly none: a change that
@@ -127,16 +142,17 @@ impl EndpointsStream {
             self.rx.changed().await.ok()?;
         }
         let view = self.rx.borrow_and_update().clone();
-        let updates = self.diff(&view);
+        let new = self.filter.apply(&view);
+        let updates = self.diff(&view, &new);
+        self.held = new.len();
         self.last = Some(view);
         Some(updates)
     }
 
-    /// The updates that take a client from `self.last` to `view`.
-    fn diff(&self, view: &EndpointsView) -> Vec<Update> {
-        let new = self.filter.apply(view);
+    /// The updates that take a client from `self.last` to `view`, whose filtered set is `new`.
+    fn diff(&self, view: &EndpointsView, new: &Filtered<'_>) -> Vec<Update> {
         let Some(last) = &self.last else {
-            return match self.add_all(view, &new) {
+            return match self.add_all(view, new) {
                 Some(add) => vec![add],
                 None => vec![no_endpoints(view.exists())],
             };
@@ -151,7 +167,7 @@ impl EndpointsStream {
             };
         }
         if old.is_empty() {
-            return match self.add_all(view, &new) {
+            return match self.add_all(view, new) {
                 Some(add) => vec![add],
                 None if last.exists() != view.exists() => vec![no_endpoints(view.exists())],
                 None => vec![],

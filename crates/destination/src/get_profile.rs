@@ -8,13 +8,13 @@ use linkerd_index::{
     profiles::{EndpointProfileKey, EndpointProfileView, ServiceProfileKey, ServiceProfileView},
 };
 use linkerd2_proxy_api::destination::{DestinationProfile, GetDestination};
-use std::{net::SocketAddr, pin::Pin, sync::Arc};
+use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Instant};
 use tokio::sync::watch;
 use tonic::Status;
 
 use crate::{
     authority::{ProfileTarget, parse_profile_target},
-    metrics::{ProfileGuard, ProfileLabels},
+    metrics::{ProfileGuard, ProfileLabels, ServiceLabels},
     profile::{self, ServiceProfileTarget},
     server::DestinationService,
     token::ContextToken,
@@ -25,13 +25,17 @@ use crate::{
 pub type ProfileStream = Pin<Box<dyn Stream<Item = Result<DestinationProfile, Status>> + Send>>;
 
 impl DestinationService {
-    /// Resolves a `GetProfile` request to its stream.
+    /// Resolves a `GetProfile` request, of an RPC that started at `started`, to its stream.
     ///
     /// Errors (spec §E, with §I.1 resolved): `InvalidArgument` for a malformed path or an
     /// ExternalName Service that declares the port; `NotFound` for an unknown Service or a pod
     /// DNS name no endpoint carries; `FailedPrecondition` when several Services share the
     /// cluster IP or several workloads claim the address.
-    pub(crate) fn profile_stream(&self, request: GetDestination) -> Result<ProfileStream, Status> {
+    pub(crate) fn profile_stream(
+        &self,
+        request: GetDestination,
+        started: Instant,
+    ) -> Result<ProfileStream, Status> {
         let target = parse_profile_target(&request.path, &self.cluster_domain)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let token = ContextToken::parse(&request.context_token);
@@ -40,8 +44,8 @@ impl DestinationService {
             ProfileTarget::Addr(addr) => {
                 let services = self.index.services_by_cluster_ip(addr.ip());
                 match services.as_slice() {
-                    [] => self.endpoint_profile(addr),
-                    [svc] => self.service_profile(svc.object_ref(), addr.port(), token.ns),
+                    [] => self.endpoint_profile(addr, started),
+                    [svc] => self.service_profile(svc.object_ref(), addr.port(), token.ns, started),
                     _ => Err(Status::failed_precondition(format!(
                         "found {} services with conflicting cluster IP {}",
                         services.len(),
@@ -55,7 +59,7 @@ impl DestinationService {
                     name: name.service,
                 };
                 let Some(instance) = name.instance else {
-                    return self.service_profile(service, name.port, token.ns);
+                    return self.service_profile(service, name.port, token.ns, started);
                 };
                 let ip = self
                     .index
@@ -67,7 +71,7 @@ impl DestinationService {
                             service.namespace, service.name
                         ))
                     })?;
-                self.endpoint_profile(SocketAddr::new(ip, name.port))
+                self.endpoint_profile(SocketAddr::new(ip, name.port), started)
             }
         }
     }
@@ -78,6 +82,7 @@ impl DestinationService {
         service: ObjectRef,
         port: u16,
         client_namespace: Option<String>,
+        started: Instant,
     ) -> Result<ProfileStream, Status> {
         let fqn = format!(
             "{}.{}.svc.{}",
@@ -100,7 +105,7 @@ impl DestinationService {
         // A port the Service does not declare gets one empty profile, then silence (§D.2 step
         // 2): the proxy falls back to its client policy.
         if !svc.ports.iter().any(|p| p.port == port) {
-            let guard = ProfileGuard::undeclared_port(self.metrics.clone());
+            let guard = ProfileGuard::undeclared_port(self.metrics.clone(), started);
             let stream = futures::stream::once(async { Ok(profile::empty_profile()) })
                 .chain(futures::stream::pending())
                 .take_until(shutdown)
@@ -139,12 +144,21 @@ impl DestinationService {
                 namespace: svc.namespace.clone(),
                 profile: format!("{}.{}.svc.{}", svc.name, svc.namespace, self.cluster_domain),
             },
+            ServiceLabels {
+                namespace: svc.namespace.clone(),
+                name: svc.name.clone(),
+            },
+            started,
         );
         Ok(Box::pin(updates(rx, target, guard).take_until(shutdown)))
     }
 
     /// The profile of a workload address (§D.5).
-    fn endpoint_profile(&self, addr: SocketAddr) -> Result<ProfileStream, Status> {
+    fn endpoint_profile(
+        &self,
+        addr: SocketAddr,
+        started: Instant,
+    ) -> Result<ProfileStream, Status> {
         let rx = self
             .index
             .endpoint_profile(EndpointProfileKey {
@@ -154,7 +168,7 @@ impl DestinationService {
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
         let translator = self.translator.clone();
         let target = move |view: &EndpointProfileView| endpoint_profile(&translator, view);
-        let guard = ProfileGuard::workload(self.metrics.clone());
+        let guard = ProfileGuard::workload(self.metrics.clone(), started);
         Ok(Box::pin(
             updates(rx, target, guard).take_until(self.shutdown.clone().signaled()),
         ))

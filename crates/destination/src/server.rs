@@ -72,15 +72,13 @@ impl Destination for DestinationService {
         &self,
         request: Request<GetDestination>,
     ) -> Result<Response<Self::GetStream>, Status> {
-        self.metrics
-            .started
-            .get_or_create(&DestinationMetrics::grpc("Get"))
-            .inc();
+        let started = self.metrics.started("Get");
         let request = request.into_inner();
         let name = match parse_service_name(&request.path, &self.cluster_domain) {
             Ok(name) => name,
             Err(error) => {
-                self.metrics.handled("Get", tonic::Code::InvalidArgument);
+                self.metrics
+                    .handled("Get", tonic::Code::InvalidArgument, started);
                 return Err(Status::invalid_argument(error.to_string()));
             }
         };
@@ -101,7 +99,8 @@ impl Destination for DestinationService {
             .as_ref()
             .is_some_and(|s| s.external_name)
         {
-            self.metrics.handled("Get", tonic::Code::InvalidArgument);
+            self.metrics
+                .handled("Get", tonic::Code::InvalidArgument, started);
             return Err(Status::invalid_argument(format!(
                 "service {}/{} is of type ExternalName and has no endpoints to resolve",
                 name.namespace, name.service
@@ -123,20 +122,14 @@ impl Destination for DestinationService {
             service: name.service,
             port: name.port.to_string(),
             hostname: name.instance.unwrap_or_default(),
+            nodename: token.node_name.unwrap_or_default(),
         };
-        let guard = StreamGuard::new(self.metrics.clone(), labels);
+        let guard = StreamGuard::new(self.metrics.clone(), labels, started);
         let stream = EndpointsStream::new(rx, filter, self.translator.clone());
         let updates = futures::stream::unfold((stream, guard), |(mut stream, guard)| async move {
             let updates = stream.next_updates().await?;
-            let sent = &guard.metrics.msg_sent;
-            let count = updates.len() as u64;
-            sent.get_or_create(&DestinationMetrics::grpc("Get"))
-                .inc_by(count);
-            guard
-                .metrics
-                .updates
-                .get_or_create(&guard.labels)
-                .inc_by(count);
+            guard.sent(updates.len() as u64);
+            guard.holds(stream.held(), stream.exists());
             Some((
                 futures::stream::iter(updates.into_iter().map(Ok)),
                 (stream, guard),
@@ -153,14 +146,11 @@ impl Destination for DestinationService {
         &self,
         request: Request<GetDestination>,
     ) -> Result<Response<Self::GetProfileStream>, Status> {
-        self.metrics
-            .started
-            .get_or_create(&DestinationMetrics::grpc("GetProfile"))
-            .inc();
-        match self.profile_stream(request.into_inner()) {
+        let started = self.metrics.started("GetProfile");
+        match self.profile_stream(request.into_inner(), started) {
             Ok(stream) => Ok(Response::new(stream)),
             Err(status) => {
-                self.metrics.handled("GetProfile", status.code());
+                self.metrics.handled("GetProfile", status.code(), started);
                 Err(status)
             }
         }

@@ -1,5 +1,5 @@
 //! `/metrics` series of the Destination service: subscriber gauges follow open streams and are
-//! deleted with the last one (spec §F).
+//! deleted with the last one; the gRPC series are go-grpc-prometheus's (spec §F).
 
 mod support;
 
@@ -15,8 +15,11 @@ fn encode(registry: &Registry) -> String {
     text
 }
 
+/// The lines of `text` that start with `name`, sorted (a family's series come in hash order).
 fn series<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
-    text.lines().filter(|l| l.starts_with(name)).collect()
+    let mut lines: Vec<&str> = text.lines().filter(|l| l.starts_with(name)).collect();
+    lines.sort_unstable();
+    lines
 }
 
 #[tokio::test]
@@ -43,7 +46,7 @@ async fn subscribers_follow_streams_and_series_go_with_the_last_one() {
     assert_eq!(
         series(&text, "endpoints_subscribers{"),
         [
-            r#"endpoints_subscribers{cluster="local",namespace="emojivoto",service="web-svc",port="80",hostname=""} 2"#
+            r#"endpoints_subscribers{cluster="local",namespace="emojivoto",service="web-svc",port="80",hostname="",nodename=""} 2"#
         ]
     );
     assert!(
@@ -63,7 +66,7 @@ async fn subscribers_follow_streams_and_series_go_with_the_last_one() {
         async move {
             for _ in 0..100 {
                 if series(&encode(registry), "endpoints_subscribers{").len() == n
-                    && (n == 0 || encode(registry).contains("hostname=\"\"} 1"))
+                    && (n == 0 || encode(registry).contains("nodename=\"\"} 1"))
                 {
                     return;
                 }
@@ -78,7 +81,226 @@ async fn subscribers_follow_streams_and_series_go_with_the_last_one() {
     let text = encode(&registry);
     assert!(text.contains(r#"grpc_server_started_total{grpc_type="server_stream",grpc_service="io.linkerd.proxy.destination.Destination",grpc_method="Get"} 2"#), "{text}");
     assert!(
-        text.contains(r#"grpc_method="Get",grpc_code="Ok"} 2"#),
+        text.contains(r#"grpc_method="Get",grpc_code="OK"} 2"#),
+        "{text}"
+    );
+}
+
+const GRPC: &str =
+    r#"grpc_type="server_stream",grpc_service="io.linkerd.proxy.destination.Destination""#;
+const WEB: &str = r#"cluster="local",namespace="emojivoto",service="web-svc",port="80",hostname="",nodename="node-1""#;
+const NOPE: &str =
+    r#"cluster="local",namespace="emojivoto",service="nope",port="80",hostname="",nodename="""#;
+
+/// A server over the emojivoto fixture, counting in the returned registry.
+async fn serve_emojivoto() -> (Registry, Harness) {
+    let mut registry = Registry::default();
+    let index_metrics = IndexMetrics::register(&mut registry);
+    let metrics = DestinationMetrics::register(&mut registry);
+    let index = Index::new(index_metrics.clone());
+    index.spawn_watches(&OfflineSource::start(fixture_dir("emojivoto"), index_metrics).unwrap());
+    index.ready().wait_for(|r| *r).await.unwrap();
+    let h = Harness::serve_index_with_metrics(index, chart_config(), false, metrics).await;
+    (registry, h)
+}
+
+/// Waits until `done` holds of the encoded registry, failing the test after 2 s.
+async fn wait_until(registry: &Registry, what: &str, done: impl Fn(&str) -> bool) -> String {
+    for _ in 0..100 {
+        let text = encode(registry);
+        if done(&text) {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what} never happened: {}", encode(registry));
+}
+
+#[tokio::test]
+async fn get_streams_expose_their_snapshot_and_grpc_series() {
+    let (registry, mut h) = serve_emojivoto().await;
+    let mut web = h
+        .get(
+            "web-svc.emojivoto.svc.cluster.local:80",
+            r#"{"ns":"emojivoto","nodeName":"node-1"}"#,
+        )
+        .await
+        .unwrap();
+    assert_eq!(added(&next(&mut web).await).len(), 1);
+    let mut nope = h
+        .get("nope.emojivoto.svc.cluster.local:80", "")
+        .await
+        .unwrap();
+    next(&mut nope).await;
+
+    let text = encode(&registry);
+    assert_eq!(
+        series(&text, "endpoints_subscribers{"),
+        [
+            format!("endpoints_subscribers{{{NOPE}}} 1"),
+            format!("endpoints_subscribers{{{WEB}}} 1"),
+        ]
+    );
+    assert_eq!(
+        series(&text, "endpoints_pods{"),
+        [
+            format!("endpoints_pods{{{NOPE}}} 0"),
+            format!("endpoints_pods{{{WEB}}} 1"),
+        ]
+    );
+    assert_eq!(
+        series(&text, "endpoints_exists{"),
+        [
+            format!("endpoints_exists{{{NOPE}}} 0"),
+            format!("endpoints_exists{{{WEB}}} 1"),
+        ]
+    );
+    assert_eq!(
+        series(&text, "endpoints_updates_total{"),
+        [
+            format!("endpoints_updates_total{{{NOPE}}} 1"),
+            format!("endpoints_updates_total{{{WEB}}} 1"),
+        ]
+    );
+    assert_eq!(
+        series(&text, "grpc_server_msg_received_total{"),
+        [format!(
+            r#"grpc_server_msg_received_total{{{GRPC},grpc_method="Get"}} 2"#
+        )]
+    );
+    assert_eq!(
+        series(&text, "grpc_server_msg_sent_total{"),
+        [format!(
+            r#"grpc_server_msg_sent_total{{{GRPC},grpc_method="Get"}} 2"#
+        )]
+    );
+    // Nothing has ended yet.
+    assert_eq!(
+        series(&text, "grpc_server_handling_seconds"),
+        [] as [&str; 0]
+    );
+
+    drop(web);
+    let text = wait_until(&registry, "the web-svc series deleted", |text| {
+        !text.contains("service=\"web-svc\"")
+    })
+    .await;
+    assert_eq!(
+        series(&text, "endpoints_pods{"),
+        [format!("endpoints_pods{{{NOPE}}} 0")]
+    );
+    assert_eq!(
+        series(&text, "endpoints_exists{"),
+        [format!("endpoints_exists{{{NOPE}}} 0")]
+    );
+    assert!(
+        text.contains(&format!(
+            r#"grpc_server_handled_total{{{GRPC},grpc_method="Get",grpc_code="OK"}} 1"#
+        )),
+        "{text}"
+    );
+    // A stream that lasted well under 100 ms: in every bucket (the sum's value is left out).
+    let handling: Vec<&str> = series(&text, "grpc_server_handling_seconds_")
+        .into_iter()
+        .map(|line| match line.split_once("} ") {
+            Some((series, _)) if series.contains("_sum{") => series,
+            _ => line,
+        })
+        .collect();
+    let get = format!(r#"{GRPC},grpc_method="Get""#);
+    assert_eq!(
+        handling,
+        [
+            format!(r#"grpc_server_handling_seconds_bucket{{le="+Inf",{get}}} 1"#),
+            format!(r#"grpc_server_handling_seconds_bucket{{le="0.1",{get}}} 1"#),
+            format!(r#"grpc_server_handling_seconds_bucket{{le="1.0",{get}}} 1"#),
+            format!(r#"grpc_server_handling_seconds_bucket{{le="300.0",{get}}} 1"#),
+            format!(r#"grpc_server_handling_seconds_bucket{{le="3600.0",{get}}} 1"#),
+            format!("grpc_server_handling_seconds_count{{{get}}} 1"),
+            format!("grpc_server_handling_seconds_sum{{{get}"),
+        ]
+    );
+    drop(nope);
+    wait_until(&registry, "every endpoints series deleted", |text| {
+        series(text, "endpoints_").is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_refused_get_is_handled_with_its_code() {
+    let (registry, mut h) = serve_emojivoto().await;
+    let status = h.get("10.96.0.1:80", "").await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    let text = encode(&registry);
+    assert!(
+        text.contains(&format!(
+            r#"grpc_server_handled_total{{{GRPC},grpc_method="Get",grpc_code="InvalidArgument"}} 1"#
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            r#"grpc_server_handling_seconds_count{{{GRPC},grpc_method="Get"}} 1"#
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            r#"grpc_server_msg_received_total{{{GRPC},grpc_method="Get"}} 1"#
+        )),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn service_subscribers_follow_service_profile_streams() {
+    let (registry, mut h) = serve_emojivoto().await;
+    let mut a = h
+        .get_profile("web-svc.emojivoto.svc.cluster.local:80", "")
+        .await
+        .unwrap();
+    let mut b = h
+        .get_profile(
+            "web-svc.emojivoto.svc.cluster.local:80",
+            r#"{"ns":"emojivoto"}"#,
+        )
+        .await
+        .unwrap();
+    next_profile(&mut a).await;
+    next_profile(&mut b).await;
+    let text = encode(&registry);
+    assert_eq!(
+        series(&text, "service_subscribers{"),
+        [r#"service_subscribers{namespace="emojivoto",name="web-svc"} 2"#]
+    );
+    assert_eq!(
+        series(&text, "grpc_server_msg_received_total{"),
+        [format!(
+            r#"grpc_server_msg_received_total{{{GRPC},grpc_method="GetProfile"}} 2"#
+        )]
+    );
+
+    drop(a);
+    let text = wait_until(&registry, "one service subscriber left", |text| {
+        text.contains(r#"service_subscribers{namespace="emojivoto",name="web-svc"} 1"#)
+    })
+    .await;
+    assert!(
+        text.contains(&format!(
+            r#"grpc_server_handling_seconds_count{{{GRPC},grpc_method="GetProfile"}} 1"#
+        )),
+        "{text}"
+    );
+    drop(b);
+    let text = wait_until(&registry, "the service series deleted", |text| {
+        series(text, "service_subscribers{").is_empty()
+    })
+    .await;
+    assert!(
+        text.contains(&format!(
+            r#"grpc_server_handled_total{{{GRPC},grpc_method="GetProfile",grpc_code="OK"}} 2"#
+        )),
         "{text}"
     );
 }

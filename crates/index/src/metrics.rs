@@ -1,13 +1,29 @@
-//! Metrics of the index: cache sizes and objects skipped as invalid.
+//! Metrics of the index: cache sizes, informer lag and objects skipped as invalid.
 //!
-//! Names follow upstream's informer metrics (spec/destination.md §F: `<kind>_cache_size{cluster}`)
-//! so existing dashboards keep working.
+//! Names follow upstream's informer metrics (spec/destination.md §F: `<kind>_cache_size{cluster}`,
+//! `<kind>_informer_lag_seconds`) so existing dashboards keep working.
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
+
+/// The informer-lag histogram of each watched kind that upstream measures, by Kubernetes kind.
+/// Upstream's `endpoints_informer_lag_seconds` is left out: it is for the Endpoints API, which
+/// this index does not watch.
+const INFORMER_LAG: [(&str, &str); 6] = [
+    ("EndpointSlice", "endpointslices_informer_lag_seconds"),
+    ("Service", "services_informer_lag_seconds"),
+    ("Server", "servers_informer_lag_seconds"),
+    ("Pod", "pods_informer_lag_seconds"),
+    ("ExternalWorkload", "externalworkload_informer_lag_seconds"),
+    ("ServiceProfile", "serviceprofiles_informer_lag_seconds"),
+];
+
+/// Buckets of the informer-lag histograms, in seconds (as upstream's).
+const INFORMER_LAG_BUCKETS: [f64; 10] =
+    [0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0];
 
 /// Labels of the cache-size gauges: `cluster` is always `local` for this process's own cluster.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -25,6 +41,8 @@ pub struct KindLabels {
 #[derive(Clone, Debug, Default)]
 pub struct IndexMetrics {
     pub(crate) cache_size: Vec<(&'static str, Family<ClusterLabels, Gauge>)>,
+    /// Informer-lag histograms by Kubernetes kind; empty unless registered.
+    pub(crate) informer_lag: Vec<(&'static str, Histogram)>,
     pub(crate) invalid_objects: Family<KindLabels, Counter>,
     pub(crate) invalid_files: Counter,
     pub(crate) conflicting_objects: Counter,
@@ -36,6 +54,11 @@ impl IndexMetrics {
     /// `pod_cache_size`, `service_cache_size`, `endpointslices_cache_size`, `node_cache_size`,
     /// `replicaset_cache_size`, `job_cache_size`, `server_cache_size`,
     /// `externalworkload_cache_size`, `serviceprofile_cache_size` (gauges, `{cluster}`),
+    /// `endpointslices_informer_lag_seconds`, `services_informer_lag_seconds`,
+    /// `servers_informer_lag_seconds`, `pods_informer_lag_seconds`,
+    /// `externalworkload_informer_lag_seconds`, `serviceprofiles_informer_lag_seconds`
+    /// (histograms of the delay from an object's last update to its watch event; observed by the
+    /// `kube` source only),
     /// `index_invalid_objects_total{kind}` (objects that could not be decoded or indexed),
     /// `offline_invalid_files_total` and `offline_conflicting_objects_total` (offline source).
     pub fn register(registry: &mut Registry) -> Self {
@@ -58,6 +81,15 @@ impl IndexMetrics {
                 family.clone(),
             );
             metrics.cache_size.push((name, family));
+        }
+        for (kind, name) in INFORMER_LAG {
+            let histogram = Histogram::new(INFORMER_LAG_BUCKETS);
+            registry.register(
+                name,
+                "Delay from an object's last update (its latest managedFields Update time) to its watch event",
+                histogram.clone(),
+            );
+            metrics.informer_lag.push((kind, histogram));
         }
         registry.register(
             "index_invalid_objects",
@@ -89,6 +121,14 @@ impl IndexMetrics {
             };
             family.get_or_create(&labels).set(size as i64);
         }
+    }
+
+    /// The informer-lag histogram of `kind`, if it has one and it is registered.
+    pub(crate) fn informer_lag(&self, kind: &str) -> Option<Histogram> {
+        self.informer_lag
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, h)| h.clone())
     }
 
     pub(crate) fn invalid_object(&self, kind: &str) {

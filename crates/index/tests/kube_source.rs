@@ -15,7 +15,7 @@ use fake_apiserver::{
 };
 use futures::StreamExt;
 use hyper::StatusCode;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 use linkerd_index::{
     EndpointsKey, EndpointsView, Event, Index, IndexMetrics, ObjectRef, Source,
@@ -409,6 +409,50 @@ async fn malformed_pod_does_not_hide_the_others() {
     assert_eq!(pod_names(&index, WEB_3_IP), ["web-3"]);
 }
 
+#[tokio::test]
+async fn updates_observe_the_informer_lag() {
+    let api = FakeApi::start([mk_pod("web-1", WEB_1_IP)]).await;
+    let mut registry = Registry::default();
+    let source = KubeSource::new(api.client(), IndexMetrics::register(&mut registry));
+    let mut events = spawn_events::<Pod>(&source);
+    assert_eq!(
+        next_event(&mut events, "the initial list").await,
+        reset(&["web-1".to_string()])
+    );
+    api.wait_for_watches(PODS, 1).await;
+
+    // Last updated 30 s ago (managedFields times have whole seconds): observed in the 50 s
+    // bucket, whatever the test's own delays.
+    let updated = k8s_openapi::jiff::Timestamp::now() - Duration::from_secs(30);
+    api.apply(PODS, with_update_time(mk_pod("web-2", WEB_2_IP), updated));
+    assert_eq!(
+        next_event(&mut events, "a created pod").await,
+        ("Apply", vec!["web-2".to_string()])
+    );
+    assert_eq!(lag_series(&registry, "pods"), ["_sum 0.0", "_count 0"]);
+    api.apply(PODS, with_update_time(mk_pod("web-1", WEB_1_IP), updated));
+    assert_eq!(
+        next_event(&mut events, "an updated pod").await,
+        ("Apply", vec!["web-1".to_string()])
+    );
+    let series = lag_series(&registry, "pods");
+    assert!(
+        series.contains(&r#"_bucket{le="25.0"} 0"#.to_string())
+            && series.contains(&r#"_bucket{le="50.0"} 1"#.to_string())
+            && series.contains(&"_count 1".to_string()),
+        "{series:?}"
+    );
+
+    // A relist is not an update.
+    api.expire(PODS);
+    assert_eq!(
+        next_event(&mut events, "the relist").await,
+        reset(&["web-1".to_string(), "web-2".to_string()])
+    );
+    assert!(lag_series(&registry, "pods").contains(&"_count 1".to_string()));
+    assert_eq!(lag_series(&registry, "services"), ["_sum 0.0", "_count 0"]);
+}
+
 // === helpers ===
 
 /// Polls `source`'s events of kind `K` in a task of its own, so the watcher keeps requesting
@@ -480,6 +524,40 @@ fn invalid_objects(registry: &Registry, kind: &str) -> u64 {
     text.lines()
         .find_map(|line| line.strip_prefix(&series))
         .map_or(0, |value| value.parse().expect("a counter value"))
+}
+
+/// The `_bucket`, `_sum` and `_count` lines of `<plural>_informer_lag_seconds` as `registry`
+/// encodes them, without the name; buckets only once something was observed.
+fn lag_series(registry: &Registry, plural: &str) -> Vec<String> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).expect("encode metrics");
+    let name = format!("{plural}_informer_lag_seconds");
+    let lines: Vec<String> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix(&name))
+        .map(str::to_string)
+        .collect();
+    if lines.iter().any(|l| l == "_count 0") {
+        return lines
+            .into_iter()
+            .filter(|l| !l.starts_with("_bucket"))
+            .collect();
+    }
+    lines
+}
+
+/// `obj` as last updated at `time` through the API (a `managedFields` `Update` entry, as
+/// `kubectl` leaves).
+fn with_update_time(mut obj: Value, time: k8s_openapi::jiff::Timestamp) -> Value {
+    obj["metadata"]["managedFields"] = json!([{
+        "manager": "kubectl-client-side-apply",
+        "operation": "Update",
+        "apiVersion": "v1",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {}},
+    }]);
+    obj
 }
 
 /// The index over `api`, once every kind's initial list is applied and every built-in kind

@@ -9,16 +9,23 @@
 //!   of its kind (DESIGN.md "Conventions").
 //! - A kind the API server does not serve (`404`: a CRD that is not installed, or was removed)
 //!   is served as empty until it appears, logged once per change (issue 3 item 4).
+//!
+//! It also observes the informer-lag histograms (`pods_informer_lag_seconds`, ...): on each
+//! watch event that updates an object already seen, the time since the object's latest
+//! `managedFields` `Update` (spec/destination.md §F).
 
 use futures::{StreamExt, stream::BoxStream};
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject},
     core::ObjectMeta,
     runtime::{WatchStreamExt, utils::Backoff, watcher},
 };
+use prometheus_client::metrics::histogram::Histogram;
 use serde_json::{Map, Value};
 use std::{
+    collections::HashSet,
     hash::{BuildHasher, RandomState},
     time::Duration,
 };
@@ -48,6 +55,19 @@ struct WatchState<K> {
     /// The objects of a relist in progress (between `Init` and `InitDone`).
     relist: Option<Vec<K>>,
     served: Served,
+    /// For a kind with an informer-lag histogram: what it takes to observe it.
+    lag: Option<LagTracker>,
+}
+
+/// The informer-lag histogram of one kind and the objects its watch has delivered, so that an
+/// update (an `Apply` of an object already seen) is told from a creation, as an informer's
+/// `UpdateFunc` is.
+struct LagTracker {
+    histogram: Histogram,
+    /// A hash of the namespace/name of every object the API server has now: 8 bytes per object
+    /// rather than its name; a collision costs at most one observation.
+    seen: HashSet<u64>,
+    hasher: RandomState,
 }
 
 /// The retry delay of a failing watch: 800 ms doubling up to 20 s, plus up to half again of
@@ -92,6 +112,7 @@ impl Source for KubeSource {
         let state = WatchState {
             relist: None,
             served: Served::Unknown,
+            lag: metrics.informer_lag(&K::kind(&())).map(LagTracker::new),
         };
         events
             .scan(state, move |state, event| {
@@ -119,6 +140,9 @@ impl<K: Watched> WatchState<K> {
             Ok(event) => event,
             Err(error) if is_not_found(&error) => {
                 self.relist = None;
+                if let Some(lag) = &mut self.lag {
+                    lag.seen.clear();
+                }
                 let was = std::mem::replace(&mut self.served, Served::NotFound);
                 return match was {
                     Served::Unknown => {
@@ -150,9 +174,15 @@ impl<K: Watched> WatchState<K> {
         match event {
             watcher::Event::Init => {
                 self.relist = Some(Vec::new());
+                if let Some(lag) = &mut self.lag {
+                    lag.seen.clear();
+                }
                 None
             }
             watcher::Event::InitApply(DynamicObject { metadata, data, .. }) => {
+                if let Some(lag) = &mut self.lag {
+                    lag.seen.insert(lag.key(&metadata));
+                }
                 if let Some(obj) = decode(&metadata, data, metrics) {
                     self.relist.get_or_insert_with(Vec::new).push(obj);
                 }
@@ -160,14 +190,47 @@ impl<K: Watched> WatchState<K> {
             }
             watcher::Event::InitDone => Some(Event::Reset(self.relist.take().unwrap_or_default())),
             watcher::Event::Apply(DynamicObject { metadata, data, .. }) => {
+                if let Some(lag) = &mut self.lag {
+                    lag.applied(&metadata, Timestamp::now());
+                }
                 decode(&metadata, data, metrics).map(Event::Apply)
             }
             watcher::Event::Delete(DynamicObject { metadata, data, .. }) => {
+                if let Some(lag) = &mut self.lag {
+                    lag.seen.remove(&lag.key(&metadata));
+                }
                 // The index deletes by namespace/name, so metadata alone is enough.
                 decode(&metadata, data, metrics)
                     .or_else(|| from_parts(&metadata, Value::Object(Map::new())).ok())
                     .map(Event::Delete)
             }
+        }
+    }
+}
+
+// === impl LagTracker ===
+
+impl LagTracker {
+    fn new(histogram: Histogram) -> Self {
+        Self {
+            histogram,
+            seen: HashSet::new(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn key(&self, metadata: &ObjectMeta) -> u64 {
+        self.hasher
+            .hash_one((metadata.namespace.as_deref(), metadata.name.as_deref()))
+    }
+
+    /// A watch `Apply` at `now`: observed when the object was already seen (an update) and says
+    /// when it was last updated; a creation is only remembered.
+    fn applied(&mut self, metadata: &ObjectMeta, now: Timestamp) {
+        if !self.seen.insert(self.key(metadata))
+            && let Some(lag) = informer_lag(metadata, now)
+        {
+            self.histogram.observe(lag);
         }
     }
 }
@@ -196,6 +259,21 @@ impl Backoff for WatchBackoff {
     fn reset(&mut self) {
         self.base = BACKOFF_MIN;
     }
+}
+
+/// Seconds from the latest `metadata.managedFields[]` entry whose `operation` is `Update` to
+/// `now`: how late the watch delivers the update. `None` when no such entry has a `time`.
+/// A timestamp ahead of `now` (clock skew with the API server) counts as no lag.
+fn informer_lag(metadata: &ObjectMeta, now: Timestamp) -> Option<f64> {
+    let latest = metadata
+        .managed_fields
+        .as_deref()?
+        .iter()
+        .filter(|entry| entry.operation.as_deref() == Some("Update"))
+        .filter_map(|entry| entry.time.as_ref())
+        .map(|time| time.0)
+        .max()?;
+    Some(now.duration_since(latest).as_secs_f64().max(0.0))
 }
 
 /// Whether a watcher error is the API server answering `404 Not Found` for the kind's
@@ -239,4 +317,84 @@ fn from_parts<K: Watched>(metadata: &ObjectMeta, fields: Value) -> Result<K, ser
     fields.insert("kind".into(), K::kind(&()).into());
     fields.insert("metadata".into(), serde_json::to_value(metadata)?);
     serde_json::from_value(Value::Object(fields))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+
+    fn at(time: &str) -> Timestamp {
+        time.parse().expect("an RFC 3339 timestamp")
+    }
+
+    fn entry(operation: &str, time: Option<&str>) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some("kubectl".into()),
+            operation: Some(operation.into()),
+            time: time.map(|t| Time(at(t))),
+            ..ManagedFieldsEntry::default()
+        }
+    }
+
+    fn meta(entries: Vec<ManagedFieldsEntry>) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some("emojivoto".into()),
+            name: Some("web".into()),
+            managed_fields: Some(entries),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn lag_is_from_the_latest_update_entry() {
+        let now = at("2026-11-02T10:00:30Z");
+        let metadata = meta(vec![
+            entry("Update", Some("2026-11-02T10:00:00Z")),
+            entry("Update", Some("2026-11-02T10:00:27Z")),
+            // Server-side apply is not an informer's `Update`.
+            entry("Apply", Some("2026-11-02T10:00:29Z")),
+            entry("Update", None),
+        ]);
+        assert_eq!(informer_lag(&metadata, now), Some(3.0));
+    }
+
+    #[test]
+    fn no_lag_without_an_update_time() {
+        let now = at("2026-11-02T10:00:30Z");
+        assert_eq!(informer_lag(&ObjectMeta::default(), now), None);
+        assert_eq!(informer_lag(&meta(vec![]), now), None);
+        let only_apply = meta(vec![entry("Apply", Some("2026-11-02T10:00:00Z"))]);
+        assert_eq!(informer_lag(&only_apply, now), None);
+        assert_eq!(informer_lag(&meta(vec![entry("Update", None)]), now), None);
+    }
+
+    #[test]
+    fn a_future_update_time_is_no_lag() {
+        let now = at("2026-11-02T10:00:30Z");
+        let skewed = meta(vec![entry("Update", Some("2026-11-02T10:00:40Z"))]);
+        assert_eq!(informer_lag(&skewed, now), Some(0.0));
+    }
+
+    #[test]
+    fn only_updates_of_seen_objects_are_observed() {
+        let histogram = Histogram::new([1.0]);
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("lag", "", histogram.clone());
+        let observed = || {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+            text.lines()
+                .filter(|l| l.starts_with("lag_sum") || l.starts_with("lag_count"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let mut lag = LagTracker::new(histogram.clone());
+        let now = at("2026-11-02T10:00:30Z");
+        let metadata = meta(vec![entry("Update", Some("2026-11-02T10:00:28Z"))]);
+        lag.applied(&metadata, now);
+        assert_eq!(observed(), ["lag_sum 0.0", "lag_count 0"], "a creation");
+        lag.applied(&metadata, now);
+        assert_eq!(observed(), ["lag_sum 2.0", "lag_count 1"], "an update");
+    }
 }
