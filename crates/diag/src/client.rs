@@ -1,4 +1,4 @@
-//! Connecting to the Destination service.
+//! Connecting to the Destination service and the policy controller.
 
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
@@ -18,8 +18,15 @@ pub const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
 /// The URI for `--destination`: `host:port` gets `http://` in front; only `http` is accepted,
 /// since this client has no TLS (the pod's mTLS port needs a client certificate anyway).
 pub fn destination_uri(addr: &str) -> Result<String, Error> {
+    server_uri("--destination", addr)
+}
+
+/// The URI for the server address given as `flag` (`--destination`, `--policy`), as
+/// [`destination_uri`] reads it; errors name `flag`.
+pub fn server_uri(flag: &'static str, addr: &str) -> Result<String, Error> {
     let addr = addr.trim();
     let invalid = |reason: &str| Error::InvalidDestination {
+        flag,
         addr: addr.to_string(),
         reason: reason.to_string(),
     };
@@ -38,9 +45,15 @@ pub fn destination_uri(addr: &str) -> Result<String, Error> {
 /// Connects to `--destination` `addr`, failing at once (not on the first request) when the
 /// server cannot be reached.
 pub async fn connect(addr: &str) -> Result<Channel, Error> {
-    let uri = destination_uri(addr)?;
+    connect_to("--destination", addr).await
+}
+
+/// Connects to `addr`, given as `flag` (`--policy`), as [`connect`] does; errors name `flag`.
+pub async fn connect_to(flag: &'static str, addr: &str) -> Result<Channel, Error> {
+    let uri = server_uri(flag, addr)?;
     let endpoint = Endpoint::from_shared(uri.clone())
         .map_err(|error| Error::InvalidDestination {
+            flag,
             addr: addr.to_string(),
             reason: crate::error_line(&error),
         })?
@@ -76,6 +89,15 @@ mod tests {
             r#"invalid --destination "https://127.0.0.1:8086": scheme "https" is not supported, use http://host:port (plaintext)"#
         );
         assert!(destination_uri("").is_err());
+        let error = server_uri("--policy", "grpc://127.0.0.1:8090").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            r#"invalid --policy "grpc://127.0.0.1:8090": scheme "grpc" is not supported, use http://host:port (plaintext)"#
+        );
+        assert_eq!(
+            server_uri("--policy", "127.0.0.1:8090").unwrap(),
+            "http://127.0.0.1:8090"
+        );
     }
 
     #[test]

@@ -1,9 +1,9 @@
-//! `dst-diag`: a client of the Destination service that streams what a Linkerd proxy would
-//! receive and prints it, as readable blocks or as newline-delimited JSON.
+//! `dst-diag`: a client of the Destination service and the policy controller that streams what a
+//! Linkerd proxy would receive and prints it, as readable blocks or as newline-delimited JSON.
 //!
-//! Each subcommand is a module ([`endpoints`], [`profile`]); [`client`] connects to the server and
-//! [`output`] renders the proxy API's messages, so that rendering is tested without a network.
-//! `main.rs` only parses the command line, handles Ctrl-C and turns an [`Error`] into a
+//! Each subcommand is a module ([`endpoints`], [`profile`], [`policy`]); [`client`] connects to
+//! the server and [`output`] renders the proxy API's messages, so that rendering is tested
+//! without a network. `main.rs` only parses the command line, handles Ctrl-C and turns an [`Error`] into a
 //! one-line message and exit code 1.
 
 #![deny(rust_2018_idioms, missing_docs)]
@@ -12,6 +12,7 @@
 pub mod client;
 pub mod endpoints;
 pub mod output;
+pub mod policy;
 pub mod profile;
 
 pub use self::output::OutputFormat;
@@ -33,15 +34,21 @@ pub enum Command {
     /// Streams `Destination.GetProfile` for an authority or `IP:PORT`: the service profile
     /// (routes, retries, timeouts) or endpoint profile a proxy would apply.
     Profile(profile::ProfileArgs),
+    /// Streams what the policy controller tells a proxy: `policy inbound WORKLOAD PORT`
+    /// (`InboundServerPolicies.WatchPort`).
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
 }
 
 /// Why a run stopped other than by the server ending its stream. The `Display` of each
 /// variant is one line naming the problem; the underlying cause, if any, is its `source`.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// `--destination` is not a usable `http://host:port` address.
-    #[error("invalid --destination {addr:?}: {reason}")]
+    /// `--destination` (or `--policy`) is not a usable `http://host:port` address.
+    #[error("invalid {flag} {addr:?}: {reason}")]
     InvalidDestination {
+        /// The flag that gave the address: `--destination`, `--policy`.
+        flag: &'static str,
         /// The flag's value, as given.
         addr: String,
         /// What is wrong with it.
@@ -58,9 +65,9 @@ pub enum Error {
     /// The server refused the request or ended the stream with an error status.
     #[error("{rpc} {target}: {}", status_line(status))]
     Status {
-        /// The RPC (`Get`, `GetProfile`).
+        /// The RPC (`Get`, `GetProfile`, `WatchPort`).
         rpc: &'static str,
-        /// What was asked for (the authority or `IP:PORT`).
+        /// What was asked for (the authority, `IP:PORT`, or `WORKLOAD port PORT`).
         target: String,
         /// The status, rendered as `Code: message`.
         status: tonic::Status,
@@ -80,6 +87,7 @@ impl Args {
         match self.command {
             Command::Endpoints(args) => args.run(&mut stdout).await,
             Command::Profile(args) => args.run(&mut stdout).await,
+            Command::Policy(command) => command.run(&mut stdout).await,
         }
     }
 }

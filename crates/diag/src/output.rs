@@ -1,5 +1,6 @@
 //! Rendering of the proxy API's messages: readable tables and JSON, for `Destination.Get`
-//! updates (here) and `Destination.GetProfile` profiles ([`profile_table`], [`profile_json`]).
+//! updates (here), `Destination.GetProfile` profiles ([`profile_table`], [`profile_json`]) and
+//! `InboundServerPolicies` servers ([`inbound_server_table`], [`inbound_server_json`]).
 //!
 //! The generated proto types do not implement serde, so the JSON is built by hand. Its shape is
 //! fixed: every field of a message is present (`null` when unset), maps are objects with sorted
@@ -24,8 +25,13 @@ use std::{
     net::SocketAddr,
 };
 
+mod inbound;
 mod profile;
 
+pub use self::inbound::{
+    authn_text, grpc_match_text, http_match_text, inbound_server_json, inbound_server_table,
+    protocol_text, write_inbound_server,
+};
 pub use self::profile::{
     profile_json, profile_table, request_match_text, response_match_text, write_profile,
 };

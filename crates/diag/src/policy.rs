@@ -1,0 +1,103 @@
+//! `dst-diag policy inbound WORKLOAD PORT`: the `InboundServerPolicies.WatchPort` stream a
+//! proxy opens for each of its inbound ports.
+
+use linkerd2_proxy_api::inbound::{
+    PortSpec, inbound_server_policies_client::InboundServerPoliciesClient,
+};
+use std::io::{self, Write};
+
+use crate::{
+    Error,
+    client::{self, MAX_MESSAGE_SIZE},
+    output::{self, OutputFormat},
+};
+
+/// Where the policy container listens inside the pod (plaintext, behind the mTLS shim).
+pub const DEFAULT_POLICY: &str = "http://127.0.0.1:8090";
+
+/// The policy APIs a proxy consumes.
+#[derive(Debug, clap::Subcommand)]
+pub enum PolicyCommand {
+    /// Streams `InboundServerPolicies.WatchPort` for a workload port: the Server (or default
+    /// policy) covering it, its protocol, authorizations, routes and rate limit.
+    Inbound(InboundArgs),
+}
+
+/// The flags of `dst-diag policy inbound`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct InboundArgs {
+    /// The workload, as a proxy puts it in `PortSpec.workload`: `<namespace>:<pod>`, or JSON
+    /// (`{"ns":"emojivoto","pod":"web-djjwbqr6lt-sfd7g"}`,
+    /// `{"ns":"edge","external_workload":"payments-vm-01"}`).
+    pub workload: String,
+
+    /// The inbound port of the workload.
+    pub port: u32,
+
+    /// The policy controller's gRPC service: `http://host:port`, or `host:port`.
+    #[arg(long, env = "DST_DIAG_POLICY", default_value = DEFAULT_POLICY)]
+    pub policy: String,
+
+    /// `table`: a readable block per update; `json`: one JSON object per update and line.
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+// === impl PolicyCommand ===
+
+impl PolicyCommand {
+    /// Runs the subcommand, printing to `out`; see [`InboundArgs::run`].
+    pub async fn run(&self, out: &mut impl Write) -> Result<(), Error> {
+        match self {
+            Self::Inbound(args) => args.run(out).await,
+        }
+    }
+}
+
+// === impl InboundArgs ===
+
+impl InboundArgs {
+    /// The request a proxy would send for these flags. The workload is sent verbatim: the
+    /// server, not this client, decides what is valid.
+    pub fn request(&self) -> PortSpec {
+        PortSpec {
+            workload: self.workload.clone(),
+            port: self.port,
+        }
+    }
+
+    /// What the request asks for, as error messages name it: `emojivoto:web-0 port 8080`.
+    fn target(&self) -> String {
+        format!("{} port {}", self.workload, self.port)
+    }
+
+    /// Streams every `Server` the policy controller sends for the port to `out`, one at a
+    /// time and flushed, until the server ends the stream or `out` is closed (both `Ok`).
+    ///
+    /// Errors: the connection ([`Error::Connect`]), a refused request or a stream ended with an
+    /// error status ([`Error::Status`]), or `out` failing otherwise ([`Error::Output`]).
+    pub async fn run(&self, out: &mut impl Write) -> Result<(), Error> {
+        let channel = client::connect_to("--policy", &self.policy).await?;
+        let mut client =
+            InboundServerPoliciesClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
+        let status = |status| Error::Status {
+            rpc: "WatchPort",
+            target: self.target(),
+            status,
+        };
+        let mut stream = client
+            .watch_port(self.request())
+            .await
+            .map_err(status)?
+            .into_inner();
+        while let Some(server) = stream.message().await.map_err(status)? {
+            match output::write_inbound_server(out, self.output, &server) {
+                Ok(()) => {}
+                // A reader such as `head -5` that has seen enough is not a failure.
+                Err(error) if error.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+                Err(error) => return Err(Error::Output(error)),
+            }
+        }
+        Ok(())
+    }
+}
