@@ -3,8 +3,8 @@
 //!
 //! Each subcommand is a module ([`endpoints`], [`profile`], [`policy`]); [`client`] connects to
 //! the server and [`output`] renders the proxy API's messages, so that rendering is tested
-//! without a network. `main.rs` only parses the command line, handles Ctrl-C and turns an [`Error`] into a
-//! one-line message and exit code 1.
+//! without a network. `main.rs` only parses the command line, handles Ctrl-C and turns an
+//! [`Error`] into a one-line message and exit code 1.
 
 #![deny(rust_2018_idioms, missing_docs)]
 #![forbid(unsafe_code)]
