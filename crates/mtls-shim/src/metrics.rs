@@ -1,0 +1,140 @@
+//! The shim's metrics, served on `/metrics` of the admin server:
+//!
+//! - `shim_tcp_open_total{listen}`: TCP connections accepted on a listener;
+//! - `shim_tcp_open_connections{listen}`: those open now (handshaking or forwarding);
+//! - `shim_tls_handshake_failures_total{listen,reason}`: handshakes that failed, with `reason`
+//!   `no_client_cert` (a client without a certificate while one is required, e.g. a proxy
+//!   that is not certified yet, spec Z.6), `bad_client_cert` (a certificate that does not
+//!   verify against the trust anchors: self-signed, unknown issuer, expired, ...) or `other`
+//!   (protocol errors, timeouts, clients that hang up);
+//! - `shim_upstream_connect_failures_total{listen}`: authenticated connections closed because
+//!   the upstream did not accept a connection.
+//!
+//! `listen` is the listener's bound address (`0.0.0.0:8086`).
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+use std::fmt::Write;
+
+/// Handles to the shim's metrics; cheap to clone. [`Default`] gives unregistered ones.
+#[derive(Clone, Debug, Default)]
+pub struct ShimMetrics {
+    tcp_open: Family<ListenLabels, Counter>,
+    tcp_open_connections: Family<ListenLabels, Gauge>,
+    handshake_failures: Family<HandshakeFailureLabels, Counter>,
+    upstream_connect_failures: Family<ListenLabels, Counter>,
+}
+
+/// Why a TLS handshake failed, as counted in `shim_tls_handshake_failures_total`.
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+pub enum HandshakeFailure {
+    /// The client presented no certificate while one is required.
+    NoClientCert,
+    /// The client's certificate does not verify against the trust anchors.
+    BadClientCert,
+    /// Anything else: protocol errors, timeouts, a client that hangs up.
+    Other,
+}
+
+/// Labels of the per-listener series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenLabels {
+    /// The listener's bound address.
+    pub listen: String,
+}
+
+/// Labels of `shim_tls_handshake_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandshakeFailureLabels {
+    /// The listener's bound address.
+    pub listen: String,
+    /// Why the handshake failed.
+    pub reason: HandshakeFailure,
+}
+
+/// Holds one `shim_tcp_open_connections` up for as long as it lives.
+#[derive(Debug)]
+pub(crate) struct OpenConnection {
+    gauge: Gauge,
+}
+
+// === impl ShimMetrics ===
+
+impl ShimMetrics {
+    /// Registers the metrics in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "shim_tcp_open",
+            "TCP connections accepted by a mesh-TLS listener",
+            metrics.tcp_open.clone(),
+        );
+        registry.register(
+            "shim_tcp_open_connections",
+            "TCP connections open on a mesh-TLS listener",
+            metrics.tcp_open_connections.clone(),
+        );
+        registry.register(
+            "shim_tls_handshake_failures",
+            "TLS handshakes that failed, by reason (no_client_cert, bad_client_cert, other)",
+            metrics.handshake_failures.clone(),
+        );
+        registry.register(
+            "shim_upstream_connect_failures",
+            "Authenticated connections closed because the upstream refused a connection",
+            metrics.upstream_connect_failures.clone(),
+        );
+        metrics
+    }
+
+    /// Counts an accepted connection; it is open until the guard is dropped.
+    pub(crate) fn accepted(&self, labels: &ListenLabels) -> OpenConnection {
+        self.tcp_open.get_or_create(labels).inc();
+        let gauge = self.tcp_open_connections.get_or_create(labels).clone();
+        gauge.inc();
+        OpenConnection { gauge }
+    }
+
+    pub(crate) fn handshake_failed(&self, labels: &ListenLabels, reason: HandshakeFailure) {
+        self.handshake_failures
+            .get_or_create(&HandshakeFailureLabels {
+                listen: labels.listen.clone(),
+                reason,
+            })
+            .inc();
+    }
+
+    pub(crate) fn upstream_connect_failed(&self, labels: &ListenLabels) {
+        self.upstream_connect_failures.get_or_create(labels).inc();
+    }
+}
+
+// === impl HandshakeFailure ===
+
+impl HandshakeFailure {
+    /// The `reason` label value: `no_client_cert`, `bad_client_cert` or `other`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoClientCert => "no_client_cert",
+            Self::BadClientCert => "bad_client_cert",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl EncodeLabelValue for HandshakeFailure {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+// === impl OpenConnection ===
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}

@@ -1,0 +1,177 @@
+//! Clients with a trust-anchored certificate reach the upstream through the shim: gRPC without
+//! ALPN to a real destination server, readiness, metrics, and certificate reloads.
+
+mod support;
+
+use linkerd_runtime::tls::ClientAuth;
+use linkerd2_proxy_api::destination::{
+    GetDestination, destination_client::DestinationClient, update,
+};
+use std::{net::SocketAddr, time::Duration};
+use support::*;
+use tonic::transport::Endpoint;
+
+#[tokio::test]
+async fn a_certified_client_without_alpn_gets_endpoints_from_destination() {
+    let pki = Pki::new();
+    let (destination, destination_shutdown) = start_destination().await;
+    let shim = Harness::start(&pki, &[destination], ClientAuth::Required).await;
+    shim.wait_ready().await;
+    let listen = shim.listen[0];
+
+    let client = pki.leaf(CLIENT_IDENTITY);
+    let connector = MeshConnector::new(listen, client_config(&pki, Some(&client), &[]));
+    let channel =
+        Endpoint::from_static("http://linkerd-dst-headless.linkerd.svc.cluster.local:8086")
+            .connect_with_connector(connector.clone())
+            .await
+            .expect("a channel through the shim");
+    let mut stream = DestinationClient::new(channel)
+        .get(GetDestination {
+            scheme: "k8s".into(),
+            path: "web-svc.emojivoto.svc.cluster.local:80".into(),
+            context_token: String::new(),
+        })
+        .await
+        .expect("Get through the shim")
+        .into_inner();
+    let update = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("an update within 5s")
+        .expect("stream ok")
+        .expect("stream open")
+        .update;
+    let Some(update::Update::Add(set)) = update else {
+        panic!("expected Add, got {update:?}");
+    };
+    let addrs: Vec<SocketAddr> = set
+        .addrs
+        .iter()
+        .map(|a| a.addr.expect("addr").try_into().expect("an IP address"))
+        .collect();
+    assert_eq!(addrs, ["10.244.2.19:8080".parse::<SocketAddr>().unwrap()]);
+    // The client offered no ALPN, so none was negotiated: h2 by prior knowledge (spec Z.5).
+    assert_eq!(*connector.negotiated.lock().unwrap(), [None]);
+
+    let label = format!("listen=\"{listen}\"");
+    assert_eq!(shim.metric("shim_tcp_open_total", &label).await, Some(1));
+    assert_eq!(
+        shim.metric("shim_tcp_open_connections", &label).await,
+        Some(1)
+    );
+    let metrics = shim.metrics().await;
+    assert!(
+        !metrics.contains("shim_tls_handshake_failures_total{"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("shim_upstream_connect_failures_total{"),
+        "{metrics}"
+    );
+
+    // The destination server ends its streams and connections on shutdown: the relay ends
+    // with them.
+    destination_shutdown.trigger();
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("the stream ends within 5s");
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    shim.wait_metric("shim_tcp_open_connections", &label, 0)
+        .await;
+    shim.stop().await;
+}
+
+#[tokio::test]
+async fn ready_once_every_upstream_accepts_connections() {
+    let pki = Pki::new();
+    let echo = Echo::start().await;
+    // A free port with nobody listening yet.
+    let later = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let later_addr = later.local_addr().unwrap();
+    drop(later);
+
+    let shim = Harness::start(&pki, &[echo.addr, later_addr], ClientAuth::Required).await;
+    assert_eq!(http_get(shim.admin, "/live").await, (200, "live\n".into()));
+    assert_eq!(http_get(shim.admin, "/nope").await.0, 404);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        http_get(shim.admin, "/ready").await,
+        (503, "not ready\n".into())
+    );
+
+    // Meanwhile a client of the missing upstream is authenticated, then closed.
+    let client = pki.leaf(CLIENT_IDENTITY);
+    let mut tls = connect(shim.listen[1], client_config(&pki, Some(&client), &[]))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut tls, &mut buf),
+    )
+    .await
+    .expect("closed within 5s");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    shim.wait_metric(
+        "shim_upstream_connect_failures_total",
+        &format!("listen=\"{}\"", shim.listen[1]),
+        1,
+    )
+    .await;
+
+    let _upstream = tokio::net::TcpListener::bind(later_addr).await.unwrap();
+    shim.wait_ready().await;
+}
+
+#[tokio::test]
+async fn a_client_offering_h2_negotiates_it() {
+    let pki = Pki::new();
+    let echo = Echo::start().await;
+    let shim = Harness::start(&pki, &[echo.addr], ClientAuth::Required).await;
+    let client = pki.leaf(CLIENT_IDENTITY);
+    let mut tls = connect(shim.listen[0], client_config(&pki, Some(&client), &[b"h2"]))
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    assert_eq!(echo_round_trip(&mut tls, b"hello").await, b"hello");
+    assert_eq!(echo.used(), 1);
+}
+
+#[tokio::test]
+async fn new_handshakes_get_a_swapped_certificate_while_open_streams_go_on() {
+    let pki = Pki::new();
+    let echo = Echo::start().await;
+    let shim = Harness::start(&pki, &[echo.addr], ClientAuth::Required).await;
+    let client = pki.leaf(CLIENT_IDENTITY);
+    // A fresh client config per connection: a resumed TLS 1.3 session shows the certificate of
+    // the session it resumes.
+    let config = client_config(&pki, Some(&client), &[]);
+
+    let mut open = connect(shim.listen[0], config).await.unwrap();
+    let old = open.get_ref().1.peer_certificates().unwrap()[0].clone();
+    assert_eq!(echo_round_trip(&mut open, b"before").await, b"before");
+
+    let new = pki.leaf(&shim_identity());
+    assert_ne!(new.der, old);
+    install(&shim.files, &new);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let config = client_config(&pki, Some(&client), &[]);
+        let mut tls = connect(shim.listen[0], config).await.unwrap();
+        let leaf = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+        assert_eq!(echo_round_trip(&mut tls, b"probe").await, b"probe");
+        if leaf == new.der {
+            break;
+        }
+        assert_eq!(leaf, old);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new certificate was never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The connection opened before the swap still relays.
+    assert_eq!(echo_round_trip(&mut open, b"after").await, b"after");
+    tokio::io::AsyncWriteExt::shutdown(&mut open).await.unwrap();
+    shim.stop().await;
+}
