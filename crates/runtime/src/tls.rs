@@ -25,8 +25,7 @@ use rustls::{
     RootCertStore, ServerConfig,
     crypto::CryptoProvider,
     pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
-    server::{ClientHello, ResolvesServerCert},
-    server::{WebPkiClientVerifier, danger::ClientCertVerifier},
+    server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier, danger::ClientCertVerifier},
     sign::CertifiedKey,
 };
 use std::{
