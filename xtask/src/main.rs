@@ -5,6 +5,11 @@
 //!   `Destination.Get` on a generated cluster.
 //! - `cargo xtask bench-profiles`: a storm of `GetProfile` streams on a generated cluster with
 //!   ServiceProfiles: time to every stream's first profile, memory, and idle CPU after closing.
+//! - `cargo xtask gen-crds [--check]`: deploy/crds/ from the Rust types of crates/k8s-api.
+//! - `cargo xtask gen-certs`: trust anchor, issuer, the pod's identity and webhook certificates,
+//!   as PEM files and a kustomize overlay of deploy/ with the Secrets and caBundles.
+//! - `cargo xtask check-deploy`: every manifest of deploy/ decodes into its Kubernetes type, and
+//!   the custom resources of deploy/examples/ and tests/fixtures/ match the generated CRDs.
 //!
 //! The alias lives in `.cargo/config.toml`; nothing in the workspace depends on this crate.
 
@@ -14,7 +19,10 @@ use std::path::PathBuf;
 
 mod bench;
 mod bench_profiles;
+mod certs;
+mod check_deploy;
 mod cluster_gen;
+mod crds;
 mod dev;
 mod server;
 
@@ -38,6 +46,16 @@ enum Command {
     /// thousands of `GetProfile` streams at once, close them: prints first-profile latency,
     /// memory, and the server's CPU once idle.
     BenchProfiles(bench_profiles::BenchProfilesArgs),
+    /// Write the CRDs of deploy/crds/ from the Rust types of crates/k8s-api (`--check`: fail
+    /// when they differ instead).
+    GenCrds(crds::GenCrdsArgs),
+    /// Generate the trust anchor, identity issuer, the destination's identity certificate and
+    /// the webhooks' serving certificates, with a kustomize overlay of deploy/ that installs
+    /// them: `kubectl apply -k DIR`.
+    GenCerts(certs::GenCertsArgs),
+    /// Check the manifests of deploy/ against the Kubernetes types and the custom resources of
+    /// deploy/examples/ and tests/fixtures/ against the generated CRDs.
+    CheckDeploy(check_deploy::CheckDeployArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -47,6 +65,9 @@ fn main() -> anyhow::Result<()> {
         Command::Dev(args) => dev::run(&root, args),
         Command::Bench(args) => bench::run(&root, args),
         Command::BenchProfiles(args) => bench_profiles::run(&root, args),
+        Command::GenCrds(args) => crds::run(&root, args),
+        Command::GenCerts(args) => certs::run(&root, args),
+        Command::CheckDeploy(args) => check_deploy::run(&root, args),
     }
 }
 

@@ -1,0 +1,1492 @@
+//! `cargo xtask check-deploy`: offline checks of the manifests in `deploy/`.
+//!
+//! 1. Every YAML document reachable from `deploy/kustomization.yaml` (following `resources`
+//!    into files and directories) decodes into its k8s-openapi type, with no field left over
+//!    (a misspelt or misplaced field is an error, not silently dropped), and every YAML file
+//!    under `deploy/` is reachable (except `examples/` and the `local/` overlay).
+//! 2. The objects fit together: namespaces, label selectors of the Deployment, Services and
+//!    PodDisruptionBudget, Service target ports and probe ports against container ports,
+//!    volume mounts, webhook services, RBAC bindings and the service account, the containers'
+//!    hardening, and RBAC that grants reads on every kind the index watches and writes only
+//!    on status subresources, leases and events.
+//! 3. Every custom resource of ours in `deploy/examples/` and `tests/fixtures/` validates
+//!    against the openAPIV3Schema of its version in the CRDs of `deploy/crds/`. Fields the
+//!    schema does not know are pruned by the API server (or refused with `kubectl apply
+//!    --validate=strict`): errors in `deploy/examples/`, warnings in `tests/fixtures/`, whose
+//!    invalid ServiceProfiles are invalid on purpose.
+//! 4. When on PATH: `kubectl kustomize deploy/` must build the same objects, and
+//!    `kubernetes-validate --strict` must accept them against the Kubernetes schemas of the
+//!    oldest supported and the newest release it knows.
+
+use anyhow::{Context, bail};
+use k8s_openapi::{
+    Resource,
+    api::{
+        admissionregistration::v1::ValidatingWebhookConfiguration,
+        apps::v1::Deployment,
+        core::v1::{ConfigMap, Container, Namespace, Probe, Secret, Service, ServiceAccount},
+        policy::v1::PodDisruptionBudget,
+        rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
+};
+use serde::{Deserialize, de::DeserializeOwned};
+use serde_json::Value;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+/// Kubernetes release whose schemas `kubernetes-validate` checks against, besides its newest:
+/// the oldest the manifests support (native sidecar containers are on by default from 1.29).
+pub const OLDEST_KUBERNETES: &str = "1.29.0";
+
+/// Bytes of all annotations of an object: what client-side `kubectl apply` needs for its
+/// `last-applied-configuration` copy.
+const LAST_APPLIED_LIMIT: usize = 256 * 1024;
+
+/// The API groups of our CRDs; objects of other groups in the fixtures are not checked here.
+const OUR_GROUPS: [&str; 3] = ["linkerd.io", "policy.linkerd.io", "workload.linkerd.io"];
+
+/// Where the pod's images are published; the rest of the name is the binary.
+const IMAGE_PREFIX: &str = "ghcr.io/linkerd-rs/";
+
+/// Verbs that change state.
+const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
+/// `cargo xtask check-deploy [--no-external]`
+#[derive(Debug, clap::Args)]
+pub struct CheckDeployArgs {
+    /// Do not run `kubectl kustomize` and `kubernetes-validate`, even when they are on PATH.
+    #[arg(long)]
+    no_external: bool,
+}
+
+/// What to check.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The directory holding the top kustomization.
+    pub deploy_dir: PathBuf,
+    /// Directories whose YAML files hold example custom resources: errors when they do not
+    /// validate, and when they carry unknown fields.
+    pub example_dirs: Vec<PathBuf>,
+    /// Like `example_dirs`, but unknown fields are only warnings.
+    pub fixture_dirs: Vec<PathBuf>,
+    /// Run `kubectl kustomize` and `kubernetes-validate` when they are on PATH.
+    pub external_tools: bool,
+    /// The workspace, to check that every image has its Dockerfile in `docker/` building a
+    /// binary of `crates/`.
+    pub workspace: Option<PathBuf>,
+}
+
+/// The findings.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+    /// What was checked, one line each.
+    pub summary: Vec<String>,
+}
+
+/// One YAML document and where it came from (`path#index`, 1-based).
+#[derive(Clone, Debug)]
+pub struct Doc {
+    pub source: String,
+    pub value: Value,
+}
+
+/// The objects of `deploy/` by type.
+#[derive(Default)]
+struct Manifests {
+    namespaces: Vec<Named<Namespace>>,
+    service_accounts: Vec<Named<ServiceAccount>>,
+    cluster_roles: Vec<Named<ClusterRole>>,
+    cluster_role_bindings: Vec<Named<ClusterRoleBinding>>,
+    roles: Vec<Named<Role>>,
+    role_bindings: Vec<Named<RoleBinding>>,
+    deployments: Vec<Named<Deployment>>,
+    services: Vec<Named<Service>>,
+    pdbs: Vec<Named<PodDisruptionBudget>>,
+    webhooks: Vec<Named<ValidatingWebhookConfiguration>>,
+    crds: Vec<Named<CustomResourceDefinition>>,
+    secrets: Vec<Named<Secret>>,
+    config_maps: Vec<Named<ConfigMap>>,
+}
+
+struct Named<T> {
+    source: String,
+    obj: T,
+}
+
+/// The parts of a kustomization that check-deploy follows; any other field is refused, so
+/// that objects kustomize would generate or change are not missed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Kustomization {
+    #[allow(dead_code)]
+    api_version: Option<String>,
+    #[allow(dead_code)]
+    kind: Option<String>,
+    #[serde(default)]
+    resources: Vec<String>,
+    #[serde(default)]
+    patches: Vec<KustomizePatch>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KustomizePatch {
+    path: Option<String>,
+    #[allow(dead_code)]
+    patch: Option<String>,
+    #[allow(dead_code)]
+    target: Option<Value>,
+}
+
+pub fn run(root: &Path, args: CheckDeployArgs) -> anyhow::Result<()> {
+    let options = Options::for_workspace(root, !args.no_external);
+    let report = check(&options)?;
+    for line in &report.summary {
+        println!("{line}");
+    }
+    for warning in &report.warnings {
+        println!("warning: {warning}");
+    }
+    for error in &report.errors {
+        eprintln!("error: {error}");
+    }
+    if !report.errors.is_empty() {
+        bail!("check-deploy found {} error(s)", report.errors.len());
+    }
+    println!("check-deploy: ok");
+    Ok(())
+}
+
+/// Runs every check. Errors only when a file cannot be read; findings are in the report.
+pub fn check(options: &Options) -> anyhow::Result<Report> {
+    let mut report = Report::default();
+    let deploy_dir = &options.deploy_dir;
+
+    // 1. The kustomization tree, decoded.
+    let mut docs = Vec::new();
+    let mut visited = BTreeSet::new();
+    load_kustomization(deploy_dir, &mut docs, &mut visited, &mut report)?;
+    check_orphans(deploy_dir, &visited, &mut report)?;
+    let mut manifests = Manifests::default();
+    for doc in &docs {
+        if let Err(e) = manifests.add(doc) {
+            report.errors.push(format!("{}: {e}", doc.source));
+        }
+        let size = serde_json::to_vec(&doc.value).map_or(0, |json| json.len());
+        if size > LAST_APPLIED_LIMIT {
+            report.errors.push(format!(
+                "{}: {size} bytes as JSON; client-side `kubectl apply` keeps a copy in an annotation limited to {LAST_APPLIED_LIMIT}",
+                doc.source
+            ));
+        }
+    }
+    report.summary.push(format!(
+        "{}: {} objects ({})",
+        deploy_dir.display(),
+        docs.len(),
+        kinds_summary(&docs)
+    ));
+
+    // 2. Cross-references.
+    manifests.check(&mut report);
+    if let Some(root) = &options.workspace {
+        check_images(root, &manifests, &mut report)?;
+    }
+
+    // 3. Custom resources against the CRDs.
+    let schemas = CrdSchemas::new(&manifests.crds, &mut report);
+    let mut checked = 0;
+    for (dirs, strict) in [
+        (&options.example_dirs, true),
+        (&options.fixture_dirs, false),
+    ] {
+        for dir in dirs {
+            for file in yaml_files(dir)? {
+                for doc in load_docs(&file)? {
+                    if schemas.validate(&doc, strict, &mut report) {
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    report.summary.push(format!(
+        "{checked} custom resources validated against {} CRDs",
+        manifests.crds.len()
+    ));
+
+    // 4. The tools that know Kubernetes better than this file.
+    if options.external_tools {
+        run_external(deploy_dir, &docs, &mut report)?;
+    }
+    Ok(report)
+}
+
+// === impl Options ===
+
+impl Options {
+    /// deploy/, deploy/examples/ and tests/fixtures/ of the workspace at `root`.
+    pub fn for_workspace(root: &Path, external_tools: bool) -> Self {
+        Self {
+            deploy_dir: root.join("deploy"),
+            example_dirs: vec![root.join("deploy/examples")],
+            fixture_dirs: vec![root.join("tests/fixtures")],
+            external_tools,
+            workspace: Some(root.to_path_buf()),
+        }
+    }
+}
+
+// === Loading ===
+
+/// Reads `dir`'s kustomization and, recursively, its resources.
+fn load_kustomization(
+    dir: &Path,
+    docs: &mut Vec<Doc>,
+    visited: &mut BTreeSet<PathBuf>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let path = ["kustomization.yaml", "kustomization.yml", "Kustomization"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{} has no kustomization.yaml", dir.display()))?;
+    if !visited.insert(path.clone()) {
+        report
+            .errors
+            .push(format!("{}: included twice", path.display()));
+        return Ok(());
+    }
+    let text = read(&path)?;
+    let kustomization: Kustomization = match serde_yaml::from_str(&text) {
+        Ok(k) => k,
+        Err(e) => {
+            report.errors.push(format!("{}: {e}", path.display()));
+            return Ok(());
+        }
+    };
+    for resource in &kustomization.resources {
+        if resource.contains("://") {
+            report.errors.push(format!(
+                "{}: remote resource {resource:?} cannot be checked offline",
+                path.display()
+            ));
+            continue;
+        }
+        let target = dir.join(resource);
+        if target.is_dir() {
+            load_kustomization(&target, docs, visited, report)?;
+        } else if target.is_file() {
+            if !visited.insert(target.clone()) {
+                report
+                    .errors
+                    .push(format!("{}: included twice", target.display()));
+                continue;
+            }
+            docs.extend(load_docs(&target)?);
+        } else {
+            report.errors.push(format!(
+                "{}: resource {resource:?} does not exist",
+                path.display()
+            ));
+        }
+    }
+    for patch in &kustomization.patches {
+        if let Some(file) = &patch.path {
+            let target = dir.join(file);
+            if target.is_file() {
+                visited.insert(target);
+            } else {
+                report
+                    .errors
+                    .push(format!("{}: patch {file:?} does not exist", path.display()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every YAML file under `deploy_dir` must be part of the kustomization tree, except the
+/// examples and the local overlay written by gen-certs.
+fn check_orphans(
+    deploy_dir: &Path,
+    visited: &BTreeSet<PathBuf>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let skip = [deploy_dir.join("examples"), deploy_dir.join("local")];
+    for file in yaml_files(deploy_dir)? {
+        if skip.iter().any(|dir| file.starts_with(dir)) || visited.contains(&file) {
+            continue;
+        }
+        report.errors.push(format!(
+            "{}: not referenced by any kustomization under {}",
+            file.display(),
+            deploy_dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The documents of a YAML file; `kind: List` is flattened into its items, empty documents
+/// are skipped.
+pub fn load_docs(path: &Path) -> anyhow::Result<Vec<Doc>> {
+    let text = read(path)?;
+    parse_docs(&text, &path.display().to_string())
+}
+
+fn parse_docs(text: &str, name: &str) -> anyhow::Result<Vec<Doc>> {
+    let mut docs = Vec::new();
+    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value =
+            Value::deserialize(de).with_context(|| format!("{name}: document {}", i + 1))?;
+        let source = format!("{name}#{}", i + 1);
+        match value {
+            Value::Null => {}
+            Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
+                let items = map.get("items").and_then(Value::as_array);
+                for (j, item) in items.into_iter().flatten().enumerate() {
+                    docs.push(Doc {
+                        source: format!("{source}.items[{j}]"),
+                        value: item.clone(),
+                    });
+                }
+            }
+            value => docs.push(Doc { source, value }),
+        }
+    }
+    Ok(docs)
+}
+
+/// `*.yaml` and `*.yml` files under `dir` (recursively), sorted; none when it does not exist.
+fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    if !dir.is_dir() {
+        return Ok(files);
+    }
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))?
+        {
+            let path = entry
+                .with_context(|| format!("listing {}", dir.display()))?
+                .path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml")
+            ) {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn kinds_summary(docs: &[Doc]) -> String {
+    let mut kinds = BTreeMap::<&str, usize>::new();
+    for doc in docs {
+        let kind = doc.value.get("kind").and_then(Value::as_str).unwrap_or("?");
+        *kinds.entry(kind).or_default() += 1;
+    }
+    kinds
+        .iter()
+        .map(|(kind, n)| format!("{n} {kind}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Decodes `value` into `T`, refusing fields `T` does not have (k8s-openapi ignores them).
+fn decode_strict<T: DeserializeOwned>(value: &Value) -> Result<T, String> {
+    let mut unknown = Vec::new();
+    let decoded = {
+        let mut on_ignored = |path: serde_ignored::Path<'_>| unknown.push(field_path(&path));
+        let de = serde_ignored::Deserializer::new(value.clone(), &mut on_ignored);
+        serde_path_to_error::deserialize::<_, T>(de)
+            .map_err(|e| format!("{}: {}", e.path(), e.inner()))?
+    };
+    if !unknown.is_empty() {
+        return Err(format!("unknown field(s): {}", unknown.join(", ")));
+    }
+    Ok(decoded)
+}
+
+/// `spec.template.spec.containers[0].name`: serde_ignored's path without its `?` for options.
+fn field_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        Path::Map { parent, key } => {
+            let parent = field_path(parent);
+            if parent.is_empty() {
+                key.clone()
+            } else {
+                format!("{parent}.{key}")
+            }
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => field_path(parent),
+    }
+}
+
+// === impl Manifests ===
+
+impl Manifests {
+    /// Decodes a document into its type by apiVersion and kind.
+    fn add(&mut self, doc: &Doc) -> Result<(), String> {
+        let api_version = doc
+            .value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .ok_or("no apiVersion")?;
+        let kind = doc
+            .value
+            .get("kind")
+            .and_then(Value::as_str)
+            .ok_or("no kind")?;
+        macro_rules! kinds {
+            ($($ty:ty => $field:ident),* $(,)?) => {
+                $(
+                    if kind == <$ty as Resource>::KIND && api_version == <$ty as Resource>::API_VERSION {
+                        let obj = decode_strict::<$ty>(&doc.value)?;
+                        self.$field.push(Named { source: doc.source.clone(), obj });
+                        return Ok(());
+                    }
+                )*
+            };
+        }
+        kinds!(
+            Namespace => namespaces,
+            ServiceAccount => service_accounts,
+            ClusterRole => cluster_roles,
+            ClusterRoleBinding => cluster_role_bindings,
+            Role => roles,
+            RoleBinding => role_bindings,
+            Deployment => deployments,
+            Service => services,
+            PodDisruptionBudget => pdbs,
+            ValidatingWebhookConfiguration => webhooks,
+            CustomResourceDefinition => crds,
+            Secret => secrets,
+            ConfigMap => config_maps,
+        );
+        Err(format!(
+            "check-deploy knows no Kubernetes type for {api_version} {kind}"
+        ))
+    }
+
+    fn check(&self, report: &mut Report) {
+        let errors = &mut report.errors;
+        let namespaces: BTreeSet<&str> = self
+            .namespaces
+            .iter()
+            .filter_map(|n| n.obj.metadata.name.as_deref())
+            .collect();
+
+        // Names are unique per kind and namespace, and namespaced objects name a namespace
+        // of the tree (kubectl would otherwise put them in the current context's).
+        let mut seen = BTreeSet::new();
+        let mut note = |kind: &str,
+                        source: &str,
+                        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+                        namespaced: bool,
+                        errors: &mut Vec<String>| {
+            let name = meta.name.as_deref().unwrap_or_default();
+            if name.is_empty() {
+                errors.push(format!("{source}: {kind} has no name"));
+            }
+            if namespaced {
+                match meta.namespace.as_deref() {
+                    None => errors.push(format!("{source}: {kind} {name} has no namespace")),
+                    Some(ns) if !namespaces.contains(ns) => errors.push(format!(
+                        "{source}: {kind} {name} is in namespace {ns:?}, which deploy/ does not create"
+                    )),
+                    Some(_) => {}
+                }
+            } else if meta.namespace.is_some() {
+                errors.push(format!(
+                    "{source}: {kind} {name} is cluster-scoped but names a namespace"
+                ));
+            }
+            if !seen.insert((kind.to_string(), meta.namespace.clone(), name.to_string())) {
+                errors.push(format!("{source}: a second {kind} named {name}"));
+            }
+        };
+        macro_rules! each {
+            ($field:ident, $namespaced:expr) => {
+                for n in &self.$field {
+                    let kind = n.obj_kind();
+                    note(kind, &n.source, &n.obj.metadata, $namespaced, errors);
+                }
+            };
+        }
+        each!(namespaces, false);
+        each!(service_accounts, true);
+        each!(cluster_roles, false);
+        each!(cluster_role_bindings, false);
+        each!(roles, true);
+        each!(role_bindings, true);
+        each!(deployments, true);
+        each!(services, true);
+        each!(pdbs, true);
+        each!(webhooks, false);
+        each!(crds, false);
+        each!(secrets, true);
+        each!(config_maps, true);
+
+        for deployment in &self.deployments {
+            self.check_deployment(deployment, errors);
+        }
+        self.check_webhooks(errors);
+        self.check_rbac(errors);
+    }
+
+    fn check_deployment(&self, d: &Named<Deployment>, errors: &mut Vec<String>) {
+        let source = &d.source;
+        let name = d.obj.metadata.name.as_deref().unwrap_or_default();
+        let namespace = d.obj.metadata.namespace.as_deref();
+        let Some(spec) = &d.obj.spec else {
+            errors.push(format!("{source}: Deployment {name} has no spec"));
+            return;
+        };
+        let labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
+        if !selects(&spec.selector, &labels) {
+            errors.push(format!(
+                "{source}: Deployment {name}: spec.selector does not match the pod template's labels"
+            ));
+        }
+        let Some(pod) = &spec.template.spec else {
+            errors.push(format!("{source}: Deployment {name} has no pod spec"));
+            return;
+        };
+
+        // The service account exists.
+        let sa = pod.service_account_name.as_deref().unwrap_or("default");
+        if !self.service_accounts.iter().any(|s| {
+            s.obj.metadata.name.as_deref() == Some(sa)
+                && s.obj.metadata.namespace.as_deref() == namespace
+        }) {
+            errors.push(format!(
+                "{source}: Deployment {name}: serviceAccountName {sa:?} is not in deploy/"
+            ));
+        }
+
+        // Containers: the main ones and the sidecars (init containers that keep running).
+        let sidecars = pod
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+        let running: Vec<&Container> = pod.containers.iter().chain(sidecars).collect();
+        let volumes: BTreeSet<&str> = pod
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        let pod_security = pod.security_context.as_ref();
+        let mut port_names = BTreeSet::new();
+        let mut port_numbers = BTreeSet::new();
+        for c in pod
+            .containers
+            .iter()
+            .chain(pod.init_containers.iter().flatten())
+        {
+            let at = format!("{source}: container {}", c.name);
+            if c.image.as_deref().unwrap_or_default().is_empty() {
+                errors.push(format!("{at}: no image"));
+            }
+            for port in c.ports.iter().flatten() {
+                if let Some(port_name) = &port.name
+                    && !port_names.insert(port_name.clone())
+                {
+                    errors.push(format!("{at}: a second port named {port_name}"));
+                }
+                if !port_numbers.insert(port.container_port) {
+                    errors.push(format!("{at}: port {} declared twice", port.container_port));
+                }
+            }
+            for mount in c.volume_mounts.iter().flatten() {
+                if !volumes.contains(mount.name.as_str()) {
+                    errors.push(format!(
+                        "{at}: mounts {:?}, which is not a volume of the pod",
+                        mount.name
+                    ));
+                }
+            }
+            for (probe_kind, probe) in [
+                ("livenessProbe", &c.liveness_probe),
+                ("readinessProbe", &c.readiness_probe),
+                ("startupProbe", &c.startup_probe),
+            ] {
+                if let Some(probe) = probe
+                    && let Some(port) = probe_port(probe)
+                    && !container_has_port(c, port)
+                {
+                    errors.push(format!(
+                        "{at}: {probe_kind} port {port:?} is not a port of the container"
+                    ));
+                }
+            }
+            let sc = c.security_context.as_ref();
+            let run_as_non_root = sc
+                .and_then(|s| s.run_as_non_root)
+                .or_else(|| pod_security.and_then(|s| s.run_as_non_root));
+            if run_as_non_root != Some(true) {
+                errors.push(format!("{at}: runAsNonRoot is not true"));
+            }
+            if sc.and_then(|s| s.read_only_root_filesystem) != Some(true) {
+                errors.push(format!("{at}: readOnlyRootFilesystem is not true"));
+            }
+            if sc.and_then(|s| s.allow_privilege_escalation) != Some(false) {
+                errors.push(format!("{at}: allowPrivilegeEscalation is not false"));
+            }
+            let drops_all = sc
+                .and_then(|s| s.capabilities.as_ref())
+                .and_then(|caps| caps.drop.as_ref())
+                .is_some_and(|drop| drop.iter().any(|d| d == "ALL"));
+            if !drops_all {
+                errors.push(format!("{at}: capabilities do not drop ALL"));
+            }
+            let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+            if !requests.is_some_and(|r| r.contains_key("cpu") && r.contains_key("memory")) {
+                errors.push(format!("{at}: no cpu and memory requests"));
+            }
+        }
+        for c in &running {
+            if c.readiness_probe.is_none() || c.liveness_probe.is_none() {
+                errors.push(format!(
+                    "{source}: container {}: needs liveness and readiness probes",
+                    c.name
+                ));
+            }
+        }
+
+        // Services and the PodDisruptionBudget select these pods, on ports they have.
+        for svc in &self.services {
+            let Some(svc_spec) = &svc.obj.spec else {
+                continue;
+            };
+            let svc_name = svc.obj.metadata.name.as_deref().unwrap_or_default();
+            let selector = svc_spec.selector.clone().unwrap_or_default();
+            if svc.obj.metadata.namespace.as_deref() != namespace {
+                continue;
+            }
+            if selector.is_empty() || !selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                errors.push(format!(
+                    "{}: Service {svc_name}: selector does not match Deployment {name}'s pods",
+                    svc.source
+                ));
+                continue;
+            }
+            for port in svc_spec.ports.iter().flatten() {
+                let target = port
+                    .target_port
+                    .clone()
+                    .unwrap_or(IntOrString::Int(port.port));
+                if !running.iter().any(|c| container_has_port(c, &target)) {
+                    errors.push(format!(
+                        "{}: Service {svc_name}: targetPort {target:?} is not a port of a running container of Deployment {name}",
+                        svc.source
+                    ));
+                }
+            }
+        }
+        for pdb in &self.pdbs {
+            let selector = pdb.obj.spec.as_ref().and_then(|s| s.selector.as_ref());
+            if !selector.is_some_and(|s| selects(s, &labels)) {
+                errors.push(format!(
+                    "{}: PodDisruptionBudget: selector does not match Deployment {name}'s pods",
+                    pdb.source
+                ));
+            }
+        }
+    }
+
+    fn check_webhooks(&self, errors: &mut Vec<String>) {
+        for config in &self.webhooks {
+            let config_name = config.obj.metadata.name.as_deref().unwrap_or_default();
+            let hooks = config.obj.webhooks.as_deref().unwrap_or_default();
+            if hooks.is_empty() {
+                errors.push(format!("{}: {config_name} has no webhooks", config.source));
+            }
+            for hook in hooks {
+                let at = format!("{}: webhook {}", config.source, hook.name);
+                if hook.admission_review_versions.is_empty() {
+                    errors.push(format!("{at}: no admissionReviewVersions"));
+                }
+                if hook.rules.as_ref().is_none_or(|r| r.is_empty()) {
+                    errors.push(format!("{at}: no rules"));
+                }
+                let Some(svc_ref) = &hook.client_config.service else {
+                    errors.push(format!("{at}: clientConfig names no service"));
+                    continue;
+                };
+                let port = svc_ref.port.unwrap_or(443);
+                let svc = self.services.iter().find(|s| {
+                    s.obj.metadata.name.as_deref() == Some(svc_ref.name.as_str())
+                        && s.obj.metadata.namespace.as_deref() == Some(svc_ref.namespace.as_str())
+                });
+                match svc {
+                    None => errors.push(format!(
+                        "{at}: Service {}/{} is not in deploy/",
+                        svc_ref.namespace, svc_ref.name
+                    )),
+                    Some(svc) => {
+                        let ports = svc.obj.spec.as_ref().and_then(|s| s.ports.as_ref());
+                        if !ports.into_iter().flatten().any(|p| p.port == port) {
+                            errors
+                                .push(format!("{at}: Service {} has no port {port}", svc_ref.name));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_rbac(&self, errors: &mut Vec<String>) {
+        // Bindings point at roles and service accounts of the tree.
+        let mut granted: Vec<(&str, &PolicyRule)> = Vec::new();
+        let cluster_role = |name: &str| {
+            self.cluster_roles
+                .iter()
+                .find(|r| r.obj.metadata.name.as_deref() == Some(name))
+        };
+        let check_subjects = |source: &str,
+                              subjects: Option<&Vec<k8s_openapi::api::rbac::v1::Subject>>,
+                              errors: &mut Vec<String>| {
+            for subject in subjects.into_iter().flatten() {
+                if subject.kind == "ServiceAccount"
+                    && !self.service_accounts.iter().any(|sa| {
+                        sa.obj.metadata.name.as_deref() == Some(subject.name.as_str())
+                            && sa.obj.metadata.namespace.as_deref() == subject.namespace.as_deref()
+                    })
+                {
+                    errors.push(format!(
+                        "{source}: subject ServiceAccount {}/{} is not in deploy/",
+                        subject.namespace.as_deref().unwrap_or("?"),
+                        subject.name
+                    ));
+                }
+            }
+        };
+        for binding in &self.cluster_role_bindings {
+            check_subjects(&binding.source, binding.obj.subjects.as_ref(), errors);
+            match cluster_role(&binding.obj.role_ref.name) {
+                Some(role) if binding.obj.role_ref.kind == "ClusterRole" => {
+                    granted.extend(
+                        role.obj
+                            .rules
+                            .iter()
+                            .flatten()
+                            .map(|r| (role.source.as_str(), r)),
+                    );
+                }
+                _ => errors.push(format!(
+                    "{}: roleRef {} {} is not in deploy/",
+                    binding.source, binding.obj.role_ref.kind, binding.obj.role_ref.name
+                )),
+            }
+        }
+        for binding in &self.role_bindings {
+            check_subjects(&binding.source, binding.obj.subjects.as_ref(), errors);
+            let found = match binding.obj.role_ref.kind.as_str() {
+                "Role" => self.roles.iter().any(|r| {
+                    r.obj.metadata.name.as_deref() == Some(binding.obj.role_ref.name.as_str())
+                        && r.obj.metadata.namespace == binding.obj.metadata.namespace
+                }),
+                _ => cluster_role(&binding.obj.role_ref.name).is_some(),
+            };
+            if !found {
+                errors.push(format!(
+                    "{}: roleRef {} {} is not in deploy/",
+                    binding.source, binding.obj.role_ref.kind, binding.obj.role_ref.name
+                ));
+            }
+        }
+
+        // Least privilege: no wildcards; writes only on status, leases and events.
+        let all_rules = self
+            .cluster_roles
+            .iter()
+            .flat_map(|r| {
+                r.obj
+                    .rules
+                    .iter()
+                    .flatten()
+                    .map(move |rule| (&r.source, rule))
+            })
+            .chain(self.roles.iter().flat_map(|r| {
+                r.obj
+                    .rules
+                    .iter()
+                    .flatten()
+                    .map(move |rule| (&r.source, rule))
+            }));
+        for (source, rule) in all_rules {
+            let resources = rule.resources.as_deref().unwrap_or_default();
+            if rule.verbs.iter().any(|v| v == "*")
+                || resources.iter().any(|r| r.contains('*'))
+                || rule.api_groups.iter().flatten().any(|g| g == "*")
+            {
+                errors.push(format!("{source}: a rule grants a wildcard: {rule:?}"));
+            }
+            let writes: Vec<&String> = rule
+                .verbs
+                .iter()
+                .filter(|v| WRITE_VERBS.contains(&v.as_str()))
+                .collect();
+            if writes.is_empty() {
+                continue;
+            }
+            for resource in resources {
+                let allowed = resource.ends_with("/status")
+                    || (resource == "leases"
+                        && rule
+                            .api_groups
+                            .iter()
+                            .flatten()
+                            .all(|g| g == "coordination.k8s.io"))
+                    || (resource == "events"
+                        && rule
+                            .api_groups
+                            .iter()
+                            .flatten()
+                            .all(|g| g.is_empty() || g == "events.k8s.io"));
+                if !allowed
+                    || writes
+                        .iter()
+                        .any(|v| v.as_str() == "delete" || v.as_str() == "deletecollection")
+                {
+                    errors.push(format!(
+                        "{source}: {writes:?} on {resource:?}: the pod writes only route status, leases and events"
+                    ));
+                }
+            }
+        }
+
+        // Every kind the index watches can be read.
+        for (group, resource) in watched_resources() {
+            for verb in ["get", "list", "watch"] {
+                let ok = granted.iter().any(|(_, rule)| {
+                    rule.api_groups.iter().flatten().any(|g| g == group)
+                        && rule.resources.iter().flatten().any(|r| r == resource)
+                        && rule.verbs.iter().any(|v| v == verb)
+                });
+                if !ok {
+                    errors.push(format!(
+                        "RBAC: no ClusterRoleBinding grants {verb} on {resource}.{group} (the index watches it)",
+                        group = if group.is_empty() { "core" } else { group }
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Images are `ghcr.io/linkerd-rs/<binary>:<tag>`, built by `docker/<binary>.Dockerfile`
+/// from the crate that declares the binary, with the binary as entrypoint.
+fn check_images(root: &Path, manifests: &Manifests, report: &mut Report) -> anyhow::Result<()> {
+    let bins = declared_bins(&root.join("crates"))?;
+    for deployment in &manifests.deployments {
+        let pod = deployment
+            .obj
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref());
+        let containers = pod.into_iter().flat_map(|p| {
+            p.containers
+                .iter()
+                .chain(p.init_containers.iter().flatten())
+        });
+        for c in containers {
+            let at = format!("{}: container {}", deployment.source, c.name);
+            let image = c.image.as_deref().unwrap_or_default();
+            let Some(bin) = image
+                .strip_prefix(IMAGE_PREFIX)
+                .and_then(|rest| rest.split(':').next())
+            else {
+                report.errors.push(format!(
+                    "{at}: image {image:?} is not one of {IMAGE_PREFIX}*"
+                ));
+                continue;
+            };
+            let Some(package) = bins.get(bin) else {
+                report.errors.push(format!(
+                    "{at}: no crate under crates/ declares a binary {bin:?}"
+                ));
+                continue;
+            };
+            let dockerfile = root.join("docker").join(format!("{bin}.Dockerfile"));
+            let Ok(text) = std::fs::read_to_string(&dockerfile) else {
+                report
+                    .errors
+                    .push(format!("{at}: {} does not exist", dockerfile.display()));
+                continue;
+            };
+            for needle in [
+                format!("-p {package} --bin {bin}"),
+                format!("ENTRYPOINT [\"/{bin}\"]"),
+            ] {
+                if !text.contains(&needle) {
+                    report.errors.push(format!(
+                        "{}: has no `{needle}` (image {image})",
+                        dockerfile.display()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Binary name → package name, from `crates/*/Cargo.toml` (`[[bin]]` names, else the package
+/// name when `src/main.rs` exists).
+fn declared_bins(crates: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut bins = BTreeMap::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(crates)
+        .with_context(|| format!("listing {}", crates.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let manifest = read(&dir.join("Cargo.toml"))?;
+        let (mut section, mut package, mut declared) = (String::new(), None, Vec::new());
+        for line in manifest.lines().map(str::trim) {
+            if line.starts_with('[') {
+                section = line.to_string();
+                continue;
+            }
+            let Some(value) = line
+                .strip_prefix("name")
+                .map(str::trim_start)
+                .and_then(|rest| rest.strip_prefix('='))
+                .map(|v| v.trim().trim_matches('"').to_string())
+            else {
+                continue;
+            };
+            match section.as_str() {
+                "[package]" => package = Some(value),
+                "[[bin]]" => declared.push(value),
+                _ => {}
+            }
+        }
+        let Some(package) = package else { continue };
+        if declared.is_empty() && dir.join("src/main.rs").is_file() {
+            declared.push(package.clone());
+        }
+        for bin in declared {
+            bins.insert(bin, package.clone());
+        }
+    }
+    Ok(bins)
+}
+
+/// (API group, resource) of every kind the destination and policy indexes watch.
+fn watched_resources() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("", "pods"),
+        ("", "services"),
+        ("", "nodes"),
+        ("discovery.k8s.io", "endpointslices"),
+        ("apps", "replicasets"),
+        ("batch", "jobs"),
+        ("linkerd.io", "serviceprofiles"),
+        ("workload.linkerd.io", "externalworkloads"),
+        ("policy.linkerd.io", "servers"),
+        ("policy.linkerd.io", "serverauthorizations"),
+        ("policy.linkerd.io", "authorizationpolicies"),
+        ("policy.linkerd.io", "meshtlsauthentications"),
+        ("policy.linkerd.io", "networkauthentications"),
+        ("policy.linkerd.io", "httplocalratelimitpolicies"),
+        ("policy.linkerd.io", "httproutes"),
+        ("policy.linkerd.io", "egressnetworks"),
+        ("gateway.networking.k8s.io", "httproutes"),
+        ("gateway.networking.k8s.io", "grpcroutes"),
+    ]
+}
+
+trait ObjKind {
+    fn obj_kind(&self) -> &'static str;
+}
+
+impl<T: Resource> ObjKind for Named<T> {
+    fn obj_kind(&self) -> &'static str {
+        T::KIND
+    }
+}
+
+/// Whether `selector` (matchLabels only; expressions are not used by deploy/) selects
+/// `labels`. An empty selector selects nothing here: deploy/ never means "everything".
+fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let match_labels = selector.match_labels.clone().unwrap_or_default();
+    !match_labels.is_empty()
+        && selector.match_expressions.is_none()
+        && match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+fn probe_port(probe: &Probe) -> Option<&IntOrString> {
+    probe
+        .http_get
+        .as_ref()
+        .map(|h| &h.port)
+        .or_else(|| probe.tcp_socket.as_ref().map(|t| &t.port))
+}
+
+fn container_has_port(c: &Container, port: &IntOrString) -> bool {
+    c.ports.iter().flatten().any(|p| match port {
+        IntOrString::Int(n) => p.container_port == *n,
+        IntOrString::String(name) => p.name.as_deref() == Some(name.as_str()),
+    })
+}
+
+// === CRD schemas ===
+
+/// Validators of every served version of our CRDs, by (group, version, kind).
+struct CrdSchemas {
+    validators: BTreeMap<(String, String, String), VersionValidators>,
+}
+
+struct VersionValidators {
+    /// The schema as the API server applies it (unknown fields are pruned).
+    lenient: jsonschema::Validator,
+    /// The same, refusing fields the schema does not declare.
+    strict: jsonschema::Validator,
+}
+
+impl CrdSchemas {
+    fn new(crds: &[Named<CustomResourceDefinition>], report: &mut Report) -> Self {
+        let mut validators = BTreeMap::new();
+        for crd in crds {
+            let spec = &crd.obj.spec;
+            let expected_name = format!("{}.{}", spec.names.plural, spec.group);
+            if crd.obj.metadata.name.as_deref() != Some(expected_name.as_str()) {
+                report.errors.push(format!(
+                    "{}: a CRD must be named {expected_name}",
+                    crd.source
+                ));
+            }
+            let storage = spec.versions.iter().filter(|v| v.storage).count();
+            if storage != 1 {
+                report.errors.push(format!(
+                    "{}: {storage} storage versions (exactly one is needed)",
+                    crd.source
+                ));
+            }
+            for version in &spec.versions {
+                let key = (
+                    spec.group.clone(),
+                    version.name.clone(),
+                    spec.names.kind.clone(),
+                );
+                let Some(schema) = version
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.open_api_v3_schema.as_ref())
+                else {
+                    report.errors.push(format!(
+                        "{}: version {} has no openAPIV3Schema",
+                        crd.source, version.name
+                    ));
+                    continue;
+                };
+                let schema = match serde_json::to_value(schema) {
+                    Ok(schema) => schema,
+                    Err(e) => {
+                        report.errors.push(format!("{}: {e}", crd.source));
+                        continue;
+                    }
+                };
+                let mut problems = Vec::new();
+                structural_problems(&schema, "openAPIV3Schema", false, &mut problems);
+                for problem in problems {
+                    report.errors.push(format!(
+                        "{}: version {}: not a structural schema, the API server would refuse it: {problem}",
+                        crd.source, version.name
+                    ));
+                }
+                let build =
+                    |strict| jsonschema::draft4::new(&to_json_schema(&schema, strict, true));
+                match (build(false), build(true)) {
+                    (Ok(lenient), Ok(strict)) => {
+                        validators.insert(key, VersionValidators { lenient, strict });
+                    }
+                    (Err(e), _) | (_, Err(e)) => report.errors.push(format!(
+                        "{}: version {}: the schema does not compile: {e}",
+                        crd.source, version.name
+                    )),
+                }
+            }
+        }
+        Self { validators }
+    }
+
+    /// Validates `doc` when it is one of our custom resources; returns whether it was.
+    fn validate(&self, doc: &Doc, strict: bool, report: &mut Report) -> bool {
+        let api_version = doc
+            .value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let kind = doc.value.get("kind").and_then(Value::as_str).unwrap_or("");
+        let Some((group, version)) = api_version.split_once('/') else {
+            return false;
+        };
+        if !OUR_GROUPS.contains(&group) {
+            return false;
+        }
+        let name = doc
+            .value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        let at = format!("{}: {kind} {name}", doc.source);
+        let key = (group.to_string(), version.to_string(), kind.to_string());
+        let Some(validators) = self.validators.get(&key) else {
+            report.errors.push(format!(
+                "{at}: no CRD in deploy/crds serves {api_version} {kind}"
+            ));
+            return true;
+        };
+        let errors: Vec<String> = validators
+            .lenient
+            .iter_errors(&doc.value)
+            .map(|e| format!("{}: {e}", json_path(&e.instance_path().to_string())))
+            .collect();
+        if !errors.is_empty() {
+            report.errors.push(format!("{at}: {}", errors.join("; ")));
+            return true;
+        }
+        let unknown: Vec<String> = validators
+            .strict
+            .iter_errors(&doc.value)
+            .map(|e| format!("{}: {e}", json_path(&e.instance_path().to_string())))
+            .collect();
+        if !unknown.is_empty() {
+            let message = format!(
+                "{at}: fields the CRD does not declare (the API server prunes them, or refuses them with --validate=strict): {}",
+                unknown.join("; ")
+            );
+            if strict {
+                report.errors.push(message);
+            } else {
+                report.warnings.push(message);
+            }
+        }
+        true
+    }
+}
+
+/// What the API server refuses in a CRD's schema (the structural schema rules, as far as a
+/// generated schema can break them): references and other unsupported keywords, nodes without
+/// a type, `properties` beside `additionalProperties`, arrays without `items`, and types,
+/// descriptions, defaults or nullability inside `allOf`/`anyOf`/`oneOf`/`not`.
+fn structural_problems(schema: &Value, at: &str, in_junctor: bool, problems: &mut Vec<String>) {
+    let Value::Object(map) = schema else {
+        problems.push(format!("{at}: not an object"));
+        return;
+    };
+    for key in [
+        "$ref",
+        "$schema",
+        "definitions",
+        "dependencies",
+        "id",
+        "patternProperties",
+        "additionalItems",
+    ] {
+        if map.contains_key(key) {
+            problems.push(format!("{at}: {key} is not supported"));
+        }
+    }
+    if map.get("uniqueItems") == Some(&Value::Bool(true)) {
+        problems.push(format!("{at}: uniqueItems: true is not supported"));
+    }
+    let flag = |key: &str| map.get(key) == Some(&Value::Bool(true));
+    if in_junctor {
+        for key in [
+            "type",
+            "description",
+            "default",
+            "nullable",
+            "additionalProperties",
+        ] {
+            if map.contains_key(key) {
+                problems.push(format!("{at}: {key} inside allOf/anyOf/oneOf/not"));
+            }
+        }
+    } else if !map.contains_key("type")
+        && !flag("x-kubernetes-int-or-string")
+        && !flag("x-kubernetes-preserve-unknown-fields")
+    {
+        problems.push(format!("{at}: no type"));
+    }
+    if map.contains_key("properties") && map.contains_key("additionalProperties") {
+        problems.push(format!(
+            "{at}: properties and additionalProperties together"
+        ));
+    }
+    if map.get("type").and_then(Value::as_str) == Some("array") && !map.contains_key("items") {
+        problems.push(format!("{at}: an array without items"));
+    }
+    if let Some(Value::Object(props)) = map.get("properties") {
+        for (name, prop) in props {
+            structural_problems(prop, &format!("{at}.{name}"), in_junctor, problems);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(sub @ Value::Object(_)) = map.get(key) {
+            structural_problems(sub, &format!("{at}.{key}"), in_junctor, problems);
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for (i, sub) in map
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            structural_problems(sub, &format!("{at}.{key}[{i}]"), true, problems);
+        }
+    }
+    if let Some(sub) = map.get("not") {
+        structural_problems(sub, &format!("{at}.not"), true, problems);
+    }
+}
+
+/// `/spec/routes/0/name` as `spec.routes[0].name`.
+fn json_path(pointer: &str) -> String {
+    let mut out = String::new();
+    for segment in pointer.split('/').filter(|s| !s.is_empty()) {
+        if segment.chars().all(|c| c.is_ascii_digit()) {
+            out.push_str(&format!("[{segment}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(segment);
+        }
+    }
+    if out.is_empty() {
+        "(root)".to_string()
+    } else {
+        out
+    }
+}
+
+/// Turns a CRD's structural schema (OpenAPI v3.0 with Kubernetes extensions) into a JSON
+/// Schema with the API server's meaning: `nullable` admits `null`,
+/// `x-kubernetes-int-or-string` admits integers and strings only, and at the root `apiVersion`,
+/// `kind` and `metadata` are implicit. With `strict`, objects with `properties` and without
+/// `x-kubernetes-preserve-unknown-fields` refuse other fields.
+fn to_json_schema(schema: &Value, strict: bool, root: bool) -> Value {
+    let Value::Object(map) = schema else {
+        return schema.clone();
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in map {
+        let value = match key.as_str() {
+            "properties" | "patternProperties" | "definitions" => match value {
+                Value::Object(props) => Value::Object(
+                    props
+                        .iter()
+                        .map(|(k, v)| (k.clone(), to_json_schema(v, strict, false)))
+                        .collect(),
+                ),
+                other => other.clone(),
+            },
+            "items" | "additionalProperties" | "not" => match value {
+                Value::Array(list) => Value::Array(
+                    list.iter()
+                        .map(|v| to_json_schema(v, strict, false))
+                        .collect(),
+                ),
+                Value::Object(_) => to_json_schema(value, strict, false),
+                other => other.clone(),
+            },
+            "allOf" | "anyOf" | "oneOf" => match value {
+                Value::Array(list) => Value::Array(
+                    list.iter()
+                        .map(|v| to_json_schema(v, strict, false))
+                        .collect(),
+                ),
+                other => other.clone(),
+            },
+            _ => value.clone(),
+        };
+        out.insert(key.clone(), value);
+    }
+    if out.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+        && !out.contains_key("type")
+    {
+        out.insert("type".into(), serde_json::json!(["integer", "string"]));
+    }
+    if out.remove("nullable") == Some(Value::Bool(true)) {
+        match out.get_mut("type") {
+            Some(Value::String(ty)) => {
+                let ty = ty.clone();
+                out.insert("type".into(), serde_json::json!([ty, "null"]));
+            }
+            Some(Value::Array(types)) => types.push("null".into()),
+            _ => {}
+        }
+        if let Some(Value::Array(values)) = out.get_mut("enum")
+            && !values.contains(&Value::Null)
+        {
+            values.push(Value::Null);
+        }
+    }
+    if root && let Some(Value::Object(props)) = out.get_mut("properties") {
+        for implicit in ["apiVersion", "kind"] {
+            props
+                .entry(implicit)
+                .or_insert_with(|| serde_json::json!({"type": "string"}));
+        }
+        props
+            .entry("metadata")
+            .or_insert_with(|| serde_json::json!({"type": "object"}));
+    }
+    let preserve = out.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if strict
+        && !preserve
+        && out.contains_key("properties")
+        && !out.contains_key("additionalProperties")
+    {
+        out.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    Value::Object(out)
+}
+
+// === External tools ===
+
+fn run_external(deploy_dir: &Path, docs: &[Doc], report: &mut Report) -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let mut to_validate = tmp.path().join("deploy.yaml");
+    let ours: BTreeSet<String> = docs.iter().map(|d| object_key(&d.value)).collect();
+
+    if on_path("kubectl") {
+        let output = Command::new("kubectl")
+            .arg("kustomize")
+            .arg(deploy_dir)
+            .output()
+            .context("running kubectl kustomize")?;
+        if !output.status.success() {
+            report.errors.push(format!(
+                "kubectl kustomize {} failed: {}",
+                deploy_dir.display(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        } else {
+            let built = String::from_utf8_lossy(&output.stdout).into_owned();
+            let theirs: BTreeSet<String> = parse_docs(&built, "kubectl kustomize")?
+                .iter()
+                .map(|d| object_key(&d.value))
+                .collect();
+            if theirs != ours {
+                report.errors.push(format!(
+                    "kubectl kustomize builds other objects than check-deploy read: only kustomize: {:?}; only check-deploy: {:?}",
+                    theirs.difference(&ours).collect::<Vec<_>>(),
+                    ours.difference(&theirs).collect::<Vec<_>>()
+                ));
+            }
+            std::fs::write(&to_validate, built)?;
+            report.summary.push(format!(
+                "kubectl kustomize: builds the same {} objects",
+                theirs.len()
+            ));
+        }
+    } else {
+        report
+            .summary
+            .push("kubectl: not on PATH, kustomize build not checked".to_string());
+    }
+    if !to_validate.exists() {
+        let mut all = String::new();
+        for doc in docs {
+            all.push_str("---\n");
+            all.push_str(&serde_yaml::to_string(&doc.value)?);
+        }
+        to_validate = tmp.path().join("documents.yaml");
+        std::fs::write(&to_validate, all)?;
+    }
+
+    if on_path("kubernetes-validate") {
+        for version in [Some(OLDEST_KUBERNETES), None] {
+            let mut cmd = Command::new("kubernetes-validate");
+            cmd.arg("--strict").arg("--quiet");
+            if let Some(version) = version {
+                cmd.arg("--kubernetes-version").arg(version);
+            }
+            let output = cmd
+                .arg(&to_validate)
+                .output()
+                .context("running kubernetes-validate")?;
+            let label = version.unwrap_or("its newest release");
+            if output.status.success() {
+                report
+                    .summary
+                    .push(format!("kubernetes-validate --strict against {label}: ok"));
+            } else {
+                report.errors.push(format!(
+                    "kubernetes-validate --strict against {label}: {}{}",
+                    String::from_utf8_lossy(&output.stdout).trim(),
+                    String::from_utf8_lossy(&output.stderr).trim()
+                ));
+            }
+        }
+    } else {
+        report.summary.push(
+            "kubernetes-validate: not on PATH, Kubernetes schemas not checked (pip install kubernetes-validate)"
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
+/// `apiVersion kind namespace/name` of an object.
+fn object_key(value: &Value) -> String {
+    let s = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or("");
+    format!(
+        "{} {} {}/{}",
+        s("/apiVersion"),
+        s("/kind"),
+        s("/metadata/namespace"),
+        s("/metadata/name")
+    )
+}
+
+/// Whether `program` is an executable file in a directory of PATH.
+fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests;

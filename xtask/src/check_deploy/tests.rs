@@ -1,0 +1,696 @@
+use super::*;
+use crate::certs;
+
+fn root() -> PathBuf {
+    crate::workspace_root().unwrap()
+}
+
+/// A copy of the workspace's deploy/ (without local/) in a temporary directory.
+fn copy_deploy() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = root().join("deploy");
+    for file in yaml_files(&src).unwrap() {
+        let rel = file.strip_prefix(&src).unwrap();
+        if rel.starts_with("local") {
+            continue;
+        }
+        let dest = tmp.path().join("deploy").join(rel);
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(&file, &dest).unwrap();
+    }
+    tmp
+}
+
+/// Replaces `from` (which must occur) in a file of the copy.
+fn edit(tmp: &tempfile::TempDir, file: &str, from: &str, to: &str) {
+    let path = tmp.path().join("deploy").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(from), "{file} has no {from:?}");
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+}
+
+/// check-deploy on the copy, without external tools, examples from the copy only.
+fn check_copy(tmp: &tempfile::TempDir) -> Report {
+    check(&Options {
+        deploy_dir: tmp.path().join("deploy"),
+        example_dirs: vec![tmp.path().join("deploy/examples")],
+        fixture_dirs: vec![],
+        external_tools: false,
+        workspace: None,
+    })
+    .unwrap()
+}
+
+fn assert_one_error(report: &Report, needle: &str) {
+    assert_eq!(report.errors.len(), 1, "{:#?}", report.errors);
+    assert!(
+        report.errors[0].contains(needle),
+        "{:?} does not say {needle:?}",
+        report.errors[0]
+    );
+}
+
+/// The workspace's deploy/ passes every check, with kubectl and kubernetes-validate when they
+/// are on PATH (CI installs kubernetes-validate).
+#[test]
+fn deploy_is_valid() {
+    let report = check(&Options::for_workspace(&root(), true)).unwrap();
+    assert!(
+        report.errors.is_empty(),
+        "run `cargo xtask check-deploy`:\n{}",
+        report.errors.join("\n")
+    );
+    // The one fixture with a field the CRD does not know, on purpose.
+    assert_eq!(report.warnings.len(), 1, "{:#?}", report.warnings);
+    assert!(report.warnings[0].contains("invalid-03-unknown-field.yaml"));
+    assert!(report.warnings[0].contains("'isRetriable' was unexpected"));
+    if std::env::var("CI").as_deref() == Ok("true") {
+        assert!(
+            on_path("kubernetes-validate"),
+            ".ci/run installs kubernetes-validate"
+        );
+    }
+    if on_path("kubernetes-validate") {
+        assert!(
+            report
+                .summary
+                .iter()
+                .any(|l| l.contains(&format!("against {OLDEST_KUBERNETES}: ok")))
+        );
+    }
+}
+
+/// The names gen-certs writes and the names deploy/ uses agree, and the pod's ports are wired
+/// as deploy/destination.yaml's table says.
+#[test]
+fn pod_contract() {
+    let docs = load_docs(&root().join("deploy/destination.yaml")).unwrap();
+    let deployment: Deployment = decode_strict(&docs[0].value).unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let names: Vec<_> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["destination", "sp-validator", "policy"]);
+    let shim = &pod.init_containers.as_ref().unwrap()[0];
+    assert_eq!(shim.name, "linkerd-proxy");
+    assert_eq!(shim.restart_policy.as_deref(), Some("Always"));
+    // The shim's `/ready` waits for the controllers, which a native sidecar's startup probe
+    // holds back: the startup probe must be `/live`.
+    let startup = shim
+        .startup_probe
+        .as_ref()
+        .unwrap()
+        .http_get
+        .as_ref()
+        .unwrap();
+    assert_eq!(startup.path.as_deref(), Some("/live"));
+    let ready = shim
+        .readiness_probe
+        .as_ref()
+        .unwrap()
+        .http_get
+        .as_ref()
+        .unwrap();
+    assert_eq!(ready.path.as_deref(), Some("/ready"));
+    let args = |name: &str| -> Vec<String> {
+        pod.containers
+            .iter()
+            .chain(pod.init_containers.iter().flatten())
+            .find(|c| c.name == name)
+            .unwrap()
+            .args
+            .clone()
+            .unwrap()
+    };
+    let flag = |name: &str, flag: &str| -> Vec<String> {
+        args(name)
+            .iter()
+            .filter_map(|a| a.strip_prefix(&format!("--{flag}=")).map(str::to_string))
+            .collect()
+    };
+    // The shim forwards the pod's gRPC ports to the controllers' loopback listeners.
+    assert_eq!(
+        flag("linkerd-proxy", "forward"),
+        [
+            format!("0.0.0.0:8086={}", flag("destination", "addr")[0]),
+            format!("0.0.0.0:8090={}", flag("policy", "grpc-addr")[0]),
+        ]
+    );
+    assert_eq!(flag("destination", "addr"), ["127.0.0.1:18086"]);
+    assert_eq!(flag("policy", "grpc-addr"), ["127.0.0.1:18090"]);
+    assert_eq!(flag("sp-validator", "addr"), ["0.0.0.0:8443"]);
+    assert_eq!(flag("policy", "server-addr"), ["0.0.0.0:9443"]);
+
+    // The secrets gen-certs writes are the ones the pod mounts.
+    let secrets: BTreeSet<String> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+        .collect();
+    let mut expected: BTreeSet<String> = certs::WEBHOOKS
+        .iter()
+        .map(|w| w.secret.to_string())
+        .collect();
+    expected.insert(certs::IDENTITY_SECRET.to_string());
+    assert_eq!(secrets, expected);
+
+    // Services: upstream's names and ports, onto the containers' ports.
+    let services: Vec<(String, Option<String>, i32, String)> =
+        load_docs(&root().join("deploy/services.yaml"))
+            .unwrap()
+            .iter()
+            .map(|d| {
+                let svc: Service = decode_strict(&d.value).unwrap();
+                let spec = svc.spec.unwrap();
+                let port = &spec.ports.unwrap()[0];
+                let target = match port.target_port.clone().unwrap() {
+                    IntOrString::Int(n) => n.to_string(),
+                    IntOrString::String(s) => s,
+                };
+                (
+                    svc.metadata.name.unwrap(),
+                    spec.cluster_ip,
+                    port.port,
+                    target,
+                )
+            })
+            .collect();
+    let none = Some("None".to_string());
+    assert_eq!(
+        services,
+        [
+            ("linkerd-dst".to_string(), None, 8086, "8086".to_string()),
+            (
+                "linkerd-dst-headless".to_string(),
+                none.clone(),
+                8086,
+                "8086".to_string()
+            ),
+            (
+                "linkerd-sp-validator".to_string(),
+                None,
+                443,
+                "sp-validator".to_string()
+            ),
+            ("linkerd-policy".to_string(), none, 8090, "8090".to_string()),
+            (
+                "linkerd-policy-validator".to_string(),
+                None,
+                443,
+                "policy-https".to_string()
+            ),
+        ]
+    );
+
+    // The webhook configurations gen-certs patches exist, and call the services gen-certs
+    // signs for.
+    let webhooks: Vec<(String, String)> = load_docs(&root().join("deploy/webhooks.yaml"))
+        .unwrap()
+        .iter()
+        .map(|d| {
+            let config: ValidatingWebhookConfiguration = decode_strict(&d.value).unwrap();
+            let hook = &config.webhooks.unwrap()[0];
+            (
+                config.metadata.name.unwrap(),
+                hook.client_config.service.as_ref().unwrap().name.clone(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = certs::WEBHOOKS
+        .iter()
+        .map(|w| (w.configuration.to_string(), w.service.to_string()))
+        .collect();
+    assert_eq!(webhooks, expected);
+}
+
+/// Every container's args are accepted by its binary's own command line, and mean what the
+/// pod needs: the shim forwards to where the controllers listen.
+#[test]
+fn container_args_parse() {
+    use clap::Parser;
+    let docs = load_docs(&root().join("deploy/destination.yaml")).unwrap();
+    let deployment: Deployment = decode_strict(&docs[0].value).unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let argv = |name: &str, bin: &str| -> Vec<String> {
+        let c = pod
+            .containers
+            .iter()
+            .chain(pod.init_containers.iter().flatten())
+            .find(|c| c.name == name)
+            .unwrap();
+        std::iter::once(bin.to_string())
+            .chain(c.args.clone().unwrap())
+            .collect()
+    };
+    let dst = destination::args::Args::try_parse_from(argv("destination", "destination")).unwrap();
+    let policy = policy::args::Args::try_parse_from(argv("policy", "policy-controller")).unwrap();
+    let spv =
+        sp_validator::args::Args::try_parse_from(argv("sp-validator", "sp-validator")).unwrap();
+    let shim = mtls_shim::args::Args::try_parse_from(argv("linkerd-proxy", "mtls-shim")).unwrap();
+
+    let forwards: Vec<(u16, std::net::SocketAddr)> = shim
+        .forwards
+        .iter()
+        .map(|f| (f.listen.port(), f.upstream))
+        .collect();
+    assert_eq!(forwards, [(8086, dst.addr), (8090, policy.grpc_addr)]);
+    assert!(dst.addr.ip().is_loopback() && policy.grpc_addr.ip().is_loopback());
+    assert_eq!(
+        shim.local_identity(),
+        "linkerd-destination.linkerd.serviceaccount.identity.linkerd.cluster.local"
+    );
+    assert_eq!(dst.controller_namespace, shim.control_plane_namespace);
+    assert_eq!(dst.identity_trust_domain, shim.identity_trust_domain);
+    assert_eq!(policy.identity_domain, shim.identity_trust_domain);
+    assert!(!dst.enable_ipv6);
+    assert!(
+        dst.translator_config()
+            .unwrap()
+            .meshed_http2_params
+            .is_some()
+    );
+    assert_eq!(spv.addr.port(), 8443);
+    assert_eq!(policy.server_addr.port(), 9443);
+    assert!(!policy.admission_controller_disabled);
+    let admin_ports = [
+        dst.admin_addr,
+        policy.admin_addr,
+        spv.admin_addr,
+        shim.admin_addr,
+    ]
+    .map(|a| a.port());
+    assert_eq!(admin_ports, [9996, 9990, 9997, 4191]);
+    assert!(dst.cluster.cluster_state.is_none() && policy.cluster.cluster_state.is_none());
+}
+
+/// The overlay gen-certs writes reads as deploy/ plus three TLS secrets, and (with kubectl)
+/// builds with both caBundles set.
+#[test]
+fn gen_certs_overlay() {
+    let out = tempfile::tempdir().unwrap();
+    let generated = certs::generate(
+        certs::DEPLOY_NAMESPACE,
+        "cluster.local",
+        time::Duration::days(1),
+        None,
+    )
+    .unwrap();
+    let files = certs::render(
+        &generated,
+        certs::DEPLOY_NAMESPACE,
+        &root().join("deploy"),
+        out.path(),
+    )
+    .unwrap();
+    for (name, contents) in &files {
+        std::fs::write(out.path().join(name), contents).unwrap();
+    }
+    let report = check(&Options {
+        deploy_dir: out.path().to_path_buf(),
+        example_dirs: vec![],
+        fixture_dirs: vec![],
+        external_tools: true,
+        workspace: None,
+    })
+    .unwrap();
+    assert!(report.errors.is_empty(), "{:#?}", report.errors);
+    assert!(
+        report.summary[0].contains("30 objects") && report.summary[0].contains("3 Secret"),
+        "{:?}",
+        report.summary
+    );
+    if on_path("kubectl") {
+        let output = Command::new("kubectl")
+            .arg("kustomize")
+            .arg(out.path())
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        let built = parse_docs(&String::from_utf8(output.stdout).unwrap(), "built").unwrap();
+        for wh in &generated.webhooks {
+            let config = built
+                .iter()
+                .find(|d| d.value["metadata"]["name"] == wh.webhook.configuration)
+                .unwrap();
+            let bundle: k8s_openapi::ByteString = serde_json::from_value(
+                config.value["webhooks"][0]["clientConfig"]["caBundle"].clone(),
+            )
+            .unwrap();
+            assert_eq!(bundle.0, wh.ca_pem.as_bytes());
+        }
+    }
+}
+
+#[test]
+fn unknown_fields_of_builtin_kinds_are_errors() {
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "destination.yaml",
+        "  revisionHistoryLimit: 10",
+        "  revisionHistoryLimt: 10",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "unknown field(s): spec.revisionHistoryLimt",
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "destination.yaml",
+        "        readinessProbe:\n          httpGet:\n            path: /ready\n            port: 9996",
+        "        readinessProbe:\n          httpGet:\n            path: /ready\n            prot: 9996",
+    );
+    // k8s-openapi defaults a missing required field (kubernetes-validate refuses it); the
+    // misspelt one is reported with its path.
+    assert_one_error(
+        &check_copy(&tmp),
+        "unknown field(s): spec.template.spec.containers[0].readinessProbe.httpGet.prot",
+    );
+}
+
+#[test]
+fn unknown_api_versions_are_errors() {
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "pdb.yaml",
+        "apiVersion: policy/v1",
+        "apiVersion: policy/v1beta1",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "knows no Kubernetes type for policy/v1beta1 PodDisruptionBudget",
+    );
+}
+
+#[test]
+fn services_must_reach_container_ports() {
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "services.yaml",
+        "targetPort: policy-https",
+        "targetPort: policy-http",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "Service linkerd-policy-validator: targetPort String(\"policy-http\") is not a port of a running container",
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "services.yaml",
+        "    linkerd.io/control-plane-component: destination\n  ports:\n  - name: grpc\n    port: 8090",
+        "    linkerd.io/control-plane-component: dest\n  ports:\n  - name: grpc\n    port: 8090",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "Service linkerd-policy: selector does not match",
+    );
+}
+
+#[test]
+fn probes_and_hardening_are_checked() {
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "destination.yaml",
+        "            path: /ping\n            port: 9996",
+        "            path: /ping\n            port: 9999",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "container destination: livenessProbe port Int(9999)",
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "destination.yaml",
+        "          allowPrivilegeEscalation: false\n          capabilities:\n            drop: [ALL]\n          readOnlyRootFilesystem: true\n          runAsNonRoot: true\n          runAsUser: 2103",
+        "          allowPrivilegeEscalation: false\n          capabilities:\n            drop: [ALL]\n          readOnlyRootFilesystem: false\n          runAsNonRoot: true\n          runAsUser: 2103",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "container destination: readOnlyRootFilesystem is not true",
+    );
+}
+
+#[test]
+fn webhooks_must_call_a_service_of_deploy() {
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "webhooks.yaml",
+        "      name: linkerd-sp-validator\n",
+        "      name: linkerd-sp-validater\n",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "Service linkerd/linkerd-sp-validater is not in deploy/",
+    );
+}
+
+#[test]
+fn rbac_is_least_privilege_and_complete() {
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "rbac.yaml",
+        "  resources: [pods, services, nodes]\n  verbs: [get, list, watch]",
+        "  resources: [pods, services, nodes]\n  verbs: [get, list, watch, delete]",
+    );
+    let report = check_copy(&tmp);
+    assert_eq!(report.errors.len(), 3, "{:#?}", report.errors);
+    assert!(report.errors[0].contains("[\"delete\"] on \"pods\""));
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "rbac.yaml",
+        "  resources: [replicasets]",
+        "  resources: [\"*\"]",
+    );
+    let report = check_copy(&tmp);
+    assert!(
+        report.errors[0].contains("a rule grants a wildcard"),
+        "{:#?}",
+        report.errors
+    );
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|e| e.contains("no ClusterRoleBinding grants get on replicasets.apps")),
+        "{:#?}",
+        report.errors
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "rbac.yaml",
+        "  resources: [jobs]\n",
+        "  resources: [cronjobs]\n",
+    );
+    let report = check_copy(&tmp);
+    assert_eq!(
+        report.errors,
+        ["get", "list", "watch"].map(|verb| format!(
+            "RBAC: no ClusterRoleBinding grants {verb} on jobs.batch (the index watches it)"
+        ))
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "rbac.yaml",
+        "  name: linkerd-policy\nsubjects:",
+        "  name: linkerd-policies\nsubjects:",
+    );
+    let report = check_copy(&tmp);
+    assert!(
+        report.errors[0].contains("roleRef ClusterRole linkerd-policies is not in deploy/"),
+        "{:#?}",
+        report.errors
+    );
+}
+
+#[test]
+fn every_manifest_is_part_of_the_kustomization() {
+    let tmp = copy_deploy();
+    std::fs::write(tmp.path().join("deploy/extra.yaml"), "kind: ConfigMap\n").unwrap();
+    assert_one_error(
+        &check_copy(&tmp),
+        "extra.yaml: not referenced by any kustomization",
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "kustomization.yaml",
+        "- pdb.yaml\n",
+        "- pdb.yaml\n- missing.yaml\n",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "resource \"missing.yaml\" does not exist",
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "kustomization.yaml",
+        "resources:",
+        "namePrefix: x-\nresources:",
+    );
+    let report = check_copy(&tmp);
+    assert!(
+        report.errors[0].contains("unknown field `namePrefix`"),
+        "{:#?}",
+        report.errors
+    );
+}
+
+#[test]
+fn custom_resources_are_validated_against_the_crds() {
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "examples/policy.yaml",
+        "  port: http\n",
+        "  port: [http]\n",
+    );
+    assert_one_error(&check_copy(&tmp), "Server web-http: spec.port: ");
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "examples/policy.yaml",
+        "  trafficPolicy: Deny",
+        "  trafficPolicy: Maybe",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "EgressNetwork internet: spec.trafficPolicy: \"Maybe\" is not one of",
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "examples/service-profile.yaml",
+        "    isRetryable: true",
+        "    isRetriable: true",
+    );
+    assert_one_error(&check_copy(&tmp), "'isRetriable' was unexpected");
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "examples/external-workload.yaml",
+        "apiVersion: workload.linkerd.io/v1beta1",
+        "apiVersion: workload.linkerd.io/v1",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "no CRD in deploy/crds serves workload.linkerd.io/v1 ExternalWorkload",
+    );
+
+    // In fixtures, fields the CRD does not know are warnings (the API server may prune them).
+    let tmp = copy_deploy();
+    let fixtures = tmp.path().join("fixtures");
+    std::fs::create_dir_all(&fixtures).unwrap();
+    std::fs::write(
+        fixtures.join("cluster.yaml"),
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: policy.linkerd.io/v1alpha1\n  kind: NetworkAuthentication\n  metadata: {name: n, namespace: x}\n  spec:\n    networks: [{cidr: 10.0.0.0/8, exception: []}]\n",
+    )
+    .unwrap();
+    let report = check(&Options {
+        deploy_dir: tmp.path().join("deploy"),
+        example_dirs: vec![],
+        fixture_dirs: vec![fixtures],
+        external_tools: false,
+        workspace: None,
+    })
+    .unwrap();
+    assert!(report.errors.is_empty(), "{:#?}", report.errors);
+    assert_eq!(report.warnings.len(), 1);
+    assert!(report.warnings[0].contains("cluster.yaml#1.items[0]: NetworkAuthentication n"));
+    assert!(report.warnings[0].contains("'exception' was unexpected"));
+}
+
+#[test]
+fn images_are_built_by_a_dockerfile_of_docker() {
+    let bins = declared_bins(&root().join("crates")).unwrap();
+    assert_eq!(bins["policy-controller"], "policy");
+    assert_eq!(bins["destination"], "destination");
+    assert_eq!(bins["dst-diag"], "diag");
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "destination.yaml",
+        "image: ghcr.io/linkerd-rs/sp-validator:latest",
+        "image: ghcr.io/linkerd-rs/sp-validate:latest",
+    );
+    let docs = load_docs(&tmp.path().join("deploy/destination.yaml")).unwrap();
+    let mut manifests = Manifests::default();
+    manifests.add(&docs[0]).unwrap();
+    let mut report = Report::default();
+    check_images(&root(), &manifests, &mut report).unwrap();
+    assert_eq!(report.errors.len(), 1, "{:#?}", report.errors);
+    assert!(report.errors[0].ends_with(
+        "container sp-validator: no crate under crates/ declares a binary \"sp-validate\""
+    ));
+}
+
+#[test]
+fn structural_schema_rules() {
+    let problems = |schema: Value| {
+        let mut problems = Vec::new();
+        structural_problems(&schema, "s", false, &mut problems);
+        problems
+    };
+    assert!(
+        problems(serde_json::json!({"type": "object", "properties": {"a": {"type": "string"}}}))
+            .is_empty()
+    );
+    assert_eq!(
+        problems(serde_json::json!({"type": "object", "properties": {"a": {"$ref": "#/x"}}})),
+        ["s.a: $ref is not supported", "s.a: no type"]
+    );
+    assert_eq!(
+        problems(serde_json::json!({"type": "array"})),
+        ["s: an array without items"]
+    );
+    assert_eq!(
+        problems(
+            serde_json::json!({"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]})
+        ),
+        [
+            "s.anyOf[0]: type inside allOf/anyOf/oneOf/not",
+            "s.anyOf[1]: type inside allOf/anyOf/oneOf/not"
+        ]
+    );
+    assert!(problems(serde_json::json!({"x-kubernetes-int-or-string": true})).is_empty());
+}
+
+#[test]
+fn nullable_and_implicit_root_fields() {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"spec": {"type": "object", "nullable": true, "properties": {"n": {"type": "integer"}}}},
+    });
+    let strict = jsonschema::draft4::new(&to_json_schema(&schema, true, true)).unwrap();
+    let ok = serde_json::json!({"apiVersion": "a/v1", "kind": "K", "metadata": {"name": "x"}, "spec": null});
+    assert!(strict.is_valid(&ok));
+    assert!(strict.is_valid(&serde_json::json!({"spec": {"n": 1}})));
+    assert!(!strict.is_valid(&serde_json::json!({"spec": {"n": 1, "m": 2}})));
+    assert!(!strict.is_valid(&serde_json::json!({"spec": {"n": "1"}})));
+    let lenient = jsonschema::draft4::new(&to_json_schema(&schema, false, true)).unwrap();
+    assert!(lenient.is_valid(&serde_json::json!({"spec": {"n": 1, "m": 2}})));
+    assert_eq!(json_path("/spec/routes/0/name"), "spec.routes[0].name");
+    assert_eq!(json_path(""), "(root)");
+}
