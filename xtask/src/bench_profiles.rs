@@ -472,7 +472,7 @@ async fn metrics(admin_addr: SocketAddr) -> anyhow::Result<ServerCounts> {
 }
 
 /// The sum of every sample of `name` whose labels contain `label` (Prometheus text format).
-fn metric_sum(text: &str, name: &str, label: &str) -> f64 {
+pub(crate) fn metric_sum(text: &str, name: &str, label: &str) -> f64 {
     text.lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| {

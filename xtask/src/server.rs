@@ -1,4 +1,4 @@
-//! Building the `destination` binary and running it as a child process.
+//! Building the `destination` (or `policy-controller`) binary and running it as a child process.
 //!
 //! The child never outlives xtask: it is killed when its handle is dropped (error paths,
 //! panics), and it asks the kernel for SIGTERM when the thread that started it dies, which is
@@ -41,10 +41,22 @@ pub enum Output {
     File(PathBuf),
 }
 
-/// A running `destination` child process.
+/// The `policy-controller` flags the benchmarks assume: the Helm chart's defaults for the
+/// policy container, without the admission webhook (it needs a certificate).
+pub const POLICY_CHART_FLAGS: &[&str] = &[
+    "--cluster-networks=10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0.0/16,fd00::/8",
+    "--default-policy=all-unauthenticated",
+    "--probe-networks=0.0.0.0/0,::/0",
+    "--default-opaque-ports=25,587,3306,4444,5432,6379,9300,11211",
+    "--admission-controller-disabled",
+];
+
+/// A running server child process (`destination` or `policy-controller`).
 pub struct ServerProcess {
     child: Child,
     pid: u32,
+    /// The binary's name, for messages.
+    name: String,
     /// The gRPC address it serves `Destination` on.
     pub addr: SocketAddr,
     /// Its admin address (`/ready`, `/metrics`).
@@ -57,15 +69,28 @@ pub struct ServerProcess {
 ///
 /// Compiler output goes to the terminal; errors when cargo fails or reports no executable.
 pub fn build_destination(root: &Path, release: bool) -> anyhow::Result<PathBuf> {
+    build_binary(root, "destination", "destination", release)
+}
+
+/// Builds binary `bin` of package `package` with `cargo build -p PACKAGE --bin BIN
+/// [--release]` and returns the path of the executable cargo reports.
+///
+/// Compiler output goes to the terminal; errors when cargo fails or reports no executable.
+pub fn build_binary(
+    root: &Path,
+    package: &str,
+    bin: &str,
+    release: bool,
+) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut cmd = std::process::Command::new(&cargo);
     cmd.current_dir(root)
         .args([
             "build",
             "-p",
-            "destination",
+            package,
             "--bin",
-            "destination",
+            bin,
             "--message-format=json-render-diagnostics",
         ])
         .stdout(Stdio::piped())
@@ -74,7 +99,7 @@ pub fn build_destination(root: &Path, release: bool) -> anyhow::Result<PathBuf> 
         cmd.arg("--release");
     }
     eprintln!(
-        "building destination ({})...",
+        "building {bin} ({})...",
         if release { "release" } else { "debug" }
     );
     let mut child = cmd
@@ -90,20 +115,20 @@ pub fn build_destination(root: &Path, release: bool) -> anyhow::Result<PathBuf> 
         let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
-        let is_destination_bin = message["reason"] == "compiler-artifact"
-            && message["target"]["name"] == "destination"
+        let is_the_bin = message["reason"] == "compiler-artifact"
+            && message["target"]["name"] == bin
             && message["target"]["kind"]
                 .as_array()
                 .is_some_and(|k| k.iter().any(|k| k == "bin"));
-        if is_destination_bin && let Some(exe) = message["executable"].as_str() {
+        if is_the_bin && let Some(exe) = message["executable"].as_str() {
             executable = Some(PathBuf::from(exe));
         }
     }
     let status = child.wait().context("cannot wait for cargo")?;
     if !status.success() {
-        bail!("`cargo build -p destination` failed ({status})");
+        bail!("`cargo build -p {package} --bin {bin}` failed ({status})");
     }
-    executable.context("cargo built destination but reported no executable")
+    executable.with_context(|| format!("cargo built {bin} but reported no executable"))
 }
 
 /// Errors with a message naming `flag` when `addr` cannot be listened on (a port already taken),
@@ -175,15 +200,53 @@ impl ServerProcess {
         extra: &[String],
         output: Output,
     ) -> anyhow::Result<Self> {
+        let mut args: Vec<OsString> = vec![
+            format!("--addr={addr}").into(),
+            format!("--admin-addr={admin_addr}").into(),
+            "--cluster-state".into(),
+            cluster_state.into(),
+        ];
+        args.extend(CHART_FLAGS.iter().map(OsString::from));
+        args.extend(extra.iter().map(OsString::from));
+        Self::spawn_args(exe, &args, addr, admin_addr, output)
+    }
+
+    /// Starts `policy-controller` `exe` in offline mode on `cluster_state`, serving gRPC on
+    /// `addr` and its admin on `admin_addr`, with [`POLICY_CHART_FLAGS`] followed by `extra`.
+    /// The same constraints as [`Self::spawn`] apply.
+    pub fn spawn_policy(
+        exe: &Path,
+        cluster_state: &Path,
+        addr: SocketAddr,
+        admin_addr: SocketAddr,
+        extra: &[String],
+        output: Output,
+    ) -> anyhow::Result<Self> {
+        let mut args: Vec<OsString> = vec![
+            format!("--grpc-addr={addr}").into(),
+            format!("--admin-addr={admin_addr}").into(),
+            "--cluster-state".into(),
+            cluster_state.into(),
+        ];
+        args.extend(POLICY_CHART_FLAGS.iter().map(OsString::from));
+        args.extend(extra.iter().map(OsString::from));
+        Self::spawn_args(exe, &args, addr, admin_addr, output)
+    }
+
+    /// Starts `exe` with exactly `args`; `addr` and `admin_addr` are where those arguments make
+    /// it listen.
+    fn spawn_args(
+        exe: &Path,
+        args: &[OsString],
+        addr: SocketAddr,
+        admin_addr: SocketAddr,
+        output: Output,
+    ) -> anyhow::Result<Self> {
+        let name = exe
+            .file_name()
+            .map_or_else(|| "server".into(), |n| n.to_string_lossy().into_owned());
         let mut cmd = Command::new(exe);
-        cmd.arg(format!("--addr={addr}"))
-            .arg(format!("--admin-addr={admin_addr}"))
-            .arg("--cluster-state")
-            .arg(cluster_state)
-            .args(CHART_FLAGS)
-            .args(extra)
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
+        cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
         let log = match output {
             Output::Inherit => None,
             Output::File(path) => {
@@ -202,10 +265,11 @@ impl ServerProcess {
             .with_context(|| format!("cannot start {}", exe.display()))?;
         let pid = child
             .id()
-            .context("destination exited as soon as it started")?;
+            .with_context(|| format!("{name} exited as soon as it started"))?;
         Ok(Self {
             child,
             pid,
+            name,
             addr,
             admin_addr,
             log,
@@ -227,10 +291,11 @@ impl ServerProcess {
             if let Some(status) = self
                 .child
                 .try_wait()
-                .context("cannot check on destination")?
+                .with_context(|| format!("cannot check on {}", self.name))?
             {
                 bail!(
-                    "destination exited before becoming ready ({status}){}",
+                    "{} exited before becoming ready ({status}){}",
+                    self.name,
                     self.log_tail()
                 );
             }
@@ -241,7 +306,8 @@ impl ServerProcess {
             };
             if Instant::now() >= deadline {
                 bail!(
-                    "destination did not become ready within {} s (GET http://{}/ready: {last}){}",
+                    "{} did not become ready within {} s (GET http://{}/ready: {last}){}",
+                    self.name,
                     timeout.as_secs(),
                     self.admin_addr,
                     self.log_tail()
@@ -256,12 +322,14 @@ impl ServerProcess {
         self.child
             .wait()
             .await
-            .context("cannot wait for destination")
+            .with_context(|| format!("cannot wait for {}", self.name))
     }
 
     /// Whether the child has exited, and how.
     pub fn try_wait(&mut self) -> anyhow::Result<Option<ExitStatus>> {
-        self.child.try_wait().context("cannot check on destination")
+        self.child
+            .try_wait()
+            .with_context(|| format!("cannot check on {}", self.name))
     }
 
     /// Asks the child to stop with SIGTERM (its graceful shutdown), then kills it if it has not
@@ -272,13 +340,17 @@ impl ServerProcess {
         }
         self.signal(libc::SIGTERM);
         match tokio::time::timeout(grace, self.child.wait()).await {
-            Ok(status) => status.context("cannot wait for destination"),
+            Ok(status) => status.with_context(|| format!("cannot wait for {}", self.name)),
             Err(_) => {
                 eprintln!(
-                    "destination did not stop within {} s; killing it",
+                    "{} did not stop within {} s; killing it",
+                    self.name,
                     grace.as_secs()
                 );
-                self.child.kill().await.context("cannot kill destination")?;
+                self.child
+                    .kill()
+                    .await
+                    .with_context(|| format!("cannot kill {}", self.name))?;
                 self.wait().await
             }
         }
@@ -323,7 +395,7 @@ fn die_with_parent(cmd: &mut Command) {
             // The parent may have died before prctl took effect.
             if libc::getppid() != parent {
                 return Err(std::io::Error::other(
-                    "xtask exited while starting destination",
+                    "xtask exited while starting the server",
                 ));
             }
             Ok(())
