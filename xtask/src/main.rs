@@ -5,6 +5,8 @@
 //!   `Destination.Get` on a generated cluster.
 //! - `cargo xtask bench-profiles`: a storm of `GetProfile` streams on a generated cluster with
 //!   ServiceProfiles: time to every stream's first profile, memory, and idle CPU after closing.
+//! - `cargo xtask bench-inbound`: 10,000 `WatchPort` streams on the policy controller and one
+//!   AuthorizationPolicy change that reaches them all: latency, memory per stream, CPU.
 //! - `cargo xtask gen-crds [--check]`: deploy/crds/ from the Rust types of crates/k8s-api.
 //! - `cargo xtask gen-certs`: trust anchor, issuer, the pod's identity and webhook certificates,
 //!   as PEM files and a kustomize overlay of deploy/ with the Secrets and caBundles.
@@ -18,12 +20,14 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 mod bench;
+mod bench_inbound;
 mod bench_profiles;
 mod certs;
 mod check_deploy;
 mod cluster_gen;
 mod crds;
 mod dev;
+mod inbound_gen;
 mod server;
 
 /// Workspace tasks for the linkerd-destination rebuild.
@@ -46,6 +50,10 @@ enum Command {
     /// thousands of `GetProfile` streams at once, close them: prints first-profile latency,
     /// memory, and the server's CPU once idle.
     BenchProfiles(bench_profiles::BenchProfilesArgs),
+    /// Generate pods with Servers and one namespace-wide AuthorizationPolicy, run
+    /// `policy-controller` on it, open a `WatchPort` stream per pod port, change the policy:
+    /// prints change-to-delivery latency, memory per stream and the server's CPU per change.
+    BenchInbound(bench_inbound::BenchInboundArgs),
     /// Write the CRDs of deploy/crds/ from the Rust types of crates/k8s-api (`--check`: fail
     /// when they differ instead).
     GenCrds(crds::GenCrdsArgs),
@@ -65,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         Command::Dev(args) => dev::run(&root, args),
         Command::Bench(args) => bench::run(&root, args),
         Command::BenchProfiles(args) => bench_profiles::run(&root, args),
+        Command::BenchInbound(args) => bench_inbound::run(&root, args),
         Command::GenCrds(args) => crds::run(&root, args),
         Command::GenCerts(args) => certs::run(&root, args),
         Command::CheckDeploy(args) => check_deploy::run(&root, args),
