@@ -1,5 +1,6 @@
 use super::*;
 use crate::certs;
+use std::process::Command;
 
 fn root() -> PathBuf {
     crate::workspace_root().unwrap()
