@@ -41,12 +41,12 @@ use std::{
 mod external;
 mod schema;
 
-use self::{external::run_external, schema::CrdSchemas};
 #[cfg(test)]
 use self::{
     external::on_path,
     schema::{json_path, structural_problems, to_json_schema},
 };
+use self::{external::run_external, schema::CrdSchemas};
 
 /// Kubernetes release whose schemas `kubernetes-validate` checks against, besides its newest:
 /// the oldest the manifests support (native sidecar containers are on by default from 1.29).
