@@ -76,6 +76,9 @@ pub struct Cluster {
     pub(crate) servers: HashMap<ObjectRef, Arc<ServerInfo>>,
     /// Namespace → its Servers (a Server only reaches workloads of its own namespace).
     pub(crate) servers_by_namespace: HashMap<String, BTreeSet<ObjectRef>>,
+    /// Namespace → its Servers, oldest first then by name: the order in which they claim ports
+    /// (spec/policy.md §4.3), sorted once per change rather than once per lookup.
+    pub(crate) servers_by_age: HashMap<String, Vec<Arc<ServerInfo>>>,
     pub(crate) external_workloads: HashMap<ObjectRef, Arc<ExternalWorkloadInfo>>,
     /// `ip:port` for every workload IP × declared port (spec §B.3).
     pub(crate) external_workloads_by_addr: HashMap<(IpAddr, u16), BTreeSet<ObjectRef>>,
@@ -267,6 +270,7 @@ impl Index {
                 }
             }
         }
+        cluster.sort_servers(&touched.server_namespaces);
         cluster.publish(&touched);
         self.inner
             .metrics
@@ -599,6 +603,26 @@ impl Cluster {
                 });
             }
             self.inbound_topics = topics;
+        }
+    }
+
+    /// Re-sorts the Servers of `namespaces` by age (see `servers_by_age`).
+    fn sort_servers(&mut self, namespaces: &BTreeSet<String>) {
+        for ns in namespaces {
+            let mut servers: Vec<Arc<ServerInfo>> = self
+                .servers_by_namespace
+                .get(ns)
+                .into_iter()
+                .flatten()
+                .filter_map(|k| self.servers.get(k).cloned())
+                .collect();
+            if servers.is_empty() {
+                self.servers_by_age.remove(ns);
+                continue;
+            }
+            // A missing timestamp sorts first.
+            servers.sort_by(|a, b| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
+            self.servers_by_age.insert(ns.clone(), servers);
         }
     }
 

@@ -343,17 +343,13 @@ impl Cluster {
         port: u16,
     ) -> Option<InboundServer> {
         let workload = self.inbound_workload(workload)?;
-        let mut servers: Vec<&ServerInfo> = self
-            .servers_by_namespace
+        // Oldest first (a missing timestamp sorts first), then by name (§4.3).
+        let server = self
+            .servers_by_age
             .get(workload.namespace())
             .into_iter()
             .flatten()
-            .filter_map(|k| self.servers.get(k).map(|s| &**s))
-            .collect();
-        // Oldest first (a missing timestamp sorts first), then by name (§4.3).
-        servers.sort_by(|a, b| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
-        let server = servers
-            .into_iter()
+            .map(|s| &**s)
             .find(|s| workload.selected_by(s) && workload.server_port_is(s, port));
         Some(match server {
             Some(server) => self.server_content(config, &workload, server, port),
