@@ -78,6 +78,10 @@ pub struct GenCertsArgs {
     /// PEM trust anchors `--issuer-cert` chains to (the mesh's `ca-bundle.crt`).
     #[arg(long, requires = "issuer_cert")]
     trust_anchors: Option<PathBuf>,
+    /// Replace the certificates already in --out (a new anchor is one the mesh does not trust
+    /// yet).
+    #[arg(long)]
+    force: bool,
 }
 
 /// The names one admission webhook goes by.
@@ -139,6 +143,13 @@ pub fn run(root: &Path, args: GenCertsArgs) -> anyhow::Result<()> {
     } else {
         root.join(&args.out)
     };
+    if !args.force && out.join("identity.key").exists() {
+        bail!(
+            "{} already holds certificates; --force replaces them (with a new trust anchor, \
+             unless --issuer-cert is given, which the mesh's proxies do not trust yet)",
+            out.display()
+        );
+    }
     let existing = match (&args.issuer_cert, &args.issuer_key, &args.trust_anchors) {
         (Some(cert), Some(key), Some(anchors)) => Some(ExistingIssuer {
             cert_pem: read(cert)?,
