@@ -77,6 +77,8 @@ struct StateDir {
     files: BTreeMap<PathBuf, LoadedFile>,
     /// Content hashes of files that did not parse, so each bad version is reported once.
     rejected: BTreeMap<PathBuf, u64>,
+    /// Manifest-named entries that are not regular files, so each is reported once.
+    unreadable: std::collections::BTreeSet<PathBuf>,
     metrics: IndexMetrics,
 }
 
@@ -109,6 +111,7 @@ impl OfflineSource {
             dir: dir.clone(),
             files: BTreeMap::new(),
             rejected: BTreeMap::new(),
+            unreadable: Default::default(),
             metrics: metrics.clone(),
         };
         let (tx, rx) = watch::channel(Arc::new(state.load()));
@@ -266,13 +269,22 @@ impl<K: Watched> Decoder<K> {
 impl StateDir {
     /// Re-reads the directory and returns the objects it defines now.
     fn load(&mut self) -> Snapshot {
-        let paths = match manifest_paths(&self.dir) {
-            Ok(paths) => paths,
+        let (paths, unreadable) = match manifest_paths(&self.dir) {
+            Ok(listed) => listed,
             Err(error) => {
+                // Moved away or unmounted: re-reading the files would find none of them and
+                // withdraw everything, so the last snapshot stands until the directory is back.
                 tracing::warn!(dir = %self.dir.display(), %error, "cannot list the cluster state directory; keeping what was read before");
-                self.files.keys().cloned().collect()
+                return self.snapshot();
             }
         };
+        for path in &unreadable {
+            if self.unreadable.insert(path.clone()) {
+                tracing::warn!(file = %path.display(), "skipping cluster state entry that is not a regular file (a directory, a dangling or looping symlink)");
+                self.metrics.invalid_files.inc();
+            }
+        }
+        self.unreadable.retain(|path| unreadable.contains(path));
         self.files.retain(|path, _| paths.contains(path));
         for path in &paths {
             let stamp = std::fs::metadata(path)
@@ -326,7 +338,11 @@ impl StateDir {
             }
         }
         self.rejected.retain(|path, _| paths.contains(path));
+        self.snapshot()
+    }
 
+    /// The objects of the files as last read, duplicates merged and conflicts reported.
+    fn snapshot(&self) -> Snapshot {
         let mut snapshot = Snapshot::default();
         let mut origin: HashMap<(TypeKey, ObjectKey), &Path> = HashMap::new();
         for (path, file) in &self.files {
@@ -376,10 +392,12 @@ fn is_content_change(kind: &notify::EventKind) -> bool {
     }
 }
 
-/// The manifest files directly in `dir`, sorted by path. Hidden files (editor swap files) are
-/// skipped.
-fn manifest_paths(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// The manifest files directly in `dir`, sorted by path, and the entries named like manifests
+/// that are not regular files (directories, dangling or looping symlinks). Hidden files (editor
+/// swap files) are skipped.
+fn manifest_paths(dir: &Path) -> std::io::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     let mut paths = Vec::new();
+    let mut unreadable = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let hidden = path
@@ -390,12 +408,17 @@ fn manifest_paths(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
             path.extension().and_then(|e| e.to_str()),
             Some("yaml" | "yml" | "json")
         );
-        if manifest && !hidden && path.is_file() {
-            paths.push(path);
+        if manifest && !hidden {
+            if path.is_file() {
+                paths.push(path);
+            } else {
+                unreadable.push(path);
+            }
         }
     }
     paths.sort();
-    Ok(paths)
+    unreadable.sort();
+    Ok((paths, unreadable))
 }
 
 /// Parses one file into its objects: YAML documents or JSON values, with `kind: List` expanded.

@@ -254,3 +254,58 @@ async fn reading_the_directory_does_not_trigger_another_read() {
     assert!(settled <= 2, "{settled} reloads for two writes");
     assert_eq!(metrics.invalid_files.get(), 1);
 }
+
+fn state_dir(dir: &Path, metrics: &IndexMetrics) -> StateDir {
+    StateDir {
+        dir: dir.to_path_buf(),
+        files: BTreeMap::new(),
+        rejected: BTreeMap::new(),
+        unreadable: Default::default(),
+        metrics: metrics.clone(),
+    }
+}
+
+fn service_count(snapshot: &Snapshot) -> usize {
+    snapshot
+        .objects
+        .get(&(String::new(), "Service".to_string()))
+        .map_or(0, BTreeMap::len)
+}
+
+#[test]
+fn a_directory_moved_away_keeps_what_was_read() {
+    // Regression: when the directory could not be listed, its files were re-read by their old
+    // paths, found missing and withdrawn, although the log said they were kept.
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("state");
+    std::fs::create_dir(&dir).unwrap();
+    write(&dir, "a.yaml", &svc_yaml("a", 80));
+    write(&dir, "b.yaml", &svc_yaml("b", 80));
+    let mut state = state_dir(&dir, &IndexMetrics::default());
+    assert_eq!(service_count(&state.load()), 2);
+    std::fs::rename(&dir, root.path().join("elsewhere")).unwrap();
+    assert_eq!(service_count(&state.load()), 2);
+    // Back in place with one file fewer: read as usual again.
+    std::fs::rename(root.path().join("elsewhere"), &dir).unwrap();
+    std::fs::remove_file(dir.join("b.yaml")).unwrap();
+    assert_eq!(service_count(&state.load()), 1);
+}
+
+#[test]
+fn entries_that_are_not_regular_files_are_reported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", &svc_yaml("a", 80));
+    std::fs::create_dir(dir.path().join("sub.yaml")).unwrap();
+    std::os::unix::fs::symlink("loop.yaml", dir.path().join("loop.yaml")).unwrap();
+    std::os::unix::fs::symlink("missing", dir.path().join("dangling.yaml")).unwrap();
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(dir.path(), &metrics);
+    assert_eq!(service_count(&state.load()), 1);
+    assert_eq!(service_count(&state.load()), 1);
+    assert_eq!(metrics.invalid_files.get(), 3, "each entry counted once");
+    assert_eq!(state.unreadable.len(), 3);
+    // Fixed (the dangling link now points at a manifest): no longer reported.
+    write(dir.path(), "missing", &svc_yaml("m", 80));
+    assert_eq!(service_count(&state.load()), 2);
+    assert_eq!(state.unreadable.len(), 2);
+}
