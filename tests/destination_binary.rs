@@ -177,6 +177,36 @@ async fn bad_start_up_arguments_fail_with_a_clear_message() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(missing), "{stderr}");
 
+    // A fatal error is one log line in the chosen format, its cause said once, never anyhow's
+    // multi-line report or a backtrace (regression: both were printed with RUST_BACKTRACE=1).
+    let out = std::process::Command::new(&bin)
+        .args([
+            format!("--cluster-state={missing}"),
+            "--addr=127.0.0.1:0".into(),
+            "--admin-addr=127.0.0.1:0".into(),
+            "--log-format=json".into(),
+        ])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Nothing claims to serve the directory before the error.
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(missing)).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    let line: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON log line");
+    assert_eq!(line["level"], "ERROR", "{line}");
+    let error = line["fields"]["error"].as_str().unwrap();
+    assert_eq!(
+        error.matches("No such file or directory").count(),
+        1,
+        "{error}"
+    );
+    for line in stderr.lines() {
+        assert!(line.starts_with('{'), "not a JSON line: {line}");
+    }
+    assert!(!stderr.contains("backtrace"), "{stderr}");
+
     let out = std::process::Command::new(&bin)
         .arg("--enable-ipv6=perhaps")
         .output()

@@ -10,8 +10,11 @@ use linkerd_runtime::{Admin, shutdown};
 use std::sync::Arc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+async fn main() -> std::process::ExitCode {
+    linkerd_runtime::exit_code(run(Args::parse()).await)
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     args.log.init()?;
     let translator = EndpointTranslator::new(args.translator_config()?);
 

@@ -10,8 +10,11 @@ use mtls_shim::{AdminState, Args, Config, Shim, ShimMetrics};
 use std::sync::Arc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+async fn main() -> std::process::ExitCode {
+    linkerd_runtime::exit_code(run(Args::parse()).await)
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     args.log.init()?;
 
     let mut registry = prometheus_client::registry::Registry::default();

@@ -32,11 +32,9 @@ impl ClusterArgs {
     /// Errors when the state directory cannot be read, or no Kubernetes configuration is found.
     pub async fn source(&self, metrics: IndexMetrics) -> anyhow::Result<ClusterSource> {
         if let Some(dir) = &self.cluster_state {
+            let source = OfflineSource::start(dir.clone(), metrics)?;
             tracing::info!(dir = %dir.display(), "offline mode: serving the cluster state directory");
-            return Ok(ClusterSource::Offline(OfflineSource::start(
-                dir.clone(),
-                metrics,
-            )?));
+            return Ok(ClusterSource::Offline(source));
         }
         let config = match &self.kubeconfig {
             Some(path) => {

@@ -18,5 +18,5 @@ pub use self::{
     admin::Admin,
     args::{parse_bool, parse_listen_addr},
     cluster::ClusterArgs,
-    log::{LogArgs, LogFormat},
+    log::{LogArgs, LogFormat, exit_code},
 };

@@ -63,6 +63,43 @@ impl LogArgs {
     }
 }
 
+/// Ends a binary's `main`: `Ok` exits 0; an error is reported once, as one line with its causes
+/// joined by `: ` (a cause already quoted by the message before it is not repeated), and exits 1.
+///
+/// The line goes through the installed subscriber when logging has started, so it has the
+/// level, timestamp and `--log-format` of every other line (a JSON object with `json`), and to
+/// stderr as `error: ...` when it has not (a bad `--log-level`). Never anyhow's multi-line report
+/// or a backtrace: log collectors take one line per event.
+pub fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
+    let Err(error) = result else {
+        return std::process::ExitCode::SUCCESS;
+    };
+    let message = error_chain(&error);
+    if tracing::dispatcher::has_been_set() {
+        tracing::error!(error = %message, "exiting");
+    } else {
+        eprintln!("error: {message}");
+    }
+    std::process::ExitCode::FAILURE
+}
+
+/// `error` and its causes on one line, skipping a cause whose text the line already holds
+/// (errors that print their source as well as returning it).
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,5 +113,27 @@ mod tests {
         let err = args("inf0").init().unwrap_err().to_string();
         assert!(err.contains("inf0"), "{err}");
         assert!(args("nonsense").init().is_err());
+    }
+
+    #[test]
+    fn an_error_chain_is_one_line_without_repeats() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("dir /x: {0}")]
+        struct Quoting(#[source] std::io::Error);
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        // A cause the message already prints is not repeated.
+        let quoted = anyhow::Error::new(Quoting(io())).context("cannot start");
+        assert_eq!(
+            error_chain(&quoted),
+            "cannot start: dir /x: No such file or directory"
+        );
+        let nested = anyhow::Error::new(io())
+            .context("reading /x")
+            .context("cannot start");
+        assert_eq!(
+            error_chain(&nested),
+            "cannot start: reading /x: No such file or directory"
+        );
+        assert_eq!(exit_code(Ok(())), std::process::ExitCode::SUCCESS);
     }
 }

@@ -15,8 +15,11 @@ use sp_validator::{Args, WebhookMetrics, router};
 use std::sync::Arc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+async fn main() -> std::process::ExitCode {
+    linkerd_runtime::exit_code(run(Args::parse()).await)
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     args.log.init()?;
 
     let mut registry = prometheus_client::registry::Registry::default();
