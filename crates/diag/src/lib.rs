@@ -110,11 +110,23 @@ pub fn error_line(error: &dyn std::error::Error) -> String {
     line
 }
 
-/// `InvalidArgument: Invalid authority: ...`, or only the code when there is no message.
+/// `InvalidArgument: Invalid authority: ...`, or only the code when there is no message. An
+/// answer that is not gRPC at all (an admin or webhook port given as the server) gets a hint.
 fn status_line(status: &tonic::Status) -> String {
-    if status.message().is_empty() {
+    let mut line = if status.message().is_empty() {
         format!("{:?}", status.code())
     } else {
         format!("{:?}: {}", status.code(), status.message())
+    };
+    let message = status.message();
+    let not_grpc = message.contains("grpc-status header missing")
+        || message.contains("protocol error")
+        || message.contains("content-type");
+    if not_grpc {
+        line.push_str(
+            " (the server did not answer in gRPC: is the address the gRPC port, such as \
+             destination's 8086 or policy-controller's 8090, rather than an admin or webhook port?)",
+        );
     }
+    line
 }

@@ -133,3 +133,25 @@ async fn unreachable_server_is_a_connect_error() {
         "stderr: {stderr}"
     );
 }
+
+#[tokio::test]
+async fn an_admin_port_given_as_the_server_gets_a_hint() {
+    // Regression: pointing --destination at the admin port printed only tonic's
+    // "grpc-status header missing, mapped from HTTP status code 404".
+    let (_ready_tx, ready) = tokio::sync::watch::channel(true);
+    let (_trigger, shutdown) = linkerd_runtime::shutdown::channel();
+    let (admin, _task) = linkerd_runtime::Admin::new(ready, Default::default())
+        .bind("127.0.0.1:0".parse().unwrap(), shutdown)
+        .await
+        .unwrap();
+    let destination = format!("http://{admin}");
+    let child = dst_diag(&["endpoints", WEB, "--destination", &destination]);
+    let (code, stdout, stderr) = wait_output(child).await;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("did not answer in gRPC") && stderr.contains("8086"),
+        "stderr: {stderr}"
+    );
+}

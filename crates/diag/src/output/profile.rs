@@ -268,6 +268,13 @@ fn meta_text(meta: Option<&Metadata>) -> String {
     };
     match &meta.kind {
         Some(metadata::Kind::Default(name)) => format!("default {name}"),
+        // Upstream's default profile names only the group of the kind it would have come from.
+        Some(metadata::Kind::Resource(r)) if r.kind.is_empty() && r.name.is_empty() => {
+            format!(
+                "none ({} default)",
+                if r.group.is_empty() { "core" } else { &r.group }
+            )
+        }
         Some(metadata::Kind::Resource(r)) => {
             let mut text = if r.group.is_empty() || r.group == "core" {
                 r.kind.clone()

@@ -381,6 +381,17 @@ fn default_metadata_and_sections() {
         meta_text(Some(&route)),
         "HTTPRoute.gateway.networking.k8s.io web section rule-1"
     );
+    // Regression: the default profile's `profile_ref` printed as `.linkerd.io `.
+    let default_profile = Metadata {
+        kind: Some(metadata::Kind::Resource(Resource {
+            group: "linkerd.io".into(),
+            ..Resource::default()
+        })),
+    };
+    assert_eq!(
+        meta_text(Some(&default_profile)),
+        "none (linkerd.io default)"
+    );
     assert_eq!(meta_text(Some(&Metadata { kind: None })), "<empty>");
     assert_eq!(meta_text(None), "-");
 }
