@@ -10,8 +10,8 @@ const MAX_ECHO: usize = 256;
 /// A `PortSpec` that names no workload or no valid port. Displayed as the gRPC status message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PortSpecError {
-    /// `Invalid workload: <s>` (the string, cut to 256 bytes), with the JSON error when the
-    /// string was JSON.
+    /// `Invalid workload: <s> (<reason>)`: the string, cut to 256 bytes, then why it was
+    /// refused (the JSON error, an empty part, no `:`).
     #[error("Invalid workload: {workload}{}", reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default())]
     Workload {
         workload: String,
@@ -63,13 +63,19 @@ pub fn parse_workload(workload: &str) -> Result<WorkloadRef, PortSpecError> {
             ))),
         };
     }
-    match workload.split_once(':') {
-        Some((ns, pod)) if !ns.is_empty() && !pod.is_empty() => Ok(WorkloadRef::Pod {
-            namespace: ns.to_string(),
-            name: pod.to_string(),
-        }),
-        _ => Err(invalid(None)),
-    }
+    let reason = match workload.split_once(':') {
+        Some((ns, pod)) if !ns.is_empty() && !pod.is_empty() => {
+            return Ok(WorkloadRef::Pod {
+                namespace: ns.to_string(),
+                name: pod.to_string(),
+            });
+        }
+        Some(("", _)) => "empty namespace",
+        Some(_) => "empty pod name",
+        None if workload.is_empty() => "empty",
+        None => "expected <namespace>:<pod> or a JSON workload",
+    };
+    Err(invalid(Some(reason.into())))
 }
 
 /// Checks `PortSpec.port`: 1..=65535.
@@ -142,6 +148,18 @@ mod tests {
                 "{bad:?}: {err}"
             );
         }
+        // Each refusal says why (regression: the legacy form gave no reason).
+        let reason = |bad: &str| parse_workload(bad).unwrap_err().to_string();
+        assert_eq!(reason(""), "Invalid workload:  (empty)");
+        assert_eq!(reason(":web"), "Invalid workload: :web (empty namespace)");
+        assert_eq!(
+            reason("emojivoto:"),
+            "Invalid workload: emojivoto: (empty pod name)"
+        );
+        assert_eq!(
+            reason("emojivoto"),
+            "Invalid workload: emojivoto (expected <namespace>:<pod> or a JSON workload)"
+        );
         let long = format!("ns:{}", "é".repeat(1000));
         let err = parse_workload(&format!("{{{long}"))
             .unwrap_err()
