@@ -5,8 +5,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::Error;
 
-/// Where the Destination container listens inside the pod (plaintext, behind the mTLS shim).
-pub const DEFAULT_DESTINATION: &str = "http://127.0.0.1:8086";
+/// Where the `destination` container listens inside the pod (plaintext on loopback, behind the
+/// mtls-shim that owns 8086; `deploy/destination.yaml`, `cargo xtask dev`).
+pub const DEFAULT_DESTINATION: &str = "http://127.0.0.1:18086";
 
 /// How long a connection attempt may take before the run fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

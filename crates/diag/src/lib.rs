@@ -124,8 +124,8 @@ fn status_line(status: &tonic::Status) -> String {
         || message.contains("content-type");
     if not_grpc {
         line.push_str(
-            " (the server did not answer in gRPC: is the address the gRPC port, such as \
-             destination's 8086 or policy-controller's 8090, rather than an admin or webhook port?)",
+            " (the server did not answer in gRPC: is the address a gRPC port of destination or \
+             policy-controller, rather than an admin or webhook port?)",
         );
     }
     line

@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// Where the policy container listens inside the pod (plaintext, behind the mTLS shim).
-pub const DEFAULT_POLICY: &str = "http://127.0.0.1:8090";
+pub const DEFAULT_POLICY: &str = "http://127.0.0.1:18090";
 
 /// The policy APIs a proxy consumes.
 #[derive(Debug, clap::Subcommand)]

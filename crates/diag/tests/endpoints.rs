@@ -151,7 +151,7 @@ async fn an_admin_port_given_as_the_server_gets_a_hint() {
     assert_eq!(stdout, "");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(
-        stderr.contains("did not answer in gRPC") && stderr.contains("8086"),
+        stderr.contains("did not answer in gRPC") && stderr.contains("admin or webhook port"),
         "stderr: {stderr}"
     );
 }
