@@ -329,6 +329,29 @@ pub fn generate(
     })
 }
 
+/// A client certificate for mesh identity `name` (a proxy's, e.g.
+/// `web.emojivoto.serviceaccount.identity.linkerd.cluster.local`) signed by the issuer that
+/// [`generate`] made, with the chain a proxy presents (leaf, then issuer). Valid for `validity`
+/// from an hour ago. Errors when `certs` was made with an existing issuer (its key is not kept)
+/// or `name` is not a DNS name.
+pub fn client_identity(certs: &Certs, name: &str, validity: Duration) -> anyhow::Result<KeyedCert> {
+    let issuer_pem = certs
+        .issuer
+        .as_ref()
+        .context("client certificates need the generated issuer")?;
+    let issuer_key = KeyPair::from_pem(&issuer_pem.key_pem).context("the issuer's key")?;
+    let issuer = Issuer::from_ca_cert_pem(&issuer_pem.cert_pem, issuer_key)
+        .context("the issuer's certificate")?;
+    let now = OffsetDateTime::now_utc() - Duration::hours(1);
+    let key = KeyPair::generate()?;
+    let leaf = leaf_params(name, &[ExtendedKeyUsagePurpose::ClientAuth], now, validity)?
+        .signed_by(&key, &issuer)?;
+    Ok(KeyedCert {
+        cert_pem: format!("{}{}", leaf.pem(), ensure_newline(&issuer_pem.cert_pem)),
+        key_pem: key.serialize_pem(),
+    })
+}
+
 /// The files of the output directory by name: PEM files, `secrets.yaml`, and a
 /// `kustomization.yaml` that includes `deploy_dir`, the secrets, and the caBundle patches.
 pub fn render(

@@ -1,50 +1,117 @@
-//! `cargo xtask dev`: run the destination server locally in offline mode.
+//! `cargo xtask dev`: the whole linkerd-destination pod on this machine, in offline mode.
+//!
+//! The four containers of `deploy/destination.yaml` run as processes wired as in the pod:
+//! `destination` and `policy-controller` serve gRPC in plaintext on loopback ports that only the
+//! `mtls-shim` sidecar reaches, and the shim terminates mesh TLS in front of them on the ports
+//! proxies use (8086, 8090), with an identity certificate issued by a trust anchor generated for
+//! the run; `sp-validator` and the policy admission webhook serve HTTPS with certificates of
+//! their own. A client certificate for a mesh identity is written too, so that a client can talk
+//! mTLS to the shim as a proxy does.
 
 use anyhow::{Context, bail};
+use serde::Serialize;
 use std::{
+    ffi::OsString,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     path::{Path, PathBuf},
     time::Duration,
 };
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::server::{self, Output, ServerProcess};
+use crate::{
+    certs,
+    server::{self, CHART_FLAGS, Output, ServerProcess},
+};
 
-/// How long the server has to answer `/ready` after it starts.
+/// How long each process has to answer `/ready` after it starts.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long the server has to shut down gracefully after Ctrl-C before it is killed.
+/// How long the processes have to shut down gracefully after Ctrl-C before they are killed.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// Validity of the certificates generated for a run.
+const CERT_DAYS: i64 = 7;
+/// The mesh identity of the client certificate written for the run: the emojivoto `web`
+/// workload's, so that what a client sees through the shim is what that proxy would.
+pub const CLIENT_IDENTITY: &str = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local";
+/// The binaries of the pod, as `(package, binary)`.
+const BINARIES: [(&str, &str); 4] = [
+    ("destination", "destination"),
+    ("policy", "policy-controller"),
+    ("sp-validator", "sp-validator"),
+    ("mtls-shim", "mtls-shim"),
+];
 
-/// `cargo xtask dev [--release] [--addr ADDR] [--admin-addr ADDR] [--cluster-state DIR] [-- FLAGS]`
+/// `cargo xtask dev [--release] [--cluster-state DIR] [--free-ports] [--out DIR] [--bin-dir DIR] [-- FLAGS]`
 #[derive(Debug, clap::Args)]
 pub struct DevArgs {
-    /// Build and run the release binary.
+    /// Build and run the release binaries.
     #[arg(long)]
     release: bool,
-
-    /// gRPC listen address of the Destination service.
-    #[arg(long, default_value = "127.0.0.1:8086")]
-    addr: SocketAddr,
-
-    /// Admin listen address (`/ready`, `/live`, `/metrics`).
-    #[arg(long, default_value = "127.0.0.1:9996")]
-    admin_addr: SocketAddr,
 
     /// The manifests to serve; defaults to tests/fixtures/emojivoto in the workspace.
     #[arg(long, value_name = "DIR")]
     cluster_state: Option<PathBuf>,
+
+    /// Listen on free loopback ports picked for the run instead of the pod's own (8086, 8090,
+    /// 4191, 9996, 9990, 9443, 8443, 9997); the banner and `pod.json` say which.
+    #[arg(long)]
+    free_ports: bool,
+
+    /// Where the run's certificates, logs and `pod.json` (every address, and the certificate
+    /// files a client needs) are written. Relative to the workspace root.
+    #[arg(long, value_name = "DIR", default_value = "target/xtask-dev")]
+    out: PathBuf,
+
+    /// Take the four binaries from DIR (e.g. target/debug after `cargo build`) instead of
+    /// building them.
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
 
     /// More `destination` flags, after `--` (e.g. `-- --log-level=debug`).
     #[arg(last = true, value_name = "FLAGS")]
     extra: Vec<String>,
 }
 
-/// Builds `destination`, starts it, waits until it is ready, prints how to talk to it, and
-/// waits for it to exit. Ctrl-C (SIGINT) or SIGTERM stops the server (gracefully, then by
-/// force after 10 s) and returns `Ok`.
+/// Every address of a running dev pod, as written to `pod.json`.
+#[derive(Debug, Serialize)]
+pub struct PodAddrs {
+    /// The shim's mTLS port in front of `destination` (the pod's 8086).
+    pub destination_mtls: SocketAddr,
+    /// The shim's mTLS port in front of `policy-controller` (the pod's 8090).
+    pub policy_mtls: SocketAddr,
+    /// `destination` itself, plaintext (what the shim forwards to).
+    pub destination_grpc: SocketAddr,
+    /// `policy-controller` itself, plaintext.
+    pub policy_grpc: SocketAddr,
+    pub destination_admin: SocketAddr,
+    pub policy_admin: SocketAddr,
+    /// The policy admission webhook (HTTPS).
+    pub policy_webhook: SocketAddr,
+    /// The ServiceProfile admission webhook (HTTPS).
+    pub sp_validator: SocketAddr,
+    pub sp_validator_admin: SocketAddr,
+    pub shim_admin: SocketAddr,
+}
+
+/// What a client needs to talk to the shim as a proxy does, as written to `pod.json`.
+#[derive(Debug, Serialize)]
+struct PodInfo<'a> {
+    addrs: &'a PodAddrs,
+    /// The TLS server name (SNI) the shim answers to: the destination's mesh identity.
+    server_name: &'a str,
+    /// PEM files: the trust anchor, and the client's chain and key.
+    trust_anchors: PathBuf,
+    client_identity: &'static str,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+    logs: PathBuf,
+}
+
+/// Builds the pod's binaries (unless `--bin-dir`), writes the run's certificates, starts the
+/// four processes, waits until each is ready, prints how to talk to them, and runs until Ctrl-C
+/// (SIGINT) or SIGTERM, which stops them (gracefully, then by force after 10 s) and returns `Ok`.
 ///
-/// Errors when the build fails, a port is taken, the server does not become ready within 60 s,
-/// or it exits on its own with a failure.
+/// Errors when a build fails, a port is taken, a process does not become ready within 60 s
+/// (with the tail of its log), or one exits on its own (the others are then stopped).
 pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
     let uses_fixture = args.cluster_state.is_none();
     let dir = args
@@ -54,84 +121,379 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
     if !dir.is_dir() {
         bail!("cluster state directory {} does not exist", dir.display());
     }
-    server::ensure_free(args.addr, "--addr")?;
-    server::ensure_free(args.admin_addr, "--admin-addr")?;
-    let exe = server::build_destination(root, args.release)?;
+    let addrs = if args.free_ports {
+        free_addrs()?
+    } else {
+        pod_addrs()
+    };
+    for (flag, addr) in [
+        ("8086", addrs.destination_mtls),
+        ("8090", addrs.policy_mtls),
+        ("18086", addrs.destination_grpc),
+        ("18090", addrs.policy_grpc),
+        ("9996", addrs.destination_admin),
+        ("9990", addrs.policy_admin),
+        ("9443", addrs.policy_webhook),
+        ("8443", addrs.sp_validator),
+        ("9997", addrs.sp_validator_admin),
+        ("4191", addrs.shim_admin),
+    ] {
+        server::ensure_free(addr, &format!("port {flag}"))
+            .context("another dev pod may be running; --free-ports picks free ports")?;
+    }
+    let out = if args.out.is_absolute() {
+        args.out.clone()
+    } else {
+        root.join(&args.out)
+    };
+    let files = write_certs(&out)?;
+    let exes = match &args.bin_dir {
+        Some(bin_dir) => BINARIES
+            .iter()
+            .map(|(_, bin)| {
+                let exe = bin_dir.join(bin);
+                anyhow::ensure!(exe.is_file(), "--bin-dir: {} does not exist", exe.display());
+                Ok(exe)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        None => BINARIES
+            .iter()
+            .map(|(package, bin)| server::build_binary(root, package, bin, args.release))
+            .collect::<anyhow::Result<Vec<_>>>()?,
+    };
+    let exes = Exes {
+        destination: exes[0].clone(),
+        policy: exes[1].clone(),
+        sp_validator: exes[2].clone(),
+        shim: exes[3].clone(),
+    };
+    let info = PodInfo {
+        addrs: &addrs,
+        server_name: &files.server_name,
+        trust_anchors: files.trust_anchors.clone(),
+        client_identity: CLIENT_IDENTITY,
+        client_cert: files.client_cert.clone(),
+        client_key: files.client_key.clone(),
+        logs: out.clone(),
+    };
+    let pod_json = out.join("pod.json");
+    // A stale file from an earlier run must not describe this one before it is ready.
+    let _ = std::fs::remove_file(&pod_json);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the Tokio runtime")?;
-    runtime.block_on(serve(&exe, &dir, &args, uses_fixture))
+    runtime.block_on(async {
+        // Signals are taken over before the children start, so that Ctrl-C at any moment stops
+        // them.
+        let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+        let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+        let mut pod = Vec::new();
+        let started = tokio::select! {
+            started = start(&mut pod, &exes, &dir, &addrs, &files, &out, &args.extra) => started,
+            _ = interrupt.recv() => return stop(&mut pod).await,
+            _ = terminate.recv() => return stop(&mut pod).await,
+        };
+        if let Err(error) = started {
+            let _ = stop(&mut pod).await;
+            return Err(error);
+        }
+        let json = serde_json::to_string_pretty(&info)?;
+        std::fs::write(&pod_json, json)
+            .with_context(|| format!("writing {}", pod_json.display()))?;
+        print_banner(&dir, &info, uses_fixture);
+
+        tokio::select! {
+            exited = first_exit(&mut pod) => {
+                let (name, status, tail) = exited?;
+                let _ = stop(&mut pod).await;
+                bail!("{name} exited on its own ({status}){tail}")
+            }
+            _ = interrupt.recv() => stop(&mut pod).await,
+            _ = terminate.recv() => stop(&mut pod).await,
+        }
+    })
 }
 
-async fn serve(exe: &Path, dir: &Path, args: &DevArgs, uses_fixture: bool) -> anyhow::Result<()> {
-    // Signals are taken over before the child starts, so that Ctrl-C at any moment stops it.
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
-    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+/// The pod's executables.
+struct Exes {
+    destination: PathBuf,
+    policy: PathBuf,
+    sp_validator: PathBuf,
+    shim: PathBuf,
+}
 
-    let mut server = ServerProcess::spawn(
-        exe,
-        dir,
-        args.addr,
-        args.admin_addr,
-        &args.extra,
-        Output::Inherit,
-    )?;
-    let ready = tokio::select! {
-        ready = server.wait_ready(READY_TIMEOUT) => ready,
-        _ = interrupt.recv() => return stopped(&mut server).await,
-        _ = terminate.recv() => return stopped(&mut server).await,
+/// The certificate files of a run.
+struct CertFiles {
+    server_name: String,
+    trust_anchors: PathBuf,
+    identity_cert: PathBuf,
+    identity_key: PathBuf,
+    /// `(cert, key)` of the policy webhook and of sp-validator.
+    policy_webhook: (PathBuf, PathBuf),
+    sp_validator: (PathBuf, PathBuf),
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+/// The pod's own ports on loopback, as `deploy/destination.yaml` has them.
+fn pod_addrs() -> PodAddrs {
+    let local = |port| SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
+    PodAddrs {
+        destination_mtls: local(8086),
+        policy_mtls: local(8090),
+        destination_grpc: local(18086),
+        policy_grpc: local(18090),
+        destination_admin: local(9996),
+        policy_admin: local(9990),
+        policy_webhook: local(9443),
+        sp_validator: local(8443),
+        sp_validator_admin: local(9997),
+        shim_admin: local(4191),
+    }
+}
+
+fn free_addrs() -> anyhow::Result<PodAddrs> {
+    // Held until all are picked, so that no two are the same port.
+    let listeners = (0..10)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("cannot bind 127.0.0.1:0 to pick free ports")?;
+    let a = listeners
+        .iter()
+        .map(std::net::TcpListener::local_addr)
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok(PodAddrs {
+        destination_mtls: a[0],
+        policy_mtls: a[1],
+        destination_grpc: a[2],
+        policy_grpc: a[3],
+        destination_admin: a[4],
+        policy_admin: a[5],
+        policy_webhook: a[6],
+        sp_validator: a[7],
+        sp_validator_admin: a[8],
+        shim_admin: a[9],
+    })
+}
+
+/// Generates the run's trust anchor, identities and webhook certificates into `out`.
+fn write_certs(out: &Path) -> anyhow::Result<CertFiles> {
+    let dir = out.join("certs");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let validity = time::Duration::days(CERT_DAYS);
+    let generated = certs::generate(certs::DEPLOY_NAMESPACE, "cluster.local", validity, None)?;
+    let client = certs::client_identity(&generated, CLIENT_IDENTITY, validity)?;
+    let write = |name: &str, contents: &str| -> anyhow::Result<PathBuf> {
+        let path = dir.join(name);
+        std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
     };
-    if let Err(error) = ready {
-        let _ = server.stop(Duration::from_secs(2)).await;
-        return Err(error);
+    let webhook = |stem: &str| -> anyhow::Result<(PathBuf, PathBuf)> {
+        let w = generated
+            .webhooks
+            .iter()
+            .find(|w| w.webhook.file_stem == stem)
+            .with_context(|| format!("no {stem} webhook certificate"))?;
+        Ok((
+            write(&format!("{stem}.crt"), &w.serving.cert_pem)?,
+            write(&format!("{stem}.key"), &w.serving.key_pem)?,
+        ))
+    };
+    Ok(CertFiles {
+        server_name: generated.identity_name.clone(),
+        trust_anchors: write("trust-anchor.crt", &generated.trust_anchors_pem)?,
+        identity_cert: write("identity.crt", &generated.identity_chain_pem)?,
+        identity_key: write("identity.key", &generated.identity_key_pem)?,
+        policy_webhook: webhook("policy-validator")?,
+        sp_validator: webhook("sp-validator")?,
+        client_cert: write("client.crt", &client.cert_pem)?,
+        client_key: write("client.key", &client.key_pem)?,
+    })
+}
+
+/// Starts the controllers, waits for them, then the shim in front of them (its `/ready` needs
+/// the local ports to answer), pushing each onto `pod` as it starts.
+async fn start(
+    pod: &mut Vec<ServerProcess>,
+    exes: &Exes,
+    dir: &Path,
+    a: &PodAddrs,
+    files: &CertFiles,
+    out: &Path,
+    extra: &[String],
+) -> anyhow::Result<()> {
+    let state = dir.as_os_str();
+    let mut destination: Vec<OsString> = vec![
+        format!("--addr={}", a.destination_grpc).into(),
+        format!("--admin-addr={}", a.destination_admin).into(),
+        "--cluster-state".into(),
+        state.into(),
+    ];
+    destination.extend(CHART_FLAGS.iter().map(OsString::from));
+    destination.extend(extra.iter().map(OsString::from));
+
+    let policy: Vec<OsString> = vec![
+        format!("--grpc-addr={}", a.policy_grpc).into(),
+        format!("--admin-addr={}", a.policy_admin).into(),
+        format!("--server-addr={}", a.policy_webhook).into(),
+        flag_path("--server-tls-certs", &files.policy_webhook.0),
+        flag_path("--server-tls-key", &files.policy_webhook.1),
+        "--cluster-state".into(),
+        state.into(),
+        "--control-plane-namespace=linkerd".into(),
+        "--cluster-networks=10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0.0/16,fd00::/8".into(),
+        "--identity-domain=cluster.local".into(),
+        "--cluster-domain=cluster.local".into(),
+        "--default-policy=all-unauthenticated".into(),
+        "--default-opaque-ports=25,587,3306,4444,5432,6379,9300,11211".into(),
+        "--probe-networks=0.0.0.0/0,::/0".into(),
+    ];
+    let sp_validator: Vec<OsString> = vec![
+        format!("--addr={}", a.sp_validator).into(),
+        format!("--admin-addr={}", a.sp_validator_admin).into(),
+        flag_path("--server-tls-certs", &files.sp_validator.0),
+        flag_path("--server-tls-key", &files.sp_validator.1),
+    ];
+    let controllers = [
+        (&exes.destination, destination, a.destination_admin),
+        (&exes.policy, policy, a.policy_admin),
+        (&exes.sp_validator, sp_validator, a.sp_validator_admin),
+    ];
+    for (exe, args, admin) in controllers {
+        let log = log_path(out, exe);
+        pod.push(ServerProcess::spawn_args(
+            exe,
+            &args,
+            admin,
+            Output::File(log),
+        )?);
+    }
+    for process in pod.iter_mut() {
+        process.wait_ready(READY_TIMEOUT).await?;
     }
 
-    print_banner(dir, server.addr, server.admin_addr, uses_fixture);
+    let shim: Vec<OsString> = vec![
+        format!("--forward={}={}", a.destination_mtls, a.destination_grpc).into(),
+        format!("--forward={}={}", a.policy_mtls, a.policy_grpc).into(),
+        flag_path("--identity-cert", &files.identity_cert),
+        flag_path("--identity-key", &files.identity_key),
+        flag_path("--trust-anchors", &files.trust_anchors),
+        format!("--admin-addr={}", a.shim_admin).into(),
+        "--control-plane-namespace=linkerd".into(),
+        "--identity-trust-domain=cluster.local".into(),
+    ];
+    let log = log_path(out, &exes.shim);
+    pod.push(ServerProcess::spawn_args(
+        &exes.shim,
+        &shim,
+        a.shim_admin,
+        Output::File(log),
+    )?);
+    pod.last_mut()
+        .context("the shim was just started")?
+        .wait_ready(READY_TIMEOUT)
+        .await
+}
 
-    tokio::select! {
-        status = server.wait() => {
-            let status = status?;
-            if status.success() {
-                Ok(())
-            } else {
-                bail!("destination exited with {status}")
+fn flag_path(flag: &str, path: &Path) -> OsString {
+    let mut arg = OsString::from(format!("{flag}="));
+    arg.push(path);
+    arg
+}
+
+fn log_path(out: &Path, exe: &Path) -> PathBuf {
+    let name = exe
+        .file_name()
+        .map_or_else(|| "process".into(), |n| n.to_string_lossy().into_owned());
+    out.join(format!("{name}.log"))
+}
+
+/// Waits until one of the processes exits; returns its name, status and log tail.
+async fn first_exit(
+    pod: &mut [ServerProcess],
+) -> anyhow::Result<(String, std::process::ExitStatus, String)> {
+    loop {
+        for process in pod.iter_mut() {
+            if let Some(status) = process.try_wait()? {
+                return Ok((process.name().to_string(), status, process.log_tail()));
             }
         }
-        _ = interrupt.recv() => stopped(&mut server).await,
-        _ = terminate.recv() => stopped(&mut server).await,
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
-async fn stopped(server: &mut ServerProcess) -> anyhow::Result<()> {
-    eprintln!("stopping destination...");
-    let status = server.stop(STOP_GRACE).await?;
-    eprintln!("destination stopped ({status})");
+/// Stops the processes in the reverse order of their start: the shim first, so that clients
+/// see their streams end (as with the pod's terminating proxy), then the controllers.
+async fn stop(pod: &mut Vec<ServerProcess>) -> anyhow::Result<()> {
+    if pod.is_empty() {
+        return Ok(());
+    }
+    eprintln!("stopping the pod...");
+    while let Some(mut process) = pod.pop() {
+        let status = process.stop(STOP_GRACE).await?;
+        eprintln!("{} stopped ({status})", process.name());
+    }
     Ok(())
 }
 
-fn print_banner(dir: &Path, addr: SocketAddr, admin_addr: SocketAddr, uses_fixture: bool) {
-    let addr = reachable(addr);
-    let admin_addr = reachable(admin_addr);
+fn print_banner(dir: &Path, info: &PodInfo<'_>, uses_fixture: bool) {
+    let a = info.addrs;
     let authority = if uses_fixture {
         "web-svc.emojivoto.svc.cluster.local:80"
     } else {
         "SERVICE.NAMESPACE.svc.cluster.local:PORT"
     };
+    let dst = reachable(a.destination_grpc);
     println!();
     println!(
-        "destination is ready, serving {} (offline mode)",
+        "the linkerd-destination pod is ready, serving {} (offline mode)",
         dir.display()
     );
-    println!("  Destination gRPC  http://{addr}");
-    println!("  admin             http://{admin_addr}  (/ready /live /metrics)");
+    println!(
+        "  Destination gRPC, mTLS (mtls-shim)   {}",
+        reachable(a.destination_mtls)
+    );
+    println!(
+        "  policy gRPC, mTLS (mtls-shim)        {}",
+        reachable(a.policy_mtls)
+    );
+    println!("  Destination gRPC, in the pod         http://{dst}");
+    println!(
+        "  policy gRPC, in the pod              http://{}",
+        reachable(a.policy_grpc)
+    );
+    println!(
+        "  webhooks (HTTPS)                     policy {}, sp-validator {}",
+        reachable(a.policy_webhook),
+        reachable(a.sp_validator)
+    );
+    println!(
+        "  admin (/ready /live /metrics)        destination {}, policy {}, sp-validator {}, shim {}",
+        reachable(a.destination_admin),
+        reachable(a.policy_admin),
+        reachable(a.sp_validator_admin),
+        reachable(a.shim_admin)
+    );
+    println!(
+        "  mTLS as a proxy: server name {}, trust anchor {}, client {} ({}, {})",
+        info.server_name,
+        info.trust_anchors.display(),
+        info.client_identity,
+        info.client_cert.display(),
+        info.client_key.display()
+    );
+    println!("  logs and pod.json in {}", info.logs.display());
     println!();
     println!("Try:");
     println!(
-        "  cargo run -p diag --bin dst-diag -- endpoints {authority} --destination http://{addr}"
+        "  cargo run -q -p diag --bin dst-diag -- endpoints {authority} --destination http://{dst}"
     );
-    println!("  curl http://{admin_addr}/metrics");
+    println!(
+        "  cargo run -q -p diag --bin dst-diag -- profile {authority} --destination http://{dst}"
+    );
+    println!("  curl http://{}/metrics", reachable(a.shim_admin));
     println!();
     println!(
         "It follows edits to the files in {} (pass --cluster-state DIR to serve a copy you can edit); Ctrl-C stops it.",

@@ -1,6 +1,7 @@
 //! `cargo xtask ...`: workspace tasks that are programs rather than tests.
 //!
-//! - `cargo xtask dev`: build `destination` and run it in offline mode on the emojivoto fixture.
+//! - `cargo xtask dev`: build the pod's four binaries and run them, wired as in the pod (mTLS
+//!   through the shim), in offline mode on the emojivoto fixture.
 //! - `cargo xtask bench`: measure per-stream memory and change-to-delivery latency of
 //!   `Destination.Get` on a generated cluster.
 //! - `cargo xtask bench-profiles`: a storm of `GetProfile` streams on a generated cluster with
@@ -40,8 +41,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Build `destination` and run it in offline mode on tests/fixtures/emojivoto (or
-    /// --cluster-state DIR) with the chart's default flags, until Ctrl-C.
+    /// Build the pod's four binaries and run them as the pod does, in offline mode on
+    /// tests/fixtures/emojivoto (or --cluster-state DIR), with the gRPC ports behind the
+    /// mtls-shim and certificates generated for the run, until Ctrl-C.
     Dev(dev::DevArgs),
     /// Generate a cluster, run `destination` on it, open many `Get` streams on one service and
     /// churn its endpoints: prints memory per stream and change-to-delivery latency.

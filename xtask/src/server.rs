@@ -35,8 +35,6 @@ const READY_POLL: Duration = Duration::from_millis(100);
 
 /// Where the child's stdout and stderr go.
 pub enum Output {
-    /// The terminal xtask runs in.
-    Inherit,
     /// A log file (both streams).
     File(PathBuf),
 }
@@ -57,8 +55,6 @@ pub struct ServerProcess {
     pid: u32,
     /// The binary's name, for messages.
     name: String,
-    /// The gRPC address it serves `Destination` on.
-    pub addr: SocketAddr,
     /// Its admin address (`/ready`, `/metrics`).
     pub admin_addr: SocketAddr,
     log: Option<PathBuf>,
@@ -208,7 +204,7 @@ impl ServerProcess {
         ];
         args.extend(CHART_FLAGS.iter().map(OsString::from));
         args.extend(extra.iter().map(OsString::from));
-        Self::spawn_args(exe, &args, addr, admin_addr, output)
+        Self::spawn_args(exe, &args, admin_addr, output)
     }
 
     /// Starts `policy-controller` `exe` in offline mode on `cluster_state`, serving gRPC on
@@ -230,15 +226,14 @@ impl ServerProcess {
         ];
         args.extend(POLICY_CHART_FLAGS.iter().map(OsString::from));
         args.extend(extra.iter().map(OsString::from));
-        Self::spawn_args(exe, &args, addr, admin_addr, output)
+        Self::spawn_args(exe, &args, admin_addr, output)
     }
 
-    /// Starts `exe` with exactly `args`; `addr` and `admin_addr` are where those arguments make
-    /// it listen.
-    fn spawn_args(
+    /// Starts `exe` with exactly `args`; `admin_addr` is where those arguments make it serve
+    /// `/ready`. The same constraints as [`Self::spawn`] apply.
+    pub fn spawn_args(
         exe: &Path,
         args: &[OsString],
-        addr: SocketAddr,
         admin_addr: SocketAddr,
         output: Output,
     ) -> anyhow::Result<Self> {
@@ -248,7 +243,6 @@ impl ServerProcess {
         let mut cmd = Command::new(exe);
         cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
         let log = match output {
-            Output::Inherit => None,
             Output::File(path) => {
                 let file = std::fs::File::create(&path)
                     .with_context(|| format!("cannot create {}", path.display()))?;
@@ -270,10 +264,14 @@ impl ServerProcess {
             child,
             pid,
             name,
-            addr,
             admin_addr,
             log,
         })
+    }
+
+    /// The binary's file name, for messages.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The child's process ID.
