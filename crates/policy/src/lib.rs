@@ -3,7 +3,8 @@
 //!
 //! The index ([`linkerd_index`]) computes one [`linkerd_index::inbound::InboundServer`] per
 //! subscribed (workload, port); this crate parses requests ([`workload`]), streams the views
-//! ([`inbound`]) and translates them to the proxy API's types ([`translate`]).
+//! ([`inbound`]) and translates them to the proxy API's types ([`translate`]). Route statuses
+//! are written only by the holder of a Lease ([`lease`]).
 
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
@@ -11,6 +12,7 @@
 pub mod admission;
 pub mod args;
 pub mod inbound;
+pub mod lease;
 pub mod metrics;
 pub mod server;
 pub mod translate;
