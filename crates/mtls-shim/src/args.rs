@@ -340,4 +340,97 @@ mod tests {
             "linkerd-destination.linkerd.serviceaccount.identity.linkerd.cluster.local"
         );
     }
+
+    #[test]
+    fn certify_mode_flags() {
+        let args = Args::try_parse_from([
+            "mtls-shim",
+            "--forward=:8086=127.0.0.1:18086",
+            "--trust-anchors=a",
+            "--identity-addr=linkerd-identity-headless.l5d.svc.cluster.local.:8080",
+            "--control-plane-namespace=l5d",
+            "--identity-min-refresh=100ms",
+        ])
+        .unwrap();
+        let Ok(Identity::Certify(certify)) = args.identity() else {
+            panic!("Certify mode: {:?}", args.identity());
+        };
+        assert_eq!(
+            certify.addr,
+            IdentityAddr {
+                host: "linkerd-identity-headless.l5d.svc.cluster.local.".into(),
+                port: 8080
+            }
+        );
+        assert_eq!(
+            certify.token_file,
+            PathBuf::from("/var/run/secrets/tokens/linkerd-identity-token")
+        );
+        assert_eq!(
+            certify.server_name,
+            "linkerd-identity.l5d.serviceaccount.identity.l5d.cluster.local"
+        );
+        assert_eq!(certify.min_refresh, Duration::from_millis(100));
+        assert_eq!(certify.max_refresh, Duration::from_secs(24 * 3600));
+        assert_eq!(
+            args.local_identity(),
+            "linkerd-destination.l5d.serviceaccount.identity.l5d.cluster.local"
+        );
+
+        // Both modes at once, or neither, is refused by the parser.
+        let err = Args::try_parse_from([
+            "mtls-shim",
+            "--forward=:8086=127.0.0.1:18086",
+            "--trust-anchors=a",
+            "--identity-addr=127.0.0.1:8080",
+            "--identity-cert=c",
+            "--identity-key=k",
+        ])
+        .unwrap_err();
+        assert_eq!(
+            err.kind(),
+            clap::error::ErrorKind::ArgumentConflict,
+            "{err}"
+        );
+        let err = Args::try_parse_from([
+            "mtls-shim",
+            "--forward=:8086=127.0.0.1:18086",
+            "--trust-anchors=a",
+        ])
+        .unwrap_err();
+        assert_eq!(
+            err.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn identity_addrs_and_durations() {
+        assert_eq!(
+            parse_identity_addr("[::1]:8080").map(|a| a.to_string()),
+            Ok("[::1]:8080".to_string())
+        );
+        assert_eq!(
+            parse_identity_addr("10.0.0.1:8080"),
+            Ok(IdentityAddr {
+                host: "10.0.0.1".into(),
+                port: 8080
+            })
+        );
+        for bad in ["host", ":8080", "::1:8080", "host:port", "[::1:8080"] {
+            let err = parse_identity_addr(bad).unwrap_err();
+            assert!(
+                err.starts_with(&format!("invalid identity address {bad:?}: ")),
+                "{err}"
+            );
+        }
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("100ms"), Ok(Duration::from_millis(100)));
+        for bad in ["10", "s", "10d", "-1s", "99999999999999999999h"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }
