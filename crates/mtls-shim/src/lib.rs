@@ -3,21 +3,24 @@
 //! mesh's trust anchors, and relays the bytes to the controllers on loopback; its admin server
 //! answers `/live`, `/ready` and `/metrics` as the proxy's does (§d.3).
 //!
-//! The certificate it presents comes from files (reloaded when they change) and must be valid
-//! for `linkerd-destination.<ns>.serviceaccount.identity.<ns>.<trust-domain>`, the name proxies
-//! expect. Obtaining it from linkerd-identity (`Certify`, §d.4) is not done here.
+//! The certificate it presents must be valid for
+//! `linkerd-destination.<ns>.serviceaccount.identity.<ns>.<trust-domain>`, the name proxies
+//! expect. It comes either from files (reloaded when they change) or, in Certify mode, from
+//! linkerd-identity (`Certify`, §d.4): a key made in memory, renewed before it expires.
 
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod args;
+pub mod certify;
 pub mod metrics;
 pub mod shim;
 
 pub use self::{
     admin::AdminState,
-    args::{Args, Forward, local_identity},
+    args::{Args, Forward, IdentityAddr, identity_service_identity, local_identity},
+    certify::{CertStore, CertifyConfig, CertifyFailure, CertifyStartError, refresh_in},
     metrics::{HandshakeFailure, ShimMetrics},
-    shim::{Config, Shim, StartError},
+    shim::{Config, Identity, Shim, StartError},
 };

@@ -2,10 +2,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use linkerd_runtime::{
-    shutdown,
-    tls::{ClientAuth, TlsFiles},
-};
+use linkerd_runtime::{shutdown, tls::ClientAuth};
 use mtls_shim::{AdminState, Args, Config, Shim, ShimMetrics};
 use std::sync::Arc;
 
@@ -20,12 +17,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = ShimMetrics::register(&mut registry);
 
+    let identity = args.identity().map_err(anyhow::Error::msg)?;
     let config = Config {
         forwards: args.forwards.clone(),
-        identity: TlsFiles {
-            certs: args.identity_cert.clone(),
-            key: args.identity_key.clone(),
-        },
+        identity,
         trust_anchors: args.trust_anchors.clone(),
         local_identity: args.local_identity(),
         client_auth: if args.allow_unauthenticated {

@@ -10,6 +10,16 @@
 //! - `shim_upstream_connect_failures_total{listen}`: authenticated connections closed because
 //!   the upstream did not accept a connection.
 //!
+//! - `shim_identity_certifications_total`: certificates obtained with `Certify` and installed
+//!   (Certify mode, spec §d.4);
+//! - `shim_identity_certify_failures_total{reason}`: `Certify` calls that did not give a usable
+//!   certificate, with `reason` `token` (the token file cannot be read), `timeout`,
+//!   `invalid_response` (no leaf, no expiry, not valid for the identity) or the gRPC status code
+//!   in snake case (`permission_denied`, `unavailable` for connection and TLS errors, ...);
+//! - `shim_identity_cert_expiration_timestamp_seconds`: the `valid_until` of the certificate
+//!   served, in seconds since the Unix epoch (Certify mode; 0 before the first one and in file
+//!   mode).
+//!
 //! `listen` is the listener's bound address (`0.0.0.0:8086`).
 
 use prometheus_client::{
@@ -26,6 +36,16 @@ pub struct ShimMetrics {
     tcp_open_connections: Family<ListenLabels, Gauge>,
     handshake_failures: Family<HandshakeFailureLabels, Counter>,
     upstream_connect_failures: Family<ListenLabels, Counter>,
+    certifications: Counter,
+    certify_failures: Family<CertifyFailureLabels, Counter>,
+    cert_expiration: Gauge,
+}
+
+/// Labels of `shim_identity_certify_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertifyFailureLabels {
+    /// [`CertifyFailure::as_str`](crate::certify::CertifyFailure::as_str).
+    pub reason: &'static str,
 }
 
 /// Why a TLS handshake failed, as counted in `shim_tls_handshake_failures_total`.
@@ -87,7 +107,33 @@ impl ShimMetrics {
             "Authenticated connections closed because the upstream refused a connection",
             metrics.upstream_connect_failures.clone(),
         );
+        registry.register(
+            "shim_identity_certifications",
+            "Certificates obtained from the identity service with Certify and installed",
+            metrics.certifications.clone(),
+        );
+        registry.register(
+            "shim_identity_certify_failures",
+            "Certify calls that gave no usable certificate, by reason",
+            metrics.certify_failures.clone(),
+        );
+        registry.register(
+            "shim_identity_cert_expiration_timestamp_seconds",
+            "When the certificate obtained with Certify expires (valid_until), in seconds since the Unix epoch",
+            metrics.cert_expiration.clone(),
+        );
         metrics
+    }
+
+    pub(crate) fn certified(&self, valid_until_secs: i64) {
+        self.certifications.inc();
+        self.cert_expiration.set(valid_until_secs);
+    }
+
+    pub(crate) fn certify_failed(&self, reason: &'static str) {
+        self.certify_failures
+            .get_or_create(&CertifyFailureLabels { reason })
+            .inc();
     }
 
     /// Counts an accepted connection; it is open until the guard is dropped.

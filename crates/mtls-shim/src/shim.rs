@@ -11,6 +11,7 @@
 
 use crate::{
     args::Forward,
+    certify::{CertStore, Certifier, CertifyConfig, CertifyStartError},
     metrics::{HandshakeFailure, ListenLabels, ShimMetrics},
 };
 use linkerd_runtime::{
@@ -20,6 +21,7 @@ use linkerd_runtime::{
     },
 };
 use rustls::{
+    ServerConfig,
     client::{WebPkiServerVerifier, danger::ServerCertVerifier},
     pki_types::{CertificateDer, ServerName, UnixTime},
 };
@@ -45,8 +47,8 @@ const IDENTITY_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 pub struct Config {
     /// The listeners and their upstreams.
     pub forwards: Vec<Forward>,
-    /// The certificate chain and key the shim presents.
-    pub identity: TlsFiles,
+    /// Where the certificate the shim presents comes from.
+    pub identity: Identity,
     /// The PEM trust anchors.
     pub trust_anchors: PathBuf,
     /// The identity the certificate must be valid for
@@ -54,6 +56,18 @@ pub struct Config {
     pub local_identity: String,
     /// Whether clients without a certificate are refused.
     pub client_auth: ClientAuth,
+}
+
+/// Where the shim's certificate comes from: exactly one of the two modes (the flags refuse
+/// both at once).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// File mode: a chain and key from files (a mounted Secret), reloaded when they change
+    /// (`--identity-cert`, `--identity-key`).
+    Files(TlsFiles),
+    /// Certify mode: a key made in memory and a certificate from linkerd-identity, renewed
+    /// before it expires (`--identity-addr` and friends; spec §d.4).
+    Certify(CertifyConfig),
 }
 
 /// Why the shim cannot start. Each variant names the file or address at fault.
@@ -75,6 +89,9 @@ pub enum StartError {
         identity: String,
         reason: String,
     },
+    /// Certify mode cannot start: a name, the address or the refresh bounds are invalid.
+    #[error(transparent)]
+    Certify(#[from] CertifyStartError),
     /// A listener cannot be bound.
     #[error("cannot listen on {} (--forward {forward}): {error}", forward.listen)]
     Bind { forward: Forward, error: io::Error },
@@ -83,13 +100,23 @@ pub enum StartError {
 /// Loaded certificates and bound listeners, ready to [`serve`](Shim::serve).
 #[derive(Debug)]
 pub struct Shim {
-    tls: ServerTls,
+    served: Served,
     trust_anchors: TrustAnchors,
     local_identity: String,
     listeners: Vec<Listener>,
     metrics: ShimMetrics,
     ready_tx: watch::Sender<bool>,
     ready_rx: watch::Receiver<bool>,
+}
+
+/// The certificate source, loaded.
+#[derive(Debug)]
+enum Served {
+    Files(ServerTls),
+    Certify {
+        config: Arc<ServerConfig>,
+        certifier: Box<Certifier>,
+    },
 }
 
 /// One bound `--forward`.
@@ -104,19 +131,39 @@ struct Listener {
 // === impl Shim ===
 
 impl Shim {
-    /// Loads the trust anchors and the certificate, checks that the certificate is valid for
-    /// the local identity, and binds every listener (in `--forward` order).
+    /// Loads the trust anchors, then in file mode the certificate, checking that it is valid
+    /// for the local identity; in Certify mode makes the key and CSR (the certificate comes
+    /// once [`serve`](Shim::serve) runs). Then binds every listener (in `--forward` order).
     pub async fn bind(config: &Config, metrics: ShimMetrics) -> Result<Self, StartError> {
         let trust_anchors = TrustAnchors::load(&config.trust_anchors)?;
-        let tls = ServerTls::load_mtls(&config.identity, &trust_anchors, config.client_auth)?;
-        verify_identity(&tls.current_chain(), &trust_anchors, &config.local_identity).map_err(
-            |reason| StartError::Identity {
-                certs: config.identity.certs.clone(),
-                trust_anchors: config.trust_anchors.clone(),
-                identity: config.local_identity.clone(),
-                reason,
-            },
-        )?;
+        let served = match &config.identity {
+            Identity::Files(files) => {
+                let tls = ServerTls::load_mtls(files, &trust_anchors, config.client_auth)?;
+                verify_identity(&tls.current_chain(), &trust_anchors, &config.local_identity)
+                    .map_err(|reason| StartError::Identity {
+                        certs: files.certs.clone(),
+                        trust_anchors: config.trust_anchors.clone(),
+                        identity: config.local_identity.clone(),
+                        reason,
+                    })?;
+                Served::Files(tls)
+            }
+            Identity::Certify(certify) => {
+                let store = Arc::new(CertStore::default());
+                let server_config = store.server_config(&trust_anchors, config.client_auth)?;
+                let certifier = Certifier::new(
+                    certify.clone(),
+                    &config.local_identity,
+                    trust_anchors.clone(),
+                    store,
+                    metrics.clone(),
+                )?;
+                Served::Certify {
+                    config: server_config,
+                    certifier: Box::new(certifier),
+                }
+            }
+        };
         let mut listeners = Vec::with_capacity(config.forwards.len());
         for &forward in &config.forwards {
             let bind_error = |error| StartError::Bind { forward, error };
@@ -135,7 +182,7 @@ impl Shim {
         }
         let (ready_tx, ready_rx) = watch::channel(false);
         Ok(Self {
-            tls,
+            served,
             trust_anchors,
             local_identity: config.local_identity.clone(),
             listeners,
@@ -150,19 +197,22 @@ impl Shim {
         self.listeners.iter().map(|l| l.local_addr).collect()
     }
 
-    /// Becomes `true` once every upstream has accepted a TCP connection (the certificate is
-    /// loaded already), and stays so: readiness latches, as the proxy's does (spec §d.4).
+    /// Becomes `true` once every upstream has accepted a TCP connection and a certificate is
+    /// served (at once in file mode; after the first successful `Certify` in Certify mode), and
+    /// stays so: readiness latches, as the proxy's does (spec §d.3, §d.4).
     pub fn ready(&self) -> watch::Receiver<bool> {
         self.ready_rx.clone()
     }
 
     /// Serves every listener until `shutdown`, reloading the certificate when its files
-    /// change (new handshakes get the new one; open connections keep going). After shutdown,
+    /// change, or obtaining and renewing it with `Certify` (new handshakes get the new one;
+    /// open connections keep going; in Certify mode handshakes fail until the first
+    /// certificate). After shutdown,
     /// stops accepting and lets open connections end for up to [`DRAIN_TIMEOUT`], then closes
     /// them.
     pub async fn serve(self, shutdown: Shutdown) {
         let Self {
-            tls,
+            served,
             trust_anchors,
             local_identity,
             listeners,
@@ -171,13 +221,32 @@ impl Shim {
             ready_rx: _,
         } = self;
         tracing::info!(identity = %local_identity, "presenting the local identity");
-        let _reloader = tls.spawn_reloader();
         let mut background = JoinSet::new();
-        background.spawn(check_identity(tls.clone(), trust_anchors, local_identity));
+        let (certified_tx, mut certified) = watch::channel(false);
+        let (_reloader, server_config) = match served {
+            Served::Files(tls) => {
+                certified_tx.send_replace(true);
+                background.spawn(check_identity(tls.clone(), trust_anchors, local_identity));
+                (Some(tls.spawn_reloader()), tls.config())
+            }
+            Served::Certify { config, certifier } => {
+                background.spawn(certifier.run(certified_tx));
+                (None, config)
+            }
+        };
         let upstreams = listeners.iter().map(|l| l.upstream).collect();
-        background.spawn(probe_upstreams(upstreams, ready_tx));
+        background.spawn(async move {
+            probe_upstreams(upstreams).await;
+            if !*certified.borrow_and_update() {
+                tracing::info!("not ready: waiting for the first certificate");
+                // The certifier runs until shutdown, so the sender outlives this task.
+                let _ = certified.wait_for(|c| *c).await;
+            }
+            ready_tx.send_replace(true);
+            tracing::info!("ready: a certificate is served and every upstream accepts connections");
+        });
 
-        let acceptor = TlsAcceptor::from(tls.config());
+        let acceptor = TlsAcceptor::from(server_config);
         let mut servers = JoinSet::new();
         for listener in listeners {
             tracing::info!(
@@ -349,9 +418,9 @@ async fn check_identity(tls: ServerTls, trust_anchors: TrustAnchors, identity: S
     }
 }
 
-/// Tries every upstream until each has accepted a TCP connection, then marks the shim ready.
-/// Upstreams still missing after the first round are logged once.
-async fn probe_upstreams(mut pending: Vec<SocketAddr>, ready: watch::Sender<bool>) {
+/// Tries every upstream until each has accepted a TCP connection. Upstreams still missing
+/// after the first round are logged once.
+async fn probe_upstreams(mut pending: Vec<SocketAddr>) {
     let mut first = true;
     loop {
         let mut still = Vec::new();
@@ -377,8 +446,7 @@ async fn probe_upstreams(mut pending: Vec<SocketAddr>, ready: watch::Sender<bool
         pending = still;
         first = false;
         if pending.is_empty() {
-            ready.send_replace(true);
-            tracing::info!("ready: every upstream accepts connections");
+            tracing::debug!("every upstream accepts connections");
             return;
         }
         tokio::time::sleep(UPSTREAM_PROBE_INTERVAL).await;

@@ -153,7 +153,7 @@ async fn new_handshakes_get_a_swapped_certificate_while_open_streams_go_on() {
 
     let new = pki.leaf(&shim_identity());
     assert_ne!(new.der, old);
-    install(&shim.files, &new);
+    install(shim.files.as_ref().unwrap(), &new);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let config = client_config(&pki, Some(&client), &[]);

@@ -11,7 +11,7 @@ use linkerd_runtime::{
     shutdown,
     tls::{ClientAuth, TlsFiles},
 };
-use mtls_shim::{AdminState, Config, Forward, Shim, ShimMetrics, local_identity};
+use mtls_shim::{AdminState, Config, Forward, Identity, Shim, ShimMetrics, local_identity};
 use rustls::{
     ClientConfig, RootCertStore,
     pki_types::{CertificateDer, PrivateKeyDer, ServerName},
@@ -101,6 +101,11 @@ impl Pki {
         self.leaf_with(name, |_| {})
     }
 
+    /// The anchor as an issuer (the fake identity service signs CSRs with it).
+    pub fn issuer(&self) -> &rcgen::Issuer<'static, rcgen::KeyPair> {
+        &self.issuer
+    }
+
     /// A leaf for `name` that expired in 2021.
     pub fn expired_leaf(&self, name: &str) -> Leaf {
         self.leaf_with(name, |params| {
@@ -153,7 +158,8 @@ pub struct Harness {
     /// The mesh-TLS listeners, in the order of the upstreams given.
     pub listen: Vec<SocketAddr>,
     pub admin: SocketAddr,
-    pub files: TlsFiles,
+    /// The certificate files (file mode only).
+    pub files: Option<TlsFiles>,
     pub trust_anchors: PathBuf,
     pub dir: tempfile::TempDir,
     trigger: Option<shutdown::Trigger>,
@@ -191,7 +197,10 @@ impl Harness {
         Self {
             listen,
             admin,
-            files: config.identity,
+            files: match config.identity {
+                Identity::Files(files) => Some(files),
+                Identity::Certify(_) => None,
+            },
             trust_anchors: config.trust_anchors,
             dir,
             trigger: Some(trigger),
@@ -282,7 +291,7 @@ pub fn write_config(dir: &Path, pki: &Pki, leaf: &Leaf, upstreams: &[SocketAddr]
                 upstream,
             })
             .collect(),
-        identity: files,
+        identity: Identity::Files(files),
         trust_anchors,
         local_identity: shim_identity(),
         client_auth: ClientAuth::Required,
