@@ -26,11 +26,15 @@ use std::{
 };
 
 mod inbound;
+mod outbound;
 mod profile;
 
 pub use self::inbound::{
     authn_text, grpc_match_text, http_match_text, inbound_server_json, inbound_server_table,
     protocol_text, write_inbound_server,
+};
+pub use self::outbound::{
+    metadata_text, outbound_policy_json, outbound_policy_table, write_outbound_policy,
 };
 pub use self::profile::{
     profile_json, profile_table, request_match_text, response_match_text, write_profile,

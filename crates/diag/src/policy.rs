@@ -1,8 +1,12 @@
 //! `dst-diag policy inbound WORKLOAD PORT`: the `InboundServerPolicies.WatchPort` stream a
-//! proxy opens for each of its inbound ports.
+//! proxy opens for each of its inbound ports; `dst-diag policy outbound TARGET`: the
+//! `OutboundPolicies.Watch` stream it opens for each destination.
 
-use linkerd2_proxy_api::inbound::{
-    PortSpec, inbound_server_policies_client::InboundServerPoliciesClient,
+use linkerd2_proxy_api::{
+    inbound::{PortSpec, inbound_server_policies_client::InboundServerPoliciesClient},
+    outbound::{
+        TrafficSpec, outbound_policies_client::OutboundPoliciesClient, traffic_spec::Target,
+    },
 };
 use std::io::{self, Write};
 
@@ -21,6 +25,9 @@ pub enum PolicyCommand {
     /// Streams `InboundServerPolicies.WatchPort` for a workload port: the Server (or default
     /// policy) covering it, its protocol, authorizations, routes and rate limit.
     Inbound(InboundArgs),
+    /// Streams `OutboundPolicies.Watch` for a Service authority or an address: the protocol,
+    /// routes, backends (with the `Destination.Get` path each resolves), timeouts and retries.
+    Outbound(OutboundArgs),
 }
 
 /// The flags of `dst-diag policy inbound`.
@@ -46,10 +53,11 @@ pub struct InboundArgs {
 // === impl PolicyCommand ===
 
 impl PolicyCommand {
-    /// Runs the subcommand, printing to `out`; see [`InboundArgs::run`].
+    /// Runs the subcommand, printing to `out`; see [`InboundArgs::run`], [`OutboundArgs::run`].
     pub async fn run(&self, out: &mut impl Write) -> Result<(), Error> {
         match self {
             Self::Inbound(args) => args.run(out).await,
+            Self::Outbound(args) => args.run(out).await,
         }
     }
 }
@@ -94,6 +102,73 @@ impl InboundArgs {
             match output::write_inbound_server(out, self.output, &server) {
                 Ok(()) => {}
                 // A reader such as `head -5` that has seen enough is not a failure.
+                Err(error) if error.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+                Err(error) => return Err(Error::Output(error)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The flags of `dst-diag policy outbound`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct OutboundArgs {
+    /// What a client proxy calls: a Service authority (`web-svc.emojivoto.svc.cluster.local:80`)
+    /// or an address (`10.96.34.218:80`).
+    pub target: String,
+
+    /// The client's namespace: consumer routes of that namespace apply (spec/policy.md §5.4).
+    #[arg(long, default_value = "default")]
+    pub source_namespace: String,
+
+    /// The policy controller's gRPC service: `http://host:port`, or `host:port`.
+    #[arg(long, env = "DST_DIAG_POLICY", default_value = DEFAULT_POLICY)]
+    pub policy: String,
+
+    /// `table`: a readable block per update; `json`: one JSON object per update and line.
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+// === impl OutboundArgs ===
+
+impl OutboundArgs {
+    /// The request a proxy in `--source-namespace` would send: an address target when TARGET
+    /// parses as `ip:port`, else an authority (sent verbatim; the server validates it). The
+    /// workload is `<namespace>:dst-diag`, of which the server reads only the namespace.
+    pub fn request(&self) -> TrafficSpec {
+        let target = match self.target.parse::<std::net::SocketAddr>() {
+            Ok(addr) => Target::Addr(addr.into()),
+            Err(_) => Target::Authority(self.target.clone()),
+        };
+        TrafficSpec {
+            source_workload: format!("{}:dst-diag", self.source_namespace),
+            target: Some(target),
+        }
+    }
+
+    /// Streams every `OutboundPolicy` the controller sends for the target to `out`, until the
+    /// server ends the stream or `out` is closed (both `Ok`).
+    ///
+    /// Errors: the connection ([`Error::Connect`]), a refused request or a stream ended with an
+    /// error status ([`Error::Status`]), or `out` failing otherwise ([`Error::Output`]).
+    pub async fn run(&self, out: &mut impl Write) -> Result<(), Error> {
+        let channel = client::connect_to("--policy", &self.policy).await?;
+        let mut client =
+            OutboundPoliciesClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
+        let status = |status| Error::Status {
+            rpc: "Watch",
+            target: self.target.clone(),
+            status,
+        };
+        let mut stream = client
+            .watch(self.request())
+            .await
+            .map_err(status)?
+            .into_inner();
+        while let Some(policy) = stream.message().await.map_err(status)? {
+            match output::write_outbound_policy(out, self.output, &policy) {
+                Ok(()) => {}
                 Err(error) if error.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
                 Err(error) => return Err(Error::Output(error)),
             }

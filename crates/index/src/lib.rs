@@ -8,7 +8,9 @@
 //!    ([`model`]) held with secondary indexes, under one lock.
 //! 3. Views computed from the stores: [`endpoints`], one [`EndpointsView`] per subscribed
 //!    (service, port[, hostname]); [`profiles`], one view per subscribed service profile or
-//!    workload address, with ServiceProfiles validated into [`profile::ProfileInfo`].
+//!    workload address, with ServiceProfiles validated into [`profile::ProfileInfo`];
+//!    [`inbound`], one [`inbound::InboundServer`] per subscribed workload port; [`outbound`],
+//!    one [`outbound::OutboundPolicy`] per subscribed Service port and client namespace.
 //! 4. [`topic`]: views are published on `tokio::sync::watch` topics that live while
 //!    subscribed; an identical recomputation is not published.
 //!
@@ -21,6 +23,7 @@ pub mod endpoints;
 pub mod inbound;
 pub mod metrics;
 pub mod model;
+pub mod outbound;
 pub mod ports;
 pub mod profile;
 pub mod profiles;

@@ -32,6 +32,10 @@ use crate::{
         self, ExternalWorkloadInfo, InvalidObject, NodeInfo, ObjectRef, OwnerRef, PodInfo,
         ServerInfo, ServiceInfo, SliceInfo,
     },
+    outbound::{
+        OutboundConfig, OutboundError, OutboundLookup, OutboundPolicy, OutboundTarget,
+        routes::OutboundRoutes,
+    },
     profile::ProfileInfo,
     profiles::{
         self, AddressConflict, EndpointProfileKey, EndpointProfileView, ServiceProfileKey,
@@ -94,6 +98,12 @@ pub struct Cluster {
     /// Set by the policy controller; `None` in the destination.
     pub(crate) inbound_config: Option<InboundConfig>,
     inbound_topics: Topics<WorkloadRef, u16, InboundServer>,
+    /// HTTPRoutes and GRPCRoutes with Service parents, for outbound policy.
+    pub(crate) outbound_routes: OutboundRoutes,
+    /// Set by the policy controller; `None` in the destination.
+    pub(crate) outbound_config: Option<OutboundConfig>,
+    /// Outbound policies by Service, then (port, client namespace).
+    outbound_topics: Topics<ObjectRef, (u16, String), OutboundPolicy>,
     /// Objects skipped as invalid, with the reason logged, so a re-applied one is not logged
     /// again.
     invalid: HashMap<(&'static str, ObjectRef), String>,
@@ -118,6 +128,12 @@ pub struct Touched {
     pub(crate) inbound_namespaces: BTreeSet<String>,
     /// An authentication changed: every inbound server is recomputed.
     pub(crate) inbound_all: bool,
+    /// Services whose outbound policies must be recomputed (a route naming them as parent
+    /// changed, or their annotations or ports did).
+    pub(crate) outbound_services: BTreeSet<ObjectRef>,
+    /// A Service appeared or vanished: every outbound policy is recomputed, since any route
+    /// may name it as a backend (§5.4 `exists`).
+    pub(crate) outbound_all: bool,
 }
 
 impl Touched {
@@ -166,6 +182,17 @@ impl Index {
         index
     }
 
+    /// An empty index that serves inbound and outbound policy (the policy controller).
+    pub fn with_policy(
+        metrics: IndexMetrics,
+        inbound: InboundConfig,
+        outbound: OutboundConfig,
+    ) -> Self {
+        let index = Self::with_inbound(metrics, inbound);
+        index.inner.cluster.lock().outbound_config = Some(outbound);
+        index
+    }
+
     /// Starts one task per kind discovery needs (Services, EndpointSlices, Pods, Nodes,
     /// ReplicaSets, Jobs, Servers, ExternalWorkloads, ServiceProfiles), each applying `source`'s events to the index. The tasks run until the
     /// source's streams end.
@@ -186,7 +213,8 @@ impl Index {
     /// Starts one task per kind inbound policy needs: Pods, ExternalWorkloads, Servers,
     /// ServerAuthorizations, AuthorizationPolicies, MeshTLS and Network authentications,
     /// HTTPLocalRateLimitPolicies, and the route kinds (policy and Gateway API HTTPRoutes,
-    /// GRPCRoutes) (spec/policy.md §1.5). Route kinds whose CRD is missing are served empty.
+    /// GRPCRoutes), and Services for outbound policy (spec/policy.md §1.5). Route kinds whose
+    /// CRD is missing are served empty.
     pub fn spawn_policy_watches<S: Source>(&self, source: &S) -> Vec<tokio::task::JoinHandle<()>> {
         use linkerd_k8s_api::{
             AuthorizationPolicy, HttpLocalRateLimitPolicy, HttpRoute, MeshTlsAuthentication,
@@ -195,6 +223,7 @@ impl Index {
         };
         vec![
             self.spawn_watch::<Pod, _>(source),
+            self.spawn_watch::<Service, _>(source),
             self.spawn_watch::<ExternalWorkload, _>(source),
             self.spawn_watch::<Server, _>(source),
             self.spawn_watch::<ServerAuthorization, _>(source),
@@ -432,6 +461,58 @@ impl Index {
         ))
     }
 
+    /// Subscribes to the outbound policy of `target` for clients in `source_namespace`
+    /// (spec/policy.md §5.1, §5.8). A Service target (by name, or by a cluster IP with a
+    /// declared port) yields a topic, created on demand whether or not the Service exists; a
+    /// cluster IP with another port yields the fixed undefined-port policy, and an address
+    /// outside the cluster networks the fixed fallback.
+    ///
+    /// Errors: [`OutboundError::NoSuchService`] for another address inside the cluster
+    /// networks; [`OutboundError::NotServed`] when the index was not built with
+    /// [`Index::with_policy`].
+    pub fn outbound_policy(
+        &self,
+        target: OutboundTarget,
+        source_namespace: &str,
+    ) -> Result<OutboundLookup, OutboundError> {
+        let (service, port) = {
+            let cluster = self.inner.cluster.lock();
+            let config = cluster
+                .outbound_config
+                .as_ref()
+                .ok_or(OutboundError::NotServed)?;
+            match target {
+                OutboundTarget::Service { service, port } => (service, port),
+                OutboundTarget::Addr(addr) => match cluster.resolve_outbound_addr(config, addr)? {
+                    Ok(found) => found,
+                    Err(fixed) => return Ok(OutboundLookup::Fixed(Arc::new(fixed))),
+                },
+            }
+        };
+        let key = (port, source_namespace.to_string());
+        let svc = service.clone();
+        let namespace = source_namespace.to_string();
+        Ok(OutboundLookup::Watch(self.subscribe(
+            |c| &mut c.outbound_topics,
+            service,
+            key,
+            move |c| match &c.outbound_config {
+                Some(config) => c.outbound_service_policy(config, &svc, port, &namespace),
+                None => OutboundPolicy::UndefinedPort {
+                    namespace: svc.namespace.clone(),
+                    name: svc.name.clone(),
+                    port,
+                },
+            },
+        )))
+    }
+
+    /// The number of outbound policy topics alive (one per subscribed Service port and client
+    /// namespace).
+    pub fn outbound_topic_count(&self) -> usize {
+        self.inner.cluster.lock().outbound_topics.len()
+    }
+
     /// The number of endpoint topics alive (one per subscribed service port and hostname).
     pub fn endpoint_topic_count(&self) -> usize {
         self.inner.cluster.lock().endpoint_topics.len()
@@ -604,6 +685,29 @@ impl Cluster {
             }
             self.inbound_topics = topics;
         }
+        self.publish_outbound(touched);
+    }
+
+    /// Recomputes the outbound policies `touched` reaches.
+    fn publish_outbound(&mut self, touched: &Touched) {
+        let Some(config) = self.outbound_config.clone() else {
+            return;
+        };
+        if !touched.outbound_all && touched.outbound_services.is_empty() {
+            return;
+        }
+        let mut topics = std::mem::take(&mut self.outbound_topics);
+        let services: Vec<ObjectRef> = if touched.outbound_all {
+            topics.groups().cloned().collect()
+        } else {
+            touched.outbound_services.iter().cloned().collect()
+        };
+        for service in &services {
+            topics.republish(service, |(port, source_namespace)| {
+                self.outbound_service_policy(&config, service, *port, source_namespace)
+            });
+        }
+        self.outbound_topics = topics;
     }
 
     /// Re-sorts the Servers of `namespaces` by age (see `servers_by_age`).
@@ -726,11 +830,17 @@ impl IndexedKind for Service {
         if cluster.services.get(&key).is_some_and(|old| **old == svc) {
             return Ok(());
         }
+        let existed = cluster.services.contains_key(&key);
         Self::delete(cluster, &key, &mut Touched::default());
         for ip in &svc.cluster_ips {
             index_insert(&mut cluster.services_by_ip, *ip, &key);
         }
         cluster.services.insert(key.clone(), Arc::new(svc));
+        if existed {
+            touched.outbound_services.insert(key.clone());
+        } else {
+            touched.outbound_all = true;
+        }
         touched.insert(key);
         Ok(())
     }
@@ -740,6 +850,7 @@ impl IndexedKind for Service {
             for ip in &old.cluster_ips {
                 index_remove(&mut cluster.services_by_ip, ip, key);
             }
+            touched.outbound_all = true;
             touched.insert(key.clone());
         }
     }

@@ -7,6 +7,7 @@ use ipnet::IpNet;
 use linkerd_index::{
     PortSet,
     inbound::{DefaultPolicy, InboundConfig},
+    outbound::OutboundConfig,
 };
 use linkerd_runtime::{ClusterArgs, LogArgs, parse_bool, parse_listen_addr};
 use std::{net::SocketAddr, path::PathBuf};
@@ -111,6 +112,19 @@ impl Args {
             probe_networks: self.probe_networks.0.clone(),
             identity_domain: self.identity_domain.clone(),
             control_plane_namespace: self.control_plane_namespace.clone(),
+            compute_route_acceptance: self.cluster.cluster_state.is_some(),
+        }
+    }
+}
+
+impl Args {
+    /// What the index needs to compute outbound policy (spec §5). Offline mode decides route
+    /// acceptance in-process, as for inbound.
+    pub fn outbound_config(&self) -> OutboundConfig {
+        OutboundConfig {
+            cluster_domain: self.cluster_domain.clone(),
+            cluster_networks: self.cluster_networks.0.clone(),
+            default_opaque_ports: self.default_opaque_ports.clone(),
             compute_route_acceptance: self.cluster.cluster_state.is_some(),
         }
     }

@@ -1,5 +1,6 @@
 //! The policy controller of the linkerd-destination pod: `InboundServerPolicies` tells each
-//! proxy what its inbound ports accept and how they route (spec/policy.md §4).
+//! proxy what its inbound ports accept and how they route (spec/policy.md §4);
+//! `OutboundPolicies` how to route, retry and balance what it sends (§5, [`outbound`]).
 //!
 //! The index ([`linkerd_index`]) computes one [`linkerd_index::inbound::InboundServer`] per
 //! subscribed (workload, port); this crate parses requests ([`workload`]), streams the views
@@ -14,6 +15,7 @@ pub mod args;
 pub mod inbound;
 pub mod lease;
 pub mod metrics;
+pub mod outbound;
 pub mod server;
 pub mod translate;
 pub mod workload;
@@ -22,6 +24,7 @@ pub use self::{
     args::Args,
     inbound::InboundPolicyService,
     metrics::PolicyMetrics,
-    server::{bind, serve},
-    translate::InboundTranslator,
+    outbound::OutboundPolicyService,
+    server::{bind, serve, serve_policies},
+    translate::{InboundTranslator, outbound::OutboundTranslator},
 };

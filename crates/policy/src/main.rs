@@ -7,7 +7,10 @@ use linkerd_runtime::{
     Admin, shutdown,
     tls::{HttpsServer, ServerTls, TlsFiles},
 };
-use policy::{Args, InboundPolicyService, InboundTranslator, PolicyMetrics, bind, serve};
+use policy::{
+    Args, InboundPolicyService, InboundTranslator, OutboundPolicyService, OutboundTranslator,
+    PolicyMetrics, bind, serve_policies,
+};
 use std::sync::Arc;
 
 #[tokio::main]
@@ -25,7 +28,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(trigger.on_signal());
 
-    let index = Index::with_inbound(index_metrics.clone(), args.inbound_config());
+    let index = Index::with_policy(
+        index_metrics.clone(),
+        args.inbound_config(),
+        args.outbound_config(),
+    );
     let source = args.cluster.source(index_metrics).await?;
     let _watches = index.spawn_policy_watches(&source);
 
@@ -56,15 +63,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (listener, grpc_addr) = bind(args.grpc_addr)
         .await
         .with_context(|| format!("cannot listen on --grpc-addr {}", args.grpc_addr))?;
-    tracing::info!(%grpc_addr, %admin_addr, "serving InboundServerPolicies");
+    tracing::info!(%grpc_addr, %admin_addr, "serving InboundServerPolicies and OutboundPolicies");
 
     let inbound = InboundPolicyService::new(
-        index,
+        index.clone(),
         InboundTranslator::new(args.cluster_networks.0.clone()),
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    let outbound = OutboundPolicyService::new(
+        index,
+        OutboundTranslator::new(args.allow_l5d_request_headers),
+        args.cluster_domain.clone(),
         metrics,
         shutdown.clone(),
     );
-    serve(listener, inbound, shutdown).await?;
+    serve_policies(listener, inbound, Some(outbound), shutdown).await?;
     if let Some(webhook) = webhook {
         let _ = webhook.await;
     }

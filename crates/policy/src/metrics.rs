@@ -57,6 +57,23 @@ pub const WATCH_PORT: Method = Method {
     streaming: true,
 };
 
+/// The gRPC service name of outbound policy.
+pub const OUTBOUND_SERVICE: &str = "io.linkerd.proxy.outbound.OutboundPolicies";
+
+/// `OutboundPolicies.Get`.
+pub const OUTBOUND_GET: Method = Method {
+    service: OUTBOUND_SERVICE,
+    name: "Get",
+    streaming: false,
+};
+
+/// `OutboundPolicies.Watch`.
+pub const OUTBOUND_WATCH: Method = Method {
+    service: OUTBOUND_SERVICE,
+    name: "Watch",
+    streaming: true,
+};
+
 /// Handles to the policy controller's gRPC metrics; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct PolicyMetrics {

@@ -194,7 +194,7 @@ fn route_metadata(reference: &RouteRef) -> meta::Metadata {
     meta::Metadata { kind: Some(kind) }
 }
 
-fn duration(d: Duration) -> prost_types::Duration {
+pub(crate) fn duration(d: Duration) -> prost_types::Duration {
     prost_types::Duration {
         seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         // Below 1e9, so it fits.
@@ -279,7 +279,7 @@ fn rate_limit(limit: &RateLimit) -> api::HttpLocalRateLimit {
     }
 }
 
-fn host_match(host: &HostMatch) -> http_route::HostMatch {
+pub(crate) fn host_match(host: &HostMatch) -> http_route::HostMatch {
     let m = match host {
         HostMatch::Exact(name) => http_route::host_match::Match::Exact(name.clone()),
         HostMatch::Suffix { reverse_labels } => {
@@ -291,7 +291,7 @@ fn host_match(host: &HostMatch) -> http_route::HostMatch {
     http_route::HostMatch { r#match: Some(m) }
 }
 
-fn http_match(m: &HttpRouteMatch) -> http_route::HttpRouteMatch {
+pub(crate) fn http_match(m: &HttpRouteMatch) -> http_route::HttpRouteMatch {
     use http_route::path_match::Kind;
     http_route::HttpRouteMatch {
         path: m.path.as_ref().map(|p| http_route::PathMatch {
@@ -343,7 +343,7 @@ fn method(m: &str) -> http_types::HttpMethod {
     http_types::HttpMethod { r#type: Some(t) }
 }
 
-fn grpc_match(m: &GrpcRouteMatch) -> grpc_route::GrpcRouteMatch {
+pub(crate) fn grpc_match(m: &GrpcRouteMatch) -> grpc_route::GrpcRouteMatch {
     grpc_route::GrpcRouteMatch {
         rpc: Some(grpc_route::GrpcRpcMatch {
             service: m.service.clone().unwrap_or_default(),
@@ -376,7 +376,7 @@ fn grpc_filter(f: &Filter) -> Option<api::grpc_route::Filter> {
     }
 }
 
-fn header_modifier(m: &HeaderModifier) -> http_route::RequestHeaderModifier {
+pub(crate) fn header_modifier(m: &HeaderModifier) -> http_route::RequestHeaderModifier {
     let headers = |pairs: &[(String, String)]| http_types::Headers {
         headers: pairs
             .iter()
@@ -393,7 +393,7 @@ fn header_modifier(m: &HeaderModifier) -> http_route::RequestHeaderModifier {
     }
 }
 
-fn redirect(r: &RequestRedirect) -> http_route::RequestRedirect {
+pub(crate) fn redirect(r: &RequestRedirect) -> http_route::RequestRedirect {
     use http_route::path_modifier::Replace;
     http_route::RequestRedirect {
         scheme: r.scheme.as_deref().map(http_types::Scheme::from),
@@ -408,6 +408,8 @@ fn redirect(r: &RequestRedirect) -> http_route::RequestRedirect {
         status: r.status.map(u32::from).unwrap_or(DEFAULT_REDIRECT_STATUS),
     }
 }
+
+pub mod outbound;
 
 #[cfg(test)]
 mod tests;

@@ -76,6 +76,15 @@ pub enum WorkloadRef {
     ExternalWorkload { namespace: String, name: String },
 }
 
+impl WorkloadRef {
+    /// The workload's namespace (outbound requests use only this, spec/policy.md §5.1).
+    pub fn namespace(&self) -> &str {
+        match self {
+            Self::Pod { namespace, .. } | Self::ExternalWorkload { namespace, .. } => namespace,
+        }
+    }
+}
+
 /// The workload is not indexed (unknown, or a pod that is not meshed): `NOT_FOUND`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("unknown server")]

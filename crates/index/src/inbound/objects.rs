@@ -568,8 +568,12 @@ fn grpc_route(r: &GrpcRoute) -> Result<InboundRouteInfo, InvalidObject> {
 /// Implements [`IndexedKind`] for a policy kind stored in one of [`super::PolicyStores`]:
 /// `$store` picks the store, `$convert` builds the domain form, `$key` its name in the store,
 /// and a change touches its namespace (`$all` true: every namespace).
+///
+/// Route kinds also name `outbound = ($group, $kind, $convert)`: the route is then stored in
+/// outbound form too (spec/policy.md §5.4), and an error of either form is reported.
 macro_rules! policy_kind {
-    ($ty:ty, $kind:literal, $metric:literal, $store:ident, $key:expr, $all:expr, $convert:expr) => {
+    ($ty:ty, $kind:literal, $metric:literal, $store:ident, $key:expr, $all:expr, $convert:expr
+     $(, outbound = ($ogroup:expr, $okind:expr, $oconvert:expr))?) => {
         impl IndexedKind for $ty {
             const KIND: &'static str = $kind;
             const CACHE_METRIC: &'static str = $metric;
@@ -579,8 +583,26 @@ macro_rules! policy_kind {
                 obj: &Self,
                 touched: &mut Touched,
             ) -> Result<(), InvalidObject> {
+                #[allow(unused_mut)]
+                let mut outbound: Result<(), InvalidObject> = Ok(());
+                $(
+                    if let Some(key) = crate::store::object_ref(obj) {
+                        let key = crate::outbound::routes::RouteKey {
+                            group: $ogroup,
+                            kind: $okind,
+                            namespace: key.namespace,
+                            name: key.name,
+                        };
+                        outbound = crate::outbound::routes::apply_route(
+                            cluster,
+                            key,
+                            ($oconvert)(obj),
+                            touched,
+                        );
+                    }
+                )?
                 let convert: fn(&Cluster, &Self) -> Result<_, InvalidObject> = $convert;
-                match convert(cluster, obj) {
+                let inbound = match convert(cluster, obj) {
                     Ok(info) => {
                         let namespace = info.namespace.clone();
                         let name = ($key)(&info.name);
@@ -592,14 +614,29 @@ macro_rules! policy_kind {
                     Err(error) => {
                         // The last good version must not outlive an invalid update.
                         if let Some(key) = crate::store::object_ref(obj) {
-                            Self::delete(cluster, &key, touched);
+                            if cluster.policy.$store.remove(&key.namespace, &($key)(&key.name)) {
+                                touch(touched, key.namespace.clone(), $all);
+                            }
                         }
                         Err(error)
                     }
-                }
+                };
+                inbound.and(outbound)
             }
 
             fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
+                $(
+                    crate::outbound::routes::delete_route(
+                        cluster,
+                        &crate::outbound::routes::RouteKey {
+                            group: $ogroup,
+                            kind: $okind,
+                            namespace: key.namespace.clone(),
+                            name: key.name.clone(),
+                        },
+                        touched,
+                    );
+                )?
                 if cluster
                     .policy
                     .$store
@@ -610,7 +647,8 @@ macro_rules! policy_kind {
             }
 
             fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
-                cluster
+                #[allow(unused_mut)]
+                let mut keys: Vec<ObjectRef> = cluster
                     .policy
                     .$store
                     .keys()
@@ -623,7 +661,13 @@ macro_rules! policy_kind {
                             name,
                         })
                     })
-                    .collect()
+                    .collect();
+                $(
+                    keys.extend(crate::outbound::routes::route_keys(cluster, $ogroup, $okind));
+                    keys.sort();
+                    keys.dedup();
+                )?
+                keys
             }
         }
     };
@@ -694,7 +738,12 @@ policy_kind!(
     routes,
     |n: &str| format!("policy.linkerd.io/HTTPRoute/{n}"),
     false,
-    |_, r| policy_http_route(r)
+    |_, r| policy_http_route(r),
+    outbound = (
+        POLICY_GROUP,
+        "HTTPRoute",
+        crate::outbound::routes::policy_http_route
+    )
 );
 policy_kind!(
     GatewayHttpRoute,
@@ -703,7 +752,12 @@ policy_kind!(
     routes,
     |n: &str| format!("gateway.networking.k8s.io/HTTPRoute/{n}"),
     false,
-    |_, r| gateway_http_route(r)
+    |_, r| gateway_http_route(r),
+    outbound = (
+        GATEWAY_GROUP,
+        "HTTPRoute",
+        crate::outbound::routes::gateway_http_route
+    )
 );
 policy_kind!(
     GrpcRoute,
@@ -712,5 +766,10 @@ policy_kind!(
     routes,
     |n: &str| format!("gateway.networking.k8s.io/GRPCRoute/{n}"),
     false,
-    |_, r| grpc_route(r)
+    |_, r| grpc_route(r),
+    outbound = (
+        GATEWAY_GROUP,
+        "GRPCRoute",
+        crate::outbound::routes::grpc_route
+    )
 );

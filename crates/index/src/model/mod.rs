@@ -100,6 +100,8 @@ pub struct ServicePort {
     pub port: u16,
     /// The port's name; `""` when unnamed (matches unnamed slice ports).
     pub name: String,
+    /// `appProtocol`, as written (outbound protocol selection, spec/policy.md §5.3).
+    pub app_protocol: Option<String>,
 }
 
 /// An EndpointSlice, as discovery reads it.
@@ -249,6 +251,7 @@ impl ServiceInfo {
             ports.push(ServicePort {
                 port,
                 name: p.name.clone().unwrap_or_default(),
+                app_protocol: p.app_protocol.clone(),
             });
         }
         let ips = match spec.cluster_ips.as_deref() {

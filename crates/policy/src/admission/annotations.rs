@@ -4,7 +4,7 @@
 //!
 //! Only validity is computed here; the outbound index owns their meaning.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::collections::BTreeMap;
 
 /// `retry.linkerd.io/limit`: retries per request (u16, `0` means unset).
 pub const RETRY_LIMIT: &str = "retry.linkerd.io/limit";
@@ -30,63 +30,9 @@ const GRPC_CONDITIONS: [&str; 5] = [
     "unavailable",
 ];
 
-/// Why an annotation-style duration does not parse (spec §3.6).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DurationError {
-    #[error("empty duration")]
-    Empty,
-    #[error("duration cannot be negative: '{0}'")]
-    Negative(String),
-    #[error("fractional values not supported")]
-    Fractional,
-    #[error("'{0}' does not start with a duration value")]
-    NoValue(String),
-    #[error("missing duration unit; did you mean '{0}s' or '{0}ms'?")]
-    MissingUnit(u64),
-    #[error("invalid duration unit {0} (expected one of 'ms', 's', 'm', 'h', or 'd')")]
-    InvalidUnit(String),
-    #[error("duration {0} overflows")]
-    Overflow(String),
-}
-
-/// Parses an annotation-style duration: optional surrounding whitespace, an integer magnitude
-/// and a unit among `ms`, `s`, `m`, `h`, `d`; a bare `0` is zero.
-pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
-    let s = input.trim();
-    if s.is_empty() {
-        return Err(DurationError::Empty);
-    }
-    if s.starts_with('-') {
-        return Err(DurationError::Negative(s.to_string()));
-    }
-    let (magnitude, unit) = s.split_at(
-        s.find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(s.len()),
-    );
-    if magnitude.contains('.') {
-        return Err(DurationError::Fractional);
-    }
-    if magnitude.is_empty() {
-        return Err(DurationError::NoValue(s.to_string()));
-    }
-    let magnitude: u64 = magnitude
-        .parse()
-        .map_err(|_| DurationError::Overflow(s.to_string()))?;
-    let millis_per_unit: u64 = match unit {
-        "" if magnitude == 0 => 0,
-        "" => return Err(DurationError::MissingUnit(magnitude)),
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        other => return Err(DurationError::InvalidUnit(other.to_string())),
-    };
-    magnitude
-        .checked_mul(millis_per_unit)
-        .map(Duration::from_millis)
-        .ok_or_else(|| DurationError::Overflow(s.to_string()))
-}
+/// The annotation-style duration parser is the outbound index's (spec §3.6), so admission and
+/// the index agree on what is valid.
+pub use linkerd_index::outbound::annotations::{DurationError, parse_duration};
 
 /// Checks the `timeout.linkerd.io/*` annotations:
 /// `invalid timeout.linkerd.io/request value: <reason>`.
@@ -152,6 +98,7 @@ fn check_retry_limit_and_timeout(annotations: &BTreeMap<String, String>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

@@ -1,0 +1,322 @@
+//! `dst-diag policy outbound` output: one `OutboundPolicy` as a readable block or one JSON
+//! object. Both show the same summary: the policy's metadata and protocol, then per route its
+//! metadata and per rule the matches, the backends with their weight and the
+//! `Destination.Get` path (or forwarded address) they resolve, and failures injected.
+
+use linkerd2_proxy_api::{
+    meta,
+    outbound::{Backend, OutboundPolicy, backend, proxy_protocol},
+};
+use serde_json::{Value, json};
+use std::io::{self, Write};
+
+use super::{OutputFormat, grpc_match_text, http_match_text};
+
+/// Writes `policy` to `out` in `format` and flushes: a readable block followed by an empty
+/// line, or one JSON object on one line.
+pub fn write_outbound_policy(
+    out: &mut impl Write,
+    format: OutputFormat,
+    policy: &OutboundPolicy,
+) -> io::Result<()> {
+    match format {
+        OutputFormat::Json => writeln!(out, "{}", outbound_policy_json(policy))?,
+        OutputFormat::Table => writeln!(out, "{}\n", outbound_policy_table(policy))?,
+    }
+    out.flush()
+}
+
+/// `default:<name>`, `<Kind>.<group> <namespace>/<name>[:port]`, or `none`.
+pub fn metadata_text(m: Option<&meta::Metadata>) -> String {
+    match m.and_then(|m| m.kind.as_ref()) {
+        Some(meta::metadata::Kind::Default(name)) => format!("default:{name}"),
+        Some(meta::metadata::Kind::Resource(r)) => {
+            let port = if r.port == 0 {
+                String::new()
+            } else {
+                format!(":{}", r.port)
+            };
+            format!("{}.{} {}/{}{port}", r.kind, r.group, r.namespace, r.name)
+        }
+        None => "none".into(),
+    }
+}
+
+fn backend_json(weight: u32, backend: Option<&Backend>, failures: Vec<String>) -> Value {
+    let target = match backend.and_then(|b| b.kind.as_ref()) {
+        Some(backend::Kind::Balancer(b)) => {
+            match b.discovery.as_ref().and_then(|d| d.kind.as_ref()) {
+                Some(backend::endpoint_discovery::Kind::Dst(dst)) => format!("dst {}", dst.path),
+                None => "balancer without discovery".into(),
+            }
+        }
+        Some(backend::Kind::Forward(addr)) => match addr
+            .addr
+            .and_then(|a| std::net::SocketAddr::try_from(a).ok())
+        {
+            Some(addr) => format!("forward {addr}"),
+            None => "forward (no address)".into(),
+        },
+        None => "none".into(),
+    };
+    json!({
+        "weight": weight,
+        "backend": metadata_text(backend.and_then(|b| b.metadata.as_ref())),
+        "target": target,
+        "failures": failures,
+    })
+}
+
+/// Route summaries, each `{kind, route, rules: [{matches, backends}]}`.
+fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
+    use linkerd2_proxy_api::outbound::{grpc_route, http_route, opaque_route};
+    let http = |kind: &str, routes: &[linkerd2_proxy_api::outbound::HttpRoute]| {
+        routes
+            .iter()
+            .map(|r| {
+                let rules: Vec<Value> = r
+                    .rules
+                    .iter()
+                    .map(|rule| {
+                        let backends: Vec<Value> = match rule
+                            .backends
+                            .as_ref()
+                            .and_then(|d| d.kind.as_ref())
+                        {
+                            Some(http_route::distribution::Kind::FirstAvailable(f)) => f
+                                .backends
+                                .iter()
+                                .map(|b| {
+                                    backend_json(1, b.backend.as_ref(), http_failures(&b.filters))
+                                })
+                                .collect(),
+                            Some(http_route::distribution::Kind::RandomAvailable(ra)) => ra
+                                .backends
+                                .iter()
+                                .map(|w| {
+                                    let b = w.backend.as_ref();
+                                    backend_json(
+                                        w.weight,
+                                        b.and_then(|b| b.backend.as_ref()),
+                                        b.map(|b| http_failures(&b.filters)).unwrap_or_default(),
+                                    )
+                                })
+                                .collect(),
+                            _ => vec![],
+                        };
+                        json!({
+                            "matches": rule.matches.iter().map(http_match_text).collect::<Vec<_>>(),
+                            "backends": backends,
+                        })
+                    })
+                    .collect();
+                json!({"kind": kind, "route": metadata_text(r.metadata.as_ref()), "rules": rules})
+            })
+            .collect::<Vec<_>>()
+    };
+    fn http_failures(filters: &[http_route::Filter]) -> Vec<String> {
+        filters
+            .iter()
+            .filter_map(|f| match &f.kind {
+                Some(http_route::filter::Kind::FailureInjector(i)) => {
+                    Some(format!("{} {}", i.status, i.message))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+    fn grpc_failures(filters: &[grpc_route::Filter]) -> Vec<String> {
+        filters
+            .iter()
+            .filter_map(|f| match &f.kind {
+                Some(grpc_route::filter::Kind::FailureInjector(i)) => {
+                    Some(format!("grpc-status {} {}", i.code, i.message))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+    fn opaque_failures(filters: &[opaque_route::Filter]) -> Vec<String> {
+        filters
+            .iter()
+            .map(|f| match &f.kind {
+                Some(opaque_route::filter::Kind::Invalid(i)) => format!("invalid {}", i.message),
+                Some(opaque_route::filter::Kind::Forbidden(_)) => "forbidden".into(),
+                None => "unknown filter".into(),
+            })
+            .collect()
+    }
+    let opaque = |routes: &[linkerd2_proxy_api::outbound::OpaqueRoute]| {
+        routes
+            .iter()
+            .map(|r| {
+                let rules: Vec<Value> = r
+                    .rules
+                    .iter()
+                    .map(|rule| {
+                        let mut backends: Vec<Value> = match rule.backends.as_ref().and_then(|d| d.kind.as_ref()) {
+                            Some(opaque_route::distribution::Kind::FirstAvailable(f)) => f
+                                .backends
+                                .iter()
+                                .map(|b| backend_json(1, b.backend.as_ref(), opaque_failures(&b.filters)))
+                                .collect(),
+                            Some(opaque_route::distribution::Kind::RandomAvailable(ra)) => ra
+                                .backends
+                                .iter()
+                                .map(|w| {
+                                    let b = w.backend.as_ref();
+                                    backend_json(
+                                        w.weight,
+                                        b.and_then(|b| b.backend.as_ref()),
+                                        b.map(|b| opaque_failures(&b.filters)).unwrap_or_default(),
+                                    )
+                                })
+                                .collect(),
+                            _ => vec![],
+                        };
+                        if backends.is_empty() {
+                            backends.push(backend_json(0, None, opaque_failures(&rule.filters)));
+                        }
+                        json!({"matches": Vec::<String>::new(), "backends": backends})
+                    })
+                    .collect();
+                json!({"kind": "opaque", "route": metadata_text(r.metadata.as_ref()), "rules": rules})
+            })
+            .collect::<Vec<_>>()
+    };
+    let grpc = |routes: &[linkerd2_proxy_api::outbound::GrpcRoute]| {
+        routes
+            .iter()
+            .map(|r| {
+                let rules: Vec<Value> = r
+                    .rules
+                    .iter()
+                    .map(|rule| {
+                        let backends: Vec<Value> = match rule
+                            .backends
+                            .as_ref()
+                            .and_then(|d| d.kind.as_ref())
+                        {
+                            Some(grpc_route::distribution::Kind::FirstAvailable(f)) => f
+                                .backends
+                                .iter()
+                                .map(|b| {
+                                    backend_json(1, b.backend.as_ref(), grpc_failures(&b.filters))
+                                })
+                                .collect(),
+                            Some(grpc_route::distribution::Kind::RandomAvailable(ra)) => ra
+                                .backends
+                                .iter()
+                                .map(|w| {
+                                    let b = w.backend.as_ref();
+                                    backend_json(
+                                        w.weight,
+                                        b.and_then(|b| b.backend.as_ref()),
+                                        b.map(|b| grpc_failures(&b.filters)).unwrap_or_default(),
+                                    )
+                                })
+                                .collect(),
+                            _ => vec![],
+                        };
+                        json!({
+                            "matches": rule.matches.iter().map(grpc_match_text).collect::<Vec<_>>(),
+                            "backends": backends,
+                        })
+                    })
+                    .collect();
+                json!({"kind": "grpc", "route": metadata_text(r.metadata.as_ref()), "rules": rules})
+            })
+            .collect::<Vec<_>>()
+    };
+    match protocol {
+        proxy_protocol::Kind::Detect(d) => {
+            let mut routes = d
+                .http1
+                .as_ref()
+                .map(|h| http("http", &h.routes))
+                .unwrap_or_default();
+            routes.extend(
+                d.opaque
+                    .as_ref()
+                    .map(|o| opaque(&o.routes))
+                    .unwrap_or_default(),
+            );
+            routes
+        }
+        proxy_protocol::Kind::Http1(h) => http("http1", &h.routes),
+        proxy_protocol::Kind::Http2(h) => http("http2", &h.routes),
+        proxy_protocol::Kind::Grpc(g) => grpc(&g.routes),
+        proxy_protocol::Kind::Opaque(o) => opaque(&o.routes),
+        proxy_protocol::Kind::Tls(_) => vec![],
+    }
+}
+
+/// The JSON object of one policy: `{metadata, protocol, routes}`.
+pub fn outbound_policy_json(policy: &OutboundPolicy) -> Value {
+    let kind = policy.protocol.as_ref().and_then(|p| p.kind.as_ref());
+    let protocol = match kind {
+        Some(proxy_protocol::Kind::Detect(d)) => format!(
+            "detect (timeout {}s)",
+            d.timeout.as_ref().map_or(0, |t| t.seconds)
+        ),
+        Some(proxy_protocol::Kind::Http1(_)) => "http1".into(),
+        Some(proxy_protocol::Kind::Http2(_)) => "http2".into(),
+        Some(proxy_protocol::Kind::Grpc(_)) => "grpc".into(),
+        Some(proxy_protocol::Kind::Opaque(_)) => "opaque".into(),
+        Some(proxy_protocol::Kind::Tls(_)) => "tls".into(),
+        None => "none".into(),
+    };
+    json!({
+        "metadata": metadata_text(policy.metadata.as_ref()),
+        "protocol": protocol,
+        "routes": kind.map(routes_json).unwrap_or_default(),
+    })
+}
+
+/// The readable block of one policy.
+pub fn outbound_policy_table(policy: &OutboundPolicy) -> String {
+    let v = outbound_policy_json(policy);
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let mut lines = vec![
+        format!("policy:   {}", s(&v["metadata"])),
+        format!("protocol: {}", s(&v["protocol"])),
+    ];
+    for route in v["routes"].as_array().into_iter().flatten() {
+        lines.push(format!(
+            "route:    [{}] {}",
+            s(&route["kind"]),
+            s(&route["route"])
+        ));
+        for rule in route["rules"].as_array().into_iter().flatten() {
+            let matches: Vec<String> = rule["matches"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(s)
+                .collect();
+            if !matches.is_empty() {
+                lines.push(format!("  match:  {}", matches.join(" | ")));
+            }
+            for b in rule["backends"].as_array().into_iter().flatten() {
+                let failures: Vec<String> = b["failures"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(s)
+                    .collect();
+                let failures = if failures.is_empty() {
+                    String::new()
+                } else {
+                    format!(" fails: {}", failures.join(", "))
+                };
+                lines.push(format!(
+                    "  backend: weight {} {} -> {}{failures}",
+                    b["weight"],
+                    s(&b["backend"]),
+                    s(&b["target"])
+                ));
+            }
+        }
+    }
+    lines.join("\n")
+}

@@ -1,0 +1,127 @@
+//! `dst-diag policy outbound` as a process against an OutboundPolicies server started in this
+//! test on `127.0.0.1:0`, serving the emojivoto fixture offline.
+
+mod support;
+
+use linkerd_index::{
+    Index, IndexMetrics,
+    inbound::{DefaultPolicy, InboundConfig},
+    outbound::OutboundConfig,
+    ports::PortSet,
+    source::offline::OfflineSource,
+};
+use linkerd_runtime::shutdown;
+use policy::{
+    InboundPolicyService, InboundTranslator, OutboundPolicyService, OutboundTranslator,
+    PolicyMetrics, args::parse_networks, bind, serve_policies,
+};
+use serde_json::{Value, json};
+use std::{net::SocketAddr, path::Path, time::Duration};
+use support::*;
+
+async fn start_policy_server() -> (SocketAddr, shutdown::Trigger) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/emojivoto");
+    let networks = parse_networks("10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0.0/16,fd00::/8")
+        .unwrap()
+        .0;
+    let inbound = InboundConfig {
+        cluster_networks: networks.clone(),
+        default_policy: DefaultPolicy::AllUnauthenticated,
+        probe_networks: vec![],
+        identity_domain: "cluster.local".into(),
+        control_plane_namespace: "linkerd".into(),
+        compute_route_acceptance: true,
+    };
+    let outbound = OutboundConfig {
+        cluster_domain: "cluster.local".into(),
+        cluster_networks: networks.clone(),
+        default_opaque_ports: PortSet::default(),
+        compute_route_acceptance: true,
+    };
+    let metrics = IndexMetrics::default();
+    let index = Index::with_policy(metrics.clone(), inbound, outbound);
+    let source = OfflineSource::start(&dir, metrics).expect("fixture dir");
+    index.spawn_policy_watches(&source);
+    let mut ready = index.ready();
+    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
+        .await
+        .expect("index ready in time")
+        .expect("ready channel");
+    let (trigger, shutdown) = shutdown::channel();
+    let inbound = InboundPolicyService::new(
+        index.clone(),
+        InboundTranslator::new(networks),
+        PolicyMetrics::default(),
+        shutdown.clone(),
+    );
+    let outbound = OutboundPolicyService::new(
+        index,
+        OutboundTranslator::new(false),
+        "cluster.local".into(),
+        PolicyMetrics::default(),
+        shutdown.clone(),
+    );
+    let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    tokio::spawn(serve_policies(listener, inbound, Some(outbound), shutdown));
+    (addr, trigger)
+}
+
+#[tokio::test]
+async fn table_shows_web_svc_default_routes() {
+    let (addr, _server) = start_policy_server().await;
+    let policy = addr.to_string();
+    let child = dst_diag(&[
+        "policy",
+        "outbound",
+        "web-svc.emojivoto.svc.cluster.local:80",
+        "--source-namespace",
+        "emojivoto",
+        "--policy",
+        &policy,
+    ]);
+    let lines = read_lines(child, 7).await;
+    let dst = "Service.core emojivoto/web-svc:80 -> dst web-svc.emojivoto.svc.cluster.local:80";
+    assert_eq!(
+        lines,
+        [
+            "policy:   Service.core emojivoto/web-svc:80".to_string(),
+            "protocol: detect (timeout 10s)".to_string(),
+            "route:    [http] default:http".to_string(),
+            "  match:  path^=/".to_string(),
+            format!("  backend: weight 1 {dst}"),
+            "route:    [opaque] default:opaq".to_string(),
+            format!("  backend: weight 1 {dst}"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn json_shows_undefined_port() {
+    let (addr, _server) = start_policy_server().await;
+    let policy = format!("http://{addr}");
+    let child = dst_diag(&[
+        "policy",
+        "outbound",
+        "10.96.34.218:9999",
+        "--policy",
+        &policy,
+        "-o",
+        "json",
+    ]);
+    let lines = read_lines(child, 1).await;
+    let p: Value = serde_json::from_str(&lines[0]).expect("a JSON line");
+    assert_eq!(
+        p,
+        json!({
+            "metadata": "Service.core emojivoto/web-svc:9999",
+            "protocol": "opaque",
+            "routes": [{
+                "kind": "opaque",
+                "route": "default:undefined-port",
+                "rules": [{"matches": [], "backends": [
+                    {"weight": 0, "backend": "none", "target": "none", "failures": ["forbidden"]}
+                ]}],
+            }],
+        })
+    );
+}

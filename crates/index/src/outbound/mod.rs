@@ -1,0 +1,415 @@
+//! Outbound policy: per (Service, port, client namespace), the protocol, routes and backends a
+//! client proxy uses (spec/policy.md §5).
+//!
+//! - [`view`]: the [`OutboundPolicy`] served, protocol-agnostic.
+//! - [`routes`]: HTTPRoutes and GRPCRoutes in outbound form, stored by parent Service.
+//! - [`annotations`]: retries, timeouts, failure accrual and load bias from annotations.
+//! - this module: target resolution (§5.1) and the computation of a policy from the stores
+//!   (§5.3–§5.5); the index publishes one topic per subscribed (Service, port, namespace).
+
+pub mod annotations;
+pub mod routes;
+pub mod view;
+
+use ipnet::IpNet;
+use std::{net::SocketAddr, sync::Arc};
+
+use crate::{
+    model::ObjectRef,
+    ports::PortSet,
+    routes::{HttpRouteMatch, PathMatch},
+    store::Cluster,
+};
+
+use self::routes::{BackendSpec, OutboundRouteInfo, OutboundRules, RuleSpec};
+pub use self::view::*;
+
+/// The policy controller's settings that shape outbound answers (its flags, §1.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboundConfig {
+    /// `--cluster-domain`: Service authorities end in `.svc.<cluster-domain>`.
+    pub cluster_domain: String,
+    /// `--cluster-networks`: an unknown address inside them is `NotFound`, outside them the
+    /// fallback policy (§5.1).
+    pub cluster_networks: Vec<IpNet>,
+    /// `--default-opaque-ports`: opaque ports of Services without the annotation.
+    pub default_opaque_ports: PortSet,
+    /// Offline mode: a route is accepted for an existing Service parent instead of reading
+    /// `status.parents` (no status writer runs there).
+    pub compute_route_acceptance: bool,
+}
+
+/// What a client asks about (§5.1), once its request is parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutboundTarget {
+    /// A Service by name (an authority target), whether or not it exists.
+    Service { service: ObjectRef, port: u16 },
+    /// An address (a `TcpAddress` target).
+    Addr(SocketAddr),
+}
+
+/// What a lookup yields: a subscribed topic, or a policy that never changes (undefined port,
+/// external fallback), which a watch sends once and then holds open.
+#[derive(Debug)]
+pub enum OutboundLookup {
+    Watch(tokio::sync::watch::Receiver<Arc<OutboundPolicy>>),
+    Fixed(Arc<OutboundPolicy>),
+}
+
+/// Why a target has no outbound policy: `NOT_FOUND` on the wire (§9).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OutboundError {
+    /// An address inside the cluster networks that no Service claims.
+    #[error("No such service")]
+    NoSuchService,
+    /// The index was not built for outbound policy.
+    #[error("unknown target")]
+    NotServed,
+}
+
+/// Which appProtocol a Service port declares (§5.3).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum AppProtocol {
+    Http1,
+    Http2,
+    /// `linkerd.io/tcp`, `linkerd.io/opaque`, or anything unknown.
+    Opaque,
+}
+
+impl AppProtocol {
+    fn parse(value: &str) -> Self {
+        if value.eq_ignore_ascii_case("http") {
+            Self::Http1
+        } else if value.eq_ignore_ascii_case("kubernetes.io/h2c") {
+            Self::Http2
+        } else {
+            Self::Opaque
+        }
+    }
+}
+
+// === impl Cluster ===
+
+impl Cluster {
+    /// Resolves an address target (§5.1 step 4): a Service cluster IP (with a declared port, or
+    /// the undefined-port policy), else the fallback outside the cluster networks.
+    pub(crate) fn resolve_outbound_addr(
+        &self,
+        config: &OutboundConfig,
+        addr: SocketAddr,
+    ) -> Result<Result<(ObjectRef, u16), OutboundPolicy>, OutboundError> {
+        let service = self
+            .services_by_ip
+            .get(&addr.ip())
+            .and_then(|keys| keys.iter().next())
+            .and_then(|k| self.services.get(k));
+        if let Some(svc) = service {
+            if svc.ports.iter().any(|p| p.port == addr.port()) {
+                return Ok(Ok((svc.object_ref(), addr.port())));
+            }
+            return Ok(Err(OutboundPolicy::UndefinedPort {
+                namespace: svc.namespace.clone(),
+                name: svc.name.clone(),
+                port: addr.port(),
+            }));
+        }
+        if config
+            .cluster_networks
+            .iter()
+            .any(|net| net.contains(&addr.ip()))
+        {
+            return Err(OutboundError::NoSuchService);
+        }
+        Ok(Err(OutboundPolicy::Fallback { original_dst: addr }))
+    }
+
+    /// The policy of `service`'s `port` for clients in `source_namespace` (§5.3–§5.5). A
+    /// Service that is not indexed has no annotations and no appProtocol.
+    pub(crate) fn outbound_service_policy(
+        &self,
+        config: &OutboundConfig,
+        service: &ObjectRef,
+        port: u16,
+        source_namespace: &str,
+    ) -> OutboundPolicy {
+        let svc = self.services.get(service);
+        let empty = Default::default();
+        let annotations = svc.map_or(&empty, |s| &s.annotations);
+        let warn = |what: &str, error: String| {
+            tracing::debug!(service = %format!("{}/{}", service.namespace, service.name), %error, "ignoring {what} annotations");
+        };
+        let parent_timeouts = annotations::timeouts(annotations).unwrap_or_else(|e| {
+            warn("timeout", e);
+            RouteTimeouts::default()
+        });
+        let parent_retry = annotations::retry(annotations).unwrap_or_else(|e| {
+            warn("retry", e);
+            None
+        });
+        let failure_accrual = annotations::failure_accrual(annotations).unwrap_or_else(|e| {
+            warn("failure accrual", e);
+            None
+        });
+        let load = annotations::load_estimator(annotations).unwrap_or_else(|e| {
+            warn("load biaser", e);
+            LoadEstimator::PeakEwma
+        });
+
+        let app_protocol = svc
+            .and_then(|s| s.ports.iter().find(|p| p.port == port))
+            .and_then(|p| p.app_protocol.as_deref())
+            .map(AppProtocol::parse);
+        let opaque_port = svc
+            .and_then(|s| s.opaque_ports.as_ref())
+            .unwrap_or(&config.default_opaque_ports)
+            .contains(port);
+
+        let ctx = RuleContext {
+            cluster: self,
+            config,
+            parent_timeouts: &parent_timeouts,
+            parent_retry: parent_retry.as_ref(),
+        };
+        let (http_routes, grpc_routes) =
+            self.attached_routes(config, service, port, source_namespace);
+        let http = |routes: Vec<Arc<OutboundRouteInfo>>| {
+            if routes.is_empty() {
+                vec![ctx.default_http_route()]
+            } else {
+                routes.iter().filter_map(|r| ctx.http_route(r)).collect()
+            }
+        };
+        let grpc = |routes: Vec<Arc<OutboundRouteInfo>>| {
+            routes.iter().filter_map(|r| ctx.grpc_route(r)).collect()
+        };
+        let protocol = match app_protocol {
+            Some(AppProtocol::Http1) => OutboundProtocol::Http1(http(http_routes)),
+            Some(AppProtocol::Http2) if !grpc_routes.is_empty() => {
+                OutboundProtocol::Grpc(grpc(grpc_routes))
+            }
+            Some(AppProtocol::Http2) => OutboundProtocol::Http2(http(http_routes)),
+            Some(AppProtocol::Opaque) => OutboundProtocol::Opaque,
+            None if opaque_port => OutboundProtocol::Opaque,
+            None if !grpc_routes.is_empty() => OutboundProtocol::Grpc(grpc(grpc_routes)),
+            None => OutboundProtocol::Detect {
+                timeout: DETECT_TIMEOUT,
+                http_routes: http(http_routes),
+            },
+        };
+        OutboundPolicy::Service(ServicePolicy {
+            authority: authority(&service.name, &service.namespace, config, port),
+            namespace: service.namespace.clone(),
+            name: service.name.clone(),
+            port,
+            protocol,
+            failure_accrual,
+            load,
+        })
+    }
+
+    /// The HTTP and gRPC routes attached to `service:port` for `source_namespace`, sorted.
+    ///
+    /// Routes of the Service's namespace (producer routes) apply to every client; a route in
+    /// the client's own namespace (a consumer route) applies to that namespace only and, as the
+    /// Gateway API (GAMMA) says, REPLACES the producer routes for it (§12 quirk decided:
+    /// upstream merges them).
+    fn attached_routes(
+        &self,
+        config: &OutboundConfig,
+        service: &ObjectRef,
+        port: u16,
+        source_namespace: &str,
+    ) -> (Vec<Arc<OutboundRouteInfo>>, Vec<Arc<OutboundRouteInfo>>) {
+        let attached: Vec<&Arc<OutboundRouteInfo>> = self
+            .outbound_routes
+            .by_parent
+            .get(service)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.outbound_routes.by_key.get(k))
+            .filter(|r| self.route_attaches(config, r, service, port))
+            .collect();
+        let consumer: Vec<_> = attached
+            .iter()
+            .filter(|r| r.key.namespace != service.namespace && r.key.namespace == source_namespace)
+            .collect();
+        let chosen: Vec<&Arc<OutboundRouteInfo>> = if consumer.is_empty() {
+            attached
+                .iter()
+                .filter(|r| r.key.namespace == service.namespace)
+                .copied()
+                .collect()
+        } else {
+            consumer.into_iter().copied().collect()
+        };
+        let (mut http, mut grpc): (Vec<_>, Vec<_>) = chosen
+            .into_iter()
+            .cloned()
+            .partition(|r| matches!(r.rules, OutboundRules::Http(_)));
+        sort_routes(&mut http);
+        sort_routes(&mut grpc);
+        (http, grpc)
+    }
+
+    /// Whether one of `route`'s parent refs names `service` (on `port`, or on every port) and
+    /// the route is accepted for it (§5.4): by its status, or in offline mode when the Service
+    /// exists.
+    fn route_attaches(
+        &self,
+        config: &OutboundConfig,
+        route: &OutboundRouteInfo,
+        service: &ObjectRef,
+        port: u16,
+    ) -> bool {
+        route.parents.iter().any(|p| {
+            if p.namespace != service.namespace || p.name != service.name {
+                return false;
+            }
+            if p.port.is_some_and(|pp| pp != port) {
+                return false;
+            }
+            if config.compute_route_acceptance {
+                return self.services.contains_key(service);
+            }
+            route.accepted.iter().any(|a| {
+                a.name == service.name
+                    && match p.port {
+                        Some(pp) => a.port.is_none_or(|ap| ap == pp),
+                        None => true,
+                    }
+            })
+        })
+    }
+}
+
+/// `<name>.<namespace>.svc.<cluster-domain>:<port>`.
+pub fn authority(name: &str, namespace: &str, config: &OutboundConfig, port: u16) -> String {
+    format!("{name}.{namespace}.svc.{}:{port}", config.cluster_domain)
+}
+
+/// Routes with a creation time first, oldest first; then by namespace and name (§12 quirk
+/// decided: the Gateway API orders by `{namespace}/{name}`; upstream compares names only).
+fn sort_routes(routes: &mut [Arc<OutboundRouteInfo>]) {
+    routes.sort_by(|a, b| {
+        let key = |r: &Arc<OutboundRouteInfo>| {
+            (
+                r.created.is_none(),
+                r.created.clone(),
+                r.key.namespace.clone(),
+                r.key.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+}
+
+/// What turning a stored route into a served one needs.
+struct RuleContext<'a> {
+    cluster: &'a Cluster,
+    config: &'a OutboundConfig,
+    parent_timeouts: &'a RouteTimeouts,
+    parent_retry: Option<&'a RouteRetry>,
+}
+
+impl RuleContext<'_> {
+    /// The `http` default route of a Service port without HTTP routes (§5.6).
+    fn default_http_route(&self) -> OutboundRoute<HttpRouteMatch> {
+        OutboundRoute {
+            reference: OutboundRouteRef::Default("http".into()),
+            creation_timestamp: None,
+            hostnames: vec![],
+            rules: vec![OutboundRule {
+                matches: vec![HttpRouteMatch {
+                    path: Some(PathMatch::Prefix("/".into())),
+                    ..HttpRouteMatch::default()
+                }],
+                filters: vec![],
+                backends: vec![],
+                timeouts: self.parent_timeouts.clone(),
+                retry: self.parent_retry.cloned(),
+            }],
+        }
+    }
+
+    fn http_route(&self, route: &OutboundRouteInfo) -> Option<OutboundRoute<HttpRouteMatch>> {
+        match &route.rules {
+            OutboundRules::Http(rules) => Some(self.route(route, rules)),
+            OutboundRules::Grpc(_) => None,
+        }
+    }
+
+    fn grpc_route(
+        &self,
+        route: &OutboundRouteInfo,
+    ) -> Option<OutboundRoute<crate::routes::GrpcRouteMatch>> {
+        match &route.rules {
+            OutboundRules::Grpc(rules) => Some(self.route(route, rules)),
+            OutboundRules::Http(_) => None,
+        }
+    }
+
+    fn route<M: Clone>(
+        &self,
+        route: &OutboundRouteInfo,
+        rules: &[RuleSpec<M>],
+    ) -> OutboundRoute<M> {
+        OutboundRoute {
+            reference: OutboundRouteRef::Resource {
+                group: route.key.group.to_string(),
+                kind: route.key.kind.to_string(),
+                namespace: route.key.namespace.clone(),
+                name: route.key.name.clone(),
+            },
+            creation_timestamp: route.created.clone(),
+            hostnames: route.hostnames.clone(),
+            rules: rules.iter().map(|rule| self.rule(rule)).collect(),
+        }
+    }
+
+    /// A rule with resolved backends; without timeouts of its own it takes the parent's
+    /// wholesale, without a retry the parent's (§5.4 "Rule inheritance").
+    fn rule<M: Clone>(&self, rule: &RuleSpec<M>) -> OutboundRule<M> {
+        let timeouts = if rule.timeouts == RouteTimeouts::default() {
+            self.parent_timeouts.clone()
+        } else {
+            rule.timeouts.clone()
+        };
+        OutboundRule {
+            matches: rule.matches.clone(),
+            filters: rule.filters.clone(),
+            backends: rule.backends.iter().map(|b| self.backend(b)).collect(),
+            timeouts,
+            retry: rule.retry.clone().or_else(|| self.parent_retry.cloned()),
+        }
+    }
+
+    fn backend(&self, backend: &BackendSpec) -> Backend {
+        match backend {
+            BackendSpec::Service {
+                weight,
+                namespace,
+                name,
+                port,
+                filters,
+            } => Backend::Service {
+                weight: *weight,
+                authority: authority(name, namespace, self.config, *port),
+                exists: self.cluster.services.contains_key(&ObjectRef {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                }),
+                namespace: namespace.clone(),
+                name: name.clone(),
+                port: *port,
+                filters: filters.clone(),
+            },
+            BackendSpec::Invalid { weight, message } => Backend::Invalid {
+                weight: *weight,
+                message: message.clone(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

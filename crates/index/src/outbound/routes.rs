@@ -1,0 +1,582 @@
+//! Routes as the outbound index reads them (spec/policy.md §5.4): policy.linkerd.io and
+//! Gateway API HTTPRoutes and GRPCRoutes whose parent refs name Services, converted once per
+//! watch event, stored by key and by parent Service.
+//!
+//! Decisions on the quirks of §12 (project decision 1, each named in a test):
+//! - a backendRef without namespace is in the ROUTE's namespace (Gateway API), not the parent's;
+//! - a policy.linkerd.io `ResponseHeaderModifier` stays a response header modifier;
+//! - an update that fails conversion removes the route (no stale version stays active).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use linkerd_k8s_api::{
+    HttpRoute as PolicyHttpRoute,
+    gateway_api::{
+        grpcroutes::{self as grpc_api, GrpcRoute},
+        httproutes::{self as http_api, HttpRoute as GatewayHttpRoute},
+    },
+    http_route::HttpRouteFilter,
+};
+use std::{collections::BTreeMap, sync::Arc};
+
+use super::{
+    annotations,
+    view::{RouteRetry, RouteTimeouts},
+};
+use crate::{
+    inbound::objects::ref_is,
+    model::{InvalidObject, ObjectRef, invalid, names},
+    profile::parse_go_duration,
+    routes::{
+        Filter, GrpcRouteMatch, HostMatch, HttpRouteMatch, PathMatch,
+        convert::{self, RouteError},
+    },
+    store::{Cluster, Touched},
+};
+
+/// The API group of Linkerd's policy resources.
+pub const POLICY_GROUP: &str = "policy.linkerd.io";
+/// The API group of the Gateway API.
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
+/// Identifies a route across kinds: a policy and a Gateway HTTPRoute may share a name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteKey {
+    pub group: &'static str,
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// A route in outbound form.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutboundRouteInfo {
+    pub key: RouteKey,
+    /// RFC 3339 creation time.
+    pub created: Option<String>,
+    /// The Service parent refs (others are ignored).
+    pub parents: Vec<ServiceParent>,
+    /// `status.parents` entries for Services with `Accepted=True` (any controller, §5.4).
+    pub accepted: Vec<AcceptedParent>,
+    pub hostnames: Vec<HostMatch>,
+    pub rules: OutboundRules,
+}
+
+/// A parent ref naming a Service; `port` `None` attaches to every port (§5.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceParent {
+    pub namespace: String,
+    pub name: String,
+    pub port: Option<u16>,
+}
+
+/// A status entry accepting the route for a Service (`port` `None`: any port).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcceptedParent {
+    pub name: String,
+    pub port: Option<u16>,
+}
+
+/// The rules of a route, by protocol.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutboundRules {
+    Http(Vec<RuleSpec<HttpRouteMatch>>),
+    Grpc(Vec<RuleSpec<GrpcRouteMatch>>),
+}
+
+/// A converted rule whose backends are not yet resolved against the Services.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleSpec<M> {
+    pub matches: Vec<M>,
+    pub filters: Vec<Filter>,
+    pub backends: Vec<BackendSpec>,
+    /// The route's timeout annotations, with the rule's `timeouts.request` when the
+    /// `timeout.linkerd.io/request` annotation is unset (§5.4).
+    pub timeouts: RouteTimeouts,
+    /// The route's retry annotations.
+    pub retry: Option<RouteRetry>,
+}
+
+/// A backendRef, checked but not resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendSpec {
+    Service {
+        weight: u32,
+        namespace: String,
+        name: String,
+        port: u16,
+        filters: Vec<Filter>,
+    },
+    Invalid {
+        weight: u32,
+        message: String,
+    },
+}
+
+/// The outbound route stores.
+#[derive(Debug, Default)]
+pub struct OutboundRoutes {
+    pub(crate) by_key: BTreeMap<RouteKey, Arc<OutboundRouteInfo>>,
+    /// Parent Service → the routes naming it.
+    pub(crate) by_parent: BTreeMap<ObjectRef, std::collections::BTreeSet<RouteKey>>,
+}
+
+// === impl OutboundRouteInfo ===
+
+impl OutboundRouteInfo {
+    /// The Services this route's parent refs name.
+    fn parent_services(&self) -> impl Iterator<Item = ObjectRef> + '_ {
+        self.parents.iter().map(|p| ObjectRef {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+        })
+    }
+}
+
+// === store updates ===
+
+/// Stores `converted` under `key`, or removes the route when it failed conversion (§12: no
+/// stale version survives an invalid update). Touches the parent Services of the old and new
+/// versions.
+pub(crate) fn apply_route(
+    cluster: &mut Cluster,
+    key: RouteKey,
+    converted: Result<OutboundRouteInfo, InvalidObject>,
+    touched: &mut Touched,
+) -> Result<(), InvalidObject> {
+    match converted {
+        Ok(route) => {
+            if cluster
+                .outbound_routes
+                .by_key
+                .get(&key)
+                .is_some_and(|old| **old == route)
+            {
+                return Ok(());
+            }
+            delete_route(cluster, &key, touched);
+            for parent in route.parent_services() {
+                touched.outbound_services.insert(parent.clone());
+                cluster
+                    .outbound_routes
+                    .by_parent
+                    .entry(parent)
+                    .or_default()
+                    .insert(key.clone());
+            }
+            cluster.outbound_routes.by_key.insert(key, Arc::new(route));
+            Ok(())
+        }
+        Err(error) => {
+            delete_route(cluster, &key, touched);
+            Err(error)
+        }
+    }
+}
+
+/// Removes the route `key`, touching its parents.
+pub(crate) fn delete_route(cluster: &mut Cluster, key: &RouteKey, touched: &mut Touched) {
+    let Some(old) = cluster.outbound_routes.by_key.remove(key) else {
+        return;
+    };
+    for parent in old.parent_services() {
+        if let Some(keys) = cluster.outbound_routes.by_parent.get_mut(&parent) {
+            keys.remove(key);
+            if keys.is_empty() {
+                cluster.outbound_routes.by_parent.remove(&parent);
+            }
+        }
+        touched.outbound_services.insert(parent);
+    }
+}
+
+/// The names of the stored routes of one kind.
+pub(crate) fn route_keys(cluster: &Cluster, group: &str, kind: &str) -> Vec<ObjectRef> {
+    cluster
+        .outbound_routes
+        .by_key
+        .keys()
+        .filter(|k| k.group == group && k.kind == kind)
+        .map(|k| ObjectRef {
+            namespace: k.namespace.clone(),
+            name: k.name.clone(),
+        })
+        .collect()
+}
+
+// === conversion ===
+
+fn accepted(conditions: &[Condition]) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == "Accepted" && c.status == "True")
+}
+
+fn port(p: Option<i32>) -> Option<u16> {
+    p.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0)
+}
+
+/// Parent refs and accepted statuses; the route kinds' generated types differ but share these
+/// fields.
+macro_rules! outbound_parents {
+    ($r:expr, $namespace:expr) => {{
+        let r = $r;
+        let parents: Vec<ServiceParent> = r
+            .spec
+            .parent_refs
+            .iter()
+            .flatten()
+            .filter(|p| {
+                p.kind
+                    .as_deref()
+                    .is_some_and(|k| ref_is(p.group.as_deref(), k, "core", "Service"))
+            })
+            .map(|p| ServiceParent {
+                namespace: p
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| $namespace.to_string()),
+                name: p.name.clone(),
+                port: port(p.port),
+            })
+            .collect();
+        let accepted: Vec<AcceptedParent> = r
+            .status
+            .iter()
+            .flat_map(|s| &s.parents)
+            .filter(|s| {
+                let p = &s.parent_ref;
+                p.kind.as_deref() == Some("Service")
+                    && matches!(p.group.as_deref(), None | Some("") | Some("core"))
+                    && accepted(&s.conditions)
+            })
+            .map(|s| AcceptedParent {
+                name: s.parent_ref.name.clone(),
+                port: port(s.parent_ref.port),
+            })
+            .collect();
+        (parents, accepted)
+    }};
+}
+
+/// Backend refs of any route kind: `{group?, kind?, name, namespace?, port?, weight?}` plus
+/// filters converted by `$filter` (returning `Result<Filter, String>`).
+macro_rules! backends {
+    ($refs:expr, $namespace:expr, $filter:expr) => {
+        $refs
+            .iter()
+            .flatten()
+            .map(|b| {
+                let weight = b.weight.and_then(|w| u32::try_from(w).ok()).unwrap_or(1);
+                let kind = b.kind.as_deref().unwrap_or("Service");
+                if !ref_is(b.group.as_deref(), kind, "core", "Service") {
+                    let kind = b.kind.as_deref().unwrap_or("<empty>");
+                    let group = b
+                        .group
+                        .as_deref()
+                        .filter(|g| !g.is_empty())
+                        .unwrap_or("core");
+                    return BackendSpec::Invalid {
+                        weight,
+                        message: format!("unsupported backend type {group} {kind}"),
+                    };
+                }
+                let Some(port) = port(b.port) else {
+                    return BackendSpec::Invalid {
+                        weight,
+                        message: format!("missing port for backend Service {}", b.name),
+                    };
+                };
+                let filters: Result<Vec<Filter>, String> =
+                    b.filters.iter().flatten().map($filter).collect();
+                match filters {
+                    Ok(filters) => BackendSpec::Service {
+                        weight,
+                        namespace: b
+                            .namespace
+                            .clone()
+                            .unwrap_or_else(|| $namespace.to_string()),
+                        name: b.name.clone(),
+                        port,
+                        filters,
+                    },
+                    Err(reason) => BackendSpec::Invalid {
+                        weight,
+                        message: format!("unsupported backend filter: {reason}"),
+                    },
+                }
+            })
+            .collect::<Vec<BackendSpec>>()
+    };
+}
+
+/// The route-level annotations: timeouts and retry, each unset (and logged) when invalid.
+fn route_annotations(
+    kind: &str,
+    meta: &ObjectMeta,
+    grpc: bool,
+) -> (RouteTimeouts, Option<RouteRetry>) {
+    let empty = BTreeMap::new();
+    let annotations = meta.annotations.as_ref().unwrap_or(&empty);
+    let name = meta.name.as_deref().unwrap_or_default();
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let timeouts = annotations::timeouts(annotations).unwrap_or_else(|error| {
+        tracing::warn!(%error, route = %format!("{namespace}/{name}"), kind, "ignoring timeout annotations");
+        RouteTimeouts::default()
+    });
+    let retry = annotations::retry(annotations)
+        .map(|r| {
+            r.map(|mut r| {
+                // An HTTP route reads only the HTTP conditions, a gRPC route the gRPC ones.
+                if grpc {
+                    r.http = None;
+                } else {
+                    r.grpc = None;
+                }
+                r
+            })
+        })
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, route = %format!("{namespace}/{name}"), kind, "ignoring retry annotations");
+            None
+        });
+    (timeouts, retry)
+}
+
+/// A rule with no matches matches every request (prefix `/`).
+fn http_matches(
+    matches: Option<&Vec<http_api::HttpRouteRulesMatches>>,
+) -> Result<Vec<HttpRouteMatch>, RouteError> {
+    let mut out: Vec<HttpRouteMatch> = matches
+        .into_iter()
+        .flatten()
+        .map(convert::http_match)
+        .collect::<Result<_, _>>()?;
+    if out.is_empty() {
+        out.push(HttpRouteMatch {
+            path: Some(PathMatch::Prefix("/".into())),
+            ..HttpRouteMatch::default()
+        });
+    }
+    Ok(out)
+}
+
+fn http_backend_filter(f: &http_api::HttpRouteRulesBackendRefsFilters) -> Result<Filter, String> {
+    use http_api::HttpRouteRulesBackendRefsFiltersType as T;
+    let missing = || format!("{:?} without a body", f.r#type);
+    match &f.r#type {
+        T::RequestHeaderModifier => {
+            let m = f.request_header_modifier.as_ref().ok_or_else(missing)?;
+            convert::modifier_of!(m)
+                .map(Filter::RequestHeaderModifier)
+                .map_err(|e| e.to_string())
+        }
+        T::ResponseHeaderModifier => {
+            let m = f.response_header_modifier.as_ref().ok_or_else(missing)?;
+            convert::modifier_of!(m)
+                .map(Filter::ResponseHeaderModifier)
+                .map_err(|e| e.to_string())
+        }
+        T::RequestRedirect => {
+            // The backend-filter body has the route-filter body's fields under another name.
+            let body = f.request_redirect.as_ref().ok_or_else(missing)?;
+            let redirect: http_api::HttpRouteRulesFiltersRequestRedirect =
+                serde_json::to_value(body)
+                    .and_then(serde_json::from_value)
+                    .map_err(|e| format!("RequestRedirect: {e}"))?;
+            convert::redirect(&redirect)
+                .map(Filter::RequestRedirect)
+                .map_err(|e| e.to_string())
+        }
+        other => Err(format!("{other:?}")),
+    }
+}
+
+fn grpc_backend_filter(f: &grpc_api::GrpcRouteRulesBackendRefsFilters) -> Result<Filter, String> {
+    if let Some(m) = &f.request_header_modifier {
+        return convert::modifier_of!(m)
+            .map(Filter::RequestHeaderModifier)
+            .map_err(|e| e.to_string());
+    }
+    if let Some(m) = &f.response_header_modifier {
+        return convert::modifier_of!(m)
+            .map(Filter::ResponseHeaderModifier)
+            .map_err(|e| e.to_string());
+    }
+    Err(format!("{:?}", f.r#type))
+}
+
+fn info(
+    key: RouteKey,
+    meta: &ObjectMeta,
+    (parents, accepted): (Vec<ServiceParent>, Vec<AcceptedParent>),
+    hostnames: Option<&Vec<String>>,
+    rules: OutboundRules,
+) -> OutboundRouteInfo {
+    OutboundRouteInfo {
+        key,
+        created: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+        parents,
+        accepted,
+        hostnames: hostnames
+            .into_iter()
+            .flatten()
+            .map(|h| HostMatch::parse(h))
+            .collect(),
+        rules,
+    }
+}
+
+fn key(group: &'static str, kind: &'static str, namespace: &str, name: &str) -> RouteKey {
+    RouteKey {
+        group,
+        kind,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }
+}
+
+/// A policy.linkerd.io HTTPRoute; rule `timeouts.request` is a Go-style duration (§3.6).
+pub fn policy_http_route(r: &PolicyHttpRoute) -> Result<OutboundRouteInfo, InvalidObject> {
+    const KIND: &str = "HTTPRoute.policy.linkerd.io";
+    let (namespace, name) = names(KIND, &r.metadata)?;
+    let bad = |e: String| invalid(KIND, &namespace, &name, e);
+    let (timeouts, retry) = route_annotations(KIND, &r.metadata, false);
+    let rules = r
+        .spec
+        .rules
+        .iter()
+        .flatten()
+        .map(|rule| {
+            let filters = rule
+                .filters
+                .iter()
+                .flatten()
+                .map(|f| match f {
+                    HttpRouteFilter::RequestHeaderModifier {
+                        request_header_modifier: m,
+                    } => convert::modifier_of!(m).map(Filter::RequestHeaderModifier),
+                    // §12 quirk decided: the CRD's meaning, a RESPONSE header modifier.
+                    HttpRouteFilter::ResponseHeaderModifier {
+                        response_header_modifier: m,
+                    } => convert::modifier_of!(m).map(Filter::ResponseHeaderModifier),
+                    HttpRouteFilter::RequestRedirect { request_redirect } => {
+                        convert::redirect(request_redirect).map(Filter::RequestRedirect)
+                    }
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|e| bad(e.to_string()))?;
+            let mut timeouts = timeouts.clone();
+            if timeouts.request.is_none()
+                && let Some(request) = rule.timeouts.as_ref().and_then(|t| t.request.as_deref())
+            {
+                let d = parse_go_duration(request)
+                    .map_err(|e| bad(format!("invalid timeouts.request: {e}")))?;
+                timeouts.request = Some(d).filter(|d| !d.is_zero());
+            }
+            Ok(RuleSpec {
+                matches: http_matches(rule.matches.as_ref()).map_err(|e| bad(e.to_string()))?,
+                filters,
+                backends: backends!(rule.backend_refs, namespace, http_backend_filter),
+                timeouts,
+                retry: retry.clone(),
+            })
+        })
+        .collect::<Result<_, InvalidObject>>()?;
+    Ok(info(
+        key(POLICY_GROUP, "HTTPRoute", &namespace, &name),
+        &r.metadata,
+        outbound_parents!(r, namespace),
+        r.spec.hostnames.as_ref(),
+        OutboundRules::Http(rules),
+    ))
+}
+
+/// A Gateway API HTTPRoute; rule `timeouts.request` is read with the annotation-style parser
+/// and ignored when it does not parse (§5.4).
+pub fn gateway_http_route(r: &GatewayHttpRoute) -> Result<OutboundRouteInfo, InvalidObject> {
+    const KIND: &str = "HTTPRoute.gateway.networking.k8s.io";
+    let (namespace, name) = names(KIND, &r.metadata)?;
+    let bad = |e: RouteError| invalid(KIND, &namespace, &name, e.to_string());
+    let (timeouts, retry) = route_annotations(KIND, &r.metadata, false);
+    let rules = r
+        .spec
+        .rules
+        .iter()
+        .flatten()
+        .map(|rule| {
+            let mut timeouts = timeouts.clone();
+            if timeouts.request.is_none()
+                && let Some(request) = rule.timeouts.as_ref().and_then(|t| t.request.as_deref())
+                && let Ok(d) = annotations::parse_duration(request)
+            {
+                timeouts.request = Some(d).filter(|d| !d.is_zero());
+            }
+            Ok(RuleSpec {
+                matches: http_matches(rule.matches.as_ref()).map_err(bad)?,
+                filters: rule
+                    .filters
+                    .iter()
+                    .flatten()
+                    .map(convert::gateway_http_filter)
+                    .collect::<Result<_, _>>()
+                    .map_err(bad)?,
+                backends: backends!(rule.backend_refs, namespace, http_backend_filter),
+                timeouts,
+                retry: retry.clone(),
+            })
+        })
+        .collect::<Result<_, InvalidObject>>()?;
+    Ok(info(
+        key(GATEWAY_GROUP, "HTTPRoute", &namespace, &name),
+        &r.metadata,
+        outbound_parents!(r, namespace),
+        r.spec.hostnames.as_ref(),
+        OutboundRules::Http(rules),
+    ))
+}
+
+/// A GRPCRoute; timeouts come from annotations only (§5.4).
+pub fn grpc_route(r: &GrpcRoute) -> Result<OutboundRouteInfo, InvalidObject> {
+    const KIND: &str = "GRPCRoute";
+    let (namespace, name) = names(KIND, &r.metadata)?;
+    let bad = |e: RouteError| invalid(KIND, &namespace, &name, e.to_string());
+    let (timeouts, retry) = route_annotations(KIND, &r.metadata, true);
+    let rules = r
+        .spec
+        .rules
+        .iter()
+        .flatten()
+        .map(|rule| {
+            let mut matches: Vec<GrpcRouteMatch> = rule
+                .matches
+                .iter()
+                .flatten()
+                .map(convert::grpc_match)
+                .collect::<Result<_, _>>()
+                .map_err(bad)?;
+            if matches.is_empty() {
+                matches.push(GrpcRouteMatch::default());
+            }
+            Ok(RuleSpec {
+                matches,
+                filters: rule
+                    .filters
+                    .iter()
+                    .flatten()
+                    .map(convert::grpc_filter)
+                    .collect::<Result<_, _>>()
+                    .map_err(bad)?,
+                backends: backends!(rule.backend_refs, namespace, grpc_backend_filter),
+                timeouts: timeouts.clone(),
+                retry: retry.clone(),
+            })
+        })
+        .collect::<Result<_, InvalidObject>>()?;
+    Ok(info(
+        key(GATEWAY_GROUP, "GRPCRoute", &namespace, &name),
+        &r.metadata,
+        outbound_parents!(r, namespace),
+        r.spec.hostnames.as_ref(),
+        OutboundRules::Grpc(rules),
+    ))
+}

@@ -1,0 +1,536 @@
+use super::*;
+use crate::{
+    IndexMetrics,
+    inbound::{DefaultPolicy, InboundConfig},
+    routes::{Filter, HeaderModifier},
+    source::Event,
+    store::Index,
+};
+use k8s_openapi::api::core::v1::Service;
+use linkerd_k8s_api::{
+    HttpRoute as PolicyHttpRoute,
+    gateway_api::{grpcroutes::GrpcRoute, httproutes::HttpRoute},
+};
+use std::time::Duration;
+
+fn index() -> Index {
+    Index::with_policy(
+        IndexMetrics::default(),
+        InboundConfig {
+            cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
+            default_policy: DefaultPolicy::AllUnauthenticated,
+            probe_networks: vec![],
+            identity_domain: "cluster.local".into(),
+            control_plane_namespace: "linkerd".into(),
+            compute_route_acceptance: false,
+        },
+        OutboundConfig {
+            cluster_domain: "cluster.local".into(),
+            cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
+            default_opaque_ports: PortSet::parse("3306").0,
+            compute_route_acceptance: false,
+        },
+    )
+}
+
+fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
+    serde_yaml::from_str(s).expect("test object decodes")
+}
+
+fn mk_service(ns: &str, name: &str, ip: &str, extra: &str) -> Service {
+    yaml(&format!(
+        "metadata: {{name: {name}, namespace: {ns}{extra}}}\nspec:\n  clusterIPs: [{ip}]\n  ports:\n  - {{name: http, port: 80}}\n  - {{name: h2, port: 81, appProtocol: kubernetes.io/h2c}}\n  - {{name: db, port: 3306}}\n"
+    ))
+}
+
+/// A Gateway HTTPRoute in `ns` with parent `web` (port 80) of namespace emojivoto, accepted.
+fn mk_route(ns: &str, name: &str, created: &str, backends: &str) -> HttpRoute {
+    yaml(&format!(
+        r#"
+metadata: {{name: {name}, namespace: {ns}, creationTimestamp: "{created}",
+  annotations: {{retry.linkerd.io/http: 5xx, timeout.linkerd.io/response: 2s}}}}
+spec:
+  parentRefs: [{{kind: Service, name: web, namespace: emojivoto, port: 80}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /api}}}}]
+    backendRefs: {backends}
+status:
+  parents:
+  - controllerName: linkerd.io/policy-controller
+    parentRef: {{kind: Service, name: web, namespace: emojivoto, port: 80}}
+    conditions: [{{type: Accepted, status: "True", reason: Accepted, message: "", lastTransitionTime: "2026-01-01T00:00:00Z"}}]
+"#
+    ))
+}
+
+fn policy(index: &Index, ns: &str, port: u16, source: &str) -> OutboundPolicy {
+    let target = OutboundTarget::Service {
+        service: ObjectRef {
+            namespace: ns.into(),
+            name: "web".into(),
+        },
+        port,
+    };
+    match index.outbound_policy(target, source).unwrap() {
+        OutboundLookup::Watch(rx) => (**rx.borrow()).clone(),
+        OutboundLookup::Fixed(p) => (*p).clone(),
+    }
+}
+
+fn service_policy(p: OutboundPolicy) -> ServicePolicy {
+    match p {
+        OutboundPolicy::Service(s) => s,
+        other => panic!("not a service policy: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn default_protocols_by_port() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        "",
+    )));
+    let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
+    assert_eq!(p.authority, "web.emojivoto.svc.cluster.local:80");
+    let OutboundProtocol::Detect {
+        timeout,
+        http_routes,
+    } = &p.protocol
+    else {
+        panic!("{:?}", p.protocol)
+    };
+    assert_eq!(*timeout, Duration::from_secs(10));
+    assert_eq!(http_routes.len(), 1);
+    assert_eq!(
+        http_routes[0].reference,
+        OutboundRouteRef::Default("http".into())
+    );
+    assert!(http_routes[0].rules[0].backends.is_empty());
+
+    let p = service_policy(policy(&index, "emojivoto", 81, "emojivoto"));
+    assert!(matches!(p.protocol, OutboundProtocol::Http2(ref r) if r.len() == 1));
+    let p = service_policy(policy(&index, "emojivoto", 3306, "emojivoto"));
+    assert_eq!(
+        p.protocol,
+        OutboundProtocol::Opaque,
+        "a default opaque port"
+    );
+}
+
+#[tokio::test]
+async fn address_targets() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        "",
+    )));
+    let lookup =
+        |addr: &str| index.outbound_policy(OutboundTarget::Addr(addr.parse().unwrap()), "x");
+    assert!(matches!(
+        lookup("10.96.0.1:80"),
+        Ok(OutboundLookup::Watch(_))
+    ));
+    match lookup("10.96.0.1:8080") {
+        Ok(OutboundLookup::Fixed(p)) => assert_eq!(
+            *p,
+            OutboundPolicy::UndefinedPort {
+                namespace: "emojivoto".into(),
+                name: "web".into(),
+                port: 8080
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        lookup("10.1.2.3:80").unwrap_err(),
+        OutboundError::NoSuchService
+    );
+    match lookup("192.0.2.1:443") {
+        Ok(OutboundLookup::Fixed(p)) => assert_eq!(
+            *p,
+            OutboundPolicy::Fallback {
+                original_dst: "192.0.2.1:443".parse().unwrap()
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn routes_backends_and_updates() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        ", annotations: {balancer.linkerd.io/failure-accrual: consecutive}",
+    )));
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "api",
+        "10.96.0.2",
+        "",
+    )));
+    let OutboundLookup::Watch(mut rx) = index
+        .outbound_policy(
+            OutboundTarget::Service {
+                service: ObjectRef {
+                    namespace: "emojivoto".into(),
+                    name: "web".into(),
+                },
+                port: 80,
+            },
+            "emojivoto",
+        )
+        .unwrap()
+    else {
+        panic!("a topic")
+    };
+    rx.borrow_and_update();
+    index.apply(Event::Apply(mk_route(
+        "emojivoto",
+        "split",
+        "2026-01-01T00:00:00Z",
+        "[{name: api, port: 8080, weight: 3}, {name: gone, port: 80}, {kind: Pod, name: x, port: 1}, {name: noport}]",
+    )));
+    assert!(rx.has_changed().unwrap(), "a new route is published");
+    let p = service_policy((**rx.borrow_and_update()).clone());
+    assert!(p.failure_accrual.is_some());
+    let OutboundProtocol::Detect { http_routes, .. } = &p.protocol else {
+        panic!()
+    };
+    assert_eq!(
+        http_routes.len(),
+        1,
+        "no default route beside a resource route"
+    );
+    let rule = &http_routes[0].rules[0];
+    assert_eq!(
+        http_routes[0].reference,
+        OutboundRouteRef::Resource {
+            group: "gateway.networking.k8s.io".into(),
+            kind: "HTTPRoute".into(),
+            namespace: "emojivoto".into(),
+            name: "split".into(),
+        }
+    );
+    assert_eq!(rule.timeouts.response, Some(Duration::from_secs(2)));
+    assert_eq!(rule.retry.as_ref().unwrap().http, Some(vec![500..=599]));
+    assert_eq!(
+        rule.backends,
+        vec![
+            Backend::Service {
+                weight: 3,
+                namespace: "emojivoto".into(),
+                name: "api".into(),
+                port: 8080,
+                authority: "api.emojivoto.svc.cluster.local:8080".into(),
+                filters: vec![],
+                exists: true,
+            },
+            Backend::Service {
+                weight: 1,
+                namespace: "emojivoto".into(),
+                name: "gone".into(),
+                port: 80,
+                authority: "gone.emojivoto.svc.cluster.local:80".into(),
+                filters: vec![],
+                exists: false,
+            },
+            Backend::Invalid {
+                weight: 1,
+                message: "unsupported backend type core Pod".into()
+            },
+            Backend::Invalid {
+                weight: 1,
+                message: "missing port for backend Service noport".into()
+            },
+        ]
+    );
+
+    // The missing backend Service appears: `exists` flips.
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "gone",
+        "10.96.0.3",
+        "",
+    )));
+    assert!(rx.has_changed().unwrap());
+    let p = service_policy((**rx.borrow_and_update()).clone());
+    let OutboundProtocol::Detect { http_routes, .. } = &p.protocol else {
+        panic!()
+    };
+    assert!(matches!(
+        http_routes[0].rules[0].backends[1],
+        Backend::Service { exists: true, .. }
+    ));
+
+    // Deleting the route brings the default route back.
+    index.apply(Event::Delete(mk_route(
+        "emojivoto",
+        "split",
+        "2026-01-01T00:00:00Z",
+        "[]",
+    )));
+    let p = service_policy((**rx.borrow_and_update()).clone());
+    let OutboundProtocol::Detect { http_routes, .. } = &p.protocol else {
+        panic!()
+    };
+    assert_eq!(
+        http_routes[0].reference,
+        OutboundRouteRef::Default("http".into())
+    );
+}
+
+#[tokio::test]
+async fn unaccepted_routes_do_not_attach() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        "",
+    )));
+    let mut route = mk_route("emojivoto", "r", "2026-01-01T00:00:00Z", "[]");
+    route.status = None;
+    index.apply(Event::Apply(route));
+    let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
+    let OutboundProtocol::Detect { http_routes, .. } = &p.protocol else {
+        panic!()
+    };
+    assert_eq!(
+        http_routes[0].reference,
+        OutboundRouteRef::Default("http".into())
+    );
+}
+
+/// §12 "backendRefs without namespace default to the PARENT namespace": decided for the
+/// Gateway API meaning, the ROUTE's namespace.
+#[tokio::test]
+async fn quirk_backend_namespace_defaults_to_route_namespace() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        "",
+    )));
+    index.apply(Event::Apply(mk_route(
+        "client",
+        "consumer",
+        "2026-01-01T00:00:00Z",
+        "[{name: web-canary, port: 80}]",
+    )));
+    let p = service_policy(policy(&index, "emojivoto", 80, "client"));
+    let OutboundProtocol::Detect { http_routes, .. } = &p.protocol else {
+        panic!()
+    };
+    assert!(matches!(
+        &http_routes[0].rules[0].backends[0],
+        Backend::Service { namespace, authority, .. }
+            if namespace == "client" && authority == "web-canary.client.svc.cluster.local:80"
+    ));
+}
+
+/// §12 "Consumer routes are merged with, not substituted for, producer routes": decided for
+/// GAMMA's meaning: a consumer route replaces the producer routes for its namespace only.
+#[tokio::test]
+async fn quirk_consumer_routes_replace_producer_routes() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        "",
+    )));
+    index.apply(Event::Apply(mk_route(
+        "emojivoto",
+        "producer",
+        "2026-01-01T00:00:00Z",
+        "[]",
+    )));
+    index.apply(Event::Apply(mk_route(
+        "client",
+        "consumer",
+        "2026-01-01T00:00:00Z",
+        "[]",
+    )));
+    let names = |source: &str| {
+        let p = service_policy(policy(&index, "emojivoto", 80, source));
+        let OutboundProtocol::Detect { http_routes, .. } = p.protocol else {
+            panic!()
+        };
+        http_routes
+            .into_iter()
+            .map(|r| match r.reference {
+                OutboundRouteRef::Resource {
+                    namespace, name, ..
+                } => format!("{namespace}/{name}"),
+                OutboundRouteRef::Default(name) => name,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names("client"), ["client/consumer"]);
+    assert_eq!(names("other"), ["emojivoto/producer"]);
+    assert_eq!(names("emojivoto"), ["emojivoto/producer"]);
+}
+
+/// §12 "Outbound route ordering tie-break uses route name only": decided for the Gateway API
+/// order, creation time, then `{namespace}/{name}`.
+#[tokio::test]
+async fn quirk_route_order_is_time_then_namespace_and_name() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        "",
+    )));
+    index.apply(Event::Apply(mk_route(
+        "emojivoto",
+        "b",
+        "2026-01-01T00:00:00Z",
+        "[]",
+    )));
+    index.apply(Event::Apply(mk_route(
+        "emojivoto",
+        "a",
+        "2026-01-02T00:00:00Z",
+        "[]",
+    )));
+    index.apply(Event::Apply(mk_route(
+        "emojivoto",
+        "c",
+        "2026-01-01T00:00:00Z",
+        "[]",
+    )));
+    let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
+    let OutboundProtocol::Detect { http_routes, .. } = p.protocol else {
+        panic!()
+    };
+    let names: Vec<_> = http_routes
+        .iter()
+        .map(|r| match &r.reference {
+            OutboundRouteRef::Resource { name, .. } => name.clone(),
+            OutboundRouteRef::Default(n) => n.clone(),
+        })
+        .collect();
+    assert_eq!(names, ["b", "c", "a"]);
+}
+
+/// §12 "Policy HTTPRoute ResponseHeaderModifier becomes a request header modifier on the
+/// outbound wire": decided for the CRD's meaning, it stays a response header modifier.
+#[tokio::test]
+async fn quirk_policy_response_header_modifier_stays_a_response_modifier() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        "",
+    )));
+    let route: PolicyHttpRoute = yaml(
+        r#"
+metadata: {name: hdr, namespace: emojivoto}
+spec:
+  parentRefs: [{kind: Service, name: web}]
+  rules:
+  - filters:
+    - type: ResponseHeaderModifier
+      responseHeaderModifier: {set: [{name: x-a, value: b}]}
+    timeouts: {request: 1.5s}
+status:
+  parents:
+  - controllerName: linkerd.io/policy-controller
+    parentRef: {kind: Service, name: web, namespace: emojivoto}
+    conditions: [{type: Accepted, status: "True", reason: Accepted, message: "", lastTransitionTime: "2026-01-01T00:00:00Z"}]
+"#,
+    );
+    index.apply(Event::Apply(route));
+    let p = service_policy(policy(&index, "emojivoto", 81, "emojivoto"));
+    let OutboundProtocol::Http2(routes) = p.protocol else {
+        panic!()
+    };
+    let rule = &routes[0].rules[0];
+    assert_eq!(
+        rule.filters,
+        vec![Filter::ResponseHeaderModifier(HeaderModifier {
+            set: vec![("x-a".into(), "b".into())],
+            ..HeaderModifier::default()
+        })]
+    );
+    assert_eq!(rule.timeouts.request, Some(Duration::from_millis(1500)));
+}
+
+/// §12 "A route update that fails conversion is ignored, leaving the previous version
+/// active": decided against; the invalid update removes the route.
+#[tokio::test]
+async fn quirk_invalid_route_update_removes_the_route() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        "",
+    )));
+    index.apply(Event::Apply(mk_route(
+        "emojivoto",
+        "r",
+        "2026-01-01T00:00:00Z",
+        "[]",
+    )));
+    let mut bad = mk_route("emojivoto", "r", "2026-01-01T00:00:00Z", "[]");
+    let yaml_rule: HttpRoute = yaml(
+        "metadata: {name: x}\nspec:\n  rules:\n  - matches: [{path: {type: RegularExpression, value: '('}}]\n",
+    );
+    bad.spec.rules = yaml_rule.spec.rules;
+    index.apply(Event::Apply(bad));
+    let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
+    let OutboundProtocol::Detect { http_routes, .. } = p.protocol else {
+        panic!()
+    };
+    assert_eq!(
+        http_routes[0].reference,
+        OutboundRouteRef::Default("http".into())
+    );
+}
+
+#[tokio::test]
+async fn grpc_routes_select_grpc() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        "",
+    )));
+    let route: GrpcRoute = yaml(
+        r#"
+metadata: {name: g, namespace: emojivoto, annotations: {retry.linkerd.io/grpc: unavailable, retry.linkerd.io/limit: "3"}}
+spec:
+  parentRefs: [{kind: Service, name: web}]
+  rules:
+  - matches: [{method: {service: emoji.Emoji, method: List}}]
+status:
+  parents:
+  - controllerName: linkerd.io/policy-controller
+    parentRef: {kind: Service, name: web, namespace: emojivoto, port: 80}
+    conditions: [{type: Accepted, status: "True", reason: Accepted, message: "", lastTransitionTime: "2026-01-01T00:00:00Z"}]
+"#,
+    );
+    index.apply(Event::Apply(route));
+    let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
+    let OutboundProtocol::Grpc(routes) = p.protocol else {
+        panic!("{:?}", p.protocol)
+    };
+    assert_eq!(routes.len(), 1);
+    let retry = routes[0].rules[0].retry.clone().unwrap();
+    assert_eq!(retry.limit, 3);
+    assert!(retry.grpc.unwrap().unavailable);
+    assert_eq!(retry.http, None);
+}

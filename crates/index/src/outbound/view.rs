@@ -1,0 +1,186 @@
+//! What the policy controller serves for one outbound target (spec/policy.md §5.5–§5.7), in
+//! protocol-agnostic form: the policy binary turns an [`OutboundPolicy`] into the proxy API's
+//! `outbound.OutboundPolicy`.
+
+use std::{net::SocketAddr, ops::RangeInclusive, time::Duration};
+
+use crate::routes::{Filter, GrpcRouteMatch, HostMatch, HttpRouteMatch};
+
+/// The protocol-detection timeout of `Detect` policies (§5.5).
+pub const DETECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The policy of one outbound target.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutboundPolicy {
+    /// A port of a Service (§5.5).
+    Service(ServicePolicy),
+    /// A Service cluster IP with a port the Service does not declare: traffic is refused
+    /// (§5.6 "Undefined port").
+    UndefinedPort {
+        namespace: String,
+        name: String,
+        port: u16,
+    },
+    /// An address outside the cluster networks that no Service claims: forwarded as is
+    /// (§5.6 "External fallback").
+    Fallback { original_dst: SocketAddr },
+}
+
+/// The policy of one Service port for clients of one namespace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServicePolicy {
+    pub namespace: String,
+    pub name: String,
+    pub port: u16,
+    /// `<name>.<namespace>.svc.<cluster-domain>:<port>`: the `Destination.Get` path of the
+    /// default backend.
+    pub authority: String,
+    pub protocol: OutboundProtocol,
+    /// From the Service's annotations (§5.7); carried by HTTP and gRPC protocols.
+    pub failure_accrual: Option<FailureAccrual>,
+    /// The balancer load estimator of the default backend (non-opaque ports) and of Service
+    /// backends of HTTP and gRPC routes (§5.7).
+    pub load: LoadEstimator,
+}
+
+/// The protocol of a Service port and the routes it carries (§5.5). Route lists are sorted
+/// and already hold the default route where one applies.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutboundProtocol {
+    /// No appProtocol and no gRPC routes: detect HTTP, with these routes for HTTP/1 and HTTP/2,
+    /// or forward opaquely.
+    Detect {
+        timeout: Duration,
+        http_routes: Vec<OutboundRoute<HttpRouteMatch>>,
+    },
+    Http1(Vec<OutboundRoute<HttpRouteMatch>>),
+    Http2(Vec<OutboundRoute<HttpRouteMatch>>),
+    Grpc(Vec<OutboundRoute<GrpcRouteMatch>>),
+    /// Opaque or unknown appProtocol, or an opaque port: the default opaque route.
+    Opaque,
+}
+
+/// What a route is: the wire metadata comes from it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OutboundRouteRef {
+    /// A default route: `http` for a Service port without routes.
+    Default(String),
+    /// A route resource.
+    Resource {
+        group: String,
+        kind: String,
+        namespace: String,
+        name: String,
+    },
+}
+
+/// A route attached to a Service port.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutboundRoute<M> {
+    pub reference: OutboundRouteRef,
+    /// RFC 3339 creation time; routes with one sort first.
+    pub creation_timestamp: Option<String>,
+    pub hostnames: Vec<HostMatch>,
+    pub rules: Vec<OutboundRule<M>>,
+}
+
+/// One rule of an outbound route.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutboundRule<M> {
+    /// Empty matches nothing on the wire; routes get at least one from conversion.
+    pub matches: Vec<M>,
+    pub filters: Vec<Filter>,
+    /// Empty: the parent itself (the default backend, FirstAvailable); else weighted.
+    pub backends: Vec<Backend>,
+    pub timeouts: RouteTimeouts,
+    pub retry: Option<RouteRetry>,
+}
+
+/// A backend of a rule (§5.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Service {
+        weight: u32,
+        namespace: String,
+        name: String,
+        port: u16,
+        /// `<name>.<namespace>.svc.<cluster-domain>:<port>`.
+        authority: String,
+        filters: Vec<Filter>,
+        /// Whether the Service is indexed now; a missing one fails its requests.
+        exists: bool,
+    },
+    /// A backend that cannot be served; its share of requests fails with `message`.
+    Invalid { weight: u32, message: String },
+}
+
+/// Route timeouts; `None` is no timeout.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteTimeouts {
+    pub request: Option<Duration>,
+    pub response: Option<Duration>,
+    pub idle: Option<Duration>,
+}
+
+/// Retries of a route (§5.4). The HTTP conditions apply to HTTP routes, the gRPC ones to gRPC
+/// routes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteRetry {
+    /// Retries per request, at least 1.
+    pub limit: u16,
+    /// Per-try timeout.
+    pub timeout: Option<Duration>,
+    /// Inclusive status ranges to retry.
+    pub http: Option<Vec<RangeInclusive<u16>>>,
+    pub grpc: Option<GrpcRetryConditions>,
+}
+
+/// gRPC statuses to retry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GrpcRetryConditions {
+    pub cancelled: bool,
+    pub deadline_exceeded: bool,
+    pub internal: bool,
+    pub resource_exhausted: bool,
+    pub unavailable: bool,
+}
+
+/// Failure accrual of a Service's balancers (§5.7).
+#[derive(Clone, Debug, PartialEq)]
+pub enum FailureAccrual {
+    Consecutive {
+        max_failures: u32,
+        backoff: Backoff,
+    },
+    Unified {
+        max_consecutive_failures: u32,
+        /// Within 0..=1.
+        success_rate_threshold: f64,
+        /// The success-rate window (the EWMA decay).
+        window: Duration,
+        min_requests: u32,
+        backoff: Backoff,
+    },
+}
+
+/// The penalty backoff of an endpoint that accrued failures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Backoff {
+    pub min: Duration,
+    pub max: Duration,
+    /// Within 0..=100.
+    pub jitter: f32,
+    pub respect_retry_after: bool,
+}
+
+/// A balancer's load estimator (§5.6, §5.7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoadEstimator {
+    /// PeakEWMA, default RTT 30 ms, decay 10 s.
+    PeakEwma,
+    /// PeakEWMA penalizing failed endpoints (penalty decay 10 s).
+    PenaltyPeakEwma {
+        penalty: Duration,
+        max_retry_after: Duration,
+    },
+}

@@ -1,0 +1,287 @@
+//! The tonic service implementing `io.linkerd.proxy.outbound.OutboundPolicies`
+//! (spec/policy.md §5.1, §5.8, §9, §10).
+
+use futures::{Stream, StreamExt};
+use linkerd_index::{
+    Index, ObjectRef,
+    outbound::{OutboundError, OutboundLookup, OutboundPolicy, OutboundTarget},
+};
+use linkerd_runtime::shutdown::Shutdown;
+use linkerd2_proxy_api::outbound::{
+    OutboundPolicy as ApiPolicy, TrafficSpec,
+    outbound_policies_server::{OutboundPolicies, OutboundPoliciesServer},
+    traffic_spec::Target,
+};
+use std::{net::SocketAddr, pin::Pin, sync::Arc};
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+use crate::{
+    metrics::{OUTBOUND_GET, OUTBOUND_WATCH, PolicyMetrics, Rpc},
+    translate::outbound::OutboundTranslator,
+    workload::parse_workload,
+};
+
+/// `OutboundPolicies` over an [`Index`] built with
+/// [`Index::with_policy`](linkerd_index::Index::with_policy).
+#[derive(Clone)]
+pub struct OutboundPolicyService {
+    index: Index,
+    translator: Arc<OutboundTranslator>,
+    /// `--cluster-domain`: authorities are `<name>.<namespace>.svc.<cluster-domain>[:port]`.
+    cluster_domain: String,
+    metrics: PolicyMetrics,
+    shutdown: Shutdown,
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// What one `Watch` stream holds between updates.
+struct WatchState {
+    rx: watch::Receiver<Arc<OutboundPolicy>>,
+    last: Option<Arc<OutboundPolicy>>,
+    translator: Arc<OutboundTranslator>,
+    rpc: Rpc,
+}
+
+// === impl OutboundPolicyService ===
+
+impl OutboundPolicyService {
+    /// A service answering from `index`; every `Watch` stream ends with `OK` when `shutdown`
+    /// fires.
+    pub fn new(
+        index: Index,
+        translator: OutboundTranslator,
+        cluster_domain: String,
+        metrics: PolicyMetrics,
+        shutdown: Shutdown,
+    ) -> Self {
+        Self {
+            index,
+            translator: Arc::new(translator),
+            cluster_domain,
+            metrics,
+            shutdown,
+        }
+    }
+
+    /// The tonic service, ready to add to a `Server`.
+    pub fn into_server(self) -> OutboundPoliciesServer<Self> {
+        OutboundPoliciesServer::new(self)
+    }
+
+    /// The target and client namespace a request names (§5.1), in the spec's validation order.
+    ///
+    /// Errors (§9): `InvalidArgument` "target is required", "Invalid workload: …", "invalid
+    /// authority", "authority must have a host", "port outside valid range", "port cannot be
+    /// zero", "traffic target must have an IP", "failed to parse target addr: …"; `NotFound`
+    /// "authority must be of the form <name>.<namespace>.svc.<domain>".
+    pub fn parse_request(&self, spec: &TrafficSpec) -> Result<(OutboundTarget, String), Status> {
+        let target = spec
+            .target
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("target is required"))?;
+        let source_namespace = parse_workload(&spec.source_workload)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?
+            .namespace()
+            .to_string();
+        let target = match target {
+            Target::Authority(authority) => parse_authority(authority, &self.cluster_domain)?,
+            Target::Addr(addr) => {
+                let port = match addr.port {
+                    0 => return Err(Status::invalid_argument("port cannot be zero")),
+                    p => u16::try_from(p)
+                        .map_err(|_| Status::invalid_argument("port outside valid range"))?,
+                };
+                let ip = addr
+                    .ip
+                    .ok_or_else(|| Status::invalid_argument("traffic target must have an IP"))?;
+                let ip = std::net::IpAddr::try_from(ip).map_err(|e| {
+                    Status::invalid_argument(format!("failed to parse target addr: {e}"))
+                })?;
+                OutboundTarget::Addr(SocketAddr::new(ip, port))
+            }
+        };
+        Ok((target, source_namespace))
+    }
+
+    fn lookup(&self, spec: &TrafficSpec) -> Result<OutboundLookup, Status> {
+        let (target, source_namespace) = self.parse_request(spec)?;
+        tracing::debug!(?target, %source_namespace, "outbound lookup");
+        self.index
+            .outbound_policy(target, &source_namespace)
+            .map_err(|e| match e {
+                OutboundError::NoSuchService | OutboundError::NotServed => {
+                    Status::not_found(e.to_string())
+                }
+            })
+    }
+}
+
+/// Parses an authority target (§5.1 step 3): `<name>.<namespace>.svc[.<cluster-domain>][.]`
+/// with an optional port (default 80).
+pub fn parse_authority(authority: &str, cluster_domain: &str) -> Result<OutboundTarget, Status> {
+    let parsed: http::uri::Authority = authority
+        .parse()
+        .map_err(|_| Status::invalid_argument("invalid authority"))?;
+    let host = parsed.host();
+    if host.is_empty() {
+        return Err(Status::invalid_argument("authority must have a host"));
+    }
+    let host = host.trim_end_matches('.');
+    let host = host
+        .strip_suffix(cluster_domain)
+        .and_then(|h| h.strip_suffix('.'))
+        .unwrap_or(host);
+    let form =
+        || Status::not_found("authority must be of the form <name>.<namespace>.svc.<domain>");
+    let mut parts = host.split('.');
+    let (Some(name), Some(namespace), Some("svc"), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(form());
+    };
+    if name.is_empty() || namespace.is_empty() {
+        return Err(form());
+    }
+    Ok(OutboundTarget::Service {
+        service: ObjectRef {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        },
+        port: parsed.port_u16().unwrap_or(80),
+    })
+}
+
+#[tonic::async_trait]
+impl OutboundPolicies for OutboundPolicyService {
+    type WatchStream = BoxStream<ApiPolicy>;
+
+    /// The current policy of a target (§5.8). Errors: see [`Self::parse_request`], and
+    /// `NotFound` "No such service" for an in-cluster address nothing claims.
+    async fn get(&self, request: Request<TrafficSpec>) -> Result<Response<ApiPolicy>, Status> {
+        let rpc = self.metrics.start(OUTBOUND_GET);
+        let policy = match self.lookup(request.get_ref()) {
+            Ok(OutboundLookup::Watch(rx)) => rx.borrow().clone(),
+            Ok(OutboundLookup::Fixed(policy)) => policy,
+            Err(status) => return Err(rpc.fail(status)),
+        };
+        Ok(Response::new(self.translator.policy(&policy)))
+    }
+
+    /// The current policy of a target, then every change (§5.8, §10): a recomputation equal
+    /// to the last one sent sends nothing, and a slow reader only gets the newest value. A
+    /// fixed policy (undefined port, fallback) is sent once and the stream stays open. Ends
+    /// with `OK` at shutdown.
+    async fn watch(
+        &self,
+        request: Request<TrafficSpec>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let rpc = self.metrics.start(OUTBOUND_WATCH);
+        let lookup = match self.lookup(request.get_ref()) {
+            Ok(lookup) => lookup,
+            Err(status) => return Err(rpc.fail(status)),
+        };
+        let shutdown = self.shutdown.clone().signaled();
+        match lookup {
+            OutboundLookup::Fixed(policy) => {
+                let first = self.translator.policy(&policy);
+                rpc.sent();
+                let stream = futures::stream::once(async move { Ok(first) })
+                    .chain(futures::stream::pending())
+                    .take_until(shutdown);
+                // `rpc` finishes (counted OK) when the stream drops.
+                let stream = stream.map(move |m| {
+                    let _ = &rpc;
+                    m
+                });
+                Ok(Response::new(Box::pin(stream)))
+            }
+            OutboundLookup::Watch(rx) => {
+                let state = WatchState {
+                    rx,
+                    last: None,
+                    translator: self.translator.clone(),
+                    rpc,
+                };
+                let updates = futures::stream::unfold(state, |mut state| async move {
+                    let policy = state.next().await?;
+                    state.rpc.sent();
+                    Some((Ok(policy), state))
+                })
+                .take_until(shutdown);
+                Ok(Response::new(Box::pin(updates)))
+            }
+        }
+    }
+}
+
+// === impl WatchState ===
+
+impl WatchState {
+    /// The current view first, then each view that differs from the last one sent; `None`
+    /// once the topic is gone.
+    async fn next(&mut self) -> Option<ApiPolicy> {
+        loop {
+            if self.last.is_some() {
+                self.rx.changed().await.ok()?;
+            }
+            let view = self.rx.borrow_and_update().clone();
+            let unchanged = self
+                .last
+                .as_ref()
+                .is_some_and(|last| Arc::ptr_eq(last, &view) || **last == *view);
+            if unchanged {
+                continue;
+            }
+            let policy = self.translator.policy(&view);
+            self.last = Some(view);
+            return Some(policy);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(ns: &str, name: &str, port: u16) -> OutboundTarget {
+        OutboundTarget::Service {
+            service: ObjectRef {
+                namespace: ns.into(),
+                name: name.into(),
+            },
+            port,
+        }
+    }
+
+    #[test]
+    fn authorities() {
+        let parse = |a: &str| parse_authority(a, "cluster.local");
+        assert_eq!(
+            parse("web-svc.emojivoto.svc.cluster.local:8080").unwrap(),
+            service("emojivoto", "web-svc", 8080)
+        );
+        assert_eq!(
+            parse("web-svc.emojivoto.svc.cluster.local.").unwrap(),
+            service("emojivoto", "web-svc", 80)
+        );
+        assert_eq!(
+            parse("web-svc.emojivoto.svc:81").unwrap(),
+            service("emojivoto", "web-svc", 81)
+        );
+        let err = |a: &str| parse(a).unwrap_err();
+        assert_eq!(err("a b").message(), "invalid authority");
+        assert_eq!(err(":80").code(), tonic::Code::InvalidArgument);
+        let e = err("example.com:80");
+        assert_eq!(e.code(), tonic::Code::NotFound);
+        assert_eq!(
+            e.message(),
+            "authority must be of the form <name>.<namespace>.svc.<domain>"
+        );
+        assert_eq!(
+            err("web.emojivoto.svc.other.domain").code(),
+            tonic::Code::NotFound
+        );
+    }
+}
