@@ -408,6 +408,9 @@ async fn admit_server() {
     let mut allowed = vec![server(
         "  podSelector: {matchLabels: {app: web}}\n  port: http\n",
     )];
+    for port in ["1", "65535", "linkerd-admin", "h2c-8080"] {
+        allowed.push(server(&format!("  podSelector: {{}}\n  port: {port}\n")));
+    }
     for policy in [
         "all-unauthenticated",
         "all-authenticated",
@@ -444,6 +447,26 @@ async fn admit_server() {
             (
                 &server("  podSelector: {}\n"),
                 "spec: missing field `port`",
+            ),
+            (
+                &server("  podSelector: {}\n  port: 0\n"),
+                "invalid port 0: a Server's port must be between 1 and 65535",
+            ),
+            (
+                &server("  podSelector: {}\n  port: 65536\n"),
+                "invalid port 65536: a Server's port must be between 1 and 65535",
+            ),
+            (
+                &server("  podSelector: {}\n  port: -1\n"),
+                "invalid port -1: a Server's port must be between 1 and 65535",
+            ),
+            (
+                &server("  podSelector: {}\n  port: \"\"\n"),
+                "invalid port name \"\": a Server's port name must be 1-15 lowercase letters, digits and '-', with at least one letter",
+            ),
+            (
+                &server("  podSelector: {}\n  port: Admin_HTTP\n"),
+                "invalid port name \"Admin_HTTP\": a Server's port name must be 1-15 lowercase letters, digits and '-', with at least one letter",
             ),
         ])
         .await;

@@ -3,6 +3,7 @@
 //! ServerAuthorization and HTTPLocalRateLimitPolicy. Each function returns the message of the
 //! first rule that fails.
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use linkerd_index::inbound::{DefaultPolicy, objects::parse_net};
 use linkerd_k8s_api::{
     Network, authorization_policy::v1alpha1::AuthorizationPolicySpec,
@@ -119,15 +120,43 @@ pub fn mesh_tls_authentication(spec: &MeshTlsAuthenticationSpec) -> Result<(), S
     Ok(())
 }
 
-/// Server: `accessPolicy`, when given, is a default-policy name (`proxyProtocol` is checked by
-/// decoding).
+/// Server: `port` is a port number in 1..=65535 or a Kubernetes port name (IANA service name:
+/// 1-15 lowercase letters, digits and `-`, with a letter, no leading, trailing or doubled `-`),
+/// which the CRD schema also requires but a webhook must not rely on (a Server on port 0 would
+/// select nothing and silently leave the port on its default policy); then `accessPolicy`,
+/// when given, is a default-policy name (`proxyProtocol` is checked by decoding).
 pub fn server(spec: &ServerSpec) -> Result<(), String> {
+    match &spec.port {
+        IntOrString::Int(port) if !(1..=65535).contains(port) => {
+            return Err(format!(
+                "invalid port {port}: a Server's port must be between 1 and 65535"
+            ));
+        }
+        IntOrString::String(name) if !is_port_name(name) => {
+            return Err(format!(
+                "invalid port name {name:?}: a Server's port name must be 1-15 lowercase letters, digits and '-', with at least one letter"
+            ));
+        }
+        _ => {}
+    }
     if let Some(policy) = &spec.access_policy {
         policy
             .parse::<DefaultPolicy>()
             .map_err(|e| format!("Invalid 'accessPolicy' field: {e}"))?;
     }
     Ok(())
+}
+
+/// Whether `name` is a Kubernetes port name (`IsValidPortName`: an IANA_SVC_NAME).
+fn is_port_name(name: &str) -> bool {
+    (1..=15).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name.bytes().any(|b| b.is_ascii_lowercase())
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--")
 }
 
 /// NetworkAuthentication: at least one network, each valid (see [`networks`]).
