@@ -1049,6 +1049,16 @@ async fn admit_protocol_envelope() {
     );
     assert_eq!(response["status"]["reason"], "InvalidRequest");
 
+    // A review without `request.kind` says so, rather than "unsupported resource type: ..".
+    let mut no_kind = mk_review("CREATE", Some(bad_server.clone()));
+    no_kind["request"].as_object_mut().unwrap().remove("kind");
+    let answer = webhook.review(&no_kind).await;
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(
+        answer["response"]["status"]["message"],
+        "admission request missing 'kind'"
+    );
+
     // DELETE is allowed whatever the object was; the API server sends only oldObject.
     let mut delete = mk_review("DELETE", None);
     delete["request"]["oldObject"] = bad_server.clone();

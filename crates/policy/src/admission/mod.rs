@@ -13,7 +13,8 @@
 //!   answers `200` with a review marked invalid and no uid, which the API server can only treat
 //!   as a failed call; a `400` says the same thing plainly, as the sp-validator does.)
 //! - a kind this webhook does not validate is refused with reason `InvalidRequest` and the
-//!   message `unsupported resource type: <group>.<version>.<kind>`.
+//!   message `unsupported resource type: <group>.<version>.<kind>`, one without `request.kind`
+//!   with `admission request missing 'kind'`.
 //! - only `CREATE` and `UPDATE` (or a review that names no operation) are validated. Any other
 //!   operation (`DELETE`, `CONNECT`; the chart's registration never sends them) is allowed
 //!   without looking at the object, since a deletion must never be blocked by the content of
@@ -124,13 +125,16 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
     let uid = request.uid.as_str();
     let gvk = &request.kind;
     let Some(kind) = Kind::of(gvk) else {
-        return AdmissionResponse::invalid(
-            uid,
+        // A review without `request.kind` would otherwise read "unsupported resource type: ..".
+        let message = if gvk.kind.is_empty() {
+            "admission request missing 'kind'".to_string()
+        } else {
             format!(
                 "unsupported resource type: {}.{}.{}",
                 gvk.group, gvk.version, gvk.kind
-            ),
-        );
+            )
+        };
+        return AdmissionResponse::invalid(uid, message);
     };
     let validated = request
         .operation
