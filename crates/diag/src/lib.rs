@@ -110,19 +110,50 @@ pub fn error_line(error: &dyn std::error::Error) -> String {
     line
 }
 
-/// `InvalidArgument: Invalid authority: ...`, or only the code when there is no message. An
-/// answer that is not gRPC at all (an admin or webhook port given as the server) gets a hint.
+/// `InvalidArgument: Invalid authority: ...`, or only the code when there is no message, then
+/// the status's causes. An answer that is not gRPC at all (an admin or webhook port given as
+/// the server) or a connection a TLS-only port dropped (the mtls-shim's) gets a hint.
 fn status_line(status: &tonic::Status) -> String {
     let mut line = if status.message().is_empty() {
         format!("{:?}", status.code())
     } else {
         format!("{:?}: {}", status.code(), status.message())
     };
+    // tonic's message for a dropped connection is only "operation was canceled"; the cause
+    // (hyper's, h2's) says what happened.
+    let mut causes = String::new();
+    let mut source = std::error::Error::source(status);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) && !causes.contains(&text) {
+            causes.push_str(": ");
+            causes.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line.push_str(&causes);
     let message = status.message();
+    // A TLS server (the mtls-shim) answers a plaintext HTTP/2 preface with a TLS alert, which
+    // h2 reads as a frame of the wrong size, or just drops the connection.
+    let tls_only = [
+        "frame with invalid size",
+        "operation was canceled",
+        "broken pipe",
+        "connection reset",
+        "connection closed",
+    ]
+    .iter()
+    .any(|sign| line.contains(sign));
     let not_grpc = message.contains("grpc-status header missing")
         || message.contains("protocol error")
         || message.contains("content-type");
-    if not_grpc {
+    if tls_only {
+        line.push_str(
+            " (the server dropped the connection or did not speak plaintext HTTP/2: if the \
+             address is the mtls-shim's port, 8086 or 8090, it takes mTLS only; the in-pod \
+             plaintext gRPC ports are 18086 (destination) and 18090 (policy-controller))",
+        );
+    } else if not_grpc {
         line.push_str(
             " (the server did not answer in gRPC: is the address a gRPC port of destination or \
              policy-controller, rather than an admin or webhook port?)",

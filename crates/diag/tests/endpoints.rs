@@ -155,3 +155,37 @@ async fn an_admin_port_given_as_the_server_gets_a_hint() {
         "stderr: {stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_tls_port_given_as_the_server_gets_a_hint() {
+    // Regression: pointing --destination at the mtls-shim's port (TLS only) printed only
+    // "Cancelled". A TLS server answers a plaintext client with a TLS alert record (here fatal,
+    // decode_error) and closes, or just closes: both get the hint.
+    const TLS_ALERT: &[u8] = &[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32];
+    for answer in [TLS_ALERT, &[]] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut preface = [0u8; 24];
+                let _ = conn.read_exact(&mut preface).await;
+                let _ = conn.write_all(answer).await;
+            }
+        });
+        let destination = format!("http://{addr}");
+        let child = dst_diag(&["endpoints", WEB, "--destination", &destination]);
+        let (code, stdout, stderr) = wait_output(child).await;
+        assert_eq!(code, Some(1), "stderr: {stderr}");
+        assert_eq!(stdout, "");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("dst-diag: Get {WEB}: ")),
+            "stderr: {stderr}"
+        );
+        assert!(
+            stderr.contains("it takes mTLS only") && stderr.contains("18086 (destination)"),
+            "answer {answer:?}: stderr: {stderr}"
+        );
+    }
+}
