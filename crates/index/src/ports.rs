@@ -13,7 +13,9 @@ pub struct PortSet {
 
 /// One item of a port list that is neither a port, a range, nor (where allowed) a known name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid port or port range {item:?}")]
+#[error(
+    "invalid port or port range {item:?}: ports are 1 to 65535, a range is LOW-HIGH with LOW <= HIGH"
+)]
 pub struct InvalidPortItem {
     pub item: String,
 }

@@ -146,17 +146,40 @@ pub fn parse_networks(value: &str) -> Result<Networks, String> {
                         .map(IpNet::from)
                         .map_err(|_| e)
                 })
-                .map_err(|e| format!("invalid network {item:?}: {e}"))
+                .map_err(|e| format!("invalid network {item:?}: {}", network_problem(item, e)))
         })
         .collect::<Result<_, _>>()
         .map(Networks)
 }
 
-/// Parses a default-policy name; the error is the index's (`invalid mode: "x"`).
+/// What is wrong with a network that does not parse: ipnet says only "invalid IP address
+/// syntax", also when the address is fine and the prefix length is out of range.
+fn network_problem(item: &str, error: ipnet::AddrParseError) -> String {
+    let Some((addr, prefix)) = item.split_once('/') else {
+        return format!("{error} (expected an address or a CIDR such as 10.0.0.0/8)");
+    };
+    let max = match addr.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => 32,
+        Ok(std::net::IpAddr::V6(_)) => 128,
+        Err(_) => return format!("{addr:?} is not an IP address"),
+    };
+    match prefix.parse::<u8>() {
+        Ok(len) if len <= max => error.to_string(),
+        _ => format!("prefix length {prefix:?} is not a number from 0 to {max}"),
+    }
+}
+
+/// Parses a default-policy name; the error is the index's (`invalid mode: "x"`) followed by
+/// the names that are valid.
 pub fn parse_default_policy(value: &str) -> Result<DefaultPolicy, String> {
     value
         .parse()
-        .map_err(|e: linkerd_index::inbound::InvalidPolicy| e.to_string())
+        .map_err(|e: linkerd_index::inbound::InvalidPolicy| {
+            format!(
+                "{e} (expected one of all-unauthenticated, all-authenticated, \
+             cluster-unauthenticated, cluster-authenticated, deny, audit)"
+            )
+        })
 }
 
 /// Parses a port list (`25,587,4000-4100`, or empty); unlike annotations, a bad item is an
@@ -245,11 +268,25 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
-        assert!(err("--default-policy=open").contains("invalid mode: \"open\""));
-        assert!(err("--cluster-networks=10.0.0.0/33").contains("\"10.0.0.0/33\""));
+        assert!(err("--default-policy=open").contains(
+            "invalid mode: \"open\" (expected one of all-unauthenticated, all-authenticated, \
+             cluster-unauthenticated, cluster-authenticated, deny, audit)"
+        ));
+        assert!(err("--cluster-networks=10.0.0.0/33").contains(
+            "invalid network \"10.0.0.0/33\": prefix length \"33\" is not a number from 0 to 32"
+        ));
+        assert!(err("--cluster-networks=fd00::/129").contains(
+            "invalid network \"fd00::/129\": prefix length \"129\" is not a number from 0 to 128"
+        ));
+        assert!(
+            err("--cluster-networks=10.0.0.300/8")
+                .contains("invalid network \"10.0.0.300/8\": \"10.0.0.300\" is not an IP address")
+        );
         assert!(err("--probe-networks=nowhere").contains("\"nowhere\""));
         assert!(err("--default-opaque-ports=0").contains("\"0\""));
-        assert!(err("--default-opaque-ports=2-1").contains("\"2-1\""));
+        assert!(err("--default-opaque-ports=2-1").contains(
+            "invalid port or port range \"2-1\": ports are 1 to 65535, a range is LOW-HIGH with LOW <= HIGH"
+        ));
         assert!(err("--admission-controller-disabled=maybe").contains("\"maybe\""));
         assert!(err("--grpc-addr=nowhere").contains("\"nowhere\""));
     }
