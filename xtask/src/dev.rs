@@ -126,19 +126,19 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
     } else {
         pod_addrs()
     };
-    for (flag, addr) in [
-        ("8086", addrs.destination_mtls),
-        ("8090", addrs.policy_mtls),
-        ("18086", addrs.destination_grpc),
-        ("18090", addrs.policy_grpc),
-        ("9996", addrs.destination_admin),
-        ("9990", addrs.policy_admin),
-        ("9443", addrs.policy_webhook),
-        ("8443", addrs.sp_validator),
-        ("9997", addrs.sp_validator_admin),
-        ("4191", addrs.shim_admin),
+    for (role, addr) in [
+        ("the mtls-shim's destination port", addrs.destination_mtls),
+        ("the mtls-shim's policy port", addrs.policy_mtls),
+        ("destination's gRPC port", addrs.destination_grpc),
+        ("policy-controller's gRPC port", addrs.policy_grpc),
+        ("destination's admin port", addrs.destination_admin),
+        ("policy-controller's admin port", addrs.policy_admin),
+        ("the policy admission webhook", addrs.policy_webhook),
+        ("the sp-validator webhook", addrs.sp_validator),
+        ("sp-validator's admin port", addrs.sp_validator_admin),
+        ("the mtls-shim's admin port", addrs.shim_admin),
     ] {
-        server::ensure_free(addr, &format!("port {flag}"))
+        server::ensure_free(addr, role)
             .context("another dev pod may be running; --free-ports picks free ports")?;
     }
     let out = if args.out.is_absolute() {

@@ -127,11 +127,12 @@ pub fn build_binary(
     executable.with_context(|| format!("cargo built {bin} but reported no executable"))
 }
 
-/// Errors with a message naming `flag` when `addr` cannot be listened on (a port already taken),
-/// so that readiness polling never mistakes another server for ours.
-pub fn ensure_free(addr: SocketAddr, flag: &str) -> anyhow::Result<()> {
+/// Errors with a message naming `what` (the listener's role, e.g. "destination's admin port")
+/// and `addr` when `addr` cannot be listened on (a port already taken), so that readiness
+/// polling never mistakes another server for ours.
+pub fn ensure_free(addr: SocketAddr, what: &str) -> anyhow::Result<()> {
     TcpListener::bind(addr).map(drop).with_context(|| {
-        format!("{flag} {addr} cannot be listened on (is the port already in use?)")
+        format!("{what}, {addr}, cannot be listened on (is the port already in use?)")
     })
 }
 
@@ -437,4 +438,24 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
                 "no answer within 2 s",
             ))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_port_is_named_by_its_role_and_address() {
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        let error = ensure_free(addr, "destination's admin port").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "destination's admin port, {addr}, cannot be listened on (is the port already in use?)"
+            )
+        );
+        drop(taken);
+        ensure_free(addr, "destination's admin port").unwrap();
+    }
 }
