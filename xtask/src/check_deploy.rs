@@ -83,6 +83,9 @@ pub struct Options {
     pub example_dirs: Vec<PathBuf>,
     /// Like `example_dirs`, but unknown fields are only warnings.
     pub fixture_dirs: Vec<PathBuf>,
+    /// Kustomize overlays of `deploy_dir` (e.g. `deploy/certify`), built with their JSON 6902
+    /// patches and checked like it.
+    pub overlay_dirs: Vec<PathBuf>,
     /// Run `kubectl kustomize` and `kubernetes-validate` when they are on PATH.
     pub external_tools: bool,
     /// The workspace, to check that every image has its Dockerfile in `docker/` building a
@@ -148,9 +151,7 @@ struct Kustomization {
 #[serde(deny_unknown_fields)]
 struct KustomizePatch {
     path: Option<String>,
-    #[allow(dead_code)]
     patch: Option<String>,
-    #[allow(dead_code)]
     target: Option<Value>,
 }
 
@@ -182,6 +183,24 @@ pub fn check(options: &Options) -> anyhow::Result<Report> {
     let mut docs = Vec::new();
     let mut visited = BTreeSet::new();
     load_kustomization(deploy_dir, &mut docs, &mut visited, &mut report)?;
+    // Overlays are built (patches applied) now, so that their files count as referenced, and
+    // checked after deploy/.
+    let mut overlays = Vec::new();
+    for overlay in &options.overlay_dirs {
+        let mut overlay_docs = Vec::new();
+        let mut overlay_visited = BTreeSet::new();
+        load_kustomization(
+            overlay,
+            &mut overlay_docs,
+            &mut overlay_visited,
+            &mut report,
+        )?;
+        visited.extend(overlay_visited);
+        overlays.push((overlay, overlay_docs));
+    }
+    // An overlay reloads deploy/: a problem of deploy/ is reported once.
+    let mut seen = BTreeSet::new();
+    report.errors.retain(|e| seen.insert(e.clone()));
     check_orphans(deploy_dir, &visited, &mut report)?;
     let mut manifests = Manifests::default();
     for doc in &docs {
@@ -207,6 +226,35 @@ pub fn check(options: &Options) -> anyhow::Result<Report> {
     manifests.check(&mut report);
     if let Some(root) = &options.workspace {
         check_images(root, &manifests, &mut report)?;
+    }
+
+    // The overlays' objects, with the problems their patches bring (those of deploy/ itself
+    // were reported above).
+    for (overlay, overlay_docs) in overlays {
+        let mut overlay_manifests = Manifests::default();
+        let mut overlay_report = Report::default();
+        for doc in &overlay_docs {
+            if let Err(e) = overlay_manifests.add(doc) {
+                overlay_report.errors.push(format!("{}: {e}", doc.source));
+            }
+        }
+        overlay_manifests.check(&mut overlay_report);
+        let name = overlay.display();
+        for error in overlay_report.errors {
+            if !report.errors.contains(&error) {
+                report.errors.push(format!("overlay {name}: {error}"));
+            }
+        }
+        for warning in overlay_report.warnings {
+            if !report.warnings.contains(&warning) {
+                report.warnings.push(format!("overlay {name}: {warning}"));
+            }
+        }
+        report.summary.push(format!(
+            "overlay {name}: {} objects ({})",
+            overlay_docs.len(),
+            kinds_summary(&overlay_docs)
+        ));
     }
 
     // 3. Custom resources against the CRDs.
@@ -247,6 +295,7 @@ impl Options {
             deploy_dir: root.join("deploy"),
             example_dirs: vec![root.join("deploy/examples")],
             fixture_dirs: vec![root.join("tests/fixtures")],
+            overlay_dirs: vec![root.join("deploy/certify")],
             external_tools,
             workspace: Some(root.to_path_buf()),
         }
@@ -273,6 +322,8 @@ fn load_kustomization(
             .push(format!("{}: included twice", path.display()));
         return Ok(());
     }
+    // The documents of this kustomization start here; its patches apply to them only.
+    let first = docs.len();
     let text = read(&path)?;
     let kustomization: Kustomization = match serde_yaml::from_str(&text) {
         Ok(k) => k,
@@ -289,7 +340,7 @@ fn load_kustomization(
             ));
             continue;
         }
-        let target = dir.join(resource);
+        let target = normalize(&dir.join(resource));
         if target.is_dir() {
             load_kustomization(&target, docs, visited, report)?;
         } else if target.is_file() {
@@ -308,16 +359,81 @@ fn load_kustomization(
         }
     }
     for patch in &kustomization.patches {
-        if let Some(file) = &patch.path {
-            let target = dir.join(file);
-            if target.is_file() {
-                visited.insert(target);
-            } else {
-                report
-                    .errors
-                    .push(format!("{}: patch {file:?} does not exist", path.display()));
+        let (text, at) = match (&patch.path, &patch.patch) {
+            (Some(file), None) => {
+                let target = dir.join(file);
+                if !target.is_file() {
+                    report
+                        .errors
+                        .push(format!("{}: patch {file:?} does not exist", path.display()));
+                    continue;
+                }
+                visited.insert(target.clone());
+                (read(&target)?, target.display().to_string())
             }
+            (None, Some(inline)) => (inline.clone(), format!("{}: inline patch", path.display())),
+            _ => {
+                report.errors.push(format!(
+                    "{}: a patch needs exactly one of `path` and `patch`",
+                    path.display()
+                ));
+                continue;
+            }
+        };
+        if let Err(e) = apply_patch(&text, patch.target.as_ref(), &mut docs[first..]) {
+            report.errors.push(format!("{at}: {e}"));
         }
+    }
+    Ok(())
+}
+
+/// `path` without `.` and `dir/..` components (lexically, as kustomize reads them), so that a
+/// file reached through an overlay's `..` has the same name as from deploy/.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir if out.file_name().is_some() => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Applies a kustomize patch to the documents its `target` selects (by `kind`, `name` and,
+/// when given, `namespace`, `group` and `version`), so that what is checked is what kustomize
+/// builds. Only JSON 6902 patches (a YAML list of operations) are understood: a strategic
+/// merge patch would need each type's merge keys, so it is refused rather than guessed.
+///
+/// Errors: the patch is not a list of operations, no target is given or no document matches
+/// it, or an operation fails (a `test` that does not hold, a path that does not exist).
+fn apply_patch(text: &str, target: Option<&Value>, docs: &mut [Doc]) -> Result<(), String> {
+    let ops: json_patch::Patch = serde_yaml::from_str(text)
+        .map_err(|e| format!("only JSON 6902 patches (a list of operations) are checked: {e}"))?;
+    let target = target.ok_or("a JSON 6902 patch needs a `target`")?;
+    let wanted = |field: &str| target.get(field).and_then(Value::as_str);
+    let matches = |doc: &Doc| {
+        let (group, version) = doc.value["apiVersion"]
+            .as_str()
+            .map(|v| v.rsplit_once('/').unwrap_or(("", v)))
+            .unwrap_or_default();
+        let field = |f: &str, actual: Option<&str>| wanted(f).is_none_or(|w| Some(w) == actual);
+        field("kind", doc.value["kind"].as_str())
+            && field("name", doc.value["metadata"]["name"].as_str())
+            && field("namespace", doc.value["metadata"]["namespace"].as_str())
+            && field("group", Some(group))
+            && field("version", Some(version))
+    };
+    let mut patched = 0;
+    for doc in docs.iter_mut().filter(|d| matches(d)) {
+        json_patch::patch(&mut doc.value, &ops).map_err(|e| format!("{}: {e}", doc.source))?;
+        patched += 1;
+    }
+    if patched == 0 {
+        return Err(format!("no object matches the target {target}"));
     }
     Ok(())
 }

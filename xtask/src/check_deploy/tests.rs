@@ -36,6 +36,7 @@ fn check_copy(tmp: &tempfile::TempDir) -> Report {
         deploy_dir: tmp.path().join("deploy"),
         example_dirs: vec![tmp.path().join("deploy/examples")],
         fixture_dirs: vec![],
+        overlay_dirs: vec![tmp.path().join("deploy/certify")],
         external_tools: false,
         workspace: None,
     })
@@ -309,6 +310,7 @@ fn gen_certs_overlay() {
         deploy_dir: out.path().to_path_buf(),
         example_dirs: vec![],
         fixture_dirs: vec![],
+        overlay_dirs: vec![],
         external_tools: true,
         workspace: None,
     })
@@ -612,6 +614,7 @@ fn custom_resources_are_validated_against_the_crds() {
         deploy_dir: tmp.path().join("deploy"),
         example_dirs: vec![],
         fixture_dirs: vec![fixtures],
+        overlay_dirs: vec![tmp.path().join("deploy/certify")],
         external_tools: false,
         workspace: None,
     })
@@ -694,4 +697,95 @@ fn nullable_and_implicit_root_fields() {
     assert!(lenient.is_valid(&serde_json::json!({"spec": {"n": 1, "m": 2}})));
     assert_eq!(json_path("/spec/routes/0/name"), "spec.routes[0].name");
     assert_eq!(json_path(""), "(root)");
+}
+
+/// deploy/certify builds deploy/ with the sidecar in Certify mode: its flags parse as such, it
+/// mounts the projected token (audience identity.l5d.io) and the trust-roots ConfigMap, and the
+/// pod no longer needs the identity Secret.
+#[test]
+fn certify_overlay() {
+    use clap::Parser;
+    let mut docs = Vec::new();
+    let mut report = Report::default();
+    load_kustomization(
+        &root().join("deploy/certify"),
+        &mut docs,
+        &mut BTreeSet::new(),
+        &mut report,
+    )
+    .unwrap();
+    assert!(report.errors.is_empty(), "{:#?}", report.errors);
+    let doc = docs
+        .iter()
+        .find(|d| d.value["kind"] == "Deployment")
+        .unwrap();
+    let deployment: Deployment = decode_strict(&doc.value).unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let shim = &pod.init_containers.as_ref().unwrap()[0];
+    let args = mtls_shim::args::Args::try_parse_from(
+        std::iter::once("mtls-shim".to_string()).chain(shim.args.clone().unwrap()),
+    )
+    .unwrap();
+    assert_eq!(
+        args.identity_addr.map(|a| a.to_string()).as_deref(),
+        Some("linkerd-identity-headless.linkerd.svc.cluster.local.:8080")
+    );
+    assert!(args.identity_cert.is_none() && args.identity_key.is_none());
+    let volumes = pod.volumes.unwrap();
+    let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
+    assert!(!names.contains(&"identity"), "{names:?}");
+    let token = volumes
+        .iter()
+        .find(|v| v.name == "linkerd-identity-token")
+        .unwrap();
+    let source = token.projected.as_ref().unwrap().sources.as_ref().unwrap()[0]
+        .service_account_token
+        .clone()
+        .unwrap();
+    assert_eq!(source.audience.as_deref(), Some("identity.l5d.io"));
+    assert_eq!(source.path, "linkerd-identity-token");
+    let mounts: Vec<(&str, &str)> = shim
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            (
+                "linkerd-identity-trust-roots",
+                "/var/run/linkerd/identity/trust-roots"
+            ),
+            ("linkerd-identity-token", "/var/run/secrets/tokens"),
+        ]
+    );
+    assert_eq!(
+        args.identity_token_file,
+        PathBuf::from("/var/run/secrets/tokens/linkerd-identity-token")
+    );
+}
+
+/// A patch whose `test` operation does not hold (deploy/ reordered under it), or that matches
+/// nothing, fails the check instead of editing the wrong thing.
+#[test]
+fn overlay_patches_are_applied_and_checked() {
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "certify/shim-certify.yaml",
+        "  value: identity\n",
+        "  value: sp-tls\n",
+    );
+    let report = check_copy(&tmp);
+    assert_one_error(&report, "shim-certify.yaml");
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "certify/kustomization.yaml",
+        "name: linkerd-destination",
+        "name: linkerd-nothing",
+    );
+    assert_one_error(&check_copy(&tmp), "no object matches the target");
 }
