@@ -9,6 +9,9 @@
 //!   of its kind (DESIGN.md "Conventions").
 //! - A kind the API server does not serve (`404`: a CRD that is not installed, or was removed)
 //!   is served as empty until it appears, logged once per change (issue 3 item 4).
+//! - A Gateway API kind instead follows its CustomResourceDefinition (`kube/crd.rs`): watched at the
+//!   version the CRD serves, started, restarted and stopped as the CRD is installed, upgraded
+//!   and removed (issue 5 item 2).
 //!
 //! It also observes the informer-lag histograms (`pods_informer_lag_seconds`, ...): on each
 //! watch event that updates an object already seen, the time since the object's latest
@@ -32,6 +35,8 @@ use std::{
 
 use super::{Event, Source, Watched};
 use crate::metrics::IndexMetrics;
+
+mod crd;
 
 /// Watches a Kubernetes API server with a [`kube::Client`].
 #[derive(Clone)]
@@ -104,24 +109,43 @@ impl Source for KubeSource {
     ///   retrying within 30 s, and the first successful list yields the usual `Reset`. Each
     ///   change (missing, appeared, removed) is logged once.
     /// - Other errors are logged as warnings and retried with the same backoff.
+    /// - A Gateway API kind (group `gateway.networking.k8s.io`) follows its
+    ///   CustomResourceDefinition instead (spec/policy.md "Project decisions" 2): it is listed
+    ///   and watched at the version the CRD serves, from when the CRD appears, again from the
+    ///   first list when the version changes, and served empty at once when the CRD goes.
     fn events<K: Watched>(&self) -> BoxStream<'static, Event<K>> {
-        let resource = ApiResource::erase::<K>(&());
-        let api = Api::<DynamicObject>::all_with(self.client.clone(), &resource);
-        let metrics = self.metrics.clone();
-        let events = watcher(api, watcher::Config::default()).backoff(WatchBackoff::new());
-        let state = WatchState {
-            relist: None,
-            served: Served::Unknown,
-            lag: metrics.informer_lag(&K::kind(&())).map(LagTracker::new),
-        };
-        events
-            .scan(state, move |state, event| {
-                let out = state.step(event, &metrics);
-                futures::future::ready(Some(out))
-            })
-            .filter_map(futures::future::ready)
-            .boxed()
+        if K::group(&()) == crd::GATEWAY_GROUP {
+            return crd::follow::<K>(self.client.clone(), self.metrics.clone());
+        }
+        watch_resource::<K>(
+            &self.client,
+            ApiResource::erase::<K>(&()),
+            self.metrics.clone(),
+        )
     }
+}
+
+/// The events of kind `K` listed and watched at `resource` (the kind's group, plural and one
+/// of its served versions), decoded into `K` as [`KubeSource::events`] describes.
+fn watch_resource<K: Watched>(
+    client: &Client,
+    resource: ApiResource,
+    metrics: IndexMetrics,
+) -> BoxStream<'static, Event<K>> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+    let events = watcher(api, watcher::Config::default()).backoff(WatchBackoff::new());
+    let state = WatchState {
+        relist: None,
+        served: Served::Unknown,
+        lag: metrics.informer_lag(&K::kind(&())).map(LagTracker::new),
+    };
+    events
+        .scan(state, move |state, event| {
+            let out = state.step(event, &metrics);
+            futures::future::ready(Some(out))
+        })
+        .filter_map(futures::future::ready)
+        .boxed()
 }
 
 // === impl WatchState ===
@@ -277,17 +301,22 @@ fn informer_lag(metadata: &ObjectMeta, now: Timestamp) -> Option<f64> {
 }
 
 /// Whether a watcher error is the API server answering `404 Not Found` for the kind's
-/// collection: to the list, or to the watch that resumes after a closed one (kube reports a
-/// watch request's error status as the first item of its stream).
+/// collection: to the list, or to the watch that resumes after a closed one.
 fn is_not_found(error: &watcher::Error) -> bool {
-    let status = match error {
+    status_code(error) == Some(404)
+}
+
+/// The HTTP status code of a watcher error the API server answered with a Status: to the list,
+/// to the watch request, or as the first item of the watch stream (how kube reports a watch
+/// request's error status).
+fn status_code(error: &watcher::Error) -> Option<u16> {
+    match error {
         watcher::Error::InitialListFailed(kube::Error::Api(status))
         | watcher::Error::WatchStartFailed(kube::Error::Api(status))
         | watcher::Error::WatchFailed(kube::Error::Api(status))
-        | watcher::Error::WatchError(status) => status,
-        _ => return false,
-    };
-    status.code == 404
+        | watcher::Error::WatchError(status) => Some(status.code),
+        _ => None,
+    }
 }
 
 /// Decodes one untyped object (its metadata and other fields) into `K`; one that does not
