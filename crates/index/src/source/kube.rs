@@ -9,9 +9,9 @@
 //!   of its kind (DESIGN.md "Conventions").
 //! - A kind the API server does not serve (`404`: a CRD that is not installed, or was removed)
 //!   is served as empty until it appears, logged once per change (issue 3 item 4).
-//! - A Gateway API kind instead follows its CustomResourceDefinition (`kube/crd.rs`): watched at the
-//!   version the CRD serves, started, restarted and stopped as the CRD is installed, upgraded
-//!   and removed (issue 5 item 2).
+//! - A Gateway API kind instead follows its CustomResourceDefinition (`kube/crd.rs`): it is
+//!   watched at the version the CRD serves, started, restarted and stopped as the CRD is
+//!   installed, upgraded and removed (issue 5 item 2).
 //!
 //! It also observes the informer-lag histograms (`pods_informer_lag_seconds`, ...): on each
 //! watch event that updates an object already seen, the time since the object's latest
