@@ -597,9 +597,72 @@ async fn gateway_crd_is_used_once_established() {
         next_event(&mut routes, "the established CRD").await,
         reset(&names(&["web-route"]))
     );
-    // Only the established CRD started a watch (an earlier one would have been answered 404
-    // and yielded an empty Reset first).
+    // Only the established CRD started a watch (an earlier one would have been answered 404,
+    // then retried).
     assert_eq!(api.requests_to(HTTP_ROUTES_V1, false).len(), 1);
+}
+
+#[tokio::test]
+async fn a_new_version_not_served_yet_keeps_the_routes_until_it_lists() {
+    let api = FakeApi::start([mk_route("gateway.networking.k8s.io/v1beta1", "web-route")]).await;
+    api.install_crd(HTTP_ROUTES_V1BETA1);
+    api.put_crd(mk_gateway_crd("httproutes", "HTTPRoute", &["v1beta1"]));
+    let source = KubeSource::new(api.client(), IndexMetrics::default());
+    let mut routes = spawn_events::<HttpRoute>(&source);
+    assert_eq!(
+        next_event(&mut routes, "the v1beta1 routes").await,
+        reset(&names(&["web-route"]))
+    );
+
+    // The CRD says v1 is served before the API server serves it: the list is retried, and
+    // nothing is yielded meanwhile (no empty Reset that would drop the routes).
+    api.put_crd(mk_gateway_crd(
+        "httproutes",
+        "HTTPRoute",
+        &["v1beta1", "v1"],
+    ));
+    api.wait_for_requests("a v1 list answered 404", |reqs| {
+        reqs.iter()
+            .any(|r| r.path == HTTP_ROUTES_V1 && !r.is_watch() && r.status == 404)
+    })
+    .await;
+    api.apply(
+        HTTP_ROUTES_V1,
+        mk_route("gateway.networking.k8s.io/v1", "web-route"),
+    );
+    api.apply(
+        HTTP_ROUTES_V1,
+        mk_route("gateway.networking.k8s.io/v1", "vote-route"),
+    );
+    api.install_crd(HTTP_ROUTES_V1);
+    assert_eq!(
+        next_event(&mut routes, "the v1 routes").await,
+        reset(&names(&["vote-route", "web-route"]))
+    );
+}
+
+#[tokio::test]
+async fn crds_forbidden_fall_back_to_the_typed_version() {
+    let api = FakeApi::start([mk_route("gateway.networking.k8s.io/v1", "web-route")]).await;
+    api.forbid(CUSTOM_RESOURCE_DEFINITIONS);
+    let source = KubeSource::new(api.client(), IndexMetrics::default());
+    let mut routes = spawn_events::<HttpRoute>(&source);
+
+    // v1 (HTTPRoute's typed version) is watched directly, served empty while it is 404...
+    assert_eq!(next_event(&mut routes, "the 404 at v1").await, reset(&[]));
+    // ...and its objects once it is served.
+    api.install_crd(HTTP_ROUTES_V1);
+    assert_eq!(
+        next_event(&mut routes, "the v1 routes").await,
+        reset(&names(&["web-route"]))
+    );
+    let crd_requests: Vec<u16> = api
+        .requests()
+        .iter()
+        .filter(|r| r.path == CUSTOM_RESOURCE_DEFINITIONS)
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(crd_requests, [403]);
 }
 
 #[tokio::test]

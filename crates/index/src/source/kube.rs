@@ -60,6 +60,8 @@ struct WatchState<K> {
     /// The objects of a relist in progress (between `Init` and `InitDone`).
     relist: Option<Vec<K>>,
     served: Served,
+    /// Whether a `404` while `served` is `Unknown` yields nothing instead of an empty `Reset`.
+    keep_until_listed: bool,
     /// For a kind with an informer-lag histogram: what it takes to observe it.
     lag: Option<LagTracker>,
 }
@@ -117,26 +119,29 @@ impl Source for KubeSource {
         if K::group(&()) == crd::GATEWAY_GROUP {
             return crd::follow::<K>(self.client.clone(), self.metrics.clone());
         }
-        watch_resource::<K>(
-            &self.client,
-            ApiResource::erase::<K>(&()),
-            self.metrics.clone(),
-        )
+        let resource = ApiResource::erase::<K>(&());
+        watch_resource::<K>(&self.client, resource, self.metrics.clone(), false)
     }
 }
 
 /// The events of kind `K` listed and watched at `resource` (the kind's group, plural and one
 /// of its served versions), decoded into `K` as [`KubeSource::events`] describes.
+///
+/// With `keep_until_listed`, a `404` before the first successful list yields nothing (the
+/// consumer keeps what it has, e.g. the objects of the version watched before) rather than an
+/// empty `Reset`; the list is retried with the same backoff.
 fn watch_resource<K: Watched>(
     client: &Client,
     resource: ApiResource,
     metrics: IndexMetrics,
+    keep_until_listed: bool,
 ) -> BoxStream<'static, Event<K>> {
     let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
     let events = watcher(api, watcher::Config::default()).backoff(WatchBackoff::new());
     let state = WatchState {
         relist: None,
         served: Served::Unknown,
+        keep_until_listed,
         lag: metrics.informer_lag(&K::kind(&())).map(LagTracker::new),
     };
     events
@@ -169,6 +174,10 @@ impl<K: Watched> WatchState<K> {
                 }
                 let was = std::mem::replace(&mut self.served, Served::NotFound);
                 return match was {
+                    Served::Unknown if self.keep_until_listed => {
+                        tracing::info!(%kind, "version not served yet; retrying with backoff");
+                        None
+                    }
                     Served::Unknown => {
                         tracing::info!(%kind, "CRD not installed; serving none until it appears");
                         Some(Event::Reset(Vec::new()))

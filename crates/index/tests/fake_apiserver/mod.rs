@@ -156,6 +156,8 @@ struct Collection {
     lists_held: bool,
     /// While unset (a CRD not installed), every request gets `404`.
     installed: bool,
+    /// While set (RBAC without this resource), every request gets `403`.
+    forbidden: bool,
 }
 
 /// A watch being answered: its events go to `tx`, those of the object named `name` only when
@@ -194,6 +196,7 @@ impl FakeApi {
                     watch_failures: VecDeque::new(),
                     lists_held: false,
                     installed,
+                    forbidden: false,
                 };
                 (*path, collection)
             })
@@ -355,6 +358,13 @@ impl FakeApi {
         }
     }
 
+    /// Answers every later request to `path` with `403 Forbidden`, as for a service account
+    /// without RBAC for it.
+    pub fn forbid(&self, path: &str) {
+        self.shared
+            .mutate(|state| state.collection(path).forbidden = true);
+    }
+
     /// Holds list requests of `path` unanswered until [`FakeApi::release_lists`].
     pub fn hold_lists(&self, path: &str) {
         self.shared
@@ -441,12 +451,21 @@ impl Shared {
             list_version: None,
             at: Instant::now(),
         };
-        let served = self
+        let (served, forbidden) = self
             .state
             .lock()
             .collections
             .get(path.as_str())
-            .is_some_and(|c| c.installed);
+            .map_or((false, false), |c| (c.installed, c.forbidden));
+        if forbidden {
+            seen.status = 403;
+            self.mutate(|state| state.requests.push(seen));
+            return status_response(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                "the service account cannot list this resource",
+            );
+        }
         if !served || req.method() != hyper::Method::GET {
             seen.status = 404;
             self.mutate(|state| state.requests.push(seen));

@@ -183,7 +183,7 @@ impl<K: Watched> Follower<K> {
                     "cannot watch CustomResourceDefinitions; watching the kind at its own version"
                 );
                 self.crds = stream::pending().boxed();
-                self.watch(K::version(&()).into_owned());
+                self.watch(K::version(&()).into_owned(), false);
                 None
             }
             Err(error) => {
@@ -244,7 +244,10 @@ impl<K: Watched> Follower<K> {
                         tracing::info!(%kind, crd = %crd_name, %old, %new, "CRD serves another version; watching it")
                     }
                 }
-                self.watch(new);
+                // Until the new version lists, keep what the old one delivered: the same
+                // objects, converted by the API server.
+                let keep = self.started;
+                self.watch(new, keep);
                 None
             }
             (Some(_), None) => {
@@ -261,11 +264,18 @@ impl<K: Watched> Follower<K> {
     }
 
     /// Lists and watches `K` at `version` from now on; a previous watch stops when dropped.
-    fn watch(&mut self, version: String) {
+    /// With `keep_until_listed`, a `404` before the first list yields nothing (the CRD said
+    /// the version is served; the API server may lag behind it for a moment).
+    fn watch(&mut self, version: String, keep_until_listed: bool) {
         let mut resource = ApiResource::erase::<K>(&());
         resource.api_version = format!("{}/{version}", resource.group);
         resource.version = version.clone();
-        let objects = watch_resource::<K>(&self.client, resource, self.metrics.clone());
+        let objects = watch_resource::<K>(
+            &self.client,
+            resource,
+            self.metrics.clone(),
+            keep_until_listed,
+        );
         self.watching = Some((version, objects));
     }
 }
