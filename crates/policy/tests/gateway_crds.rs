@@ -1,14 +1,14 @@
 //! Gateway API kinds are optional at run time (spec/policy.md "Project decisions" 2): the
 //! policy server, fed by the `kube` source from a scripted API server, serves a Service's
-//! default route while the HTTPRoute CRD is absent, the HTTPRoute once the CRD is installed, and
-//! the default again once it is removed, on one open `OutboundPolicies.Watch` and without a
-//! restart.
+//! default route while the HTTPRoute CRD is absent, the HTTPRoute once the CRD is installed (at
+//! v1beta1), from v1 once the CRD is upgraded to serve it, and the default again once it is
+//! removed, on one open `OutboundPolicies.Watch` and without a restart.
 
 #[path = "../../index/tests/fake_apiserver/mod.rs"]
 mod fake_apiserver;
 mod support;
 
-use fake_apiserver::{FakeApi, HTTP_ROUTES_V1, TIMEOUT, mk_gateway_crd};
+use fake_apiserver::{FakeApi, HTTP_ROUTES_V1, HTTP_ROUTES_V1BETA1, TIMEOUT, mk_gateway_crd};
 use linkerd_index::{
     Index, IndexMetrics, outbound::OutboundConfig, ports::PortSet, source::kube::KubeSource,
 };
@@ -32,7 +32,11 @@ const WEB: &str = "web-svc.emojivoto.svc.cluster.local:80";
 
 #[tokio::test]
 async fn routes_follow_the_httproute_crd_without_a_restart() {
-    let api = FakeApi::start([mk_service("web-svc"), mk_accepted_route("web-api")]).await;
+    let api = FakeApi::start([
+        mk_service("web-svc"),
+        mk_accepted_route("v1beta1", "web-api", "/api"),
+    ])
+    .await;
     let (_trigger, mut client) = start(&api).await;
     let mut stream = client
         .watch(TrafficSpec {
@@ -51,14 +55,33 @@ async fn routes_follow_the_httproute_crd_without_a_restart() {
         [(default_meta("http"), vec![prefix("/")])]
     );
 
-    // CRD installed: the route, accepted for web-svc by its status, replaces the default.
-    api.install_crd(HTTP_ROUTES_V1);
-    api.put_crd(mk_gateway_crd("httproutes", "HTTPRoute", &["v1"]));
+    // CRD installed, serving v1beta1: the route, accepted for web-svc by its status, replaces
+    // the default.
+    api.install_crd(HTTP_ROUTES_V1BETA1);
+    api.put_crd(mk_gateway_crd("httproutes", "HTTPRoute", &["v1beta1"]));
     let policy = next(&mut stream, "the policy with the route").await;
     assert_eq!(policy.metadata, service_meta());
     assert_eq!(
         http1_routes(&policy),
         [(route_meta("web-api"), vec![prefix("/api")])]
+    );
+
+    // CRD upgraded to serve v1: the routes come from v1 (whose collection the script gives
+    // another match, to tell the versions apart).
+    api.apply(
+        HTTP_ROUTES_V1,
+        mk_accepted_route("v1", "web-api", "/api/v1"),
+    );
+    api.install_crd(HTTP_ROUTES_V1);
+    api.put_crd(mk_gateway_crd(
+        "httproutes",
+        "HTTPRoute",
+        &["v1beta1", "v1"],
+    ));
+    let policy = next(&mut stream, "the policy from v1").await;
+    assert_eq!(
+        http1_routes(&policy),
+        [(route_meta("web-api"), vec![prefix("/api/v1")])]
     );
 
     // CRD removed: back to the default route.
@@ -205,12 +228,13 @@ fn mk_service(name: &str) -> Value {
     })
 }
 
-/// An HTTPRoute `name` (v1) on `web-svc` port 80 for `/api`, with the `Accepted=True` parent
-/// status the status controller writes (kube mode reads acceptance from it).
-fn mk_accepted_route(name: &str) -> Value {
+/// An HTTPRoute `name` at `version` on `web-svc` port 80 for the prefix `path`, with the
+/// `Accepted=True` parent status the status controller writes (kube mode reads acceptance
+/// from it).
+fn mk_accepted_route(version: &str, name: &str, path: &str) -> Value {
     let parent = json!({"group": "core", "kind": "Service", "name": "web-svc", "port": 80});
     json!({
-        "apiVersion": "gateway.networking.k8s.io/v1",
+        "apiVersion": format!("gateway.networking.k8s.io/{version}"),
         "kind": "HTTPRoute",
         "metadata": {
             "name": name,
@@ -220,7 +244,7 @@ fn mk_accepted_route(name: &str) -> Value {
         "spec": {
             "parentRefs": [parent],
             "rules": [{
-                "matches": [{"path": {"type": "PathPrefix", "value": "/api"}}],
+                "matches": [{"path": {"type": "PathPrefix", "value": path}}],
                 "backendRefs": [{"name": "web-svc", "port": 80}],
             }],
         },
