@@ -642,27 +642,33 @@ async fn a_new_version_not_served_yet_keeps_the_routes_until_it_lists() {
 }
 
 #[tokio::test]
-async fn crds_forbidden_fall_back_to_the_typed_version() {
-    let api = FakeApi::start([mk_route("gateway.networking.k8s.io/v1", "web-route")]).await;
-    api.forbid(CUSTOM_RESOURCE_DEFINITIONS);
-    let source = KubeSource::new(api.client(), IndexMetrics::default());
-    let mut routes = spawn_events::<HttpRoute>(&source);
+async fn crds_forbidden_or_not_served_fall_back_to_the_typed_version() {
+    for status in [403, 404] {
+        let api = FakeApi::start([mk_route("gateway.networking.k8s.io/v1", "web-route")]).await;
+        match status {
+            403 => api.forbid(CUSTOM_RESOURCE_DEFINITIONS),
+            _ => api.remove_crd(CUSTOM_RESOURCE_DEFINITIONS),
+        }
+        let source = KubeSource::new(api.client(), IndexMetrics::default());
+        let mut routes = spawn_events::<HttpRoute>(&source);
 
-    // v1 (HTTPRoute's typed version) is watched directly, served empty while it is 404...
-    assert_eq!(next_event(&mut routes, "the 404 at v1").await, reset(&[]));
-    // ...and its objects once it is served.
-    api.install_crd(HTTP_ROUTES_V1);
-    assert_eq!(
-        next_event(&mut routes, "the v1 routes").await,
-        reset(&names(&["web-route"]))
-    );
-    let crd_requests: Vec<u16> = api
-        .requests()
-        .iter()
-        .filter(|r| r.path == CUSTOM_RESOURCE_DEFINITIONS)
-        .map(|r| r.status)
-        .collect();
-    assert_eq!(crd_requests, [403]);
+        // v1 (HTTPRoute's typed version) is watched directly, served empty while it is 404...
+        assert_eq!(next_event(&mut routes, "the 404 at v1").await, reset(&[]));
+        // ...and its objects once it is served.
+        api.install_crd(HTTP_ROUTES_V1);
+        assert_eq!(
+            next_event(&mut routes, "the v1 routes").await,
+            reset(&names(&["web-route"])),
+            "CRDs answered {status}"
+        );
+        let crd_requests: Vec<u16> = api
+            .requests()
+            .iter()
+            .filter(|r| r.path == CUSTOM_RESOURCE_DEFINITIONS)
+            .map(|r| r.status)
+            .collect();
+        assert_eq!(crd_requests, [status]);
+    }
 }
 
 #[tokio::test]

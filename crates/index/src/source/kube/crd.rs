@@ -67,8 +67,9 @@ enum Step<K> {
 ///   version; its first list is a `Reset`, so anything gone meanwhile is removed.
 /// - CRD removed: the watch stops and `Reset(vec![])` is yielded at once.
 ///
-/// If the CRDs cannot be listed (`403`: RBAC without `customresourcedefinitions`), the kind is
-/// watched at `K`'s own version instead, served empty while that answers `404`.
+/// If the CRDs cannot be listed (`403`: RBAC without `customresourcedefinitions`; `404`: an API
+/// server without `apiextensions.k8s.io/v1`), the kind is watched at `K`'s own version instead,
+/// served empty while that answers `404`, as before CRDs were followed.
 pub(super) fn follow<K: Watched>(
     client: Client,
     metrics: IndexMetrics,
@@ -177,7 +178,7 @@ impl<K: Watched> Follower<K> {
     ) -> Option<Event<K>> {
         let kind = K::kind(&());
         match event {
-            Err(error) if status_code(&error) == Some(403) => {
+            Err(error) if matches!(status_code(&error), Some(403 | 404)) => {
                 tracing::warn!(
                     %kind, crd = %self.crd_name, %error,
                     "cannot watch CustomResourceDefinitions; watching the kind at its own version"
