@@ -672,6 +672,45 @@ async fn crds_forbidden_or_not_served_fall_back_to_the_typed_version() {
 }
 
 #[tokio::test]
+async fn each_route_kind_follows_its_own_crd() {
+    let api = FakeApi::start([
+        mk_route("gateway.networking.k8s.io/v1", "web-route"),
+        mk_grpc_route("web-grpc"),
+    ])
+    .await;
+    let source = KubeSource::new(api.client(), IndexMetrics::default());
+    let mut http = spawn_events::<HttpRoute>(&source);
+    let mut grpc = spawn_events::<GrpcRoute>(&source);
+    assert_eq!(next_event(&mut http, "no HTTPRoute CRD").await, reset(&[]));
+    assert_eq!(next_event(&mut grpc, "no GRPCRoute CRD").await, reset(&[]));
+
+    api.install_crd(HTTP_ROUTES_V1);
+    api.put_crd(mk_gateway_crd("httproutes", "HTTPRoute", &["v1"]));
+    api.install_crd(GRPC_ROUTES_V1);
+    api.put_crd(mk_gateway_crd("grpcroutes", "GRPCRoute", &["v1"]));
+    assert_eq!(
+        next_event(&mut http, "the HTTPRoutes").await,
+        reset(&names(&["web-route"]))
+    );
+    assert_eq!(
+        next_event(&mut grpc, "the GRPCRoutes").await,
+        reset(&names(&["web-grpc"]))
+    );
+    api.wait_for_watches(GRPC_ROUTES_V1, 1).await;
+
+    // Removing the HTTPRoute CRD leaves the GRPCRoute watch as it was.
+    api.delete_crd(HTTP_ROUTES_CRD);
+    assert_eq!(next_event(&mut http, "the removed CRD").await, reset(&[]));
+    api.apply(GRPC_ROUTES_V1, mk_grpc_route("emoji-grpc"));
+    assert_eq!(
+        next_event(&mut grpc, "a GRPCRoute added").await,
+        ("Apply", names(&["emoji-grpc"]))
+    );
+    assert_eq!(api.requests_to(GRPC_ROUTES_V1, false).len(), 1);
+    assert_eq!(api.requests_to(GRPC_ROUTES_V1, true).len(), 1);
+}
+
+#[tokio::test]
 async fn ready_while_gateway_crds_are_absent() {
     let api = FakeApi::start(emojivoto()).await;
     let metrics = IndexMetrics::default();
@@ -718,6 +757,22 @@ fn route_requests(api: &FakeApi) -> Vec<String> {
 
 fn names(names: &[&str]) -> Vec<String> {
     names.iter().map(|n| n.to_string()).collect()
+}
+
+/// A GRPCRoute `name` (v1) routing `emojivoto.v1.EmojiService` of `web-svc` port 80 to it.
+fn mk_grpc_route(name: &str) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GRPCRoute",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "parentRefs": [{"group": "core", "kind": "Service", "name": "web-svc", "port": 80}],
+            "rules": [{
+                "matches": [{"method": {"type": "Exact", "service": "emojivoto.v1.EmojiService"}}],
+                "backendRefs": [{"name": "web-svc", "port": 80}],
+            }],
+        },
+    })
 }
 
 /// A Gateway API HTTPRoute `name` at `api_version`, routing `/` of `web-svc` port 80 to it.

@@ -252,7 +252,7 @@ impl<K: Watched> Follower<K> {
                 None
             }
             (Some(_), None) => {
-                tracing::info!(%kind, crd = %crd_name, "CRD removed; serving none until it reappears");
+                tracing::info!(%kind, crd = %crd_name, "CRD removed or unusable; serving none until it is back");
                 self.watching = None;
                 Some(Event::Reset(Vec::new()))
             }
