@@ -1145,6 +1145,8 @@ fn watched_resources() -> Vec<(&'static str, &'static str)> {
         ("policy.linkerd.io", "egressnetworks"),
         ("gateway.networking.k8s.io", "httproutes"),
         ("gateway.networking.k8s.io", "grpcroutes"),
+        // The Gateway API kinds follow their CRDs.
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
     ]
 }
 

@@ -10,8 +10,9 @@
 mod fake_apiserver;
 
 use fake_apiserver::{
-    EXTERNAL_WORKLOADS, FakeApi, JOBS, PODS, RESOURCES, SERVERS, SERVICE_PROFILES, SERVICES,
-    SLICES, TIMEOUT,
+    CUSTOM_RESOURCE_DEFINITIONS, EXTERNAL_WORKLOADS, FakeApi, GRPC_ROUTES_V1, HTTP_ROUTES_V1,
+    HTTP_ROUTES_V1BETA1, JOBS, PODS, RESOURCES, SERVERS, SERVICE_PROFILES, SERVICES, SLICES,
+    TIMEOUT, mk_gateway_crd,
 };
 use futures::StreamExt;
 use hyper::StatusCode;
@@ -21,7 +22,10 @@ use linkerd_index::{
     EndpointsKey, EndpointsView, Event, Index, IndexMetrics, ObjectRef, Source,
     source::{Watched, kube::KubeSource},
 };
-use linkerd_k8s_api::ServiceProfile;
+use linkerd_k8s_api::{
+    ServiceProfile,
+    gateway_api::{grpcroutes::GrpcRoute, httproutes::HttpRoute},
+};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use std::{
@@ -453,7 +457,339 @@ async fn updates_observe_the_informer_lag() {
     assert_eq!(lag_series(&registry, "services"), ["_sum 0.0", "_count 0"]);
 }
 
+const HTTP_ROUTES_CRD: &str = "httproutes.gateway.networking.k8s.io";
+
+#[tokio::test]
+async fn gateway_routes_follow_their_crd() {
+    let api = FakeApi::start([
+        mk_service("web-svc"),
+        mk_route("gateway.networking.k8s.io/v1beta1", "web-route"),
+    ])
+    .await;
+    let source = KubeSource::new(api.client(), IndexMetrics::default());
+    let mut routes = spawn_events::<HttpRoute>(&source);
+    let mut services = spawn_events::<Service>(&source);
+
+    // Absent: the kind is synced and empty, and no route collection is asked for.
+    assert_eq!(next_event(&mut routes, "the absent CRD").await, reset(&[]));
+    assert_eq!(
+        next_event(&mut services, "the Services").await,
+        reset(&names(&["web-svc"]))
+    );
+    let crd_lists = api.requests_to(CUSTOM_RESOURCE_DEFINITIONS, false);
+    let [crd_list] = crd_lists.as_slice() else {
+        panic!("expected one CRD list, got {crd_lists:#?}");
+    };
+    assert_eq!(
+        crd_list.param("fieldSelector"),
+        Some("metadata.name=httproutes.gateway.networking.k8s.io")
+    );
+    assert_eq!(route_requests(&api), Vec::<String>::new());
+    api.wait_for_watches(CUSTOM_RESOURCE_DEFINITIONS, 1).await;
+
+    // Installed, serving v1beta1 only: watched at v1beta1.
+    api.install_crd(HTTP_ROUTES_V1BETA1);
+    api.put_crd(mk_gateway_crd("httproutes", "HTTPRoute", &["v1beta1"]));
+    assert_eq!(
+        next_event(&mut routes, "the installed CRD").await,
+        reset(&names(&["web-route"]))
+    );
+    api.apply(
+        HTTP_ROUTES_V1BETA1,
+        mk_route("gateway.networking.k8s.io/v1beta1", "emoji-route"),
+    );
+    assert_eq!(
+        next_event(&mut routes, "a route added").await,
+        ("Apply", names(&["emoji-route"]))
+    );
+    api.apply(SERVICES, mk_service("api-svc"));
+    assert_eq!(
+        next_event(&mut services, "a Service added").await,
+        ("Apply", names(&["api-svc"]))
+    );
+
+    // Upgraded to also serve v1: the v1beta1 watch stops, v1 is listed and watched (here its
+    // collection holds other objects, so the Reset shows which version was listed).
+    api.apply(
+        HTTP_ROUTES_V1,
+        mk_route("gateway.networking.k8s.io/v1", "web-route"),
+    );
+    api.apply(
+        HTTP_ROUTES_V1,
+        mk_route("gateway.networking.k8s.io/v1", "vote-route"),
+    );
+    api.install_crd(HTTP_ROUTES_V1);
+    api.put_crd(mk_gateway_crd(
+        "httproutes",
+        "HTTPRoute",
+        &["v1beta1", "v1"],
+    ));
+    assert_eq!(
+        next_event(&mut routes, "the upgraded CRD").await,
+        reset(&names(&["vote-route", "web-route"]))
+    );
+    api.wait_for_watches_closed(HTTP_ROUTES_V1BETA1).await;
+    api.apply(
+        HTTP_ROUTES_V1,
+        mk_route("gateway.networking.k8s.io/v1", "emoji-route"),
+    );
+    assert_eq!(
+        next_event(&mut routes, "a route added at v1").await,
+        ("Apply", names(&["emoji-route"]))
+    );
+    assert_eq!(
+        route_requests(&api),
+        [
+            format!("list {HTTP_ROUTES_V1BETA1}"),
+            format!("watch {HTTP_ROUTES_V1BETA1}"),
+            format!("list {HTTP_ROUTES_V1}"),
+            format!("watch {HTTP_ROUTES_V1}"),
+        ]
+    );
+
+    // Removed: served empty at once, from the CRD's deletion alone (its collections are still
+    // served here), and the route watch stops.
+    api.delete_crd(HTTP_ROUTES_CRD);
+    assert_eq!(next_event(&mut routes, "the removed CRD").await, reset(&[]));
+    api.wait_for_watches_closed(HTTP_ROUTES_V1).await;
+    api.remove_crd(HTTP_ROUTES_V1BETA1);
+    api.remove_crd(HTTP_ROUTES_V1);
+
+    // The Services were watched throughout, on the same watch.
+    api.delete(SERVICES, NS, "api-svc");
+    assert_eq!(
+        next_event(&mut services, "a Service deleted").await,
+        ("Delete", names(&["api-svc"]))
+    );
+    assert_eq!(api.requests_to(SERVICES, false).len(), 1);
+    assert_eq!(api.requests_to(SERVICES, true).len(), 1);
+
+    // Installed again, serving v1 only: watched again.
+    api.apply(
+        HTTP_ROUTES_V1,
+        mk_route("gateway.networking.k8s.io/v1", "books-route"),
+    );
+    api.install_crd(HTTP_ROUTES_V1);
+    api.put_crd(mk_gateway_crd("httproutes", "HTTPRoute", &["v1"]));
+    assert_eq!(
+        next_event(&mut routes, "the reinstalled CRD").await,
+        reset(&names(&["books-route"]))
+    );
+}
+
+#[tokio::test]
+async fn gateway_crd_is_used_once_established() {
+    let api = FakeApi::start([mk_route("gateway.networking.k8s.io/v1", "web-route")]).await;
+    let source = KubeSource::new(api.client(), IndexMetrics::default());
+    let mut routes = spawn_events::<HttpRoute>(&source);
+    assert_eq!(next_event(&mut routes, "the absent CRD").await, reset(&[]));
+    api.wait_for_watches(CUSTOM_RESOURCE_DEFINITIONS, 1).await;
+
+    // Created but not yet established, then serving nothing: still absent.
+    let mut pending = mk_gateway_crd("httproutes", "HTTPRoute", &["v1"]);
+    pending["status"]["conditions"][1]["status"] = json!("False");
+    api.put_crd(pending);
+    api.put_crd(mk_gateway_crd("httproutes", "HTTPRoute", &[]));
+    // Established, serving v1.
+    api.install_crd(HTTP_ROUTES_V1);
+    api.put_crd(mk_gateway_crd("httproutes", "HTTPRoute", &["v1"]));
+    assert_eq!(
+        next_event(&mut routes, "the established CRD").await,
+        reset(&names(&["web-route"]))
+    );
+    // Only the established CRD started a watch (an earlier one would have been answered 404,
+    // then retried).
+    assert_eq!(api.requests_to(HTTP_ROUTES_V1, false).len(), 1);
+}
+
+#[tokio::test]
+async fn a_new_version_not_served_yet_keeps_the_routes_until_it_lists() {
+    let api = FakeApi::start([mk_route("gateway.networking.k8s.io/v1beta1", "web-route")]).await;
+    api.install_crd(HTTP_ROUTES_V1BETA1);
+    api.put_crd(mk_gateway_crd("httproutes", "HTTPRoute", &["v1beta1"]));
+    let source = KubeSource::new(api.client(), IndexMetrics::default());
+    let mut routes = spawn_events::<HttpRoute>(&source);
+    assert_eq!(
+        next_event(&mut routes, "the v1beta1 routes").await,
+        reset(&names(&["web-route"]))
+    );
+
+    // The CRD says v1 is served before the API server serves it: the list is retried, and
+    // nothing is yielded meanwhile (no empty Reset that would drop the routes).
+    api.put_crd(mk_gateway_crd(
+        "httproutes",
+        "HTTPRoute",
+        &["v1beta1", "v1"],
+    ));
+    api.wait_for_requests("a v1 list answered 404", |reqs| {
+        reqs.iter()
+            .any(|r| r.path == HTTP_ROUTES_V1 && !r.is_watch() && r.status == 404)
+    })
+    .await;
+    api.apply(
+        HTTP_ROUTES_V1,
+        mk_route("gateway.networking.k8s.io/v1", "web-route"),
+    );
+    api.apply(
+        HTTP_ROUTES_V1,
+        mk_route("gateway.networking.k8s.io/v1", "vote-route"),
+    );
+    api.install_crd(HTTP_ROUTES_V1);
+    assert_eq!(
+        next_event(&mut routes, "the v1 routes").await,
+        reset(&names(&["vote-route", "web-route"]))
+    );
+}
+
+#[tokio::test]
+async fn crds_forbidden_or_not_served_fall_back_to_the_typed_version() {
+    for status in [403, 404] {
+        let api = FakeApi::start([mk_route("gateway.networking.k8s.io/v1", "web-route")]).await;
+        match status {
+            403 => api.forbid(CUSTOM_RESOURCE_DEFINITIONS),
+            _ => api.remove_crd(CUSTOM_RESOURCE_DEFINITIONS),
+        }
+        let source = KubeSource::new(api.client(), IndexMetrics::default());
+        let mut routes = spawn_events::<HttpRoute>(&source);
+
+        // v1 (HTTPRoute's typed version) is watched directly, served empty while it is 404...
+        assert_eq!(next_event(&mut routes, "the 404 at v1").await, reset(&[]));
+        // ...and its objects once it is served.
+        api.install_crd(HTTP_ROUTES_V1);
+        assert_eq!(
+            next_event(&mut routes, "the v1 routes").await,
+            reset(&names(&["web-route"])),
+            "CRDs answered {status}"
+        );
+        let crd_requests: Vec<u16> = api
+            .requests()
+            .iter()
+            .filter(|r| r.path == CUSTOM_RESOURCE_DEFINITIONS)
+            .map(|r| r.status)
+            .collect();
+        assert_eq!(crd_requests, [status]);
+    }
+}
+
+#[tokio::test]
+async fn each_route_kind_follows_its_own_crd() {
+    let api = FakeApi::start([
+        mk_route("gateway.networking.k8s.io/v1", "web-route"),
+        mk_grpc_route("web-grpc"),
+    ])
+    .await;
+    let source = KubeSource::new(api.client(), IndexMetrics::default());
+    let mut http = spawn_events::<HttpRoute>(&source);
+    let mut grpc = spawn_events::<GrpcRoute>(&source);
+    assert_eq!(next_event(&mut http, "no HTTPRoute CRD").await, reset(&[]));
+    assert_eq!(next_event(&mut grpc, "no GRPCRoute CRD").await, reset(&[]));
+
+    api.install_crd(HTTP_ROUTES_V1);
+    api.put_crd(mk_gateway_crd("httproutes", "HTTPRoute", &["v1"]));
+    api.install_crd(GRPC_ROUTES_V1);
+    api.put_crd(mk_gateway_crd("grpcroutes", "GRPCRoute", &["v1"]));
+    assert_eq!(
+        next_event(&mut http, "the HTTPRoutes").await,
+        reset(&names(&["web-route"]))
+    );
+    assert_eq!(
+        next_event(&mut grpc, "the GRPCRoutes").await,
+        reset(&names(&["web-grpc"]))
+    );
+    api.wait_for_watches(GRPC_ROUTES_V1, 1).await;
+
+    // Removing the HTTPRoute CRD leaves the GRPCRoute watch as it was.
+    api.delete_crd(HTTP_ROUTES_CRD);
+    assert_eq!(next_event(&mut http, "the removed CRD").await, reset(&[]));
+    api.apply(GRPC_ROUTES_V1, mk_grpc_route("emoji-grpc"));
+    assert_eq!(
+        next_event(&mut grpc, "a GRPCRoute added").await,
+        ("Apply", names(&["emoji-grpc"]))
+    );
+    assert_eq!(api.requests_to(GRPC_ROUTES_V1, false).len(), 1);
+    assert_eq!(api.requests_to(GRPC_ROUTES_V1, true).len(), 1);
+}
+
+#[tokio::test]
+async fn ready_while_gateway_crds_are_absent() {
+    let api = FakeApi::start(emojivoto()).await;
+    let metrics = IndexMetrics::default();
+    let index = Index::new(metrics.clone());
+    let source = KubeSource::new(api.client(), metrics);
+    let _watches = [
+        index.spawn_watch::<Service, _>(&source),
+        index.spawn_watch::<HttpRoute, _>(&source),
+        index.spawn_watch::<GrpcRoute, _>(&source),
+    ];
+    tokio::time::timeout(TIMEOUT, index.ready().wait_for(|r| *r))
+        .await
+        .expect("ready with the route CRDs absent")
+        .expect("the index owns the sender");
+    assert_eq!(route_requests(&api), Vec::<String>::new());
+    let selectors: Vec<Option<String>> = api
+        .requests_to(CUSTOM_RESOURCE_DEFINITIONS, false)
+        .iter()
+        .map(|r| r.param("fieldSelector").map(str::to_string))
+        .collect();
+    assert_eq!(selectors.len(), 2, "{selectors:?}");
+    for crd in ["httproutes", "grpcroutes"] {
+        let selector = format!("metadata.name={crd}.gateway.networking.k8s.io");
+        assert!(selectors.contains(&Some(selector)), "{selectors:?}");
+    }
+}
+
 // === helpers ===
+
+/// `list <path>` or `watch <path>` for every request to a Gateway API route collection, in
+/// order.
+fn route_requests(api: &FakeApi) -> Vec<String> {
+    api.requests()
+        .iter()
+        .filter(|r| {
+            [HTTP_ROUTES_V1BETA1, HTTP_ROUTES_V1, GRPC_ROUTES_V1].contains(&r.path.as_str())
+        })
+        .map(|r| {
+            let verb = if r.is_watch() { "watch" } else { "list" };
+            format!("{verb} {}", r.path)
+        })
+        .collect()
+}
+
+fn names(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+/// A GRPCRoute `name` (v1) routing `emojivoto.v1.EmojiService` of `web-svc` port 80 to it.
+fn mk_grpc_route(name: &str) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GRPCRoute",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "parentRefs": [{"group": "core", "kind": "Service", "name": "web-svc", "port": 80}],
+            "rules": [{
+                "matches": [{"method": {"type": "Exact", "service": "emojivoto.v1.EmojiService"}}],
+                "backendRefs": [{"name": "web-svc", "port": 80}],
+            }],
+        },
+    })
+}
+
+/// A Gateway API HTTPRoute `name` at `api_version`, routing `/` of `web-svc` port 80 to it.
+fn mk_route(api_version: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": api_version,
+        "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "parentRefs": [{"group": "core", "kind": "Service", "name": "web-svc", "port": 80}],
+            "rules": [{
+                "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                "backendRefs": [{"name": "web-svc", "port": 80}],
+            }],
+        },
+    })
+}
 
 /// Polls `source`'s events of kind `K` in a task of its own, so the watcher keeps requesting
 /// while the test waits on the server; each event is summarized by [`summary`].

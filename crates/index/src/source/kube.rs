@@ -9,6 +9,9 @@
 //!   of its kind (DESIGN.md "Conventions").
 //! - A kind the API server does not serve (`404`: a CRD that is not installed, or was removed)
 //!   is served as empty until it appears, logged once per change (issue 3 item 4).
+//! - A Gateway API kind instead follows its CustomResourceDefinition (`kube/crd.rs`): it is
+//!   watched at the version the CRD serves, started, restarted and stopped as the CRD is
+//!   installed, upgraded and removed (issue 5 item 2).
 //!
 //! It also observes the informer-lag histograms (`pods_informer_lag_seconds`, ...): on each
 //! watch event that updates an object already seen, the time since the object's latest
@@ -33,6 +36,8 @@ use std::{
 use super::{Event, Source, Watched};
 use crate::metrics::IndexMetrics;
 
+mod crd;
+
 /// Watches a Kubernetes API server with a [`kube::Client`].
 #[derive(Clone)]
 pub struct KubeSource {
@@ -55,6 +60,8 @@ struct WatchState<K> {
     /// The objects of a relist in progress (between `Init` and `InitDone`).
     relist: Option<Vec<K>>,
     served: Served,
+    /// Whether a `404` while `served` is `Unknown` yields nothing instead of an empty `Reset`.
+    keep_until_listed: bool,
     /// For a kind with an informer-lag histogram: what it takes to observe it.
     lag: Option<LagTracker>,
 }
@@ -104,24 +111,46 @@ impl Source for KubeSource {
     ///   retrying within 30 s, and the first successful list yields the usual `Reset`. Each
     ///   change (missing, appeared, removed) is logged once.
     /// - Other errors are logged as warnings and retried with the same backoff.
+    /// - A Gateway API kind (group `gateway.networking.k8s.io`) follows its
+    ///   CustomResourceDefinition instead (spec/policy.md "Project decisions" 2): it is listed
+    ///   and watched at the version the CRD serves, from when the CRD appears, again from the
+    ///   first list when the version changes, and served empty at once when the CRD goes.
     fn events<K: Watched>(&self) -> BoxStream<'static, Event<K>> {
+        if K::group(&()) == crd::GATEWAY_GROUP {
+            return crd::follow::<K>(self.client.clone(), self.metrics.clone());
+        }
         let resource = ApiResource::erase::<K>(&());
-        let api = Api::<DynamicObject>::all_with(self.client.clone(), &resource);
-        let metrics = self.metrics.clone();
-        let events = watcher(api, watcher::Config::default()).backoff(WatchBackoff::new());
-        let state = WatchState {
-            relist: None,
-            served: Served::Unknown,
-            lag: metrics.informer_lag(&K::kind(&())).map(LagTracker::new),
-        };
-        events
-            .scan(state, move |state, event| {
-                let out = state.step(event, &metrics);
-                futures::future::ready(Some(out))
-            })
-            .filter_map(futures::future::ready)
-            .boxed()
+        watch_resource::<K>(&self.client, resource, self.metrics.clone(), false)
     }
+}
+
+/// The events of kind `K` listed and watched at `resource` (the kind's group, plural and one
+/// of its served versions), decoded into `K` as [`KubeSource::events`] describes.
+///
+/// With `keep_until_listed`, a `404` before the first successful list yields nothing (the
+/// consumer keeps what it has, e.g. the objects of the version watched before) rather than an
+/// empty `Reset`; the list is retried with the same backoff.
+fn watch_resource<K: Watched>(
+    client: &Client,
+    resource: ApiResource,
+    metrics: IndexMetrics,
+    keep_until_listed: bool,
+) -> BoxStream<'static, Event<K>> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+    let events = watcher(api, watcher::Config::default()).backoff(WatchBackoff::new());
+    let state = WatchState {
+        relist: None,
+        served: Served::Unknown,
+        keep_until_listed,
+        lag: metrics.informer_lag(&K::kind(&())).map(LagTracker::new),
+    };
+    events
+        .scan(state, move |state, event| {
+            let out = state.step(event, &metrics);
+            futures::future::ready(Some(out))
+        })
+        .filter_map(futures::future::ready)
+        .boxed()
 }
 
 // === impl WatchState ===
@@ -145,6 +174,10 @@ impl<K: Watched> WatchState<K> {
                 }
                 let was = std::mem::replace(&mut self.served, Served::NotFound);
                 return match was {
+                    Served::Unknown if self.keep_until_listed => {
+                        tracing::info!(%kind, "version not served yet; retrying with backoff");
+                        None
+                    }
                     Served::Unknown => {
                         tracing::info!(%kind, "CRD not installed; serving none until it appears");
                         Some(Event::Reset(Vec::new()))
@@ -277,17 +310,22 @@ fn informer_lag(metadata: &ObjectMeta, now: Timestamp) -> Option<f64> {
 }
 
 /// Whether a watcher error is the API server answering `404 Not Found` for the kind's
-/// collection: to the list, or to the watch that resumes after a closed one (kube reports a
-/// watch request's error status as the first item of its stream).
+/// collection: to the list, or to the watch that resumes after a closed one.
 fn is_not_found(error: &watcher::Error) -> bool {
-    let status = match error {
+    status_code(error) == Some(404)
+}
+
+/// The HTTP status code of a watcher error the API server answered with a Status: to the list,
+/// to the watch request, or as the first item of the watch stream (how kube reports a watch
+/// request's error status).
+fn status_code(error: &watcher::Error) -> Option<u16> {
+    match error {
         watcher::Error::InitialListFailed(kube::Error::Api(status))
         | watcher::Error::WatchStartFailed(kube::Error::Api(status))
         | watcher::Error::WatchFailed(kube::Error::Api(status))
-        | watcher::Error::WatchError(status) => status,
-        _ => return false,
-    };
-    status.code == 404
+        | watcher::Error::WatchError(status) => Some(status.code),
+        _ => None,
+    }
 }
 
 /// Decodes one untyped object (its metadata and other fields) into `K`; one that does not

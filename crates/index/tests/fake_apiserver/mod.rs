@@ -16,6 +16,12 @@
 //! a cluster without them, until [`FakeApi::install_crd`]; [`FakeApi::remove_crd`] takes one
 //! away again.
 //!
+//! The Gateway API route kinds ([`GATEWAY_ROUTES`]) have one collection per served version,
+//! each installed on its own as the CRDs above; the CustomResourceDefinition objects that say
+//! which versions are served live in [`CUSTOM_RESOURCE_DEFINITIONS`] (always served, with
+//! `fieldSelector=metadata.name=...` honoured on lists and watches), written with
+//! [`FakeApi::put_crd`] / [`FakeApi::delete_crd`]. A test moves both, in the order it needs.
+//!
 //! Every request is recorded, so a test waits on "the server saw this request" instead of
 //! sleeping; a wait that is never satisfied fails after [`TIMEOUT`].
 
@@ -77,6 +83,32 @@ pub const CRDS: [(&str, &str, &str); 3] = [
     (SERVICE_PROFILES, "linkerd.io/v1alpha2", "ServiceProfile"),
 ];
 
+pub const CUSTOM_RESOURCE_DEFINITIONS: &str =
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+pub const HTTP_ROUTES_V1BETA1: &str = "/apis/gateway.networking.k8s.io/v1beta1/httproutes";
+pub const HTTP_ROUTES_V1: &str = "/apis/gateway.networking.k8s.io/v1/httproutes";
+pub const GRPC_ROUTES_V1: &str = "/apis/gateway.networking.k8s.io/v1/grpcroutes";
+
+/// The Gateway API route collections, one per version, served only while installed: (path,
+/// apiVersion, kind).
+pub const GATEWAY_ROUTES: [(&str, &str, &str); 3] = [
+    (
+        HTTP_ROUTES_V1BETA1,
+        "gateway.networking.k8s.io/v1beta1",
+        "HTTPRoute",
+    ),
+    (HTTP_ROUTES_V1, "gateway.networking.k8s.io/v1", "HTTPRoute"),
+    (GRPC_ROUTES_V1, "gateway.networking.k8s.io/v1", "GRPCRoute"),
+];
+
+/// The always-served collection of CustomResourceDefinitions: (path, apiVersion, kind).
+const CRD_COLLECTION: (&str, &str, &str) = (
+    CUSTOM_RESOURCE_DEFINITIONS,
+    "apiextensions.k8s.io/v1",
+    "CustomResourceDefinition",
+);
+
 /// A running fake API server; it stops with the test's runtime.
 #[derive(Clone)]
 pub struct FakeApi {
@@ -117,13 +149,22 @@ struct Collection {
     history: Vec<(u64, &'static str, Value)>,
     /// Watches resuming from before this version get `410 Gone`.
     compacted: u64,
-    watches: Vec<mpsc::UnboundedSender<Bytes>>,
+    watches: Vec<OpenWatch>,
     /// Statuses to answer the next watch requests with, instead of a stream.
     watch_failures: VecDeque<StatusCode>,
     /// While set, list requests are recorded but not answered.
     lists_held: bool,
     /// While unset (a CRD not installed), every request gets `404`.
     installed: bool,
+    /// While set (RBAC without this resource), every request gets `403`.
+    forbidden: bool,
+}
+
+/// A watch being answered: its events go to `tx`, those of the object named `name` only when
+/// the watch has a `metadata.name` field selector.
+struct OpenWatch {
+    name: Option<String>,
+    tx: mpsc::UnboundedSender<Bytes>,
 }
 
 /// A response body: one buffer, or a stream of watch-event lines that stays open while the
@@ -140,8 +181,8 @@ impl FakeApi {
     /// `metadata.namespace`/`name`), each stored under the collection of its kind. Objects of
     /// a CRD kind are served once it is installed.
     pub async fn start(objects: impl IntoIterator<Item = Value>) -> Self {
-        let builtin = RESOURCES.iter().map(|r| (r, true));
-        let crds = CRDS.iter().map(|r| (r, false));
+        let builtin = RESOURCES.iter().chain([&CRD_COLLECTION]).map(|r| (r, true));
+        let crds = CRDS.iter().chain(&GATEWAY_ROUTES).map(|r| (r, false));
         let collections = builtin
             .chain(crds)
             .map(|((path, api_version, kind), installed)| {
@@ -155,6 +196,7 @@ impl FakeApi {
                     watch_failures: VecDeque::new(),
                     lists_held: false,
                     installed,
+                    forbidden: false,
                 };
                 (*path, collection)
             })
@@ -174,8 +216,12 @@ impl FakeApi {
         let addr = listener.local_addr().expect("local addr");
         let api = Self { addr, shared };
         for obj in objects {
-            let kind = obj["kind"].as_str().expect("object has a kind").to_string();
-            api.apply(path_of(&kind), obj);
+            let api_version = obj["apiVersion"]
+                .as_str()
+                .expect("object has an apiVersion");
+            let kind = obj["kind"].as_str().expect("object has a kind");
+            let path = path_of(api_version, kind);
+            api.apply(path, obj);
         }
         let server = api.shared.clone();
         tokio::spawn(async move {
@@ -248,8 +294,8 @@ impl FakeApi {
             collection.compacted = version;
             collection.history.clear();
             let gone = watch_line("ERROR", expired_status(version));
-            for tx in collection.watches.drain(..) {
-                let _ = tx.send(gone.clone());
+            for watch in collection.watches.drain(..) {
+                let _ = watch.tx.send(gone.clone());
             }
         });
     }
@@ -284,6 +330,39 @@ impl FakeApi {
             collection.history.clear();
             collection.watches.clear();
         });
+    }
+
+    /// Creates or replaces a CustomResourceDefinition (see [`mk_gateway_crd`]): ADDED or
+    /// MODIFIED to the watches that select it. It does not install any collection.
+    pub fn put_crd(&self, crd: Value) {
+        self.apply(CUSTOM_RESOURCE_DEFINITIONS, crd);
+    }
+
+    /// Deletes the CustomResourceDefinition `name` (DELETED to the watches that select it). It
+    /// does not remove any collection.
+    pub fn delete_crd(&self, name: &str) {
+        self.delete(CUSTOM_RESOURCE_DEFINITIONS, "", name);
+    }
+
+    /// Waits until every watch of `path` answered so far has been closed by its client; fails
+    /// the test after [`TIMEOUT`].
+    pub async fn wait_for_watches_closed(&self, path: &str) {
+        let senders: Vec<_> = {
+            let mut state = self.shared.state.lock();
+            let collection = state.collection(path);
+            collection.watches.iter().map(|w| w.tx.clone()).collect()
+        };
+        let closed = futures::future::join_all(senders.iter().map(|tx| tx.closed()));
+        if tokio::time::timeout(TIMEOUT, closed).await.is_err() {
+            panic!("timed out waiting for the watches of {path} to close");
+        }
+    }
+
+    /// Answers every later request to `path` with `403 Forbidden`, as for a service account
+    /// without RBAC for it.
+    pub fn forbid(&self, path: &str) {
+        self.shared
+            .mutate(|state| state.collection(path).forbidden = true);
     }
 
     /// Holds list requests of `path` unanswered until [`FakeApi::release_lists`].
@@ -361,8 +440,8 @@ impl Shared {
             .split('&')
             .filter(|kv| !kv.is_empty())
             .map(|kv| match kv.split_once('=') {
-                Some((k, v)) => (k.to_string(), v.to_string()),
-                None => (kv.to_string(), String::new()),
+                Some((k, v)) => (percent_decode(k), percent_decode(v)),
+                None => (percent_decode(kv), String::new()),
             })
             .collect();
         let mut seen = SeenRequest {
@@ -372,12 +451,21 @@ impl Shared {
             list_version: None,
             at: Instant::now(),
         };
-        let served = self
+        let (served, forbidden) = self
             .state
             .lock()
             .collections
             .get(path.as_str())
-            .is_some_and(|c| c.installed);
+            .map_or((false, false), |c| (c.installed, c.forbidden));
+        if forbidden {
+            seen.status = 403;
+            self.mutate(|state| state.requests.push(seen));
+            return status_response(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                "the service account cannot list this resource",
+            );
+        }
         if !served || req.method() != hyper::Method::GET {
             seen.status = 404;
             self.mutate(|state| state.requests.push(seen));
@@ -407,9 +495,11 @@ impl Shared {
         self.mutate(|state| {
             let version = state.version.to_string();
             let collection = state.collection(&seen.path);
+            let name = seen.selected_name();
             let items: Vec<Value> = collection
                 .objects
                 .values()
+                .filter(|obj| selects(name.as_deref(), obj))
                 .map(|obj| {
                     let mut item = obj.clone();
                     if let Some(map) = item.as_object_mut() {
@@ -453,16 +543,17 @@ impl State {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let (tx, rx) = mpsc::unbounded_channel();
+        let name = seen.selected_name();
         if from < collection.compacted {
             // The real server answers 200 and reports the expiry as the stream's only event.
             let _ = tx.send(watch_line("ERROR", expired_status(from)));
         } else {
             for (version, kind, obj) in &collection.history {
-                if *version > from {
+                if *version > from && selects(name.as_deref(), obj) {
                     let _ = tx.send(watch_line(kind, obj.clone()));
                 }
             }
-            collection.watches.push(tx);
+            collection.watches.push(OpenWatch { name, tx });
         }
         self.requests.push(seen);
         Response::builder()
@@ -476,9 +567,13 @@ impl State {
 // === impl Collection ===
 
 impl Collection {
-    fn record(&mut self, version: u64, kind: &'static str, obj: Value) {
+    fn record(&mut self, version: u64, kind: &'static str, mut obj: Value) {
+        // As the real server converts: an object is served at its collection's version.
+        obj["apiVersion"] = json!(self.api_version);
         let line = watch_line(kind, obj.clone());
-        self.watches.retain(|tx| tx.send(line.clone()).is_ok());
+        self.watches.retain(|watch| {
+            !selects(watch.name.as_deref(), &obj) || watch.tx.send(line.clone()).is_ok()
+        });
         self.history.push((version, kind, obj));
     }
 }
@@ -499,6 +594,16 @@ impl SeenRequest {
 
     pub fn param(&self, name: &str) -> Option<&str> {
         self.query.get(name).map(String::as_str)
+    }
+
+    /// The name a `fieldSelector=metadata.name=NAME` selects; the only field selector
+    /// scripted.
+    fn selected_name(&self) -> Option<String> {
+        let selector = self.param("fieldSelector")?;
+        let name = selector
+            .strip_prefix("metadata.name=")
+            .unwrap_or_else(|| panic!("unscripted field selector {selector:?}"));
+        Some(name.to_string())
     }
 }
 
@@ -533,13 +638,70 @@ impl Body for ApiBody {
     }
 }
 
-fn path_of(kind: &str) -> &'static str {
+/// The CustomResourceDefinition `<plural>.gateway.networking.k8s.io` of `kind`, serving
+/// `served` (the others of v1alpha2, v1beta1, v1 are listed as not served), `Established`.
+pub fn mk_gateway_crd(plural: &str, kind: &str, served: &[&str]) -> Value {
+    let versions: Vec<Value> = ["v1alpha2", "v1beta1", "v1"]
+        .iter()
+        .map(|v| json!({"name": v, "served": served.contains(v), "storage": *v == "v1"}))
+        .collect();
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{GATEWAY_GROUP}")},
+        "spec": {
+            "group": GATEWAY_GROUP,
+            "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural},
+            "scope": "Namespaced",
+            "versions": versions,
+        },
+        "status": {"conditions": [
+            {"type": "NamesAccepted", "status": "True"},
+            {"type": "Established", "status": "True"},
+        ]},
+    })
+}
+
+fn path_of(api_version: &str, kind: &str) -> &'static str {
     RESOURCES
         .iter()
         .chain(&CRDS)
-        .find(|(_, _, k)| *k == kind)
+        .chain(&GATEWAY_ROUTES)
+        .chain([&CRD_COLLECTION])
+        .find(|(_, v, k)| *v == api_version && *k == kind)
         .map(|(path, _, _)| *path)
-        .unwrap_or_else(|| panic!("{kind} is not a scripted kind"))
+        .unwrap_or_else(|| panic!("{api_version} {kind} is not a scripted kind"))
+}
+
+/// Whether a watch or list selecting `name` (all when `None`) sees `obj`.
+fn selects(name: Option<&str>, obj: &Value) -> bool {
+    name.is_none_or(|name| obj["metadata"]["name"].as_str() == Some(name))
+}
+
+/// A query component with its `%XX` escapes (and `+` for a space) decoded.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).expect("UTF-8 query")
 }
 
 fn object_key(obj: &Value) -> (String, String) {
