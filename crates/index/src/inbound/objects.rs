@@ -593,6 +593,7 @@ macro_rules! policy_kind {
                             namespace: key.namespace,
                             name: key.name,
                         };
+                        crate::status::apply_route(cluster, &key, obj, touched);
                         outbound = crate::outbound::routes::apply_route(
                             cluster,
                             key,
@@ -626,16 +627,14 @@ macro_rules! policy_kind {
 
             fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
                 $(
-                    crate::outbound::routes::delete_route(
-                        cluster,
-                        &crate::outbound::routes::RouteKey {
-                            group: $ogroup,
-                            kind: $okind,
-                            namespace: key.namespace.clone(),
-                            name: key.name.clone(),
-                        },
-                        touched,
-                    );
+                    let route = crate::outbound::routes::RouteKey {
+                        group: $ogroup,
+                        kind: $okind,
+                        namespace: key.namespace.clone(),
+                        name: key.name.clone(),
+                    };
+                    crate::status::delete_route(cluster, &route, touched);
+                    crate::outbound::routes::delete_route(cluster, &route, touched);
                 )?
                 if cluster
                     .policy
@@ -664,6 +663,7 @@ macro_rules! policy_kind {
                     .collect();
                 $(
                     keys.extend(crate::outbound::routes::route_keys(cluster, $ogroup, $okind));
+                    keys.extend(crate::status::route_keys(cluster, $ogroup, $okind));
                     keys.sort();
                     keys.dedup();
                 )?
