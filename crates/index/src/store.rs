@@ -42,7 +42,7 @@ use crate::{
         ServiceProfileView,
     },
     source::{Event, Source, Watched},
-    status::{RouteStatusPatch, StatusRoutes},
+    status::{StatusPatch, StatusRoutes},
     topic::Topics,
 };
 
@@ -107,6 +107,8 @@ pub struct Cluster {
     pub(crate) outbound_config: Option<OutboundConfig>,
     /// Every route's status inputs (spec/policy.md §7), whether or not it converts.
     pub(crate) status_routes: StatusRoutes,
+    /// Every HTTPLocalRateLimitPolicy's status inputs (spec/policy.md §7.3).
+    pub(crate) status_rate_limits: HashMap<ObjectRef, Arc<crate::status::StatusRateLimit>>,
     /// Outbound policies by Service, then (port, client namespace).
     outbound_topics: Topics<ObjectRef, (u16, String), OutboundPolicy>,
     /// Objects skipped as invalid, with the reason logged, so a re-applied one is not logged
@@ -354,12 +356,12 @@ impl Index {
 
     /// A patch for every indexed route whose desired `status.parents` (spec/policy.md §7.2,
     /// condition times `now`) differs from the status it carries, in (group, kind, namespace,
-    /// name) order.
-    pub fn route_status_patches(
+    /// name) order; then the same for HTTPLocalRateLimitPolicies (§7.3), by namespace/name.
+    pub fn status_patches(
         &self,
         now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-    ) -> Vec<RouteStatusPatch> {
-        self.inner.cluster.lock().route_status_patches(now)
+    ) -> Vec<StatusPatch> {
+        self.inner.cluster.lock().status_patches(now)
     }
 
     /// Subscribes to the endpoints of `key`. The receiver's current value is the view now;

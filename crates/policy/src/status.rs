@@ -1,7 +1,8 @@
 //! The route status writer (spec/policy.md §7.1): while this instance holds the Lease
 //! ([`crate::lease`]), a controller compares every indexed route's desired `status.parents`
-//! (computed by [`linkerd_index::status`]) with the observed one and enqueues a patch for each
-//! difference; a writer sends them as JSON merge patches of the status subresource.
+//! (and every HTTPLocalRateLimitPolicy's `status.conditions`, §7.3), computed by
+//! [`linkerd_index::status`], with the observed one and enqueues a patch for each difference; a
+//! writer sends them as JSON merge patches of the status subresource.
 //!
 //! - Reconciliation runs on index changes, every [`RECONCILE_PERIOD`], and at once on becoming
 //!   leader; never while not leader.
@@ -18,7 +19,7 @@ use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
 };
-use linkerd_index::{Index, status::RouteStatusPatch};
+use linkerd_index::{Index, status::StatusPatch};
 use prometheus_client::{
     metrics::{counter::Counter, histogram::Histogram},
     registry::Registry,
@@ -178,12 +179,12 @@ pub fn spawn(
     ))
 }
 
-/// Enqueues the patches of every route whose status differs, while leader; on index changes,
+/// Enqueues the patches of every object whose status differs, while leader; on index changes,
 /// every `period`, and when leadership is gained.
 async fn reconcile(
     index: Index,
     mut leadership: Leadership,
-    tx: mpsc::Sender<RouteStatusPatch>,
+    tx: mpsc::Sender<StatusPatch>,
     period: Duration,
     metrics: StatusMetrics,
 ) -> Result<(), StatusError> {
@@ -209,7 +210,7 @@ async fn reconcile(
             continue;
         }
         let now = Time(Timestamp::now());
-        for patch in index.route_status_patches(&now) {
+        for patch in index.status_patches(&now) {
             match tx.try_send(patch) {
                 Ok(()) => {
                     metrics.enqueues.inc();
@@ -228,7 +229,7 @@ async fn reconcile(
 async fn write(
     client: Client,
     leadership: Leadership,
-    mut rx: mpsc::Receiver<RouteStatusPatch>,
+    mut rx: mpsc::Receiver<StatusPatch>,
     timeout: Duration,
     metrics: StatusMetrics,
 ) {

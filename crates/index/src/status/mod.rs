@@ -5,12 +5,14 @@
 //! The same computation decides route acceptance in offline mode (no status writer runs there),
 //! so offline acceptance is what the Lease holder would write (spec §11).
 //!
+//! HTTPLocalRateLimitPolicy statuses (§7.3) are computed here too.
+//!
 //! Not covered yet: TLSRoutes and TCPRoutes (not indexed), and EgressNetworks (not indexed): a
 //! route with an EgressNetwork parent or backend gets no patch rather than a wrong one.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use linkerd_k8s_api::{
-    HttpRoute as PolicyHttpRoute,
+    HttpLocalRateLimitPolicy, HttpRoute as PolicyHttpRoute,
     gateway_api::{grpcroutes::GrpcRoute, httproutes::HttpRoute as GatewayHttpRoute},
     http_route::POLICY_CONTROLLER_NAME,
 };
@@ -26,6 +28,7 @@ use crate::{
     outbound::routes::{GATEWAY_GROUP, POLICY_GROUP, RouteKey},
     store::{Cluster, Touched},
 };
+use k8s_openapi::jiff::Timestamp;
 
 /// The `Accepted` condition type.
 pub const ACCEPTED: &str = "Accepted";
@@ -39,6 +42,10 @@ pub const ROUTE_REASON_CONFLICTED: &str = "RouteReasonConflicted";
 pub const BACKEND_NOT_FOUND: &str = "BackendNotFound";
 /// Reason: a backend of a kind no proxy can reach.
 pub const INVALID_KIND: &str = "InvalidKind";
+/// Reason: the rate limit's target Server does not exist (§7.3).
+pub const NO_MATCHING_TARGET: &str = "NoMatchingTarget";
+/// Reason: an older rate limit targets the same Server (§7.3).
+pub const RATE_LIMIT_ALREADY_EXISTS: &str = "RateLimitReasonAlreadyExists";
 /// The message of a Service parent without a cluster IP (headless or ExternalName).
 pub const NO_CLUSTER_IP: &str = "parent service must have a ClusterIP";
 
@@ -129,22 +136,34 @@ pub struct StatusRoutes {
     pub(crate) by_parent: BTreeMap<ParentKey, BTreeSet<RouteKey>>,
 }
 
-/// A status patch for one route: JSON merge patch of its status subresource (§7.1).
+/// What the status computation keeps of an HTTPLocalRateLimitPolicy (§7.3).
 #[derive(Clone, Debug, PartialEq)]
-pub struct RouteStatusPatch {
+pub struct StatusRateLimit {
+    pub key: ObjectRef,
+    pub created: Option<Timestamp>,
+    /// The target Server's name; `None` when the target is not a Server (no status then).
+    pub server: Option<String>,
+    /// The observed `status.conditions`.
+    pub observed: Vec<Condition>,
+}
+
+/// A status patch for one object: JSON merge patch of its status subresource (§7.1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusPatch {
     /// API group: `policy.linkerd.io` or `gateway.networking.k8s.io`.
     pub group: &'static str,
-    /// The version patched (§7.1): policy HTTPRoute `v1beta3`, Gateway API routes `v1`.
+    /// The version patched (§7.1): policy HTTPRoute `v1beta3`, Gateway API routes `v1`,
+    /// HTTPLocalRateLimitPolicy `v1alpha1`.
     pub version: &'static str,
-    /// `HTTPRoute` or `GRPCRoute`.
+    /// `HTTPRoute`, `GRPCRoute` or `HTTPLocalRateLimitPolicy`.
     pub kind: &'static str,
-    /// The resource's plural name (`httproutes`, `grpcroutes`).
+    /// The resource's plural name (`httproutes`, `grpcroutes`, `httplocalratelimitpolicies`).
     pub plural: &'static str,
     pub namespace: String,
     pub name: String,
-    /// The whole desired `status.parents`: other controllers' entries first, as observed,
-    /// then ours.
-    pub parents: Vec<ParentStatus>,
+    /// The whole desired `status`: for routes `{parents}` (other controllers' entries first,
+    /// as observed, then ours); for rate limits `{conditions, targetRef}`.
+    pub status: serde_json::Value,
 }
 
 // === impl RouteKind ===
@@ -207,16 +226,16 @@ impl ParentKey {
     }
 }
 
-// === impl RouteStatusPatch ===
+// === impl StatusPatch ===
 
-impl RouteStatusPatch {
-    /// The merge patch body: `{apiVersion, kind, metadata: {name}, status: {parents}}`.
+impl StatusPatch {
+    /// The merge patch body: `{apiVersion, kind, metadata: {name}, status}`.
     pub fn body(&self) -> serde_json::Value {
         serde_json::json!({
             "apiVersion": format!("{}/{}", self.group, self.version),
             "kind": self.kind,
             "metadata": { "name": self.name },
-            "status": { "parents": self.parents },
+            "status": self.status,
         })
     }
 }
@@ -539,8 +558,14 @@ impl Cluster {
     }
 
     /// A patch for every route whose desired `status.parents` differs from the observed one
-    /// (§7.1), in key order.
-    pub(crate) fn route_status_patches(&self, now: &Time) -> Vec<RouteStatusPatch> {
+    /// (§7.1), in key order, then for every such HTTPLocalRateLimitPolicy (§7.3).
+    pub(crate) fn status_patches(&self, now: &Time) -> Vec<StatusPatch> {
+        let mut patches = self.route_status_patches(now);
+        patches.extend(self.rate_limit_status_patches(now));
+        patches
+    }
+
+    fn route_status_patches(&self, now: &Time) -> Vec<StatusPatch> {
         self.status_routes
             .by_key
             .values()
@@ -550,17 +575,138 @@ impl Cluster {
                     return None;
                 }
                 let (group, version, kind, plural) = route.kind.api();
-                Some(RouteStatusPatch {
+                Some(StatusPatch {
                     group,
                     version,
                     kind,
                     plural,
                     namespace: route.key.namespace.clone(),
                     name: route.key.name.clone(),
-                    parents,
+                    status: serde_json::json!({ "parents": parents }),
                 })
             })
             .collect()
+    }
+
+    /// §7.3: among the policies targeting one Server, the oldest (with a creation time before
+    /// those without, then by name) is accepted and the others refused; a missing Server
+    /// refuses all. Only the conditions are compared with the observed status.
+    fn rate_limit_status_patches(&self, now: &Time) -> Vec<StatusPatch> {
+        let mut by_server: BTreeMap<ObjectRef, Vec<&StatusRateLimit>> = BTreeMap::new();
+        for rl in self.status_rate_limits.values() {
+            if let Some(server) = &rl.server {
+                let target = ObjectRef {
+                    namespace: rl.key.namespace.clone(),
+                    name: server.clone(),
+                };
+                by_server.entry(target).or_default().push(rl);
+            }
+        }
+        let mut patches = Vec::new();
+        for (server, mut policies) in by_server {
+            policies.sort_by(|a, b| {
+                (a.created.is_none(), a.created, &a.key.name).cmp(&(
+                    b.created.is_none(),
+                    b.created,
+                    &b.key.name,
+                ))
+            });
+            let exists = self.servers.contains_key(&server);
+            for (i, rl) in policies.into_iter().enumerate() {
+                let (accepted, reason) = match (exists, i) {
+                    (false, _) => (false, NO_MATCHING_TARGET),
+                    (true, 0) => (true, ACCEPTED),
+                    (true, _) => (false, RATE_LIMIT_ALREADY_EXISTS),
+                };
+                let desired = [condition(ACCEPTED, accepted, reason, "", now)];
+                if same_conditions(&desired, &rl.observed) {
+                    continue;
+                }
+                patches.push(StatusPatch {
+                    group: POLICY_GROUP,
+                    version: "v1alpha1",
+                    kind: "HTTPLocalRateLimitPolicy",
+                    plural: "httplocalratelimitpolicies",
+                    namespace: rl.key.namespace.clone(),
+                    name: rl.key.name.clone(),
+                    status: serde_json::json!({
+                        "conditions": desired,
+                        "targetRef": {"group": POLICY_GROUP, "kind": "Server", "name": server.name},
+                    }),
+                });
+            }
+        }
+        patches.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        patches
+    }
+}
+
+/// Conditions compare type, status, reason, message and observedGeneration, in order.
+fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
+    let key = |c: &Condition| {
+        (
+            c.type_.clone(),
+            c.status.clone(),
+            c.reason.clone(),
+            c.message.clone(),
+            c.observed_generation,
+        )
+    };
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| key(a) == key(b))
+}
+
+// === rate limit store updates ===
+
+/// Stores the status inputs of an HTTPLocalRateLimitPolicy (§7.3).
+pub(crate) fn apply_rate_limit(
+    cluster: &mut Cluster,
+    obj: &HttpLocalRateLimitPolicy,
+    touched: &mut Touched,
+) {
+    let Some(name) = obj.metadata.name.clone().filter(|n| !n.is_empty()) else {
+        return;
+    };
+    let key = ObjectRef {
+        namespace: obj.metadata.namespace.clone().unwrap_or_default(),
+        name,
+    };
+    let target = &obj.spec.target_ref;
+    let rl = StatusRateLimit {
+        created: obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        server: ref_is(
+            target.group.as_deref(),
+            &target.kind,
+            POLICY_GROUP,
+            "Server",
+        )
+        .then(|| target.name.clone()),
+        observed: obj
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default(),
+        key: key.clone(),
+    };
+    if cluster
+        .status_rate_limits
+        .get(&key)
+        .is_some_and(|old| **old == rl)
+    {
+        return;
+    }
+    cluster.status_rate_limits.insert(key, Arc::new(rl));
+    touched.status = true;
+}
+
+/// The names of the rate limits with status inputs.
+pub(crate) fn rate_limit_keys(cluster: &Cluster) -> Vec<ObjectRef> {
+    cluster.status_rate_limits.keys().cloned().collect()
+}
+
+/// Drops a rate limit's status inputs.
+pub(crate) fn delete_rate_limit(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
+    if cluster.status_rate_limits.remove(key).is_some() {
+        touched.status = true;
     }
 }
 

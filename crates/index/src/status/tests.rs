@@ -85,7 +85,7 @@ fn now() -> Time {
 /// Every patch's body by route name.
 fn patches(index: &Index) -> BTreeMap<String, Value> {
     index
-        .route_status_patches(&now())
+        .status_patches(&now())
         .into_iter()
         .map(|p| (p.name.clone(), p.body()))
         .collect()
@@ -147,7 +147,7 @@ fn a_service_parent_that_exists_accepts_the_route() {
         "[{name: emoji, port: 8080}]",
         "[]",
     );
-    let patch = &index.route_status_patches(&now())[0];
+    let patch = &index.status_patches(&now())[0];
     assert_eq!(
         (patch.group, patch.version, patch.kind, patch.plural),
         ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
@@ -170,7 +170,7 @@ fn a_service_parent_that_exists_accepts_the_route() {
         "[]",
     );
     let policy = index
-        .route_status_patches(&now())
+        .status_patches(&now())
         .into_iter()
         .find(|p| p.group == "policy.linkerd.io")
         .unwrap();
@@ -255,7 +255,7 @@ fn a_grpc_route_conflicts_http_routes_on_the_identical_parent() {
         "[]",
     );
     let conflicted = cond("Accepted", "False", "RouteReasonConflicted", "");
-    let patches = index.route_status_patches(&now());
+    let patches = index.status_patches(&now());
     let by = |group: &str, name: &str| {
         patches
             .iter()
@@ -544,4 +544,84 @@ async fn offline_a_route_on_a_headless_parent_is_not_attached() {
         "clusterIP: None",
     )));
     assert_eq!(http_route_names(&index), ["default http"]);
+}
+
+fn apply_rate_limit(index: &Index, name: &str, created: &str, target: &str, status: Value) {
+    let created = if created.is_empty() {
+        String::new()
+    } else {
+        format!(", creationTimestamp: \"{created}\"")
+    };
+    index.apply(Event::Apply(yaml::<linkerd_k8s_api::HttpLocalRateLimitPolicy>(&format!(
+        "metadata: {{name: {name}, namespace: emojivoto{created}}}\nspec: {{targetRef: {target}, total: {{requestsPerSecond: 10}}}}\nstatus: {status}\n"
+    ))));
+}
+
+fn rate_limit_status(reason: &str, server: &str) -> Value {
+    let status = if reason == "Accepted" {
+        "True"
+    } else {
+        "False"
+    };
+    json!({
+        "conditions": [cond("Accepted", status, reason, "")],
+        "targetRef": {"group": "policy.linkerd.io", "kind": "Server", "name": server},
+    })
+}
+
+#[test]
+fn the_oldest_rate_limit_on_a_server_is_accepted() {
+    let index = with_web(false);
+    index.apply(Event::Apply(mk_server("emojivoto", "web-http")));
+    let server = "{group: policy.linkerd.io, kind: Server, name: web-http}";
+    apply_rate_limit(&index, "b-old", "2026-01-01T00:00:00Z", server, json!(null));
+    apply_rate_limit(&index, "a-new", "2026-02-01T00:00:00Z", server, json!(null));
+    apply_rate_limit(&index, "0-untimed", "", server, json!(null));
+    apply_rate_limit(
+        &index,
+        "gone",
+        "",
+        "{group: policy.linkerd.io, kind: Server, name: nowhere}",
+        json!(null),
+    );
+    // A target that is not a Server gets no status.
+    apply_rate_limit(
+        &index,
+        "ns",
+        "",
+        "{kind: Namespace, name: emojivoto}",
+        json!(null),
+    );
+    let patches = index.status_patches(&now());
+    let by_name: BTreeMap<_, _> = patches
+        .iter()
+        .map(|p| (p.name.as_str(), (p.plural, p.body())))
+        .collect();
+    assert_eq!(
+        by_name.keys().copied().collect::<Vec<_>>(),
+        ["0-untimed", "a-new", "b-old", "gone"]
+    );
+    let (plural, body) = &by_name["b-old"];
+    assert_eq!(*plural, "httplocalratelimitpolicies");
+    assert_eq!(body["apiVersion"], "policy.linkerd.io/v1alpha1");
+    assert_eq!(body["kind"], "HTTPLocalRateLimitPolicy");
+    assert_eq!(body["status"], rate_limit_status("Accepted", "web-http"));
+    let refused = rate_limit_status("RateLimitReasonAlreadyExists", "web-http");
+    assert_eq!(by_name["a-new"].1["status"], refused);
+    assert_eq!(by_name["0-untimed"].1["status"], refused);
+    assert_eq!(
+        by_name["gone"].1["status"],
+        rate_limit_status("NoMatchingTarget", "nowhere")
+    );
+
+    // In place (another transition time): not patched again.
+    let mut in_place = rate_limit_status("Accepted", "web-http");
+    in_place["conditions"][0]["lastTransitionTime"] = json!("2020-01-01T00:00:00Z");
+    apply_rate_limit(&index, "b-old", "2026-01-01T00:00:00Z", server, in_place);
+    assert!(
+        !index
+            .status_patches(&now())
+            .iter()
+            .any(|p| p.name == "b-old")
+    );
 }
