@@ -30,6 +30,7 @@ pub mod profiles;
 pub mod routes;
 pub mod selector;
 pub mod source;
+pub mod status;
 pub mod store;
 pub mod topic;
 

@@ -42,6 +42,7 @@ use crate::{
         ServiceProfileView,
     },
     source::{Event, Source, Watched},
+    status::{StatusPatch, StatusRoutes},
     topic::Topics,
 };
 
@@ -57,6 +58,8 @@ struct Shared {
     cluster: Mutex<Cluster>,
     metrics: IndexMetrics,
     ready: watch::Sender<bool>,
+    /// Bumped whenever an input of the route statuses changes (spec/policy.md §7.1).
+    status_changes: watch::Sender<u64>,
     next_topic_id: AtomicU64,
 }
 
@@ -102,6 +105,10 @@ pub struct Cluster {
     pub(crate) outbound_routes: OutboundRoutes,
     /// Set by the policy controller; `None` in the destination.
     pub(crate) outbound_config: Option<OutboundConfig>,
+    /// Every route's status inputs (spec/policy.md §7), whether or not it converts.
+    pub(crate) status_routes: StatusRoutes,
+    /// Every HTTPLocalRateLimitPolicy's status inputs (spec/policy.md §7.3).
+    pub(crate) status_rate_limits: HashMap<ObjectRef, Arc<crate::status::StatusRateLimit>>,
     /// Outbound policies by Service, then (port, client namespace).
     outbound_topics: Topics<ObjectRef, (u16, String), OutboundPolicy>,
     /// Objects skipped as invalid, with the reason logged, so a re-applied one is not logged
@@ -134,6 +141,8 @@ pub struct Touched {
     /// A Service appeared or vanished: every outbound policy is recomputed, since any route
     /// may name it as a backend (§5.4 `exists`).
     pub(crate) outbound_all: bool,
+    /// A route's status inputs, or a Service, changed: route statuses are recomputed.
+    pub(crate) status: bool,
 }
 
 impl Touched {
@@ -170,6 +179,7 @@ impl Index {
                 cluster: Mutex::new(Cluster::default()),
                 metrics,
                 ready,
+                status_changes: watch::channel(0).0,
                 next_topic_id: AtomicU64::new(0),
             }),
         }
@@ -302,6 +312,11 @@ impl Index {
         }
         cluster.sort_servers(&touched.server_namespaces);
         cluster.publish(&touched);
+        if touched.status || !touched.server_namespaces.is_empty() {
+            self.inner
+                .status_changes
+                .send_modify(|n| *n = n.wrapping_add(1));
+        }
         self.inner
             .metrics
             .set_cache_size(K::CACHE_METRIC, K::keys(&cluster).len());
@@ -332,6 +347,22 @@ impl Index {
                 }
             }
         }
+    }
+
+    /// Changes whenever an input of the route statuses does (a route, Server or Service);
+    /// the value is a counter with no meaning of its own. For the status controller (§7.1).
+    pub fn status_changes(&self) -> watch::Receiver<u64> {
+        self.inner.status_changes.subscribe()
+    }
+
+    /// A patch for every indexed route whose desired `status.parents` (spec/policy.md §7.2,
+    /// condition times `now`) differs from the status it carries, in (group, kind, namespace,
+    /// name) order; then the same for HTTPLocalRateLimitPolicies (§7.3), by namespace/name.
+    pub fn status_patches(
+        &self,
+        now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    ) -> Vec<StatusPatch> {
+        self.inner.cluster.lock().status_patches(now)
     }
 
     /// Subscribes to the endpoints of `key`. The receiver's current value is the view now;
@@ -842,6 +873,7 @@ impl IndexedKind for Service {
         } else {
             touched.outbound_all = true;
         }
+        touched.status = true;
         touched.insert(key);
         Ok(())
     }
@@ -852,6 +884,7 @@ impl IndexedKind for Service {
                 index_remove(&mut cluster.services_by_ip, ip, key);
             }
             touched.outbound_all = true;
+            touched.status = true;
             touched.insert(key.clone());
         }
     }

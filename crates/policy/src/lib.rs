@@ -17,6 +17,7 @@ pub mod lease;
 pub mod metrics;
 pub mod outbound;
 pub mod server;
+pub mod status;
 pub mod translate;
 pub mod workload;
 

@@ -2,16 +2,24 @@
 
 use anyhow::Context;
 use clap::Parser;
-use linkerd_index::{Index, IndexMetrics};
+use k8s_openapi::{
+    api::{apps::v1::Deployment, coordination::v1::Lease},
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::Api;
+use linkerd_index::{ClusterSource, Index, IndexMetrics};
 use linkerd_runtime::{
     Admin, shutdown,
     tls::{HttpsServer, ServerTls, TlsFiles},
 };
 use policy::{
     Args, InboundPolicyService, InboundTranslator, OutboundPolicyService, OutboundTranslator,
-    PolicyMetrics, bind, serve_policies,
+    PolicyMetrics, bind, lease,
+    lease::LeaseConfig,
+    serve_policies,
+    status::{self, StatusConfig, StatusError, StatusMetrics},
 };
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -24,6 +32,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut registry = prometheus_client::registry::Registry::default();
     let index_metrics = IndexMetrics::register(&mut registry);
     let metrics = PolicyMetrics::register(&mut registry);
+    let status_metrics = StatusMetrics::register(&mut registry);
 
     let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(trigger.on_signal());
@@ -35,6 +44,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let source = args.cluster.source(index_metrics).await?;
     let _watches = index.spawn_policy_watches(&source);
+
+    // The route status writer, behind the Lease (spec §1.4, §7); offline mode has neither:
+    // there acceptance is computed in-process.
+    let status_writer = match &source {
+        ClusterSource::Kube(kube) => {
+            Some(start_status_writer(&args, kube.client(), index.clone(), status_metrics).await?)
+        }
+        ClusterSource::Offline(_) => None,
+    };
 
     let (admin_addr, admin) = Admin::new(index.ready(), Arc::new(registry))
         .bind(args.admin_addr, shutdown.clone())
@@ -78,10 +96,72 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         shutdown.clone(),
     );
-    serve_policies(listener, inbound, Some(outbound), shutdown).await?;
+    let serving = serve_policies(listener, inbound, Some(outbound), shutdown);
+    match status_writer {
+        None => serving.await?,
+        Some(writer) => tokio::select! {
+            served = serving => served?,
+            ended = writer => match ended {
+                Ok(Ok(())) => anyhow::bail!("the route status writer stopped"),
+                Ok(Err(error)) => return Err(error.into()),
+                Err(error) => anyhow::bail!("the route status writer failed: {error}"),
+            },
+        },
+    }
     if let Some(webhook) = webhook {
         let _ = webhook.await;
     }
     let _ = admin.await;
     Ok(())
+}
+
+/// Starts the Lease task (claimant `HOSTNAME`, owned by `--policy-deployment-name`) and the
+/// status writer behind it. Errors without `HOSTNAME`, or when the Deployment cannot be read in
+/// 3 tries 1 s apart (spec §1.3, §1.4).
+async fn start_status_writer(
+    args: &Args,
+    client: kube::Client,
+    index: Index,
+    metrics: StatusMetrics,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), StatusError>>> {
+    let claimant = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .context("HOSTNAME must be set: it names this instance in the status writer's Lease")?;
+    let namespace = &args.control_plane_namespace;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let mut tries = 0;
+    let deployment = loop {
+        tries += 1;
+        match deployments.get(&args.policy_deployment_name).await {
+            Ok(deployment) => break deployment,
+            Err(error) if tries < 3 => {
+                tracing::warn!(%error, "cannot read the Deployment owning the Lease; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(error) => {
+                return Err(error).with_context(|| {
+                    format!(
+                        "cannot read Deployment {namespace}/{} (--policy-deployment-name)",
+                        args.policy_deployment_name
+                    )
+                });
+            }
+        }
+    };
+    let owner = deployment.metadata.uid.map(|uid| OwnerReference {
+        api_version: "apps/v1".to_string(),
+        kind: "Deployment".to_string(),
+        name: args.policy_deployment_name.clone(),
+        uid,
+        controller: Some(true),
+        block_owner_deletion: None,
+    });
+    let config = LeaseConfig {
+        owner,
+        ..LeaseConfig::new(claimant, namespace)
+    };
+    let leadership = lease::spawn(Api::<Lease>::namespaced(client.clone(), namespace), config);
+    let config = StatusConfig::new(Duration::from_millis(args.patch_timeout_ms));
+    Ok(status::spawn(index, client, leadership, config, metrics))
 }

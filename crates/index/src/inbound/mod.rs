@@ -565,19 +565,39 @@ impl Cluster {
     }
 }
 
-/// Whether the status controller accepts `route` for Server `server`: the route names it as a
-/// parent and it exists in the route's namespace. Shared by offline mode and the status
-/// writer so both decide alike.
+/// Whether the status controller accepts `route` for Server `server` (offline mode's
+/// acceptance): the route names it as a parent, it exists in the route's namespace, and no
+/// more specific route kind claims it (spec/policy.md §7.2, the status writer's own rules).
 pub(crate) fn accepted_by_server(
     cluster: &Cluster,
     route: &InboundRouteInfo,
     server: &str,
 ) -> bool {
-    route.parents.contains(server)
-        && cluster.servers.contains_key(&ObjectRef {
-            namespace: route.namespace.clone(),
-            name: server.to_string(),
-        })
+    let group = [
+        crate::outbound::routes::POLICY_GROUP,
+        crate::outbound::routes::GATEWAY_GROUP,
+    ]
+    .into_iter()
+    .find(|g| *g == route.group);
+    let kind = ["HTTPRoute", "GRPCRoute"]
+        .into_iter()
+        .find(|k| *k == route.kind);
+    let (Some(group), Some(kind)) = (group, kind) else {
+        return false;
+    };
+    let key = crate::outbound::routes::RouteKey {
+        group,
+        kind,
+        namespace: route.namespace.clone(),
+        name: route.name.clone(),
+    };
+    let parent = crate::status::ParentKey {
+        kind: crate::status::ParentKind::Server,
+        namespace: route.namespace.clone(),
+        name: server.to_string(),
+        port: None,
+    };
+    route.parents.contains(server) && cluster.status_accepts(&key, &parent)
 }
 
 /// The server of a port no Server covers (§4.4).

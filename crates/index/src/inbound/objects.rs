@@ -570,10 +570,13 @@ fn grpc_route(r: &GrpcRoute) -> Result<InboundRouteInfo, InvalidObject> {
 /// and a change touches its namespace (`$all` true: every namespace).
 ///
 /// Route kinds also name `outbound = ($group, $kind, $convert)`: the route is then stored in
-/// outbound form too (spec/policy.md §5.4), and an error of either form is reported.
+/// outbound form too (spec/policy.md §5.4), and an error of either form is reported. Kinds with
+/// a status of their own name `status = ($apply, $delete, $keys)`: its inputs are stored
+/// whether or not the object converts (§7).
 macro_rules! policy_kind {
     ($ty:ty, $kind:literal, $metric:literal, $store:ident, $key:expr, $all:expr, $convert:expr
-     $(, outbound = ($ogroup:expr, $okind:expr, $oconvert:expr))?) => {
+     $(, outbound = ($ogroup:expr, $okind:expr, $oconvert:expr))?
+     $(, status = ($sapply:expr, $sdelete:expr, $skeys:expr))?) => {
         impl IndexedKind for $ty {
             const KIND: &'static str = $kind;
             const CACHE_METRIC: &'static str = $metric;
@@ -583,6 +586,7 @@ macro_rules! policy_kind {
                 obj: &Self,
                 touched: &mut Touched,
             ) -> Result<(), InvalidObject> {
+                $( ($sapply)(cluster, obj, touched); )?
                 #[allow(unused_mut)]
                 let mut outbound: Result<(), InvalidObject> = Ok(());
                 $(
@@ -593,6 +597,7 @@ macro_rules! policy_kind {
                             namespace: key.namespace,
                             name: key.name,
                         };
+                        crate::status::apply_route(cluster, &key, obj, touched);
                         outbound = crate::outbound::routes::apply_route(
                             cluster,
                             key,
@@ -625,17 +630,16 @@ macro_rules! policy_kind {
             }
 
             fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
+                $( ($sdelete)(cluster, key, touched); )?
                 $(
-                    crate::outbound::routes::delete_route(
-                        cluster,
-                        &crate::outbound::routes::RouteKey {
-                            group: $ogroup,
-                            kind: $okind,
-                            namespace: key.namespace.clone(),
-                            name: key.name.clone(),
-                        },
-                        touched,
-                    );
+                    let route = crate::outbound::routes::RouteKey {
+                        group: $ogroup,
+                        kind: $okind,
+                        namespace: key.namespace.clone(),
+                        name: key.name.clone(),
+                    };
+                    crate::status::delete_route(cluster, &route, touched);
+                    crate::outbound::routes::delete_route(cluster, &route, touched);
                 )?
                 if cluster
                     .policy
@@ -664,6 +668,12 @@ macro_rules! policy_kind {
                     .collect();
                 $(
                     keys.extend(crate::outbound::routes::route_keys(cluster, $ogroup, $okind));
+                    keys.extend(crate::status::route_keys(cluster, $ogroup, $okind));
+                    keys.sort();
+                    keys.dedup();
+                )?
+                $(
+                    keys.extend(($skeys)(cluster));
                     keys.sort();
                     keys.dedup();
                 )?
@@ -728,7 +738,12 @@ policy_kind!(
     rate_limits,
     plain,
     false,
-    rate_limit
+    rate_limit,
+    status = (
+        crate::status::apply_rate_limit,
+        crate::status::delete_rate_limit,
+        crate::status::rate_limit_keys
+    )
 );
 // Routes of the three kinds share a store; their names are prefixed by group and kind.
 policy_kind!(

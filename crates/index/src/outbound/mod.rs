@@ -34,8 +34,9 @@ pub struct OutboundConfig {
     pub cluster_networks: Vec<IpNet>,
     /// `--default-opaque-ports`: opaque ports of Services without the annotation.
     pub default_opaque_ports: PortSet,
-    /// Offline mode: a route is accepted for an existing Service parent instead of reading
-    /// `status.parents` (no status writer runs there).
+    /// Offline mode: route acceptance is computed in-process by the status writer's rules
+    /// (spec §7.2, `crate::status`) instead of read from `status.parents` (no status writer
+    /// runs there).
     pub compute_route_acceptance: bool,
 }
 
@@ -252,8 +253,9 @@ impl Cluster {
     }
 
     /// Whether one of `route`'s parent refs names `service` (on `port`, or on every port) and
-    /// the route is accepted for it (§5.4): by its status, or in offline mode when the Service
-    /// exists.
+    /// the route is accepted for it (§5.4): by its status, or in offline mode when the status
+    /// writer would accept it (§7.2: the Service exists with a cluster IP, and no GRPCRoute
+    /// conflicts an HTTPRoute on the same parent ref).
     fn route_attaches(
         &self,
         config: &OutboundConfig,
@@ -269,7 +271,13 @@ impl Cluster {
                 return false;
             }
             if config.compute_route_acceptance {
-                return self.services.contains_key(service);
+                let parent = crate::status::ParentKey {
+                    kind: crate::status::ParentKind::Service,
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    port: p.port,
+                };
+                return self.status_accepts(&route.key, &parent);
             }
             route.accepted.iter().any(|a| {
                 a.name == service.name

@@ -95,6 +95,11 @@ impl KubeSource {
     pub fn new(client: Client, metrics: IndexMetrics) -> Self {
         Self { client, metrics }
     }
+
+    /// The client it watches through (the policy controller's status writer shares it).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
 }
 
 impl Source for KubeSource {

@@ -1,0 +1,278 @@
+//! The route status writer (spec/policy.md §7.1): while this instance holds the Lease
+//! ([`crate::lease`]), a controller compares every indexed route's desired `status.parents`
+//! (and every HTTPLocalRateLimitPolicy's `status.conditions`, §7.3), computed by
+//! [`linkerd_index::status`], with the observed one and enqueues a patch for each difference; a
+//! writer sends them as JSON merge patches of the status subresource.
+//!
+//! - Reconciliation runs on index changes, every [`RECONCILE_PERIOD`], and at once on becoming
+//!   leader; never while not leader.
+//! - The queue is bounded ([`QUEUE_CAPACITY`]); a patch that does not fit is dropped and
+//!   counted, and the next reconciliation computes it again.
+//! - The writer drops what it dequeues while not leader, so writes stop the moment the Lease
+//!   claim runs out.
+//! - Metrics (spec §8), prefix `resource_status_`: `patches_total`, `patch_api_errors_total`,
+//!   `patch_timeouts_total`, `patch_dequeues_total`, `patch_drops_total`,
+//!   `patch_enqueues_total`, `patch_enqueue_overflows_total`, `patch_duration_seconds`.
+
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
+};
+use linkerd_index::{Index, status::StatusPatch};
+use prometheus_client::{
+    metrics::{counter::Counter, histogram::Histogram},
+    registry::Registry,
+};
+use std::time::Duration;
+use tokio::{
+    sync::mpsc::{self, error::TrySendError},
+    task::JoinHandle,
+    time::Instant,
+};
+
+use crate::lease::Leadership;
+
+/// The field manager of status patches. The spec (§7.1) names `linkerd.io/policy-controller`
+/// for patches, while the Lease is written as `policy-controller` (§1.4, [`crate::lease`]); we
+/// follow the spec for each, so field ownership matches upstream's.
+pub const FIELD_MANAGER: &str = "linkerd.io/policy-controller";
+/// How often statuses are reconciled without a trigger (spec §1.2).
+pub const RECONCILE_PERIOD: Duration = Duration::from_secs(10);
+/// How many patches may wait for the writer (spec §1.2).
+pub const QUEUE_CAPACITY: usize = 10_000;
+/// Buckets of `resource_status_patch_duration_seconds` (spec §8).
+const DURATION_BUCKETS: [f64; 9] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+/// The status writer's settings.
+#[derive(Clone, Debug)]
+pub struct StatusConfig {
+    /// Capacity of the patch queue, [`QUEUE_CAPACITY`]; at least 1.
+    pub queue_capacity: usize,
+    /// Bound of one patch request (`--patch-timeout-ms`).
+    pub patch_timeout: Duration,
+    /// Period of reconciliation without a trigger, [`RECONCILE_PERIOD`].
+    pub reconcile_period: Duration,
+}
+
+/// Handles to the status writer's metrics (spec §8); cheap to clone.
+#[derive(Clone, Debug)]
+pub struct StatusMetrics {
+    patches: Counter,
+    api_errors: Counter,
+    timeouts: Counter,
+    dequeues: Counter,
+    drops: Counter,
+    enqueues: Counter,
+    overflows: Counter,
+    duration: Histogram,
+}
+
+/// Why the status writer stopped; the process then exits (spec §1.4).
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// The Lease task ended (it only does when it panics): leadership is unknown.
+    #[error("the Lease task ended")]
+    LeaseEnded,
+}
+
+// === impl StatusConfig ===
+
+impl StatusConfig {
+    /// The spec's settings with `--patch-timeout-ms`.
+    pub fn new(patch_timeout: Duration) -> Self {
+        Self {
+            queue_capacity: QUEUE_CAPACITY,
+            patch_timeout,
+            reconcile_period: RECONCILE_PERIOD,
+        }
+    }
+}
+
+// === impl StatusMetrics ===
+
+impl Default for StatusMetrics {
+    /// Unregistered metrics (tests).
+    fn default() -> Self {
+        Self {
+            patches: Counter::default(),
+            api_errors: Counter::default(),
+            timeouts: Counter::default(),
+            dequeues: Counter::default(),
+            drops: Counter::default(),
+            enqueues: Counter::default(),
+            overflows: Counter::default(),
+            duration: Histogram::new(DURATION_BUCKETS),
+        }
+    }
+}
+
+impl StatusMetrics {
+    /// Registers the metrics under `resource_status_` in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        let r = registry.sub_registry_with_prefix("resource_status");
+        r.register("patches", "Status patches written", metrics.patches.clone());
+        r.register(
+            "patch_api_errors",
+            "Status patches the API server refused",
+            metrics.api_errors.clone(),
+        );
+        r.register(
+            "patch_timeouts",
+            "Status patches that timed out",
+            metrics.timeouts.clone(),
+        );
+        r.register(
+            "patch_dequeues",
+            "Status patches taken from the queue",
+            metrics.dequeues.clone(),
+        );
+        r.register(
+            "patch_drops",
+            "Status patches dropped because this instance no longer holds the Lease",
+            metrics.drops.clone(),
+        );
+        r.register(
+            "patch_enqueues",
+            "Status patches queued",
+            metrics.enqueues.clone(),
+        );
+        r.register(
+            "patch_enqueue_overflows",
+            "Status patches dropped because the queue was full",
+            metrics.overflows.clone(),
+        );
+        r.register(
+            "patch_duration_seconds",
+            "Duration of status patch requests",
+            metrics.duration.clone(),
+        );
+        metrics
+    }
+}
+
+/// Starts the controller and the writer; returns the controller's task, which ends with
+/// [`StatusError::LeaseEnded`] if the Lease task does (the writer ends with it). Must be called
+/// within a Tokio runtime.
+pub fn spawn(
+    index: Index,
+    client: Client,
+    leadership: Leadership,
+    config: StatusConfig,
+    metrics: StatusMetrics,
+) -> JoinHandle<Result<(), StatusError>> {
+    let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
+    tokio::spawn(write(
+        client,
+        leadership.clone(),
+        rx,
+        config.patch_timeout,
+        metrics.clone(),
+    ));
+    tokio::spawn(reconcile(
+        index,
+        leadership,
+        tx,
+        config.reconcile_period,
+        metrics,
+    ))
+}
+
+/// Enqueues the patches of every object whose status differs, while leader; on index changes,
+/// every `period`, and when leadership is gained.
+async fn reconcile(
+    index: Index,
+    mut leadership: Leadership,
+    tx: mpsc::Sender<StatusPatch>,
+    period: Duration,
+    metrics: StatusMetrics,
+) -> Result<(), StatusError> {
+    let mut changes = index.status_changes();
+    let mut timer = tokio::time::interval(period);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = timer.tick() => {}
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    // The index is gone: nothing left to write.
+                    return Ok(());
+                }
+            }
+            leader = leadership.changed() => {
+                if leader.is_none() {
+                    return Err(StatusError::LeaseEnded);
+                }
+            }
+        }
+        if !leadership.is_leader() {
+            continue;
+        }
+        let now = Time(Timestamp::now());
+        for patch in index.status_patches(&now) {
+            match tx.try_send(patch) {
+                Ok(()) => {
+                    metrics.enqueues.inc();
+                }
+                Err(TrySendError::Full(patch)) => {
+                    metrics.overflows.inc();
+                    tracing::debug!(route = %format!("{}/{}", patch.namespace, patch.name), kind = patch.kind, "status patch queue full; dropped until the next reconciliation");
+                }
+                Err(TrySendError::Closed(_)) => return Ok(()),
+            }
+        }
+    }
+}
+
+/// Sends each queued patch unless this instance is no longer leader by then.
+async fn write(
+    client: Client,
+    leadership: Leadership,
+    mut rx: mpsc::Receiver<StatusPatch>,
+    timeout: Duration,
+    metrics: StatusMetrics,
+) {
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    while let Some(patch) = rx.recv().await {
+        metrics.dequeues.inc();
+        if !leadership.is_leader() {
+            metrics.drops.inc();
+            continue;
+        }
+        let resource = ApiResource {
+            group: patch.group.to_string(),
+            version: patch.version.to_string(),
+            api_version: format!("{}/{}", patch.group, patch.version),
+            kind: patch.kind.to_string(),
+            plural: patch.plural.to_string(),
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &patch.namespace, &resource);
+        let route = format!("{}/{}", patch.namespace, patch.name);
+        let started = Instant::now();
+        let sent = tokio::time::timeout(
+            timeout,
+            api.patch_status(&patch.name, &params, &Patch::Merge(patch.body())),
+        )
+        .await;
+        metrics.duration.observe(started.elapsed().as_secs_f64());
+        match sent {
+            Ok(Ok(_)) => {
+                metrics.patches.inc();
+                tracing::debug!(%route, kind = patch.kind, "route status patched");
+            }
+            Ok(Err(error)) => {
+                metrics.api_errors.inc();
+                tracing::warn!(%route, kind = patch.kind, %error, "route status patch failed");
+            }
+            Err(_) => {
+                metrics.timeouts.inc();
+                tracing::warn!(%route, kind = patch.kind, ?timeout, "route status patch timed out");
+            }
+        }
+    }
+}

@@ -1,0 +1,491 @@
+//! The route status writer against a scripted Kubernetes API on loopback (spec/policy.md §7.1,
+//! §7.2, §1.4): it writes only while this instance holds the Lease, sends exactly the desired
+//! `status.parents` as a merge patch of the status subresource, never re-sends a status that
+//! is in place, keeps other controllers' entries, stops the moment the Lease is lost, and
+//! counts what its bounded queue cannot take.
+
+use axum::{
+    Router,
+    body::Bytes,
+    extract::{Path, RawQuery, State},
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, patch, post},
+};
+use k8s_openapi::{api::coordination::v1::Lease, api::core::v1::Service, jiff::Timestamp};
+use kube::Api;
+use linkerd_index::{Event, Index, IndexMetrics};
+use linkerd_k8s_api::gateway_api::httproutes::HttpRoute;
+use policy::{
+    lease::{self, Leadership, LeaseConfig},
+    status::{self, StatusConfig, StatusMetrics},
+};
+use serde_json::{Value, json};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+const NS: &str = "linkerd";
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/linkerd/leases";
+
+/// A request the API received: a successful Lease write, or a status patch.
+#[derive(Clone, Debug)]
+enum Logged {
+    /// The Lease was written with this holder.
+    Lease(String),
+    Patch {
+        path: String,
+        query: String,
+        content_type: String,
+        body: Value,
+    },
+    /// A note from the test itself.
+    Mark(&'static str),
+}
+
+/// The API's state: the Lease, its resourceVersion counter, a switch that makes Lease requests
+/// fail with 500, and everything written, in order.
+#[derive(Default)]
+struct Script {
+    lease: Option<Value>,
+    version: u64,
+    leases_failing: bool,
+    log: Vec<Logged>,
+}
+
+type Shared = Arc<Mutex<Script>>;
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn failure(code: u16, reason: &str) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": reason, "reason": reason, "code": code,
+    });
+    json_response(StatusCode::from_u16(code).unwrap(), &body)
+}
+
+async fn read_lease(State(s): State<Shared>, Path(name): Path<String>) -> Response {
+    let s = s.lock().unwrap();
+    if s.leases_failing {
+        return failure(500, "InternalError");
+    }
+    match &s.lease {
+        Some(lease) if lease["metadata"]["name"] == name => json_response(StatusCode::OK, lease),
+        _ => failure(404, "NotFound"),
+    }
+}
+
+/// Create (`current` None) or replace with optimistic concurrency.
+fn write_lease(s: &Shared, body: &Bytes, create: bool) -> Response {
+    let Ok(mut lease) = serde_json::from_slice::<Value>(body) else {
+        return failure(400, "BadRequest");
+    };
+    let mut s = s.lock().unwrap();
+    if s.leases_failing {
+        return failure(500, "InternalError");
+    }
+    let current = s
+        .lease
+        .as_ref()
+        .map(|l| l["metadata"]["resourceVersion"].clone());
+    if create && current.is_some() {
+        return failure(409, "AlreadyExists");
+    }
+    if !create && current.as_ref() != Some(&lease["metadata"]["resourceVersion"]) {
+        return failure(409, "Conflict");
+    }
+    s.version += 1;
+    lease["metadata"]["resourceVersion"] = json!(s.version.to_string());
+    let holder = lease["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    s.log.push(Logged::Lease(holder));
+    s.lease = Some(lease.clone());
+    json_response(StatusCode::OK, &lease)
+}
+
+async fn create_lease(State(s): State<Shared>, body: Bytes) -> Response {
+    write_lease(&s, &body, true)
+}
+
+async fn replace_lease(State(s): State<Shared>, body: Bytes) -> Response {
+    write_lease(&s, &body, false)
+}
+
+async fn patch_status(
+    State(s): State<Shared>,
+    Path((group, version, ns, plural, name)): Path<(String, String, String, String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return failure(400, "BadRequest");
+    };
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let object = json!({
+        "apiVersion": format!("{group}/{version}"), "kind": body["kind"],
+        "metadata": {"name": name, "namespace": ns},
+        "status": body["status"],
+    });
+    s.lock().unwrap().log.push(Logged::Patch {
+        path: format!("/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/status"),
+        query: query.unwrap_or_default(),
+        content_type,
+        body,
+    });
+    json_response(StatusCode::OK, &object)
+}
+
+async fn start_api() -> (SocketAddr, Shared) {
+    let state = Shared::default();
+    let app = Router::new()
+        .route(LEASES, post(create_lease))
+        .route(
+            &format!("{LEASES}/{{name}}"),
+            get(read_lease).put(replace_lease),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/status",
+            patch(patch_status),
+        )
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, state)
+}
+
+fn client(addr: SocketAddr) -> kube::Client {
+    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Claims of 2 s, renewed every second.
+fn lease_config(claimant: &str) -> LeaseConfig {
+    LeaseConfig {
+        duration: Duration::from_secs(2),
+        renew_grace: Duration::from_secs(1),
+        ..LeaseConfig::new(claimant, NS)
+    }
+}
+
+/// Another instance's claim, renewed now, for 2 s.
+fn held_by(other: &str, version: u64) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": lease::LEASE_NAME, "namespace": NS, "resourceVersion": version.to_string()},
+        "spec": {
+            "holderIdentity": other, "leaseDurationSeconds": 2,
+            "acquireTime": Timestamp::now().to_string(), "renewTime": Timestamp::now().to_string(),
+            "leaseTransitions": 1,
+        },
+    })
+}
+
+/// No periodic reconciliation within a test: the scripted API does not feed writes back to
+/// the index, so every period would re-send the same patches.
+fn status_config(queue_capacity: usize) -> StatusConfig {
+    StatusConfig {
+        queue_capacity,
+        patch_timeout: Duration::from_secs(5),
+        reconcile_period: Duration::from_secs(3600),
+    }
+}
+
+fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
+    serde_yaml::from_str(s).expect("test object decodes")
+}
+
+/// An index with Service `emojivoto/web` (cluster IP 10.0.0.1, port 80).
+fn index() -> Index {
+    let index = Index::new(IndexMetrics::default());
+    let web: Service = yaml(
+        "metadata: {name: web, namespace: emojivoto}\nspec: {clusterIP: 10.0.0.1, ports: [{port: 80}]}\n",
+    );
+    index.apply(Event::Apply(web));
+    index
+}
+
+/// A Gateway API HTTPRoute on `web:80` and a Gateway, with `status.parents` as a JSON list.
+fn apply_route(index: &Index, name: &str, status: Value) {
+    let route: HttpRoute = yaml(&format!(
+        "metadata: {{name: {name}, namespace: emojivoto}}\nspec:\n  parentRefs: [{{name: gw}}, {{kind: Service, name: web, port: 80}}]\n  rules: [{{backendRefs: [{{name: web, port: 80}}]}}]\nstatus: {{parents: {status}}}\n"
+    ));
+    index.apply(Event::Apply(route));
+}
+
+/// Our entry for `web:80`: accepted, refs resolved, conditions at `time`.
+fn ours(time: &str) -> Value {
+    let cond = |type_: &str| json!({"type": type_, "status": "True", "reason": type_, "message": "", "lastTransitionTime": time});
+    json!({
+        "parentRef": {"group": "core", "kind": "Service", "namespace": "emojivoto", "name": "web", "port": 80},
+        "controllerName": "linkerd.io/policy-controller",
+        "conditions": [cond("Accepted"), cond("ResolvedRefs")],
+    })
+}
+
+/// Another controller's entry for the Gateway parent.
+fn theirs() -> Value {
+    json!({
+        "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "emojivoto", "name": "gw"},
+        "controllerName": "example.com/other",
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "theirs", "lastTransitionTime": "2020-01-01T00:00:00Z"}],
+    })
+}
+
+/// The names of the routes patched, in order, among `log`.
+fn patched(log: &[Logged]) -> Vec<String> {
+    log.iter()
+        .filter_map(|l| match l {
+            Logged::Patch { body, .. } => body["metadata"]["name"].as_str().map(str::to_string),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits (10 s deadline) until `done` holds for the API's log; returns the log.
+async fn wait_log(api: &Shared, what: &str, done: impl Fn(&[Logged]) -> bool) -> Vec<Logged> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = api.lock().unwrap().log.clone();
+        if done(&log) {
+            return log;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} did not happen: {log:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_leader(leadership: &mut Leadership, value: bool) {
+    let waited = tokio::time::timeout(Duration::from_secs(10), async {
+        while leadership.is_leader() != value {
+            leadership.changed().await.expect("lease task running");
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "leadership did not become {value}");
+}
+
+/// The patch body whose `status.parents` strips condition times (they are "now").
+fn without_times(mut body: Value) -> Value {
+    for parent in body["status"]["parents"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        if parent["controllerName"] != "linkerd.io/policy-controller" {
+            continue;
+        }
+        for c in parent["conditions"].as_array_mut().into_iter().flatten() {
+            c["lastTransitionTime"] = json!("<now>");
+        }
+    }
+    body
+}
+
+#[tokio::test]
+async fn writes_only_once_the_lease_is_ours() {
+    let (addr, api) = start_api().await;
+    {
+        let mut s = api.lock().unwrap();
+        s.version = 5;
+        s.lease = Some(held_by("pod-b", 5));
+    }
+    let index = index();
+    apply_route(&index, "r", json!([theirs()]));
+    let leadership = lease::spawn(
+        Api::<Lease>::namespaced(client(addr), NS),
+        lease_config("pod-a"),
+    );
+    let _writer = status::spawn(
+        index.clone(),
+        client(addr),
+        leadership.clone(),
+        status_config(100),
+        StatusMetrics::default(),
+    );
+    // While pod-b holds the Lease, a change to the index reconciles nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!leadership.is_leader());
+    apply_route(&index, "r2", json!([]));
+
+    let log = wait_log(&api, "a patch", |log| patched(log).len() >= 2).await;
+    // Nothing was patched before our Lease write; then exactly the desired statuses.
+    let ours_at = log
+        .iter()
+        .position(|l| matches!(l, Logged::Lease(h) if h == "pod-a"))
+        .expect("pod-a took the Lease");
+    let first_patch = log
+        .iter()
+        .position(|l| matches!(l, Logged::Patch { .. }))
+        .unwrap();
+    assert!(ours_at < first_patch, "{log:#?}");
+    assert_eq!(patched(&log), ["r", "r2"]);
+    let Logged::Patch {
+        path,
+        query,
+        content_type,
+        body,
+    } = log[first_patch].clone()
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        path,
+        "/apis/gateway.networking.k8s.io/v1/namespaces/emojivoto/httproutes/r/status"
+    );
+    assert!(
+        query
+            .split('&')
+            .any(|q| q == "fieldManager=linkerd.io%2Fpolicy-controller"),
+        "{query}"
+    );
+    assert_eq!(content_type, "application/merge-patch+json");
+    assert_eq!(
+        without_times(body.clone()),
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "r"},
+            "status": {"parents": [theirs(), ours("<now>")]},
+        })
+    );
+    // Condition times are set at write time (RFC 3339).
+    let time = body["status"]["parents"][1]["conditions"][0]["lastTransitionTime"]
+        .as_str()
+        .unwrap();
+    assert!(time.parse::<Timestamp>().is_ok(), "{time}");
+}
+
+#[tokio::test]
+async fn a_status_in_place_is_not_sent_again_and_other_controllers_entries_survive() {
+    let (addr, api) = start_api().await;
+    let index = index();
+    // Reconciled in name order: `a-in-place` comes first, so its patch would precede `b`'s.
+    apply_route(
+        &index,
+        "a-in-place",
+        json!([ours("2021-01-01T00:00:00Z"), theirs()]),
+    );
+    apply_route(&index, "b", json!([theirs()]));
+    let _writer = status::spawn(
+        index,
+        client(addr),
+        Leadership::fixed(true),
+        status_config(100),
+        StatusMetrics::default(),
+    );
+    let log = wait_log(&api, "the patch of b", |log| !patched(log).is_empty()).await;
+    assert_eq!(patched(&log), ["b"]);
+    let Logged::Patch { body, .. } = &log[0] else {
+        panic!("{log:#?}")
+    };
+    assert_eq!(
+        without_times(body.clone())["status"]["parents"],
+        json!([theirs(), ours("<now>")])
+    );
+}
+
+#[tokio::test]
+async fn writes_stop_when_the_lease_is_lost() {
+    let (addr, api) = start_api().await;
+    let index = index();
+    apply_route(&index, "r1", json!([]));
+    let mut leadership = lease::spawn(
+        Api::<Lease>::namespaced(client(addr), NS),
+        lease_config("pod-a"),
+    );
+    let _writer = status::spawn(
+        index.clone(),
+        client(addr),
+        leadership.clone(),
+        status_config(100),
+        StatusMetrics::default(),
+    );
+    wait_log(&api, "the patch of r1", |log| patched(log) == ["r1"]).await;
+
+    // The API fails every Lease request: our claim runs out, and with it the writes.
+    api.lock().unwrap().leases_failing = true;
+    wait_leader(&mut leadership, false).await;
+    api.lock().unwrap().log.push(Logged::Mark("lost"));
+    apply_route(&index, "r2", json!([]));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    api.lock().unwrap().log.push(Logged::Mark("recovering"));
+    api.lock().unwrap().leases_failing = false;
+
+    // Back: the Lease is ours again, and the statuses are reconciled at once.
+    let log = wait_log(&api, "the patch of r2", |log| {
+        patched(log).iter().any(|r| r == "r2")
+    })
+    .await;
+    let lost = log
+        .iter()
+        .position(|l| matches!(l, Logged::Mark("lost")))
+        .unwrap();
+    let regained = lost
+        + log[lost..]
+            .iter()
+            .position(|l| matches!(l, Logged::Lease(_)))
+            .expect("the Lease is claimed again");
+    assert!(
+        patched(&log[lost..regained]).is_empty(),
+        "patched without the Lease: {log:#?}"
+    );
+    assert!(
+        matches!(log[regained - 1], Logged::Mark("recovering")),
+        "{log:#?}"
+    );
+    assert_eq!(patched(&log[regained..]), ["r1", "r2"]);
+}
+
+#[tokio::test]
+async fn queue_overflows_are_counted() {
+    let (addr, api) = start_api().await;
+    let index = index();
+    for name in ["r1", "r2", "r3", "r4"] {
+        apply_route(&index, name, json!([]));
+    }
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = StatusMetrics::register(&mut registry);
+    // One slot: on this single-threaded runtime the writer cannot run while the controller
+    // enqueues, so one patch fits and three overflow.
+    let _writer = status::spawn(
+        index,
+        client(addr),
+        Leadership::fixed(true),
+        status_config(1),
+        metrics,
+    );
+    wait_log(&api, "one patch", |log| !patched(log).is_empty()).await;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .to_string()
+    };
+    assert_eq!(value("resource_status_patch_enqueues_total"), "1");
+    assert_eq!(value("resource_status_patch_enqueue_overflows_total"), "3");
+    assert_eq!(value("resource_status_patch_dequeues_total"), "1");
+    assert_eq!(value("resource_status_patch_drops_total"), "0");
+    assert_eq!(patched(&api.lock().unwrap().log), ["r1"]);
+}
