@@ -255,6 +255,18 @@ pub(crate) struct StreamGuard {
     pub(crate) metrics: DestinationMetrics,
     pub(crate) labels: EndpointsLabels,
     started: Instant,
+    /// The group's series, looked up once: a lookup hashes and compares six label strings,
+    /// which every stream paid four times per update (a tenth of the server's CPU with 10,000
+    /// streams on one service).
+    series: GroupSeries,
+}
+
+/// Handles on one subscriber group's series (clones share the value with the family's).
+struct GroupSeries {
+    msg_sent: Counter,
+    updates: Counter,
+    pods: Gauge,
+    exists: Gauge,
 }
 
 // === impl StreamGuard ===
@@ -267,34 +279,36 @@ impl StreamGuard {
         started: Instant,
     ) -> Self {
         metrics.subscribers.get_or_create(&labels).inc();
+        // Taken after the subscriber count is up, so the group's series outlive this guard.
+        let series = GroupSeries {
+            msg_sent: metrics
+                .msg_sent
+                .get_or_create(&DestinationMetrics::grpc("Get"))
+                .clone(),
+            updates: metrics.updates.get_or_create(&labels).clone(),
+            pods: metrics.pods.get_or_create(&labels).clone(),
+            exists: metrics.exists.get_or_create(&labels).clone(),
+        };
         Self {
             metrics,
             labels,
             started,
+            series,
         }
     }
 
     /// Counts `count` updates sent.
     pub(crate) fn sent(&self, count: u64) {
-        self.metrics
-            .msg_sent
-            .get_or_create(&DestinationMetrics::grpc("Get"))
-            .inc_by(count);
-        self.metrics
-            .updates
-            .get_or_create(&self.labels)
-            .inc_by(count);
+        self.series.msg_sent.inc_by(count);
+        self.series.updates.inc_by(count);
     }
 
     /// Records what the stream holds now: `addresses` in its filtered snapshot, of a service
     /// that `exists` or not. Every stream of a group filters alike, so they agree.
     pub(crate) fn holds(&self, addresses: usize, exists: bool) {
         let addresses = i64::try_from(addresses).unwrap_or(i64::MAX);
-        self.metrics.pods.get_or_create(&self.labels).set(addresses);
-        self.metrics
-            .exists
-            .get_or_create(&self.labels)
-            .set(i64::from(exists));
+        self.series.pods.set(addresses);
+        self.series.exists.set(i64::from(exists));
     }
 }
 

@@ -1,21 +1,23 @@
 //! The `offline` source: a directory of manifests as `kubectl get -o yaml` prints them.
 //!
 //! Every `*.yaml`, `*.yml` and `*.json` file directly in the directory is read, whether it holds
-//! one object, several YAML documents, or a `kind: List`. When a file changes (inotify through
-//! `notify`), the directory is re-read and each kind's stream emits the `Apply`/`Delete` events a
-//! watch would have. A file that does not parse is logged by name and counted; its last good
-//! contents (if any) keep being served, so a half-saved edit loses nothing. An object defined
-//! identically in two files is one object; differently, the first file (by path) wins and the
-//! conflict is logged and counted.
+//! one object, several YAML documents, or a `kind: List`. When files change (inotify through
+//! `notify`), only those files are re-read, and each kind's stream emits the `Apply`/`Delete`
+//! events a watch would have, for the objects whose contents changed. A file that does not parse
+//! is logged by name and counted; its last good contents (if any) keep being served, so a
+//! half-saved edit loses nothing. An object defined identically in two files is one object;
+//! differently, the first file (by path) wins and the conflict is logged and counted. Files
+//! larger than [`MAX_FILE_BYTES`] or nested deeper than [`MAX_NESTING`] are refused.
 
 use futures::{StreamExt, stream::BoxStream};
 use serde::Deserialize;
 use serde_json::Value;
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     hash::{Hash, Hasher},
+    io::Read,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 use tokio::sync::{Notify, watch};
@@ -23,8 +25,21 @@ use tokio::sync::{Notify, watch};
 use super::{Event, Source, Watched};
 use crate::metrics::IndexMetrics;
 
-/// How long to wait after a change notification for the burst of writes to settle.
-const SETTLE: Duration = Duration::from_millis(15);
+/// After a change notification, the directory is read once no notification came for this long:
+/// an editor that truncates then writes a file is read once, not as an empty file first.
+const QUIET: Duration = Duration::from_millis(5);
+/// The longest a burst of notifications delays the read.
+const MAX_SETTLE: Duration = Duration::from_millis(50);
+/// Changes kept per kind for streams that have not caught up; one further behind re-diffs the
+/// whole kind.
+const LOG_CAPACITY: usize = 16_384;
+
+/// The largest state file read, in bytes (64 MiB); a larger one is refused as a whole.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+/// The deepest nesting of `[` / `{` accepted in a state file. The YAML parser's work grows with
+/// the square of the flow nesting, so a file of 100,000 `[` would take minutes; serde refuses
+/// anything deeper than 128 levels anyway, so no valid manifest is lost.
+pub const MAX_NESTING: usize = 256;
 
 /// Errors starting the offline source.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +65,10 @@ pub enum FileError {
     Json(#[from] serde_json::Error),
     #[error("document {index}: {reason}")]
     Document { index: usize, reason: String },
+    #[error("larger than {limit} bytes")]
+    TooLarge { limit: u64 },
+    #[error("nested deeper than {limit} levels of `[` or `{{`")]
+    TooDeep { limit: usize },
 }
 
 /// `(group, kind)` of an object, e.g. `("discovery.k8s.io", "EndpointSlice")`; the version is not
@@ -58,37 +77,70 @@ type TypeKey = (String, String);
 /// `(namespace, name)`; namespace is `""` for cluster-scoped objects.
 type ObjectKey = (String, String);
 
-/// Every object of the directory, by kind then by name.
-#[derive(Debug, Default)]
-pub struct Snapshot {
-    objects: HashMap<TypeKey, BTreeMap<ObjectKey, Arc<Value>>>,
-}
-
 /// A watched state directory feeding any number of per-kind event streams.
 #[derive(Clone)]
 pub struct OfflineSource {
-    snapshot: watch::Receiver<Arc<Snapshot>>,
+    shared: Arc<Mutex<Shared>>,
+    /// The generation of `shared`; also keeps the reading task alive while a stream lives.
+    generation: watch::Receiver<u64>,
     metrics: IndexMetrics,
 }
 
-/// The files of the directory, with the parse of each kept until its contents change.
+/// The objects the directory defines now, and per kind the keys that changed recently, for the
+/// streams to catch up from.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Bumped once per read that changed anything.
+    generation: u64,
+    kinds: HashMap<TypeKey, KindObjects>,
+}
+
+#[derive(Debug, Default)]
+struct KindObjects {
+    objects: BTreeMap<ObjectKey, Arc<Value>>,
+    /// `(generation, key)` of every change, oldest first, at most [`LOG_CAPACITY`].
+    log: VecDeque<(u64, ObjectKey)>,
+    /// The newest generation dropped from `log`: a stream that has not seen it re-diffs all.
+    trimmed: u64,
+}
+
+/// What the notification callback collected for the next read.
+#[derive(Debug, Default)]
+struct Pending {
+    paths: BTreeSet<PathBuf>,
+    /// Re-list the whole directory (an event without paths, or about the directory itself).
+    rescan: bool,
+}
+
+/// The files of the directory, with the parse of each kept until its contents change, and every
+/// definition of every object.
 struct StateDir {
     dir: PathBuf,
     files: BTreeMap<PathBuf, LoadedFile>,
     /// Content hashes of files that did not parse, so each bad version is reported once.
     rejected: BTreeMap<PathBuf, u64>,
     /// Manifest-named entries that are not regular files, so each is reported once.
-    unreadable: std::collections::BTreeSet<PathBuf>,
+    unreadable: BTreeSet<PathBuf>,
+    /// Every definition of each object, in file path order: the first one is served.
+    defs: HashMap<(TypeKey, ObjectKey), Definitions>,
     metrics: IndexMetrics,
 }
 
 struct LoadedFile {
     /// Size and modification time when last read: an unchanged stamp skips re-reading (and
-    /// re-hashing) a large file when another file changed.
+    /// re-hashing) a large file on a re-list.
     stamp: Option<(u64, std::time::SystemTime)>,
     content_hash: u64,
-    objects: Arc<Vec<Arc<Value>>>,
+    objects: Vec<(TypeKey, ObjectKey, Arc<Value>)>,
 }
+
+/// The files defining one object and their definition of it, in path order.
+type Definitions = Vec<(PathBuf, Arc<Value>)>;
+/// Objects whose served definition changed: the new one, or `None` when none is left.
+type Changes = Vec<(TypeKey, ObjectKey, Option<Arc<Value>>)>;
+/// Objects whose definitions were touched during one read, with the definition served before:
+/// an object moved from one file to another within a read is no change.
+type Touched = HashMap<(TypeKey, ObjectKey), Option<Arc<Value>>>;
 
 // === impl OfflineSource ===
 
@@ -107,23 +159,38 @@ impl OfflineSource {
         if !meta.is_dir() {
             return Err(OfflineError::NotADirectory(dir));
         }
-        let mut state = StateDir {
-            dir: dir.clone(),
-            files: BTreeMap::new(),
-            rejected: BTreeMap::new(),
-            unreadable: Default::default(),
-            metrics: metrics.clone(),
-        };
-        let (tx, rx) = watch::channel(Arc::new(state.load()));
+        let mut state = StateDir::new(dir.clone(), metrics.clone());
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let changes = state.rescan();
+        publish(&shared, changes);
+        let (tx, rx) = watch::channel(0);
 
         let changed = Arc::new(Notify::new());
+        let pending = Arc::new(Mutex::new(Pending::default()));
         let watcher = {
-            let changed = changed.clone();
+            let (changed, pending, watched) = (changed.clone(), pending.clone(), dir.clone());
             let mut watcher =
                 notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-                    if res.is_ok_and(|event| is_content_change(&event.kind)) {
-                        changed.notify_one();
+                    let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                    match res {
+                        Ok(event) if is_content_change(&event.kind) => {
+                            if event.need_rescan() || event.paths.is_empty() {
+                                p.rescan = true;
+                            }
+                            for path in event.paths {
+                                if path.parent() == Some(watched.as_path()) {
+                                    p.paths.insert(path);
+                                } else {
+                                    p.rescan = true;
+                                }
+                            }
+                        }
+                        Ok(_) => return,
+                        // A lost event (queue overflow) may hide any change.
+                        Err(_) => p.rescan = true,
                     }
+                    drop(p);
+                    changed.notify_one();
                 });
             if let Ok(w) = watcher.as_mut() {
                 use notify::Watcher;
@@ -135,26 +202,82 @@ impl OfflineSource {
                 .inspect_err(|error| tracing::warn!(%error, "cannot watch the cluster state directory; changes will not be seen"))
                 .ok()
         };
+        let task_shared = shared.clone();
         tokio::spawn(async move {
             // The watcher lives as long as this task, which ends when every stream is gone.
             let _watcher = watcher;
+            let mut state = state;
             loop {
                 tokio::select! {
                     _ = changed.notified() => {}
                     _ = tx.closed() => return,
                 }
-                tokio::time::sleep(SETTLE).await;
-                let snapshot = state.load();
-                state.metrics.offline_reloads.inc();
-                tracing::debug!(dir = %state.dir.display(), "cluster state directory re-read");
-                tx.send_replace(Arc::new(snapshot));
+                let burst = tokio::time::Instant::now();
+                while burst.elapsed() < MAX_SETTLE
+                    && tokio::time::timeout(QUIET, changed.notified())
+                        .await
+                        .is_ok()
+                {}
+                let todo = std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
+                let shared = task_shared.clone();
+                // Reading and parsing block: a huge or hostile file must not stall the runtime
+                // (and with it `/ready` and every stream).
+                let read = tokio::task::spawn_blocking(move || {
+                    let changes = if todo.rescan {
+                        state.rescan()
+                    } else {
+                        state.refresh(&todo.paths)
+                    };
+                    state.metrics.offline_reloads.inc();
+                    tracing::debug!(dir = %state.dir.display(), changed = changes.len(), "cluster state directory re-read");
+                    let generation = publish(&shared, changes);
+                    (state, generation)
+                })
+                .await;
+                match read {
+                    Ok((next, generation)) => {
+                        state = next;
+                        if let Some(generation) = generation {
+                            tx.send_replace(generation);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "reading the cluster state directory failed; changes will not be seen");
+                        return;
+                    }
+                }
             }
         });
         Ok(Self {
-            snapshot: rx,
+            shared,
+            generation: rx,
             metrics,
         })
     }
+}
+
+/// Applies `changes` to the shared objects; returns the new generation, if anything changed.
+fn publish(shared: &Mutex<Shared>, changes: Changes) -> Option<u64> {
+    if changes.is_empty() {
+        return None;
+    }
+    let mut shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+    shared.generation += 1;
+    let generation = shared.generation;
+    for (type_key, key, value) in changes {
+        let kind = shared.kinds.entry(type_key).or_default();
+        match value {
+            Some(value) => kind.objects.insert(key.clone(), value),
+            None => kind.objects.remove(&key),
+        };
+        kind.log.push_back((generation, key));
+        if kind.log.len() > LOG_CAPACITY
+            && let Some((dropped, _)) = kind.log.pop_front()
+        {
+            kind.trimmed = dropped;
+        }
+    }
+    Some(generation)
 }
 
 impl Source for OfflineSource {
@@ -165,23 +288,24 @@ impl Source for OfflineSource {
             type_key,
             metrics,
             known: None,
+            seen: 0,
             rejected: BTreeMap::new(),
             _kind: std::marker::PhantomData,
         };
         futures::stream::unfold(
-            (self.snapshot.clone(), decoder),
-            |(mut rx, mut decoder)| async move {
+            (self.generation.clone(), self.shared.clone(), decoder),
+            |(mut rx, shared, mut decoder)| async move {
                 if decoder.known.is_none() {
-                    let snapshot = rx.borrow_and_update().clone();
-                    let events = decoder.next_events(&snapshot);
-                    return Some((events, (rx, decoder)));
+                    rx.borrow_and_update();
+                    let events = decoder.next_events(&shared);
+                    return Some((events, (rx, shared, decoder)));
                 }
                 loop {
                     rx.changed().await.ok()?;
-                    let snapshot = rx.borrow_and_update().clone();
-                    let events = decoder.next_events(&snapshot);
+                    rx.borrow_and_update();
+                    let events = decoder.next_events(&shared);
                     if !events.is_empty() {
-                        return Some((events, (rx, decoder)));
+                        return Some((events, (rx, shared, decoder)));
                     }
                 }
             },
@@ -191,62 +315,101 @@ impl Source for OfflineSource {
     }
 }
 
-/// Per-stream state: what has been emitted for one kind, to diff the next snapshot against.
+/// Per-stream state: what has been emitted for one kind, to diff the next changes against.
 struct Decoder<K> {
     type_key: TypeKey,
     metrics: IndexMetrics,
     /// Objects emitted so far; `None` before the initial `Reset`.
     known: Option<BTreeMap<ObjectKey, Arc<Value>>>,
+    /// The generation of the shared objects last read.
+    seen: u64,
     /// Objects that did not decode, so each bad version is logged once.
     rejected: BTreeMap<ObjectKey, Arc<Value>>,
     _kind: std::marker::PhantomData<fn() -> K>,
 }
 
 impl<K: Watched> Decoder<K> {
-    fn next_events(&mut self, snapshot: &Snapshot) -> Vec<Event<K>> {
-        let empty = BTreeMap::new();
-        let current = snapshot.objects.get(&self.type_key).unwrap_or(&empty);
-        let mut next = BTreeMap::new();
-        let mut applied = Vec::new();
-        let previous = self.known.take();
-        for (key, value) in current {
-            let unchanged = previous
-                .as_ref()
-                .and_then(|p| p.get(key))
-                .is_some_and(|old| Arc::ptr_eq(old, value) || old == value);
-            if unchanged {
-                next.insert(key.clone(), value.clone());
-                continue;
-            }
-            if let Some(obj) = self.decode(key, value) {
-                next.insert(key.clone(), value.clone());
-                applied.push(obj);
-            } else if let Some(old) = previous.as_ref().and_then(|p| p.get(key)) {
-                // A bad new version keeps the last good one.
-                next.insert(key.clone(), old.clone());
-            }
-        }
-        self.rejected.retain(|k, _| current.contains_key(k));
-        let events = match previous {
-            None => vec![Event::Reset(applied)],
-            Some(previous) => {
-                let mut events: Vec<Event<K>> = applied.into_iter().map(Event::Apply).collect();
-                for (key, old) in &previous {
-                    if !next.contains_key(key)
-                        && let Ok(obj) = K::deserialize(&**old)
-                    {
-                        events.push(Event::Delete(obj));
+    /// The events that take this stream from what it emitted to the shared objects now: a
+    /// `Reset` the first time, then `Apply`s and `Delete`s of the keys changed since.
+    fn next_events(&mut self, shared: &Mutex<Shared>) -> Vec<Event<K>> {
+        let (changed, full) = {
+            let shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+            let kind = shared.kinds.get(&self.type_key);
+            let full = self.known.is_none() || kind.is_some_and(|k| k.trimmed > self.seen);
+            let mut changed: BTreeMap<ObjectKey, Option<Arc<Value>>> = BTreeMap::new();
+            if let Some(kind) = kind {
+                if full {
+                    for (key, value) in &kind.objects {
+                        changed.insert(key.clone(), Some(value.clone()));
+                    }
+                } else {
+                    let since = kind.log.iter().rev().take_while(|(g, _)| *g > self.seen);
+                    for (_, key) in since {
+                        if !changed.contains_key(key) {
+                            changed.insert(key.clone(), kind.objects.get(key).cloned());
+                        }
                     }
                 }
-                events
             }
+            self.seen = shared.generation;
+            (changed, full)
         };
-        self.known = Some(next);
-        events
+        let Some(mut known) = self.known.take() else {
+            let mut known = BTreeMap::new();
+            let mut objects = Vec::new();
+            for (key, value) in changed {
+                if let Some(value) = value
+                    && let Some(obj) = self.decode(&key, &value)
+                {
+                    known.insert(key, value);
+                    objects.push(obj);
+                }
+            }
+            self.known = Some(known);
+            return vec![Event::Reset(objects)];
+        };
+        let mut changed = changed;
+        if full {
+            for key in known.keys() {
+                changed.entry(key.clone()).or_insert(None);
+            }
+        }
+        let mut applied = Vec::new();
+        let mut deleted = Vec::new();
+        for (key, value) in changed {
+            match value {
+                Some(value) => {
+                    let unchanged = known
+                        .get(&key)
+                        .is_some_and(|old| Arc::ptr_eq(old, &value) || **old == *value);
+                    if unchanged {
+                        // Back to the version emitted: a bad version seen meanwhile is news again.
+                        self.rejected.remove(&key);
+                        continue;
+                    }
+                    // A bad new version keeps the last good one.
+                    if let Some(obj) = self.decode(&key, &value) {
+                        known.insert(key, value);
+                        applied.push(Event::Apply(obj));
+                    }
+                }
+                None => {
+                    self.rejected.remove(&key);
+                    if let Some(old) = known.remove(&key)
+                        && let Ok(obj) = K::deserialize(&*old)
+                    {
+                        deleted.push(Event::Delete(obj));
+                    }
+                }
+            }
+        }
+        self.known = Some(known);
+        applied.extend(deleted);
+        applied
     }
 
     fn decode(&mut self, key: &ObjectKey, value: &Arc<Value>) -> Option<K> {
-        match K::deserialize(&**value) {
+        match decode::<K>(value) {
             Ok(obj) => {
                 self.rejected.remove(key);
                 Some(obj)
@@ -264,113 +427,254 @@ impl<K: Watched> Decoder<K> {
     }
 }
 
+/// Decodes one object; an error names the field it is about (`spec.ports[0].port: ...`).
+fn decode<K: serde::de::DeserializeOwned>(
+    value: &Value,
+) -> Result<K, serde_path_to_error::Error<serde_json::Error>> {
+    serde_path_to_error::deserialize(value)
+}
+
 // === impl StateDir ===
 
 impl StateDir {
-    /// Re-reads the directory and returns the objects it defines now.
-    fn load(&mut self) -> Snapshot {
+    fn new(dir: PathBuf, metrics: IndexMetrics) -> Self {
+        Self {
+            dir,
+            files: BTreeMap::new(),
+            rejected: BTreeMap::new(),
+            unreadable: BTreeSet::new(),
+            defs: HashMap::new(),
+            metrics,
+        }
+    }
+
+    /// Re-lists the directory and re-reads the files whose size or modification time changed.
+    /// Returns the objects whose served definition changed.
+    fn rescan(&mut self) -> Changes {
+        let mut changes = Touched::new();
         let (paths, unreadable) = match manifest_paths(&self.dir) {
             Ok(listed) => listed,
             Err(error) => {
                 // Moved away or unmounted: re-reading the files would find none of them and
-                // withdraw everything, so the last snapshot stands until the directory is back.
+                // withdraw everything, so what was read stands until the directory is back.
                 tracing::warn!(dir = %self.dir.display(), %error, "cannot list the cluster state directory; keeping what was read before");
-                return self.snapshot();
+                return Changes::new();
             }
         };
+        let gone: Vec<PathBuf> = self
+            .files
+            .keys()
+            .chain(self.rejected.keys())
+            .chain(self.unreadable.iter())
+            .filter(|p| !paths.contains(p) && !unreadable.contains(p))
+            .cloned()
+            .collect();
+        for path in gone {
+            self.forget(&path, &mut changes);
+        }
         for path in &unreadable {
-            if self.unreadable.insert(path.clone()) {
-                tracing::warn!(file = %path.display(), "skipping cluster state entry that is not a regular file (a directory, a dangling or looping symlink)");
-                self.metrics.invalid_files.inc();
-            }
+            self.mark_unreadable(path, &mut changes);
         }
-        self.unreadable.retain(|path| unreadable.contains(path));
-        self.files.retain(|path, _| paths.contains(path));
         for path in &paths {
-            let stamp = std::fs::metadata(path)
-                .and_then(|m| Ok((m.len(), m.modified()?)))
-                .ok();
-            if stamp.is_some() && self.files.get(path).is_some_and(|f| f.stamp == stamp) {
-                continue;
-            }
-            let bytes = match std::fs::read(path) {
-                Ok(bytes) => bytes,
-                Err(error) => {
-                    // Removed between listing and reading: it is simply gone.
-                    if error.kind() == std::io::ErrorKind::NotFound {
-                        self.files.remove(path);
-                    } else {
-                        self.file_error(path, FileError::Read(error));
-                    }
-                    continue;
-                }
-            };
-            let content_hash = {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                bytes.hash(&mut h);
-                h.finish()
-            };
-            if let Some(file) = self.files.get_mut(path)
-                && file.content_hash == content_hash
-            {
-                file.stamp = stamp;
-                continue;
-            }
-            if self.rejected.get(path) == Some(&content_hash) {
-                continue;
-            }
-            match parse_manifests(path, &bytes) {
-                Ok(objects) => {
-                    self.rejected.remove(path);
-                    self.files.insert(
-                        path.clone(),
-                        LoadedFile {
-                            stamp,
-                            content_hash,
-                            objects: Arc::new(objects.into_iter().map(Arc::new).collect()),
-                        },
-                    );
-                }
-                Err(error) => {
-                    self.file_error(path, error);
-                    self.rejected.insert(path.clone(), content_hash);
-                }
-            }
+            self.read_file(path, true, &mut changes);
         }
-        self.rejected.retain(|path, _| paths.contains(path));
-        self.snapshot()
+        self.changes(changes)
     }
 
-    /// The objects of the files as last read, duplicates merged and conflicts reported.
-    fn snapshot(&self) -> Snapshot {
-        let mut snapshot = Snapshot::default();
-        let mut origin: HashMap<(TypeKey, ObjectKey), &Path> = HashMap::new();
-        for (path, file) in &self.files {
-            for obj in file.objects.iter() {
-                let Some((type_key, obj_key)) = object_keys(obj) else {
-                    continue;
-                };
-                let kind = snapshot.objects.entry(type_key.clone()).or_default();
-                match kind.get(&obj_key) {
-                    None => {
-                        kind.insert(obj_key.clone(), obj.clone());
-                        origin.insert((type_key, obj_key), path);
-                    }
-                    Some(first) if first == obj => {}
-                    Some(_) => {
-                        let first = origin.get(&(type_key.clone(), obj_key.clone()));
-                        tracing::warn!(
-                            kind = %type_key.1, namespace = %obj_key.0, name = %obj_key.1,
-                            first = %first.map(|p| p.display().to_string()).unwrap_or_default(),
-                            ignored = %path.display(),
-                            "object defined differently in two files; keeping the first"
-                        );
-                        self.metrics.conflicting_objects.inc();
-                    }
+    /// Re-reads the files at `paths` (created, changed, removed or renamed; paths that are not
+    /// manifests are ignored). Returns the objects whose served definition changed.
+    fn refresh(&mut self, paths: &BTreeSet<PathBuf>) -> Changes {
+        let mut changes = Touched::new();
+        for path in paths.iter().filter(|p| is_manifest_name(p)) {
+            match std::fs::metadata(path) {
+                Ok(meta) if meta.is_file() => self.read_file(path, false, &mut changes),
+                // A dangling or looping symlink, or a directory.
+                Ok(_) => self.mark_unreadable(path, &mut changes),
+                Err(_) if std::fs::symlink_metadata(path).is_ok() => {
+                    self.mark_unreadable(path, &mut changes)
                 }
+                Err(_) => self.forget(&path.clone(), &mut changes),
             }
         }
-        snapshot
+        self.changes(changes)
+    }
+
+    /// The touched objects whose served definition differs from the one served before.
+    fn changes(&self, touched: Touched) -> Changes {
+        let mut changes = Changes::new();
+        for (key, before) in touched {
+            let after = self
+                .defs
+                .get(&key)
+                .and_then(|defs| defs.first())
+                .map(|(_, v)| v.clone());
+            let same = match (&before, &after) {
+                (Some(b), Some(a)) => Arc::ptr_eq(b, a) || b == a,
+                (None, None) => true,
+                _ => false,
+            };
+            if !same {
+                changes.push((key.0, key.1, after));
+            }
+        }
+        changes
+    }
+
+    /// Reads one regular file and serves its objects, unless its contents did not change.
+    /// `trust_stamp`: an unchanged size and modification time mean unchanged contents (on a
+    /// re-list; a file named by a notification is read, as its time may not have ticked).
+    fn read_file(&mut self, path: &Path, trust_stamp: bool, changes: &mut Touched) {
+        self.unreadable.remove(path);
+        let stamp = std::fs::metadata(path)
+            .and_then(|m| Ok((m.len(), m.modified()?)))
+            .ok();
+        if trust_stamp && stamp.is_some() && self.files.get(path).is_some_and(|f| f.stamp == stamp)
+        {
+            return;
+        }
+        let bytes = match read_limited(path) {
+            Ok(bytes) => bytes,
+            Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
+                // Removed between listing and reading: it is simply gone.
+                self.forget(path, changes);
+                return;
+            }
+            Err(error) => {
+                self.file_error(path, error);
+                return;
+            }
+        };
+        let content_hash = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut h);
+            h.finish()
+        };
+        if let Some(file) = self.files.get_mut(path)
+            && file.content_hash == content_hash
+        {
+            file.stamp = stamp;
+            // Back to the contents served: a bad version seen meanwhile is news again.
+            self.rejected.remove(path);
+            return;
+        }
+        if self.rejected.get(path) == Some(&content_hash) {
+            return;
+        }
+        match parse_manifests(path, &bytes) {
+            Ok(objects) => {
+                self.rejected.remove(path);
+                let objects = objects
+                    .into_iter()
+                    .filter_map(|obj| {
+                        let (type_key, obj_key) = object_keys(&obj)?;
+                        Some((type_key, obj_key, Arc::new(obj)))
+                    })
+                    .collect();
+                let file = LoadedFile {
+                    stamp,
+                    content_hash,
+                    objects,
+                };
+                self.replace(path, Some(file), changes);
+            }
+            Err(error) => {
+                self.file_error(path, error);
+                self.rejected.insert(path.to_path_buf(), content_hash);
+            }
+        }
+    }
+
+    /// The entry at `path` is gone: its objects are withdrawn (unless defined elsewhere too).
+    fn forget(&mut self, path: &Path, changes: &mut Touched) {
+        self.rejected.remove(path);
+        self.unreadable.remove(path);
+        self.replace(path, None, changes);
+    }
+
+    fn mark_unreadable(&mut self, path: &Path, changes: &mut Touched) {
+        self.rejected.remove(path);
+        self.replace(path, None, changes);
+        if self.unreadable.insert(path.to_path_buf()) {
+            tracing::warn!(file = %path.display(), "skipping cluster state entry that is not a regular file (a directory, a dangling or looping symlink)");
+            self.metrics.invalid_files.inc();
+        }
+    }
+
+    /// Replaces the definitions of file `path` with those of `file` (none when `None`) and
+    /// records the objects touched: O(objects of the two versions of the file), whatever else
+    /// the directory holds.
+    fn replace(&mut self, path: &Path, file: Option<LoadedFile>, changes: &mut Touched) {
+        let old = self.files.remove(path);
+        let old_objects = old.as_ref().map_or(&[][..], |f| &f.objects[..]);
+        let mut old_by_key: HashMap<(&TypeKey, &ObjectKey), Vec<&Arc<Value>>> = HashMap::new();
+        for (type_key, obj_key, value) in old_objects {
+            old_by_key
+                .entry((type_key, obj_key))
+                .or_default()
+                .push(value);
+        }
+        let mut file = file;
+        let mut new_by_key: HashMap<(TypeKey, ObjectKey), Vec<Arc<Value>>> = HashMap::new();
+        if let Some(file) = file.as_mut() {
+            for (type_key, obj_key, value) in &mut file.objects {
+                // An unchanged object keeps its `Arc`, so every later comparison is a pointer's.
+                if let Some(same) = old_by_key
+                    .get(&(&*type_key, &*obj_key))
+                    .and_then(|olds| olds.iter().find(|o| **o == value))
+                {
+                    *value = Arc::clone(same);
+                }
+                new_by_key
+                    .entry((type_key.clone(), obj_key.clone()))
+                    .or_default()
+                    .push(value.clone());
+            }
+        }
+        let same_defs = |olds: Option<&Vec<&Arc<Value>>>, news: Option<&Vec<Arc<Value>>>| {
+            let olds = olds.map_or(&[][..], |v| &v[..]);
+            let news = news.map_or(&[][..], |v| &v[..]);
+            olds.len() == news.len() && olds.iter().zip(news).all(|(o, n)| Arc::ptr_eq(o, n))
+        };
+        let mut touched: Vec<(TypeKey, ObjectKey)> = Vec::new();
+        for &(type_key, obj_key) in old_by_key.keys() {
+            let key = (type_key.clone(), obj_key.clone());
+            if !same_defs(old_by_key.get(&(type_key, obj_key)), new_by_key.get(&key)) {
+                touched.push(key);
+            }
+        }
+        for key in new_by_key.keys() {
+            if !old_by_key.contains_key(&(&key.0, &key.1)) {
+                touched.push(key.clone());
+            }
+        }
+        drop(old_by_key);
+        for key in touched {
+            let defs = self.defs.entry(key.clone()).or_default();
+            let before = defs.first().map(|(_, v)| v.clone());
+            defs.retain(|(p, _)| p != path);
+            if let Some(news) = new_by_key.remove(&key) {
+                // Definitions stay in path order; several in one file keep their file order.
+                let at = defs.partition_point(|(p, _)| p.as_path() < path);
+                defs.splice(at..at, news.into_iter().map(|v| (path.to_path_buf(), v)));
+            }
+            if let Some((first_path, first)) = defs.first()
+                && let Some((ignored, _)) = defs.iter().find(|(_, v)| v != first)
+            {
+                tracing::warn!(
+                    kind = %key.0.1, namespace = %key.1.0, name = %key.1.1,
+                    first = %first_path.display(), ignored = %ignored.display(),
+                    "object defined differently in two files; keeping the first"
+                );
+                self.metrics.conflicting_objects.inc();
+            }
+            if defs.is_empty() {
+                self.defs.remove(&key);
+            }
+            changes.entry(key).or_insert(before);
+        }
+        if let Some(file) = file {
+            self.files.insert(path.to_path_buf(), file);
+        }
     }
 
     fn file_error(&self, path: &Path, error: FileError) {
@@ -378,6 +682,25 @@ impl StateDir {
         tracing::warn!(file = %path.display(), %error, kept_previous = kept, "skipping cluster state file");
         self.metrics.invalid_files.inc();
     }
+}
+
+/// Reads at most [`MAX_FILE_BYTES`] of `path`; a longer file is an error, not a truncation.
+fn read_limited(path: &Path) -> Result<Vec<u8>, FileError> {
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > MAX_FILE_BYTES {
+        return Err(FileError::TooLarge {
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(FileError::TooLarge {
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    Ok(bytes)
 }
 
 /// Whether a file-system event can change what the directory defines. Reads (our own, too) and
@@ -400,15 +723,7 @@ fn manifest_paths(dir: &Path) -> std::io::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     let mut unreadable = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
-        let hidden = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_none_or(|n| n.starts_with('.'));
-        let manifest = matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        );
-        if manifest && !hidden {
+        if is_manifest_name(&path) {
             if path.is_file() {
                 paths.push(path);
             } else {
@@ -421,12 +736,30 @@ fn manifest_paths(dir: &Path) -> std::io::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     Ok((paths, unreadable))
 }
 
+/// Whether `path` is named like a manifest: `*.yaml`, `*.yml` or `*.json`, not hidden (editor
+/// swap and temporary files are).
+fn is_manifest_name(path: &Path) -> bool {
+    let hidden = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_none_or(|n| n.starts_with('.'));
+    let manifest = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    );
+    manifest && !hidden
+}
+
 /// Parses one file into its objects: YAML documents or JSON values, with `kind: List` expanded.
 ///
-/// Any syntax error rejects the whole file, so a file is never half-applied.
+/// Any syntax error rejects the whole file, so a file is never half-applied; so does nesting
+/// deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any parsing.
 pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Value>, FileError> {
     let text = std::str::from_utf8(bytes)
         .map_err(|e| FileError::Read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    if nesting_exceeds(bytes, MAX_NESTING) {
+        return Err(FileError::TooDeep { limit: MAX_NESTING });
+    }
     let mut docs = Vec::new();
     if path.extension().and_then(|e| e.to_str()) == Some("json") {
         for value in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
@@ -486,6 +819,61 @@ pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Value>, FileErro
         named
     });
     Ok(objects)
+}
+
+/// Whether `[` / `{` nest deeper than `limit` in `bytes`, outside quoted strings and comments.
+///
+/// A linear scan that over-counts rather than under-counts: brackets inside plain or block
+/// scalars count too (manifests nest a dozen levels, the limit is far above). A quote opens a
+/// string only where YAML starts a quoted scalar, so `it's` opens none.
+fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
+    let mut depth = 0usize;
+    let mut i = 0;
+    // Where YAML starts a quoted scalar: at a line's start or after an indicator, blanks
+    // between; a quote inside a plain scalar (`5" screen`) opens nothing.
+    let token_start = |i: usize| {
+        let mut j = i;
+        while j > 0 && matches!(bytes[j - 1], b' ' | b'\t') {
+            j -= 1;
+        }
+        j == 0
+            || matches!(
+                bytes[j - 1],
+                b'\n' | b'\r' | b'[' | b'{' | b',' | b':' | b'-' | b'?'
+            )
+    };
+    while i < bytes.len() {
+        match bytes[i] {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'"' if token_start(i) => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            // `''` inside a single-quoted string reads as a close and an open: same result.
+            b'\'' if token_start(i) => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'\'' {
+                    i += 1;
+                }
+            }
+            b'#' if i == 0 || matches!(bytes[i - 1], b' ' | b'\t' | b'\n' | b'\r') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
 }
 
 fn object_keys(obj: &Value) -> Option<(TypeKey, ObjectKey)> {

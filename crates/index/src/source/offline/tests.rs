@@ -256,20 +256,36 @@ async fn reading_the_directory_does_not_trigger_another_read() {
 }
 
 fn state_dir(dir: &Path, metrics: &IndexMetrics) -> StateDir {
-    StateDir {
-        dir: dir.to_path_buf(),
-        files: BTreeMap::new(),
-        rejected: BTreeMap::new(),
-        unreadable: Default::default(),
-        metrics: metrics.clone(),
-    }
+    StateDir::new(dir.to_path_buf(), metrics.clone())
 }
 
-fn service_count(snapshot: &Snapshot) -> usize {
-    snapshot
-        .objects
-        .get(&(String::new(), "Service".to_string()))
-        .map_or(0, BTreeMap::len)
+fn service_count(state: &StateDir) -> usize {
+    state.defs.keys().filter(|(t, _)| t.1 == "Service").count()
+}
+
+/// Re-lists the directory; returns the number of Services it defines.
+fn rescanned(state: &mut StateDir) -> usize {
+    state.rescan();
+    service_count(state)
+}
+
+/// `(name, port)` of each changed object, `None` for a withdrawn one, sorted by name.
+fn changed(changes: &Changes) -> Vec<(String, Option<i64>)> {
+    let mut c: Vec<_> = changes
+        .iter()
+        .map(|(_, (_, name), v)| {
+            let port = v
+                .as_ref()
+                .map(|v| v["spec"]["ports"][0]["port"].as_i64().unwrap());
+            (name.clone(), port)
+        })
+        .collect();
+    c.sort();
+    c
+}
+
+fn paths(dir: &Path, files: &[&str]) -> BTreeSet<PathBuf> {
+    files.iter().map(|f| dir.join(f)).collect()
 }
 
 #[test]
@@ -282,13 +298,13 @@ fn a_directory_moved_away_keeps_what_was_read() {
     write(&dir, "a.yaml", &svc_yaml("a", 80));
     write(&dir, "b.yaml", &svc_yaml("b", 80));
     let mut state = state_dir(&dir, &IndexMetrics::default());
-    assert_eq!(service_count(&state.load()), 2);
+    assert_eq!(rescanned(&mut state), 2);
     std::fs::rename(&dir, root.path().join("elsewhere")).unwrap();
-    assert_eq!(service_count(&state.load()), 2);
+    assert_eq!(rescanned(&mut state), 2);
     // Back in place with one file fewer: read as usual again.
     std::fs::rename(root.path().join("elsewhere"), &dir).unwrap();
     std::fs::remove_file(dir.join("b.yaml")).unwrap();
-    assert_eq!(service_count(&state.load()), 1);
+    assert_eq!(rescanned(&mut state), 1);
 }
 
 #[test]
@@ -300,12 +316,254 @@ fn entries_that_are_not_regular_files_are_reported_once() {
     std::os::unix::fs::symlink("missing", dir.path().join("dangling.yaml")).unwrap();
     let metrics = IndexMetrics::default();
     let mut state = state_dir(dir.path(), &metrics);
-    assert_eq!(service_count(&state.load()), 1);
-    assert_eq!(service_count(&state.load()), 1);
+    assert_eq!(rescanned(&mut state), 1);
+    assert_eq!(rescanned(&mut state), 1);
     assert_eq!(metrics.invalid_files.get(), 3, "each entry counted once");
     assert_eq!(state.unreadable.len(), 3);
     // Fixed (the dangling link now points at a manifest): no longer reported.
     write(dir.path(), "missing", &svc_yaml("m", 80));
-    assert_eq!(service_count(&state.load()), 2);
+    assert_eq!(rescanned(&mut state), 2);
     assert_eq!(state.unreadable.len(), 2);
+}
+
+#[test]
+fn editing_one_file_among_many_changes_only_its_changed_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["a", "b", "c"] {
+        let text = format!(
+            "{}---\n{}",
+            svc_yaml(&format!("{f}1"), 80),
+            svc_yaml(&format!("{f}2"), 80)
+        );
+        write(dir.path(), &format!("{f}.yaml"), &text);
+    }
+    let mut state = state_dir(dir.path(), &IndexMetrics::default());
+    assert_eq!(changed(&state.rescan()).len(), 6);
+    write(
+        dir.path(),
+        "b.yaml",
+        &format!("{}---\n{}", svc_yaml("b1", 80), svc_yaml("b2", 99)),
+    );
+    let changes = state.refresh(&paths(dir.path(), &["b.yaml"]));
+    assert_eq!(changed(&changes), [("b2".to_string(), Some(99))]);
+    // Rewriting the same contents, or a re-list, changes nothing.
+    write(
+        dir.path(),
+        "b.yaml",
+        &format!("{}---\n{}", svc_yaml("b1", 80), svc_yaml("b2", 99)),
+    );
+    assert!(state.refresh(&paths(dir.path(), &["b.yaml"])).is_empty());
+    assert!(state.rescan().is_empty());
+    // A notification for a file that is not a manifest reads nothing.
+    write(dir.path(), "notes.txt", "x");
+    assert!(state.refresh(&paths(dir.path(), &["notes.txt"])).is_empty());
+}
+
+#[test]
+fn a_removed_file_withdraws_the_objects_no_other_file_defines() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!("{}---\n{}", svc_yaml("only-a", 80), svc_yaml("both", 80)),
+    );
+    write(dir.path(), "b.yaml", &svc_yaml("both", 80));
+    let mut state = state_dir(dir.path(), &IndexMetrics::default());
+    state.rescan();
+    std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+    let changes = state.refresh(&paths(dir.path(), &["a.yaml"]));
+    assert_eq!(changed(&changes), [("only-a".to_string(), None)]);
+    assert_eq!(service_count(&state), 1);
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    let changes = state.refresh(&paths(dir.path(), &["b.yaml"]));
+    assert_eq!(changed(&changes), [("both".to_string(), None)]);
+}
+
+#[test]
+fn an_object_moved_between_files_is_no_change() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!("{}---\n{}", svc_yaml("stays", 80), svc_yaml("moves", 80)),
+    );
+    write(dir.path(), "b.yaml", &svc_yaml("other", 80));
+    let mut state = state_dir(dir.path(), &IndexMetrics::default());
+    state.rescan();
+    write(dir.path(), "a.yaml", &svc_yaml("stays", 80));
+    write(
+        dir.path(),
+        "b.yaml",
+        &format!("{}---\n{}", svc_yaml("other", 80), svc_yaml("moves", 80)),
+    );
+    assert!(
+        state
+            .refresh(&paths(dir.path(), &["a.yaml", "b.yaml"]))
+            .is_empty()
+    );
+    assert_eq!(service_count(&state), 3);
+    // Moved back with a change on the way: one change, no withdrawal.
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!("{}---\n{}", svc_yaml("stays", 80), svc_yaml("moves", 81)),
+    );
+    write(dir.path(), "b.yaml", &svc_yaml("other", 80));
+    let changes = state.refresh(&paths(dir.path(), &["a.yaml", "b.yaml"]));
+    assert_eq!(changed(&changes), [("moves".to_string(), Some(81))]);
+}
+
+#[test]
+fn a_conflict_resolves_to_the_next_file_when_the_first_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "1.yaml", &svc_yaml("x", 80));
+    write(dir.path(), "2.yaml", &svc_yaml("x", 99));
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(dir.path(), &metrics);
+    assert_eq!(changed(&state.rescan()), [("x".to_string(), Some(80))]);
+    assert_eq!(metrics.conflicting_objects.get(), 1);
+    std::fs::remove_file(dir.path().join("1.yaml")).unwrap();
+    let changes = state.refresh(&paths(dir.path(), &["1.yaml"]));
+    assert_eq!(changed(&changes), [("x".to_string(), Some(99))]);
+}
+
+#[tokio::test]
+async fn streams_see_only_the_objects_of_the_edited_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["a", "b", "c"] {
+        let text = format!(
+            "{}---\n{}",
+            svc_yaml(&format!("{f}1"), 80),
+            svc_yaml(&format!("{f}2"), 80)
+        );
+        write(dir.path(), &format!("{f}.yaml"), &text);
+    }
+    let source = OfflineSource::start(dir.path(), IndexMetrics::default()).unwrap();
+    let mut services = source.events::<Service>();
+    assert!(matches!(next(&mut services).await, Event::Reset(o) if o.len() == 6));
+    write(
+        dir.path(),
+        "b.yaml",
+        &format!("{}---\n{}", svc_yaml("b1", 80), svc_yaml("b2", 99)),
+    );
+    match next(&mut services).await {
+        Event::Apply(s) => {
+            assert_eq!(s.metadata.name.as_deref(), Some("b2"));
+            assert_eq!(s.spec.unwrap().ports.unwrap()[0].port, 99);
+        }
+        other => panic!("expected Apply of b2, got {other:?}"),
+    }
+    // The next event is the next change: nothing else was emitted for the first one.
+    std::fs::remove_file(dir.path().join("c.yaml")).unwrap();
+    let mut deleted = Vec::new();
+    for _ in 0..2 {
+        match next(&mut services).await {
+            Event::Delete(s) => deleted.push(s.metadata.name.unwrap()),
+            other => panic!("expected Delete, got {other:?}"),
+        }
+    }
+    deleted.sort();
+    assert_eq!(deleted, ["c1", "c2"]);
+}
+
+#[test]
+fn a_file_broken_again_the_same_way_is_reported_again() {
+    // Regression: fixing a file back to the contents served left its bad version marked as
+    // reported, so the same breakage a second time went unreported and uncounted.
+    let dir = tempfile::tempdir().unwrap();
+    let good = svc_yaml("a", 80);
+    let bad = "apiVersion: v1\nkind: Service\nmetadata: [";
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(dir.path(), &metrics);
+    write(dir.path(), "a.yaml", &good);
+    assert_eq!(rescanned(&mut state), 1);
+    for round in 1..=2 {
+        write(dir.path(), "a.yaml", bad);
+        state.refresh(&paths(dir.path(), &["a.yaml"]));
+        assert_eq!(metrics.invalid_files.get(), round);
+        // The same bad contents notified again are not news.
+        state.refresh(&paths(dir.path(), &["a.yaml"]));
+        assert_eq!(metrics.invalid_files.get(), round);
+        write(dir.path(), "a.yaml", &good);
+        state.refresh(&paths(dir.path(), &["a.yaml"]));
+        assert_eq!(service_count(&state), 1);
+    }
+}
+
+#[test]
+fn deeply_nested_files_are_refused_before_parsing() {
+    // Regression: 100,000 levels of `[` kept the YAML parser busy for minutes (its work grows
+    // with the square of the depth) inside a runtime task, stalling every stream and `/ready`.
+    let deep = "[".repeat(100_000);
+    for file in ["x.yaml", "x.json"] {
+        let err = parse_manifests(Path::new(file), deep.as_bytes()).unwrap_err();
+        assert!(
+            matches!(err, FileError::TooDeep { limit: 256 }),
+            "{file}: {err}"
+        );
+        assert!(err.to_string().contains("nested deeper than 256"), "{err}");
+    }
+    let mixed = format!("a: {}", "{b: [".repeat(200));
+    assert!(matches!(
+        parse_manifests(Path::new("x.yaml"), mixed.as_bytes()),
+        Err(FileError::TooDeep { .. })
+    ));
+    // Brackets inside quoted strings and comments do not count; a quote inside a plain scalar
+    // opens no string, so it cannot hide brackets.
+    let quoted = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: q\n  annotations:\n    a: \"{}\"\n    b: '{}'\n# {}\n",
+        "[".repeat(300),
+        "{".repeat(300),
+        "[".repeat(300),
+    );
+    let objs = parse_manifests(Path::new("x.yaml"), quoted.as_bytes()).unwrap();
+    assert_eq!(objs[0]["metadata"]["annotations"]["a"], "[".repeat(300));
+    assert!(nesting_exceeds(
+        format!("a: it's {}", "[".repeat(300)).as_bytes(),
+        256
+    ));
+    assert!(!nesting_exceeds(
+        format!("a: \"{}\"", "[".repeat(300)).as_bytes(),
+        256
+    ));
+    assert!(!nesting_exceeds(
+        format!("{{\"a\": \"{}\\\"{}\"}}", "[".repeat(300), "]").as_bytes(),
+        256
+    ));
+    // Block nesting is bounded by serde's own recursion limit, and fast.
+    let block = format!("{}x\n", "- ".repeat(100_000));
+    let err = parse_manifests(Path::new("x.yaml"), block.as_bytes()).unwrap_err();
+    assert!(
+        err.to_string().contains("recursion limit exceeded"),
+        "{err}"
+    );
+}
+
+#[test]
+fn oversized_and_deep_files_are_reported_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "ok.yaml", &svc_yaml("a", 80));
+    write(dir.path(), "deep.yaml", &"[".repeat(100_000));
+    let big = std::fs::File::create(dir.path().join("big.yaml")).unwrap();
+    // Sparse: no 64 MiB written.
+    big.set_len(MAX_FILE_BYTES + 1).unwrap();
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(dir.path(), &metrics);
+    assert_eq!(rescanned(&mut state), 1);
+    assert_eq!(metrics.invalid_files.get(), 2);
+    let err = read_limited(&dir.path().join("big.yaml")).unwrap_err();
+    assert!(
+        err.to_string().contains("larger than 67108864 bytes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn decode_errors_name_the_field() {
+    let value: Value = serde_json::from_str(
+        r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":"http"}]}}"#,
+    )
+    .unwrap();
+    let err = decode::<Service>(&value).unwrap_err().to_string();
+    assert!(err.starts_with("spec.ports[0].port: invalid type"), "{err}");
 }
