@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 use crate::{
     metrics::{GET_PORT, PolicyMetrics, Rpc, SubscriberGuard, WATCH_PORT},
     translate::InboundTranslator,
+    views::DistinctViews,
     workload::{parse_port, parse_workload},
 };
 
@@ -36,8 +37,7 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 /// What one `WatchPort` stream holds between updates: the topic's receiver and the view it
 /// last sent.
 struct WatchState {
-    rx: watch::Receiver<Arc<InboundServer>>,
-    last: Option<Arc<InboundServer>>,
+    views: DistinctViews<InboundServer>,
     translator: Arc<InboundTranslator>,
     rpc: Rpc,
     _subscriber: SubscriberGuard,
@@ -111,8 +111,7 @@ impl InboundServerPolicies for InboundPolicyService {
             Err(status) => return Err(rpc.fail(status)),
         };
         let state = WatchState {
-            rx,
-            last: None,
+            views: DistinctViews::new(rx),
             translator: self.translator.clone(),
             rpc,
             _subscriber: self.metrics.inbound_subscriber(),
@@ -130,24 +129,10 @@ impl InboundServerPolicies for InboundPolicyService {
 // === impl WatchState ===
 
 impl WatchState {
-    /// The next message: the current view first, then each view that differs from the last
-    /// one sent; `None` once the topic is gone (the workload was deleted).
+    /// The translation of the next view to send ([`DistinctViews::next`]); `None` once the
+    /// topic is gone.
     async fn next(&mut self) -> Option<Server> {
-        loop {
-            if self.last.is_some() {
-                self.rx.changed().await.ok()?;
-            }
-            let view = self.rx.borrow_and_update().clone();
-            let unchanged = self
-                .last
-                .as_ref()
-                .is_some_and(|last| Arc::ptr_eq(last, &view) || **last == *view);
-            if unchanged {
-                continue;
-            }
-            let server = self.translator.server(&view);
-            self.last = Some(view);
-            return Some(server);
-        }
+        let view = self.views.next().await?;
+        Some(self.translator.server(&view))
     }
 }

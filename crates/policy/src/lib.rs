@@ -19,6 +19,7 @@ pub mod outbound;
 pub mod server;
 pub mod status;
 pub mod translate;
+mod views;
 pub mod workload;
 
 pub use self::{

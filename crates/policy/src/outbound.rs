@@ -13,12 +13,12 @@ use linkerd2_proxy_api::outbound::{
     traffic_spec::Target,
 };
 use std::{net::SocketAddr, pin::Pin, sync::Arc};
-use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use crate::{
     metrics::{OUTBOUND_GET, OUTBOUND_WATCH, PolicyMetrics, Rpc},
     translate::outbound::OutboundTranslator,
+    views::DistinctViews,
     workload::parse_workload,
 };
 
@@ -38,8 +38,7 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 
 /// What one `Watch` stream holds between updates.
 struct WatchState {
-    rx: watch::Receiver<Arc<OutboundPolicy>>,
-    last: Option<Arc<OutboundPolicy>>,
+    views: DistinctViews<OutboundPolicy>,
     translator: Arc<OutboundTranslator>,
     rpc: Rpc,
 }
@@ -199,8 +198,7 @@ impl OutboundPolicies for OutboundPolicyService {
             }
             OutboundLookup::Watch(rx) => {
                 let state = WatchState {
-                    rx,
-                    last: None,
+                    views: DistinctViews::new(rx),
                     translator: self.translator.clone(),
                     rpc,
                 };
@@ -219,25 +217,11 @@ impl OutboundPolicies for OutboundPolicyService {
 // === impl WatchState ===
 
 impl WatchState {
-    /// The current view first, then each view that differs from the last one sent; `None`
-    /// once the topic is gone.
+    /// The translation of the next view to send ([`DistinctViews::next`]); `None` once the
+    /// topic is gone.
     async fn next(&mut self) -> Option<ApiPolicy> {
-        loop {
-            if self.last.is_some() {
-                self.rx.changed().await.ok()?;
-            }
-            let view = self.rx.borrow_and_update().clone();
-            let unchanged = self
-                .last
-                .as_ref()
-                .is_some_and(|last| Arc::ptr_eq(last, &view) || **last == *view);
-            if unchanged {
-                continue;
-            }
-            let policy = self.translator.policy(&view);
-            self.last = Some(view);
-            return Some(policy);
-        }
+        let view = self.views.next().await?;
+        Some(self.translator.policy(&view))
     }
 }
 
