@@ -118,7 +118,7 @@ impl OutboundPolicyService {
 }
 
 /// Parses an authority target (§5.1 step 3): `<name>.<namespace>.svc[.<cluster-domain>][.]`
-/// with an optional port (default 80).
+/// with an optional port (default 80), case-insensitively.
 pub fn parse_authority(authority: &str, cluster_domain: &str) -> Result<OutboundTarget, Status> {
     let parsed: http::uri::Authority = authority
         .parse()
@@ -127,11 +127,13 @@ pub fn parse_authority(authority: &str, cluster_domain: &str) -> Result<Outbound
     if host.is_empty() {
         return Err(Status::invalid_argument("authority must have a host"));
     }
-    let host = host.trim_end_matches('.');
+    let port = authority_port(&parsed)?;
+    // DNS names are case-insensitive; Kubernetes names are lowercase.
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
     let host = host
         .strip_suffix(cluster_domain)
         .and_then(|h| h.strip_suffix('.'))
-        .unwrap_or(host);
+        .unwrap_or(&host);
     let form =
         || Status::not_found("authority must be of the form <name>.<namespace>.svc.<domain>");
     let mut parts = host.split('.');
@@ -148,8 +150,24 @@ pub fn parse_authority(authority: &str, cluster_domain: &str) -> Result<Outbound
             namespace: namespace.to_string(),
             name: name.to_string(),
         },
-        port: parsed.port_u16().unwrap_or(80),
+        port,
     })
+}
+
+/// The port of an authority target: 80 when absent; the address target's errors (§5.1
+/// step 4) when 0 or above 65535 (upstream reads such a port as absent, serving port 80's
+/// policy for a port the client never asked about).
+fn authority_port(parsed: &http::uri::Authority) -> Result<u16, Status> {
+    // `Authority::port` is `None` for a port too long for a `u16`, so read the text itself.
+    let port = match parsed.as_str().rsplit_once(':') {
+        Some((_, port)) if !port.contains(']') => port,
+        _ => return Ok(80),
+    };
+    match port.parse::<u64>() {
+        Ok(0) => Err(Status::invalid_argument("port cannot be zero")),
+        Ok(n) => u16::try_from(n).map_err(|_| Status::invalid_argument("port outside valid range")),
+        Err(_) => Err(Status::invalid_argument("port outside valid range")),
+    }
 }
 
 #[tonic::async_trait]
@@ -254,7 +272,25 @@ mod tests {
             parse("web-svc.emojivoto.svc:81").unwrap(),
             service("emojivoto", "web-svc", 81)
         );
+        assert_eq!(
+            parse("Web-Svc.EmojiVoto.SVC.Cluster.Local:81").unwrap(),
+            service("emojivoto", "web-svc", 81)
+        );
         let err = |a: &str| parse(a).unwrap_err();
+        // Regression: these were served as port 80.
+        for authority in [
+            "web-svc.emojivoto.svc.cluster.local:65536",
+            "web-svc.emojivoto.svc.cluster.local:99999999999999999999999",
+        ] {
+            let e = err(authority);
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{authority}");
+            assert_eq!(e.message(), "port outside valid range", "{authority}");
+        }
+        let e = err("web-svc.emojivoto.svc.cluster.local:0");
+        assert_eq!(
+            (e.code(), e.message()),
+            (tonic::Code::InvalidArgument, "port cannot be zero")
+        );
         assert_eq!(err("a b").message(), "invalid authority");
         assert_eq!(err(":80").code(), tonic::Code::InvalidArgument);
         let e = err("example.com:80");
