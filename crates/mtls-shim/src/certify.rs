@@ -41,6 +41,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long one `Certify` call may take, connection included.
 pub const CERTIFY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shortest `--identity-min-refresh` accepted: it is also the pause after a failed call.
+pub const MIN_REFRESH_FLOOR: Duration = Duration::from_millis(10);
 
 /// The Certify-mode flags (spec §d.5's `LINKERD2_PROXY_IDENTITY_*`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +74,10 @@ pub enum CertifyStartError {
     /// `min_refresh` is longer than `max_refresh`.
     #[error("the minimum refresh ({min:?}) is longer than the maximum ({max:?})")]
     Refresh { min: Duration, max: Duration },
+    /// `min_refresh` is under [`MIN_REFRESH_FLOOR`]: failed calls would be retried in a busy
+    /// loop against linkerd-identity.
+    #[error("the minimum refresh ({0:?}) is shorter than {MIN_REFRESH_FLOOR:?}")]
+    RefreshTooShort(Duration),
     /// The key or the CSR cannot be made.
     #[error("cannot make the identity key and CSR: {0}")]
     Key(String),
@@ -199,6 +205,9 @@ impl Certifier {
         store: Arc<CertStore>,
         metrics: ShimMetrics,
     ) -> Result<Self, CertifyStartError> {
+        if config.min_refresh < MIN_REFRESH_FLOOR {
+            return Err(CertifyStartError::RefreshTooShort(config.min_refresh));
+        }
         if config.min_refresh > config.max_refresh {
             return Err(CertifyStartError::Refresh {
                 min: config.min_refresh,

@@ -183,11 +183,18 @@ impl Drop for Fake {
 /// A shim in Certify mode against `fake`, forwarding to `upstream`, retrying every 50 ms.
 async fn start_shim(pki: &Pki, fake: &Fake, upstream: SocketAddr) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let trust_anchors = dir.path().join("ca-bundle.crt");
+    let config = certify_config(dir.path(), pki, fake, upstream);
+    Harness::start_with(dir, config).await
+}
+
+/// The shim's Config in Certify mode against `fake`, with its files in `dir`; renewals at
+/// least 50 ms apart.
+fn certify_config(dir: &std::path::Path, pki: &Pki, fake: &Fake, upstream: SocketAddr) -> Config {
+    let trust_anchors = dir.join("ca-bundle.crt");
     std::fs::write(&trust_anchors, &pki.anchor.cert_pem).unwrap();
-    let token_file = dir.path().join("linkerd-identity-token");
+    let token_file = dir.join("linkerd-identity-token");
     std::fs::write(&token_file, TOKEN).unwrap();
-    let config = Config {
+    Config {
         forwards: vec![Forward {
             listen: "127.0.0.1:0".parse().unwrap(),
             upstream,
@@ -205,8 +212,7 @@ async fn start_shim(pki: &Pki, fake: &Fake, upstream: SocketAddr) -> Harness {
         trust_anchors,
         local_identity: shim_identity(),
         client_auth: ClientAuth::Required,
-    };
-    Harness::start_with(dir, config).await
+    }
 }
 
 /// The DNS SANs and serial of a DER certificate.
@@ -362,4 +368,27 @@ async fn renewal_serves_a_new_certificate_and_keeps_open_connections() {
     // The connection opened with the first certificate still relays.
     assert_eq!(echo_round_trip(&mut first, b"still").await, b"still");
     shim.stop().await;
+}
+
+#[tokio::test]
+async fn a_minimum_refresh_of_zero_stops_the_start() {
+    // Regression: `--identity-min-refresh 0s` retried a failing Certify in a busy loop.
+    let pki = Arc::new(Pki::new());
+    let echo = Echo::start().await;
+    let fake = Fake::start(pki.clone(), Answer::Refuse, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = certify_config(dir.path(), &pki, &fake, echo.addr);
+    let Identity::Certify(certify) = &mut config.identity else {
+        unreachable!("certify_config is in Certify mode")
+    };
+    certify.min_refresh = Duration::ZERO;
+    let err = mtls_shim::Shim::bind(&config, mtls_shim::ShimMetrics::default())
+        .await
+        .err()
+        .expect("the start fails");
+    assert!(
+        err.to_string()
+            .contains("the minimum refresh (0ns) is shorter than 10ms"),
+        "{err}"
+    );
 }
