@@ -384,8 +384,8 @@ async fn a_minimum_refresh_of_zero_stops_the_start() {
     certify.min_refresh = Duration::ZERO;
     let err = mtls_shim::Shim::bind(&config, mtls_shim::ShimMetrics::default())
         .await
-        .err()
-        .expect("the start fails");
+        .map(drop)
+        .expect_err("the start fails");
     assert!(
         err.to_string()
             .contains("the minimum refresh (0ns) is shorter than 10ms"),
