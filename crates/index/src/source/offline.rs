@@ -557,6 +557,15 @@ impl StateDir {
             self.rejected.remove(path);
             return;
         }
+        if bytes.is_empty() && self.files.get(path).is_some_and(|f| !f.objects.is_empty()) {
+            // `kubectl get -o yaml > file` and `cp` truncate, then write: an empty file is
+            // most likely mid-write, and withdrawing its objects would tell every proxy that
+            // their services are gone. Removing the file is how its objects are withdrawn.
+            if self.rejected.insert(path.to_path_buf(), content_hash) != Some(content_hash) {
+                tracing::warn!(file = %path.display(), "cluster state file is empty; keeping its objects until it has contents again (remove the file to withdraw them)");
+            }
+            return;
+        }
         if self.rejected.get(path) == Some(&content_hash) {
             return;
         }

@@ -567,3 +567,46 @@ fn decode_errors_name_the_field() {
     let err = decode::<Service>(&value).unwrap_err().to_string();
     assert!(err.starts_with("spec.ports[0].port: invalid type"), "{err}");
 }
+
+#[test]
+fn a_truncated_file_keeps_its_objects_until_rewritten_or_removed() {
+    // Regression: `kubectl get -o yaml > file` truncates before writing; the empty file was
+    // read and every Service in it withdrawn (NoEndpoints on every stream) until the write.
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(dir.path(), &metrics);
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!("{}---\n{}", svc_yaml("a", 80), svc_yaml("b", 80)),
+    );
+    assert_eq!(rescanned(&mut state), 2);
+    write(dir.path(), "a.yaml", "");
+    let changes = state.refresh(&paths(dir.path(), &["a.yaml"]));
+    assert_eq!(changed(&changes), []);
+    assert_eq!(service_count(&state), 2);
+    assert_eq!(
+        metrics.invalid_files.get(),
+        0,
+        "an empty file is not invalid"
+    );
+    // The write completes with one object changed: only that one is news.
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!("{}---\n{}", svc_yaml("a", 81), svc_yaml("b", 80)),
+    );
+    let changes = state.refresh(&paths(dir.path(), &["a.yaml"]));
+    assert_eq!(changed(&changes), [("a".to_string(), Some(81))]);
+    // Removing the file withdraws them.
+    std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+    let changes = state.refresh(&paths(dir.path(), &["a.yaml"]));
+    assert_eq!(
+        changed(&changes),
+        [("a".to_string(), None), ("b".to_string(), None)]
+    );
+    // A file that starts empty is simply empty.
+    write(dir.path(), "c.yaml", "");
+    let changes = state.refresh(&paths(dir.path(), &["c.yaml"]));
+    assert_eq!(changed(&changes), []);
+}
