@@ -35,7 +35,8 @@ pub enum Command {
     /// (routes, retries, timeouts) or endpoint profile a proxy would apply.
     Profile(profile::ProfileArgs),
     /// Streams what the policy controller tells a proxy: `policy inbound WORKLOAD PORT`
-    /// (`InboundServerPolicies.WatchPort`).
+    /// (`InboundServerPolicies.WatchPort`) or `policy outbound AUTHORITY|IP:PORT`
+    /// (`OutboundPolicies.Watch`).
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
 }
