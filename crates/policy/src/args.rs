@@ -79,8 +79,9 @@ pub struct Args {
     #[arg(long, default_value = "linkerd-destination")]
     pub policy_deployment_name: String,
 
-    /// Timeout of one route-status patch, in milliseconds.
-    #[arg(long, default_value = "5000")]
+    /// Timeout of one route-status patch, in milliseconds (at least 1: with 0 every patch
+    /// would time out before it is sent).
+    #[arg(long, default_value = "5000", value_parser = clap::value_parser!(u64).range(1..))]
     pub patch_timeout_ms: u64,
 
     /// Allow `l5d-*` request headers through every outbound HTTP and gRPC route.
@@ -289,6 +290,11 @@ mod tests {
         ));
         assert!(err("--admission-controller-disabled=maybe").contains("\"maybe\""));
         assert!(err("--grpc-addr=nowhere").contains("\"nowhere\""));
+        assert!(
+            err("--patch-timeout-ms=0").contains("0 is not in 1.."),
+            "{}",
+            err("--patch-timeout-ms=0")
+        );
     }
 
     #[test]
