@@ -176,6 +176,8 @@ async fn bad_start_up_arguments_fail_with_a_clear_message() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(missing), "{stderr}");
+    // Regression: plain logs carried ANSI colour codes into files and pipes.
+    assert!(!stderr.contains('\x1b'), "{stderr:?}");
 
     // A fatal error is one log line in the chosen format, its cause said once, never anyhow's
     // multi-line report or a backtrace (regression: both were printed with RUST_BACKTRACE=1).

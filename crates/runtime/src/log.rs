@@ -53,7 +53,12 @@ impl LogArgs {
         let registry = tracing_subscriber::registry().with(filter);
         match self.log_format {
             LogFormat::Plain => registry
-                .with(fmt::layer().with_writer(std::io::stderr))
+                .with(
+                    fmt::layer()
+                        .with_writer(std::io::stderr)
+                        // Colours only on a terminal, never in a log file or a pipe.
+                        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+                )
                 .try_init()?,
             LogFormat::Json => registry
                 .with(fmt::layer().json().with_writer(std::io::stderr))
