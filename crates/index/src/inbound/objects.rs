@@ -667,8 +667,14 @@ macro_rules! policy_kind {
                     })
                     .collect();
                 $(
-                    keys.extend(crate::outbound::routes::route_keys(cluster, $ogroup, $okind));
-                    keys.extend(crate::status::route_keys(cluster, $ogroup, $okind));
+                    // A route that failed conversion is still stored for its status.
+                    let outbound = cluster.outbound_routes.by_key.keys();
+                    let status = cluster.status_routes.by_key.keys();
+                    keys.extend(crate::outbound::routes::route_names(
+                        outbound.chain(status),
+                        $ogroup,
+                        $okind,
+                    ));
                     keys.sort();
                     keys.dedup();
                 )?

@@ -189,18 +189,17 @@ pub(crate) fn delete_route(cluster: &mut Cluster, key: &RouteKey, touched: &mut 
     }
 }
 
-/// The names of the stored routes of one kind.
-pub(crate) fn route_keys(cluster: &Cluster, group: &str, kind: &str) -> Vec<ObjectRef> {
-    cluster
-        .outbound_routes
-        .by_key
-        .keys()
-        .filter(|k| k.group == group && k.kind == kind)
+/// The names of the routes of one kind among `keys` (a route store's keys).
+pub(crate) fn route_names<'a>(
+    keys: impl Iterator<Item = &'a RouteKey> + 'a,
+    group: &'a str,
+    kind: &'a str,
+) -> impl Iterator<Item = ObjectRef> + 'a {
+    keys.filter(move |k| k.group == group && k.kind == kind)
         .map(|k| ObjectRef {
             namespace: k.namespace.clone(),
             name: k.name.clone(),
         })
-        .collect()
 }
 
 // === conversion ===

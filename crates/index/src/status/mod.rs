@@ -434,20 +434,6 @@ fn touch_parent(touched: &mut Touched, parent: &ParentKey) {
     }
 }
 
-/// The names of the stored routes of one kind.
-pub(crate) fn route_keys(cluster: &Cluster, group: &str, kind: &str) -> Vec<ObjectRef> {
-    cluster
-        .status_routes
-        .by_key
-        .keys()
-        .filter(|k| k.group == group && k.kind == kind)
-        .map(|k| ObjectRef {
-            namespace: k.namespace.clone(),
-            name: k.name.clone(),
-        })
-        .collect()
-}
-
 // === computation ===
 
 fn condition(type_: &str, accepted: bool, reason: &str, message: &str, now: &Time) -> Condition {
