@@ -12,6 +12,16 @@ pub const DEFAULT_DESTINATION: &str = "http://127.0.0.1:18086";
 /// How long a connection attempt may take before the run fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a server has to answer a request: to send its response headers, which a streaming
+/// server does at once; the stream's messages may come much later. Without it, a port that
+/// accepts connections and never speaks HTTP/2 would hang the run.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// HTTP/2 PINGs on an open stream: a server that vanishes without closing the connection ends
+/// the run within about `KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT` instead of never.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Replies can list every endpoint of a large Service at once; the 4 MiB gRPC default would
 /// turn such a service into an error.
 pub const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
@@ -59,11 +69,39 @@ pub async fn connect_to(flag: &'static str, addr: &str) -> Result<Channel, Error
             reason: crate::error_line(&error),
         })?
         .connect_timeout(CONNECT_TIMEOUT)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
         .tcp_nodelay(true);
     endpoint
         .connect()
         .await
         .map_err(|source| Error::Connect { addr: uri, source })
+}
+
+/// Awaits the response to `rpc` for `target` for at most `timeout` ([`RESPONSE_TIMEOUT`] in the
+/// subcommands).
+///
+/// Errors: [`Error::NoResponse`] when the server stays silent, [`Error::Status`] when it refuses.
+pub async fn response<T>(
+    rpc: &'static str,
+    target: &str,
+    timeout: Duration,
+    call: impl Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(status)) => Err(Error::Status {
+            rpc,
+            target: target.to_string(),
+            status,
+        }),
+        Err(_) => Err(Error::NoResponse {
+            rpc,
+            target: target.to_string(),
+            after: timeout,
+        }),
+    }
 }
 
 #[cfg(test)]

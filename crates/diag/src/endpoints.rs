@@ -59,11 +59,14 @@ impl EndpointsArgs {
             target: self.authority.clone(),
             status,
         };
-        let mut stream = client
-            .get(self.request())
-            .await
-            .map_err(status)?
-            .into_inner();
+        let mut stream = client::response(
+            "Get",
+            &self.authority.clone(),
+            client::RESPONSE_TIMEOUT,
+            client.get(self.request()),
+        )
+        .await?
+        .into_inner();
         while let Some(update) = stream.message().await.map_err(status)? {
             match output::write_update(out, self.output, &update) {
                 Ok(()) => {}

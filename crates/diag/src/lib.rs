@@ -73,6 +73,20 @@ pub enum Error {
         /// The status, rendered as `Code: message`.
         status: tonic::Status,
     },
+    /// The server accepted the connection but did not answer the request in time: not a gRPC
+    /// server, or a plaintext client on a TLS-only port that does not close the connection.
+    #[error(
+        "{rpc} {target}: no response in {}s: is the address a plaintext gRPC port of the right server?",
+        after.as_secs_f32()
+    )]
+    NoResponse {
+        /// The RPC (`Get`, `GetProfile`, `WatchPort`, `Watch`).
+        rpc: &'static str,
+        /// What was asked for.
+        target: String,
+        /// How long the answer was waited for.
+        after: std::time::Duration,
+    },
     /// Standard output could not be written (other than a closed pipe, which ends the run).
     #[error("write output")]
     Output(#[source] std::io::Error),

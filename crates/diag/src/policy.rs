@@ -93,11 +93,14 @@ impl InboundArgs {
             target: self.target(),
             status,
         };
-        let mut stream = client
-            .watch_port(self.request())
-            .await
-            .map_err(status)?
-            .into_inner();
+        let mut stream = client::response(
+            "WatchPort",
+            &self.target(),
+            client::RESPONSE_TIMEOUT,
+            client.watch_port(self.request()),
+        )
+        .await?
+        .into_inner();
         while let Some(server) = stream.message().await.map_err(status)? {
             match output::write_inbound_server(out, self.output, &server) {
                 Ok(()) => {}
@@ -161,11 +164,14 @@ impl OutboundArgs {
             target: self.target.clone(),
             status,
         };
-        let mut stream = client
-            .watch(self.request())
-            .await
-            .map_err(status)?
-            .into_inner();
+        let mut stream = client::response(
+            "Watch",
+            &self.target.clone(),
+            client::RESPONSE_TIMEOUT,
+            client.watch(self.request()),
+        )
+        .await?
+        .into_inner();
         while let Some(policy) = stream.message().await.map_err(status)? {
             match output::write_outbound_policy(out, self.output, &policy) {
                 Ok(()) => {}

@@ -61,11 +61,14 @@ impl ProfileArgs {
             target: self.target.clone(),
             status,
         };
-        let mut stream = client
-            .get_profile(self.request())
-            .await
-            .map_err(status)?
-            .into_inner();
+        let mut stream = client::response(
+            "GetProfile",
+            &self.target.clone(),
+            client::RESPONSE_TIMEOUT,
+            client.get_profile(self.request()),
+        )
+        .await?
+        .into_inner();
         while let Some(profile) = stream.message().await.map_err(status)? {
             match output::write_profile(out, self.output, &profile) {
                 Ok(()) => {}

@@ -189,3 +189,28 @@ async fn a_tls_port_given_as_the_server_gets_a_hint() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_server_that_never_answers_ends_the_run_with_a_message() {
+    // Regression: a port that accepts TCP connections and never speaks HTTP/2 hung dst-diag
+    // forever. It now waits `RESPONSE_TIMEOUT` (10 s) for the response headers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let destination = format!("http://{addr}");
+    let child = dst_diag(&["endpoints", WEB, "--destination", &destination]);
+    let (code, stdout, stderr) = wait_output(child).await;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "dst-diag: Get {WEB}: no response in 10s: is the address a plaintext gRPC port of the right server?"
+        )
+    );
+}
