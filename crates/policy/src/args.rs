@@ -45,7 +45,7 @@ pub struct Args {
 
     /// The cluster's pod and node networks, comma-separated CIDRs: `cluster-*` default policies
     /// admit them, and so does every authorization that names no network (spec §4.8).
-    #[arg(long, default_value = DEFAULT_CLUSTER_NETWORKS, value_parser = parse_networks)]
+    #[arg(long, default_value = DEFAULT_CLUSTER_NETWORKS, value_parser = parse_cluster_networks)]
     pub cluster_networks: Networks,
 
     /// Mesh identity trust domain: identities end in `.<control-plane-namespace>.<domain>`.
@@ -151,6 +151,19 @@ pub fn parse_networks(value: &str) -> Result<Networks, String> {
         })
         .collect::<Result<_, _>>()
         .map(Networks)
+}
+
+/// `--cluster-networks`: [`parse_networks`], and at least one network. None would make every
+/// address that is not a Service's external (outbound fallback, spec §5.1) and leave the
+/// `cluster-*` default policies admitting no one: a mistake, not a configuration.
+pub fn parse_cluster_networks(value: &str) -> Result<Networks, String> {
+    let networks = parse_networks(value)?;
+    if networks.0.is_empty() {
+        return Err(format!(
+            "at least one network is required (the chart's default is {DEFAULT_CLUSTER_NETWORKS})"
+        ));
+    }
+    Ok(networks)
 }
 
 /// What is wrong with a network that does not parse: ipnet says only "invalid IP address
@@ -283,6 +296,12 @@ mod tests {
             err("--cluster-networks=10.0.0.300/8")
                 .contains("invalid network \"10.0.0.300/8\": \"10.0.0.300\" is not an IP address")
         );
+        assert!(
+            err("--cluster-networks=").contains("at least one network is required"),
+            "{}",
+            err("--cluster-networks=")
+        );
+        assert!(err("--cluster-networks= , ").contains("at least one network is required"));
         assert!(err("--probe-networks=nowhere").contains("\"nowhere\""));
         assert!(err("--default-opaque-ports=0").contains("\"0\""));
         assert!(err("--default-opaque-ports=2-1").contains(
