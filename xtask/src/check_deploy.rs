@@ -46,7 +46,10 @@ use self::{
     external::on_path,
     schema::{json_path, structural_problems, to_json_schema},
 };
-use self::{external::run_external, schema::CrdSchemas};
+use self::{
+    external::{build_overlays, run_external},
+    schema::CrdSchemas,
+};
 
 /// Kubernetes release whose schemas `kubernetes-validate` checks against, besides its newest:
 /// the oldest the manifests support (native sidecar containers are on by default from 1.29).
@@ -282,6 +285,7 @@ pub fn check(options: &Options) -> anyhow::Result<Report> {
     // 4. The tools that know Kubernetes better than this file.
     if options.external_tools {
         run_external(deploy_dir, &docs, &mut report)?;
+        build_overlays(&options.overlay_dirs, &mut report)?;
     }
     Ok(report)
 }
@@ -341,7 +345,14 @@ fn load_kustomization(
             continue;
         }
         let target = normalize(&dir.join(resource));
-        if target.is_dir() {
+        if target.is_dir() && normalize(dir).starts_with(&target) {
+            // kustomize refuses a resource directory that contains the kustomization itself.
+            report.errors.push(format!(
+                "{}: resource {resource:?} contains this kustomization, which kustomize refuses \
+                 (\"cycle detected\"): extend a directory beside it, such as deploy/base",
+                path.display()
+            ));
+        } else if target.is_dir() {
             load_kustomization(&target, docs, visited, report)?;
         } else if target.is_file() {
             if !visited.insert(target.clone()) {

@@ -1,6 +1,6 @@
 //! `cargo xtask dev`: the whole linkerd-destination pod on this machine, in offline mode.
 //!
-//! The four containers of `deploy/destination.yaml` run as processes wired as in the pod:
+//! The four containers of `deploy/base/destination.yaml` run as processes wired as in the pod:
 //! `destination` and `policy-controller` serve gRPC in plaintext on loopback ports that only the
 //! `mtls-shim` sidecar reaches, and the shim terminates mesh TLS in front of them on the ports
 //! proxies use (8086, 8090), with an identity certificate issued by a trust anchor generated for
@@ -237,7 +237,7 @@ struct CertFiles {
     client_key: PathBuf,
 }
 
-/// The pod's own ports on loopback, as `deploy/destination.yaml` has them.
+/// The pod's own ports on loopback, as `deploy/base/destination.yaml` has them.
 fn pod_addrs() -> PodAddrs {
     let local = |port| SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
     PodAddrs {

@@ -6,7 +6,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::Error;
 
 /// Where the `destination` container listens inside the pod (plaintext on loopback, behind the
-/// mtls-shim that owns 8086; `deploy/destination.yaml`, `cargo xtask dev`).
+/// mtls-shim that owns 8086; `deploy/base/destination.yaml`, `cargo xtask dev`).
 pub const DEFAULT_DESTINATION: &str = "http://127.0.0.1:18086";
 
 /// How long a connection attempt may take before the run fails.

@@ -238,6 +238,8 @@ fn rendered_overlay() {
         names,
         [
             "ca.crt",
+            "certify/kustomization.yaml",
+            "certify/secrets.yaml",
             "identity.crt",
             "identity.key",
             "issuer.crt",
@@ -295,7 +297,7 @@ fn rendered_overlay() {
         serde_yaml::from_str(&files["kustomization.yaml"]).unwrap();
     assert_eq!(
         kustomization["resources"],
-        serde_json::json!(["..", "secrets.yaml"])
+        serde_json::json!(["../base", "secrets.yaml"])
     );
     let patches = kustomization["patches"].as_array().unwrap();
     assert_eq!(patches.len(), 2);
@@ -307,6 +309,26 @@ fn rendered_overlay() {
         let bundle: ByteString = serde_json::from_value(ops[0]["value"].clone()).unwrap();
         assert_eq!(bundle.0, wh.ca_pem.as_bytes());
     }
+
+    // The Certify overlay: deploy/certify, the webhooks' Secrets only, the same caBundles.
+    let certify: serde_json::Value =
+        serde_yaml::from_str(&files["certify/kustomization.yaml"]).unwrap();
+    assert_eq!(
+        certify["resources"],
+        serde_json::json!(["../../certify", "secrets.yaml"])
+    );
+    assert_eq!(certify["patches"], kustomization["patches"]);
+    let certify_secrets: Vec<String> =
+        serde_yaml::Deserializer::from_str(&files["certify/secrets.yaml"])
+            .map(|doc| Secret::deserialize(doc).unwrap().metadata.name.unwrap())
+            .collect();
+    assert_eq!(
+        certify_secrets,
+        [
+            "linkerd-sp-validator-k8s-tls",
+            "linkerd-policy-validator-k8s-tls"
+        ]
+    );
 }
 
 #[test]

@@ -6,6 +6,32 @@ use anyhow::Context;
 use serde_json::Value;
 use std::{collections::BTreeSet, path::Path, process::Command};
 
+/// `kubectl kustomize` on each overlay (when on PATH): it must build. Kustomize refuses what the
+/// in-process loader accepts, e.g. an overlay inside its base directory ("cycle detected").
+pub(super) fn build_overlays(
+    overlays: &[std::path::PathBuf],
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    if !on_path("kubectl") {
+        return Ok(());
+    }
+    for overlay in overlays {
+        let output = Command::new("kubectl")
+            .arg("kustomize")
+            .arg(overlay)
+            .output()
+            .context("running kubectl kustomize")?;
+        if !output.status.success() {
+            report.errors.push(format!(
+                "kubectl kustomize {} failed: {}",
+                overlay.display(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn run_external(
     deploy_dir: &Path,
     docs: &[Doc],

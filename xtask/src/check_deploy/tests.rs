@@ -83,10 +83,10 @@ fn deploy_is_valid() {
 }
 
 /// The names gen-certs writes and the names deploy/ uses agree, and the pod's ports are wired
-/// as deploy/destination.yaml's table says.
+/// as deploy/base/destination.yaml's table says.
 #[test]
 fn pod_contract() {
-    let docs = load_docs(&root().join("deploy/destination.yaml")).unwrap();
+    let docs = load_docs(&root().join("deploy/base/destination.yaml")).unwrap();
     let deployment: Deployment = decode_strict(&docs[0].value).unwrap();
     let pod = deployment.spec.unwrap().template.spec.unwrap();
     let names: Vec<_> = pod.containers.iter().map(|c| c.name.as_str()).collect();
@@ -157,7 +157,7 @@ fn pod_contract() {
 
     // Services: upstream's names and ports, onto the containers' ports.
     let services: Vec<(String, Option<String>, i32, String)> =
-        load_docs(&root().join("deploy/services.yaml"))
+        load_docs(&root().join("deploy/base/services.yaml"))
             .unwrap()
             .iter()
             .map(|d| {
@@ -205,7 +205,7 @@ fn pod_contract() {
 
     // The webhook configurations gen-certs patches exist, and call the services gen-certs
     // signs for.
-    let webhooks: Vec<(String, String)> = load_docs(&root().join("deploy/webhooks.yaml"))
+    let webhooks: Vec<(String, String)> = load_docs(&root().join("deploy/base/webhooks.yaml"))
         .unwrap()
         .iter()
         .map(|d| {
@@ -229,7 +229,7 @@ fn pod_contract() {
 #[test]
 fn container_args_parse() {
     use clap::Parser;
-    let docs = load_docs(&root().join("deploy/destination.yaml")).unwrap();
+    let docs = load_docs(&root().join("deploy/base/destination.yaml")).unwrap();
     let deployment: Deployment = decode_strict(&docs[0].value).unwrap();
     let pod = deployment.spec.unwrap().template.spec.unwrap();
     let argv = |name: &str, bin: &str| -> Vec<String> {
@@ -304,13 +304,31 @@ fn gen_certs_overlay() {
     )
     .unwrap();
     for (name, contents) in &files {
-        std::fs::write(out.path().join(name), contents).unwrap();
+        let path = out.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, contents).unwrap();
     }
+    // The Certify overlay it writes too: deploy/certify plus the two webhook Secrets.
+    let certify = check(&Options {
+        deploy_dir: out.path().join("certify"),
+        example_dirs: vec![],
+        fixture_dirs: vec![],
+        overlay_dirs: vec![],
+        external_tools: true,
+        workspace: None,
+    })
+    .unwrap();
+    assert!(certify.errors.is_empty(), "{:#?}", certify.errors);
+    assert!(
+        certify.summary[0].contains("29 objects") && certify.summary[0].contains("2 Secret"),
+        "{:?}",
+        certify.summary
+    );
     let report = check(&Options {
         deploy_dir: out.path().to_path_buf(),
         example_dirs: vec![],
         fixture_dirs: vec![],
-        overlay_dirs: vec![],
+        overlay_dirs: vec![out.path().join("certify")],
         external_tools: true,
         workspace: None,
     })
@@ -348,7 +366,7 @@ fn unknown_fields_of_builtin_kinds_are_errors() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "destination.yaml",
+        "base/destination.yaml",
         "  revisionHistoryLimit: 10",
         "  revisionHistoryLimt: 10",
     );
@@ -360,7 +378,7 @@ fn unknown_fields_of_builtin_kinds_are_errors() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "destination.yaml",
+        "base/destination.yaml",
         "        readinessProbe:\n          httpGet:\n            path: /ready\n            port: 9996",
         "        readinessProbe:\n          httpGet:\n            path: /ready\n            prot: 9996",
     );
@@ -377,7 +395,7 @@ fn unknown_api_versions_are_errors() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "pdb.yaml",
+        "base/pdb.yaml",
         "apiVersion: policy/v1",
         "apiVersion: policy/v1beta1",
     );
@@ -392,7 +410,7 @@ fn services_must_reach_container_ports() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "services.yaml",
+        "base/services.yaml",
         "targetPort: policy-https",
         "targetPort: policy-http",
     );
@@ -404,7 +422,7 @@ fn services_must_reach_container_ports() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "services.yaml",
+        "base/services.yaml",
         "    linkerd.io/control-plane-component: destination\n  ports:\n  - name: grpc\n    port: 8090",
         "    linkerd.io/control-plane-component: dest\n  ports:\n  - name: grpc\n    port: 8090",
     );
@@ -419,7 +437,7 @@ fn probes_and_hardening_are_checked() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "destination.yaml",
+        "base/destination.yaml",
         "            path: /ping\n            port: 9996",
         "            path: /ping\n            port: 9999",
     );
@@ -431,7 +449,7 @@ fn probes_and_hardening_are_checked() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "destination.yaml",
+        "base/destination.yaml",
         "          allowPrivilegeEscalation: false\n          capabilities:\n            drop: [ALL]\n          readOnlyRootFilesystem: true\n          runAsNonRoot: true\n          runAsUser: 2103",
         "          allowPrivilegeEscalation: false\n          capabilities:\n            drop: [ALL]\n          readOnlyRootFilesystem: false\n          runAsNonRoot: true\n          runAsUser: 2103",
     );
@@ -446,7 +464,7 @@ fn webhooks_must_call_a_service_of_deploy() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "webhooks.yaml",
+        "base/webhooks.yaml",
         "      name: linkerd-sp-validator\n",
         "      name: linkerd-sp-validater\n",
     );
@@ -461,7 +479,7 @@ fn rbac_is_least_privilege_and_complete() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "rbac.yaml",
+        "base/rbac.yaml",
         "  resources: [pods, services, nodes]\n  verbs: [get, list, watch]",
         "  resources: [pods, services, nodes]\n  verbs: [get, list, watch, delete]",
     );
@@ -472,7 +490,7 @@ fn rbac_is_least_privilege_and_complete() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "rbac.yaml",
+        "base/rbac.yaml",
         "  resources: [replicasets]",
         "  resources: [\"*\"]",
     );
@@ -494,7 +512,7 @@ fn rbac_is_least_privilege_and_complete() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "rbac.yaml",
+        "base/rbac.yaml",
         "  resources: [jobs]\n",
         "  resources: [cronjobs]\n",
     );
@@ -509,13 +527,29 @@ fn rbac_is_least_privilege_and_complete() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "rbac.yaml",
+        "base/rbac.yaml",
         "  name: linkerd-policy\nsubjects:",
         "  name: linkerd-policies\nsubjects:",
     );
     let report = check_copy(&tmp);
     assert!(
         report.errors[0].contains("roleRef ClusterRole linkerd-policies is not in deploy/"),
+        "{:#?}",
+        report.errors
+    );
+}
+
+/// Regression: deploy/certify and gen-certs' deploy/local extended `..`, deploy/ itself, which
+/// contains them; kustomize refuses that ("cycle detected"), so `kubectl apply -k` failed.
+#[test]
+fn an_overlay_inside_its_base_is_an_error() {
+    let tmp = copy_deploy();
+    edit(&tmp, "certify/kustomization.yaml", "- ../base\n", "- ..\n");
+    let report = check_copy(&tmp);
+    assert!(
+        report.errors.iter().any(|e| e.contains(
+            "certify/kustomization.yaml: resource \"..\" contains this kustomization, which kustomize refuses"
+        )),
         "{:#?}",
         report.errors
     );
@@ -533,7 +567,7 @@ fn every_manifest_is_part_of_the_kustomization() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "kustomization.yaml",
+        "base/kustomization.yaml",
         "- pdb.yaml\n",
         "- pdb.yaml\n- missing.yaml\n",
     );
@@ -545,7 +579,7 @@ fn every_manifest_is_part_of_the_kustomization() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "kustomization.yaml",
+        "base/kustomization.yaml",
         "resources:",
         "namePrefix: x-\nresources:",
     );
@@ -635,11 +669,11 @@ fn images_are_built_by_a_dockerfile_of_docker() {
     let tmp = copy_deploy();
     edit(
         &tmp,
-        "destination.yaml",
+        "base/destination.yaml",
         "image: ghcr.io/linkerd-rs/sp-validator:latest",
         "image: ghcr.io/linkerd-rs/sp-validate:latest",
     );
-    let docs = load_docs(&tmp.path().join("deploy/destination.yaml")).unwrap();
+    let docs = load_docs(&tmp.path().join("deploy/base/destination.yaml")).unwrap();
     let mut manifests = Manifests::default();
     manifests.add(&docs[0]).unwrap();
     let mut report = Report::default();
