@@ -193,7 +193,12 @@ impl Cluster {
         // name) carries a port's opaque traffic. A TCPRoute has no matches, so a second one
         // could only conflict with the first; the Gateway API resolves such conflicts in
         // favour of the oldest route, which is the first.
-        let first_tcp = || tcp_routes.first().and_then(|r| ctx.plain_route(r));
+        let first_tcp = || {
+            tcp_routes
+                .first()
+                .and_then(|r| ctx.plain_route(r))
+                .map(Box::new)
+        };
         let opaque = || first_tcp().map_or(OutboundProtocol::Opaque, OutboundProtocol::OpaqueRoute);
         let protocol = match app_protocol {
             Some(AppProtocol::Http1) => OutboundProtocol::Http1(http(http_routes)),

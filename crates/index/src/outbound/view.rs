@@ -63,7 +63,7 @@ pub enum OutboundProtocol {
     /// Opaque traffic carried by the first TCP route (§5.5, §12: only the first by creation
     /// time then name): an opaque or unknown appProtocol (or an opaque port) with TCP routes, or
     /// no appProtocol and only TCP routes.
-    OpaqueRoute(OutboundRoute<NoMatch>),
+    OpaqueRoute(Box<OutboundRoute<NoMatch>>),
 }
 
 /// The matches of a TLS or TCP rule: there are none. A TLS route matches by its `hostnames`

@@ -150,7 +150,7 @@ fn summary(index: &Index, port: u16) -> String {
         OutboundProtocol::Grpc(r) => format!("Grpc{:?}", names_of(&r)),
         OutboundProtocol::Opaque => "Opaque".into(),
         OutboundProtocol::Tls(r) => format!("Tls{:?}", names_of(&r)),
-        OutboundProtocol::OpaqueRoute(r) => format!("OpaqueRoute{:?}", names_of(&[r])),
+        OutboundProtocol::OpaqueRoute(r) => format!("OpaqueRoute{:?}", names_of(&[*r])),
     }
 }
 
