@@ -101,7 +101,8 @@ pub struct Cluster {
     /// Set by the policy controller; `None` in the destination.
     pub(crate) inbound_config: Option<InboundConfig>,
     inbound_topics: Topics<WorkloadRef, u16, InboundServer>,
-    /// HTTPRoutes and GRPCRoutes with Service parents, for outbound policy.
+    /// HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes with Service parents, for outbound
+    /// policy.
     pub(crate) outbound_routes: OutboundRoutes,
     /// Set by the policy controller; `None` in the destination.
     pub(crate) outbound_config: Option<OutboundConfig>,
@@ -223,14 +224,18 @@ impl Index {
     /// Starts one task per kind inbound policy needs: Pods, ExternalWorkloads, Servers,
     /// ServerAuthorizations, AuthorizationPolicies, MeshTLS and Network authentications,
     /// HTTPLocalRateLimitPolicies, and the route kinds (policy and Gateway API HTTPRoutes,
-    /// GRPCRoutes), and Services for outbound policy (spec/policy.md §1.5). Route kinds whose
-    /// CRD is missing are served empty; with the `kube` source the Gateway API kinds follow
-    /// their CRDs (installed, upgraded, removed) without a restart.
+    /// GRPCRoutes; TLSRoutes and TCPRoutes for outbound only), and Services for outbound policy
+    /// (spec/policy.md §1.5). Route kinds whose CRD is missing are served empty; with the
+    /// `kube` source the Gateway API kinds follow their CRDs (installed, upgraded, removed) without a restart.
     pub fn spawn_policy_watches<S: Source>(&self, source: &S) -> Vec<tokio::task::JoinHandle<()>> {
         use linkerd_k8s_api::{
             AuthorizationPolicy, HttpLocalRateLimitPolicy, HttpRoute, MeshTlsAuthentication,
             NetworkAuthentication, ServerAuthorization,
-            gateway_api::{grpcroutes::GrpcRoute, httproutes::HttpRoute as GatewayHttpRoute},
+            gateway_api::{
+                experimental::{tcproutes::TcpRoute, tlsroutes::TlsRoute},
+                grpcroutes::GrpcRoute,
+                httproutes::HttpRoute as GatewayHttpRoute,
+            },
         };
         vec![
             self.spawn_watch::<Pod, _>(source),
@@ -245,6 +250,8 @@ impl Index {
             self.spawn_watch::<HttpRoute, _>(source),
             self.spawn_watch::<GatewayHttpRoute, _>(source),
             self.spawn_watch::<GrpcRoute, _>(source),
+            self.spawn_watch::<TlsRoute, _>(source),
+            self.spawn_watch::<TcpRoute, _>(source),
         ]
     }
 

@@ -489,3 +489,75 @@ async fn queue_overflows_are_counted() {
     assert_eq!(value("resource_status_patch_drops_total"), "0");
     assert_eq!(patched(&api.lock().unwrap().log), ["r1"]);
 }
+
+/// TLSRoutes and TCPRoutes are patched like HTTPRoutes, on their own status subresources at
+/// v1alpha2 (§7.1), with the same field manager; the TCPRoute is conflicted by the TLSRoute.
+#[tokio::test]
+async fn tls_and_tcp_route_statuses_are_patched() {
+    use linkerd_k8s_api::gateway_api::experimental::{tcproutes::TcpRoute, tlsroutes::TlsRoute};
+    let (addr, api) = start_api().await;
+    let index = index();
+    let spec = "spec:\n  parentRefs: [{kind: Service, name: web, port: 80}]\n  rules: [{backendRefs: [{name: web, port: 80}]}]\n";
+    let tls: TlsRoute = yaml(&format!(
+        "metadata: {{name: t, namespace: emojivoto}}\n{spec}  hostnames: [web.example.com]\n"
+    ));
+    let tcp: TcpRoute = yaml(&format!(
+        "metadata: {{name: c, namespace: emojivoto}}\n{spec}"
+    ));
+    index.apply(Event::Apply(tls));
+    index.apply(Event::Apply(tcp));
+    let _writer = status::spawn(
+        index,
+        client(addr),
+        Leadership::fixed(true),
+        status_config(100),
+        StatusMetrics::default(),
+    );
+    let log = wait_log(&api, "two patches", |log| patched(log).len() >= 2).await;
+    let patches: Vec<(String, String, Value)> = log
+        .iter()
+        .filter_map(|l| match l {
+            Logged::Patch {
+                path, query, body, ..
+            } => Some((path.clone(), query.clone(), without_times(body.clone()))),
+            _ => None,
+        })
+        .collect();
+    let conflicted = {
+        let mut entry = ours("<now>");
+        entry["conditions"][0] = json!({"type": "Accepted", "status": "False", "reason": "RouteReasonConflicted", "message": "", "lastTransitionTime": "<now>"});
+        entry
+    };
+    assert_eq!(
+        patches
+            .iter()
+            .map(|(path, _, body)| (path.as_str(), body.clone()))
+            .collect::<Vec<_>>(),
+        [
+            (
+                "/apis/gateway.networking.k8s.io/v1alpha2/namespaces/emojivoto/tcproutes/c/status",
+                json!({
+                    "apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TCPRoute",
+                    "metadata": {"name": "c"},
+                    "status": {"parents": [conflicted]},
+                })
+            ),
+            (
+                "/apis/gateway.networking.k8s.io/v1alpha2/namespaces/emojivoto/tlsroutes/t/status",
+                json!({
+                    "apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TLSRoute",
+                    "metadata": {"name": "t"},
+                    "status": {"parents": [ours("<now>")]},
+                })
+            ),
+        ]
+    );
+    for (_, query, _) in &patches {
+        assert!(
+            query
+                .split('&')
+                .any(|q| q == "fieldManager=linkerd.io%2Fpolicy-controller"),
+            "{query}"
+        );
+    }
+}

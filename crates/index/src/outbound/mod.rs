@@ -2,13 +2,15 @@
 //! client proxy uses (spec/policy.md §5).
 //!
 //! - [`view`]: the [`OutboundPolicy`] served, protocol-agnostic.
-//! - [`routes`]: HTTPRoutes and GRPCRoutes in outbound form, stored by parent Service.
+//! - [`routes`]: HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes in outbound form, stored by
+//!   parent Service.
 //! - [`annotations`]: retries, timeouts, failure accrual and load bias from annotations.
 //! - this module: target resolution (§5.1) and the computation of a policy from the stores
 //!   (§5.3–§5.5); the index publishes one topic per subscribed (Service, port, namespace).
 
 pub mod annotations;
 pub mod routes;
+mod tls_tcp;
 pub mod view;
 
 use ipnet::IpNet;
@@ -171,8 +173,12 @@ impl Cluster {
             parent_timeouts: &parent_timeouts,
             parent_retry: parent_retry.as_ref(),
         };
-        let (http_routes, grpc_routes) =
-            self.attached_routes(config, service, port, source_namespace);
+        let AttachedRoutes {
+            http: http_routes,
+            grpc: grpc_routes,
+            tls: tls_routes,
+            tcp: tcp_routes,
+        } = self.attached_routes(config, service, port, source_namespace);
         let http = |routes: Vec<Arc<OutboundRouteInfo>>| {
             if routes.is_empty() {
                 vec![ctx.default_http_route()]
@@ -183,15 +189,33 @@ impl Cluster {
         let grpc = |routes: Vec<Arc<OutboundRouteInfo>>| {
             routes.iter().filter_map(|r| ctx.grpc_route(r)).collect()
         };
+        // §12 quirk kept: only the first TCP route (by creation time, then namespace and
+        // name) carries a port's opaque traffic. A TCPRoute has no matches, so a second one
+        // could only conflict with the first; the Gateway API resolves such conflicts in
+        // favour of the oldest route, which is the first.
+        let first_tcp = || {
+            tcp_routes
+                .first()
+                .and_then(|r| ctx.plain_route(r))
+                .map(Box::new)
+        };
+        let opaque = || first_tcp().map_or(OutboundProtocol::Opaque, OutboundProtocol::OpaqueRoute);
         let protocol = match app_protocol {
             Some(AppProtocol::Http1) => OutboundProtocol::Http1(http(http_routes)),
             Some(AppProtocol::Http2) if !grpc_routes.is_empty() => {
                 OutboundProtocol::Grpc(grpc(grpc_routes))
             }
             Some(AppProtocol::Http2) => OutboundProtocol::Http2(http(http_routes)),
-            Some(AppProtocol::Opaque) => OutboundProtocol::Opaque,
-            None if opaque_port => OutboundProtocol::Opaque,
+            Some(AppProtocol::Opaque) => opaque(),
+            None if opaque_port => opaque(),
             None if !grpc_routes.is_empty() => OutboundProtocol::Grpc(grpc(grpc_routes)),
+            None if http_routes.is_empty() && !tls_routes.is_empty() => OutboundProtocol::Tls(
+                tls_routes
+                    .iter()
+                    .filter_map(|r| ctx.plain_route(r))
+                    .collect(),
+            ),
+            None if http_routes.is_empty() && !tcp_routes.is_empty() => opaque(),
             None => OutboundProtocol::Detect {
                 timeout: DETECT_TIMEOUT,
                 http_routes: http(http_routes),
@@ -208,7 +232,7 @@ impl Cluster {
         })
     }
 
-    /// The HTTP and gRPC routes attached to `service:port` for `source_namespace`, sorted.
+    /// The routes attached to `service:port` for `source_namespace`, by kind, each sorted.
     ///
     /// Routes of the Service's namespace (producer routes) apply to every client; a route in
     /// the client's own namespace (a consumer route) applies to that namespace only and, as the
@@ -220,7 +244,7 @@ impl Cluster {
         service: &ObjectRef,
         port: u16,
         source_namespace: &str,
-    ) -> (Vec<Arc<OutboundRouteInfo>>, Vec<Arc<OutboundRouteInfo>>) {
+    ) -> AttachedRoutes {
         let attached: Vec<&Arc<OutboundRouteInfo>> = self
             .outbound_routes
             .by_parent
@@ -243,13 +267,21 @@ impl Cluster {
         } else {
             consumer.into_iter().copied().collect()
         };
-        let (mut http, mut grpc): (Vec<_>, Vec<_>) = chosen
-            .into_iter()
-            .cloned()
-            .partition(|r| matches!(r.rules, OutboundRules::Http(_)));
-        sort_routes(&mut http);
-        sort_routes(&mut grpc);
-        (http, grpc)
+        let mut routes = AttachedRoutes::default();
+        for route in chosen {
+            let list = match route.rules {
+                OutboundRules::Http(_) => &mut routes.http,
+                OutboundRules::Grpc(_) => &mut routes.grpc,
+                OutboundRules::Tls(_) => &mut routes.tls,
+                OutboundRules::Tcp(_) => &mut routes.tcp,
+            };
+            list.push(route.clone());
+        }
+        sort_routes(&mut routes.http);
+        sort_routes(&mut routes.grpc);
+        sort_routes(&mut routes.tls);
+        sort_routes(&mut routes.tcp);
+        routes
     }
 
     /// Whether one of `route`'s parent refs names `service` (on `port`, or on every port) and
@@ -311,6 +343,15 @@ fn sort_routes(routes: &mut [Arc<OutboundRouteInfo>]) {
     });
 }
 
+/// The routes attached to one parent port, by kind.
+#[derive(Default)]
+struct AttachedRoutes {
+    http: Vec<Arc<OutboundRouteInfo>>,
+    grpc: Vec<Arc<OutboundRouteInfo>>,
+    tls: Vec<Arc<OutboundRouteInfo>>,
+    tcp: Vec<Arc<OutboundRouteInfo>>,
+}
+
 /// What turning a stored route into a served one needs.
 struct RuleContext<'a> {
     cluster: &'a Cluster,
@@ -342,7 +383,7 @@ impl RuleContext<'_> {
     fn http_route(&self, route: &OutboundRouteInfo) -> Option<OutboundRoute<HttpRouteMatch>> {
         match &route.rules {
             OutboundRules::Http(rules) => Some(self.route(route, rules)),
-            OutboundRules::Grpc(_) => None,
+            _ => None,
         }
     }
 
@@ -352,8 +393,34 @@ impl RuleContext<'_> {
     ) -> Option<OutboundRoute<crate::routes::GrpcRouteMatch>> {
         match &route.rules {
             OutboundRules::Grpc(rules) => Some(self.route(route, rules)),
-            OutboundRules::Http(_) => None,
+            _ => None,
         }
+    }
+
+    /// A TLSRoute or TCPRoute: its one rule with resolved backends, and no timeouts or retry
+    /// of the parent's (the proxy applies none to TLS or opaque routes, §5.6).
+    fn plain_route(&self, route: &OutboundRouteInfo) -> Option<OutboundRoute<NoMatch>> {
+        let rule = match &route.rules {
+            OutboundRules::Tls(rule) | OutboundRules::Tcp(rule) => rule,
+            _ => return None,
+        };
+        Some(OutboundRoute {
+            reference: OutboundRouteRef::Resource {
+                group: route.key.group.to_string(),
+                kind: route.key.kind.to_string(),
+                namespace: route.key.namespace.clone(),
+                name: route.key.name.clone(),
+            },
+            creation_timestamp: route.created.clone(),
+            hostnames: route.hostnames.clone(),
+            rules: vec![OutboundRule {
+                matches: Vec::new(),
+                filters: Vec::new(),
+                backends: rule.backends.iter().map(|b| self.backend(b)).collect(),
+                timeouts: RouteTimeouts::default(),
+                retry: None,
+            }],
+        })
     }
 
     fn route<M: Clone>(

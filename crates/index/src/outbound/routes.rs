@@ -1,6 +1,6 @@
 //! Routes as the outbound index reads them (spec/policy.md §5.4): policy.linkerd.io and
-//! Gateway API HTTPRoutes and GRPCRoutes whose parent refs name Services, converted once per
-//! watch event, stored by key and by parent Service.
+//! Gateway API HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes whose parent refs name Services,
+//! converted once per watch event, stored by key and by parent Service.
 //!
 //! Decisions on the quirks of §12 (project decision 1, each named in a test):
 //! - a backendRef without namespace is in the ROUTE's namespace (Gateway API), not the parent's;
@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use linkerd_k8s_api::{
     HttpRoute as PolicyHttpRoute,
     gateway_api::{
+        experimental::{tcproutes::TcpRoute, tlsroutes::TlsRoute},
         grpcroutes::{self as grpc_api, GrpcRoute},
         httproutes::{self as http_api, HttpRoute as GatewayHttpRoute},
     },
@@ -20,7 +21,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use super::{
     annotations,
-    view::{RouteRetry, RouteTimeouts},
+    view::{NoMatch, RouteRetry, RouteTimeouts},
 };
 use crate::{
     inbound::objects::ref_is,
@@ -81,6 +82,10 @@ pub struct AcceptedParent {
 pub enum OutboundRules {
     Http(Vec<RuleSpec<HttpRouteMatch>>),
     Grpc(Vec<RuleSpec<GrpcRouteMatch>>),
+    /// A TLSRoute's one rule (§5.4: exactly one, else the route is ignored).
+    Tls(RuleSpec<NoMatch>),
+    /// A TCPRoute's one rule.
+    Tcp(RuleSpec<NoMatch>),
 }
 
 /// A converted rule whose backends are not yet resolved against the Services.
@@ -257,14 +262,22 @@ macro_rules! outbound_parents {
     }};
 }
 
-/// Backend refs of any route kind: `{group?, kind?, name, namespace?, port?, weight?}` plus
-/// filters converted by `$filter` (returning `Result<Filter, String>`).
+/// Backend refs of any route kind (`Option<&Vec<_>>`): `{group?, kind?, name, namespace?, port?,
+/// weight?}` plus filters converted by `$filter` (returning `Result<Filter, String>`), or none.
 macro_rules! backends {
     ($refs:expr, $namespace:expr, $filter:expr) => {
+        backends!(@refs $refs, $namespace, b => b.filters.iter().flatten().map($filter).collect())
+    };
+    // TLSRoute and TCPRoute backendRefs have no filters.
+    ($refs:expr, $namespace:expr) => {
+        backends!(@refs $refs, $namespace, _b => Ok(Vec::new()))
+    };
+    (@refs $refs:expr, $namespace:expr, $b:ident => $filters:expr) => {
         $refs
-            .iter()
+            .into_iter()
             .flatten()
             .map(|b| {
+                let $b = b;
                 let weight = b.weight.and_then(|w| u32::try_from(w).ok()).unwrap_or(1);
                 let kind = b.kind.as_deref().unwrap_or("Service");
                 if !ref_is(b.group.as_deref(), kind, "core", "Service") {
@@ -285,8 +298,7 @@ macro_rules! backends {
                         message: format!("missing port for backend Service {}", b.name),
                     };
                 };
-                let filters: Result<Vec<Filter>, String> =
-                    b.filters.iter().flatten().map($filter).collect();
+                let filters: Result<Vec<Filter>, String> = $filters;
                 match filters {
                     Ok(filters) => BackendSpec::Service {
                         weight,
@@ -475,7 +487,7 @@ pub fn policy_http_route(r: &PolicyHttpRoute) -> Result<OutboundRouteInfo, Inval
             Ok(RuleSpec {
                 matches: http_matches(rule.matches.as_ref()).map_err(|e| bad(e.to_string()))?,
                 filters,
-                backends: backends!(rule.backend_refs, namespace, http_backend_filter),
+                backends: backends!(rule.backend_refs.as_ref(), namespace, http_backend_filter),
                 timeouts,
                 retry: retry.clone(),
             })
@@ -519,7 +531,7 @@ pub fn gateway_http_route(r: &GatewayHttpRoute) -> Result<OutboundRouteInfo, Inv
                     .map(convert::gateway_http_filter)
                     .collect::<Result<_, _>>()
                     .map_err(bad)?,
-                backends: backends!(rule.backend_refs, namespace, http_backend_filter),
+                backends: backends!(rule.backend_refs.as_ref(), namespace, http_backend_filter),
                 timeouts,
                 retry: retry.clone(),
             })
@@ -565,7 +577,7 @@ pub fn grpc_route(r: &GrpcRoute) -> Result<OutboundRouteInfo, InvalidObject> {
                     .map(convert::grpc_filter)
                     .collect::<Result<_, _>>()
                     .map_err(bad)?,
-                backends: backends!(rule.backend_refs, namespace, grpc_backend_filter),
+                backends: backends!(rule.backend_refs.as_ref(), namespace, grpc_backend_filter),
                 timeouts: timeouts.clone(),
                 retry: retry.clone(),
             })
@@ -577,5 +589,55 @@ pub fn grpc_route(r: &GrpcRoute) -> Result<OutboundRouteInfo, InvalidObject> {
         outbound_parents!(r, namespace),
         r.spec.hostnames.as_ref(),
         OutboundRules::Grpc(rules),
+    ))
+}
+
+/// The one rule of a TLSRoute or TCPRoute, or why the route is ignored (§5.4).
+fn single_rule<R>(rules: &[R]) -> Result<&R, String> {
+    match rules {
+        [rule] => Ok(rule),
+        rules => Err(format!("must have exactly one rule, has {}", rules.len())),
+    }
+}
+
+/// A TLS or TCP rule: backends only; no matches, filters, timeouts or retries (§5.6).
+fn plain_rule(backends: Vec<BackendSpec>) -> RuleSpec<NoMatch> {
+    RuleSpec {
+        matches: Vec::new(),
+        filters: Vec::new(),
+        backends,
+        timeouts: RouteTimeouts::default(),
+        retry: None,
+    }
+}
+
+/// A TLSRoute (read at whatever version its CRD serves, §2.3): exactly one rule, `hostnames`
+/// become SNI matches (§5.4).
+pub fn tls_route(r: &TlsRoute) -> Result<OutboundRouteInfo, InvalidObject> {
+    const KIND: &str = "TLSRoute";
+    let (namespace, name) = names(KIND, &r.metadata)?;
+    let rule = single_rule(&r.spec.rules).map_err(|e| invalid(KIND, &namespace, &name, e))?;
+    let backends = backends!(Some(&rule.backend_refs), namespace);
+    Ok(info(
+        key(GATEWAY_GROUP, "TLSRoute", &namespace, &name),
+        &r.metadata,
+        outbound_parents!(r, namespace),
+        Some(&r.spec.hostnames),
+        OutboundRules::Tls(plain_rule(backends)),
+    ))
+}
+
+/// A TCPRoute (v1alpha2, §2.3): exactly one rule (§5.4).
+pub fn tcp_route(r: &TcpRoute) -> Result<OutboundRouteInfo, InvalidObject> {
+    const KIND: &str = "TCPRoute";
+    let (namespace, name) = names(KIND, &r.metadata)?;
+    let rule = single_rule(&r.spec.rules).map_err(|e| invalid(KIND, &namespace, &name, e))?;
+    let backends = backends!(Some(&rule.backend_refs), namespace);
+    Ok(info(
+        key(GATEWAY_GROUP, "TCPRoute", &namespace, &name),
+        &r.metadata,
+        outbound_parents!(r, namespace),
+        None,
+        OutboundRules::Tcp(plain_rule(backends)),
     ))
 }

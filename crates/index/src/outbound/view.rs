@@ -58,7 +58,18 @@ pub enum OutboundProtocol {
     Grpc(Vec<OutboundRoute<GrpcRouteMatch>>),
     /// Opaque or unknown appProtocol, or an opaque port: the default opaque route.
     Opaque,
+    /// No appProtocol, no gRPC or HTTP routes, and TLS routes (§5.5): routed by SNI. Sorted.
+    Tls(Vec<OutboundRoute<NoMatch>>),
+    /// Opaque traffic carried by the first TCP route (§5.5, §12: only the first by creation
+    /// time then name): an opaque or unknown appProtocol (or an opaque port) with TCP routes, or
+    /// no appProtocol and only TCP routes.
+    OpaqueRoute(Box<OutboundRoute<NoMatch>>),
 }
+
+/// The matches of a TLS or TCP rule: there are none. A TLS route matches by its `hostnames`
+/// (SNIs); a TCP route matches all traffic of its parent port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoMatch;
 
 /// What a route is: the wire metadata comes from it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -96,7 +107,7 @@ pub struct OutboundRule<M> {
     pub retry: Option<RouteRetry>,
 }
 
-/// A backend of a rule (§5.4).
+/// A backend of a rule (§5.4). TLS and TCP rules carry no backend filters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backend {
     Service {

@@ -359,7 +359,9 @@ fn from_parts<K: Watched>(metadata: &ObjectMeta, fields: Value) -> Result<K, ser
     fields.insert("apiVersion".into(), K::api_version(&()).into());
     fields.insert("kind".into(), K::kind(&()).into());
     fields.insert("metadata".into(), serde_json::to_value(metadata)?);
-    serde_json::from_value(Value::Object(fields))
+    let mut object = Value::Object(fields);
+    super::fill_defaults::<K>(&mut object);
+    serde_json::from_value(object)
 }
 
 #[cfg(test)]

@@ -39,6 +39,26 @@ impl<K> Watched for K where
 {
 }
 
+/// Fills in, on an object of kind `K` about to be decoded, the fields that older served
+/// versions leave out but `K`'s generated type requires: a TLSRoute read at v1alpha2 may have no
+/// `spec.hostnames` (required from v1 on, which the `gateway-api` type follows), meaning "any
+/// SNI". Other kinds are left as they are.
+pub(crate) fn fill_defaults<K: Watched>(object: &mut serde_json::Value) {
+    if !has_defaults::<K>() {
+        return;
+    }
+    if let Some(spec) = object.get_mut("spec").and_then(|s| s.as_object_mut())
+        && spec.get("hostnames").is_none_or(|h| h.is_null())
+    {
+        spec.insert("hostnames".into(), serde_json::Value::Array(Vec::new()));
+    }
+}
+
+/// Whether [`fill_defaults`] may change an object of kind `K`.
+pub(crate) fn has_defaults<K: Watched>() -> bool {
+    K::group(&()) == "gateway.networking.k8s.io" && K::kind(&()) == "TLSRoute"
+}
+
 /// A producer of watch events for any [`Watched`] kind.
 ///
 /// Streams never end while the source runs; errors (a failed watch, a file that does not parse)

@@ -396,7 +396,7 @@ impl<K: Watched> Decoder<K> {
                 None => {
                     self.rejected.remove(&key);
                     if let Some(old) = known.remove(&key)
-                        && let Ok(obj) = K::deserialize(&*old)
+                        && let Ok(obj) = decode::<K>(&old)
                     {
                         deleted.push(Event::Delete(obj));
                     }
@@ -427,10 +427,14 @@ impl<K: Watched> Decoder<K> {
     }
 }
 
-/// Decodes one object; an error names the field it is about (`spec.ports[0].port: ...`).
-fn decode<K: serde::de::DeserializeOwned>(
-    value: &Value,
-) -> Result<K, serde_path_to_error::Error<serde_json::Error>> {
+/// Decodes one object, with the defaults older versions of its kind leave out
+/// ([`super::fill_defaults`]); an error names the field it is about (`spec.ports[0].port: ...`).
+fn decode<K: Watched>(value: &Value) -> Result<K, serde_path_to_error::Error<serde_json::Error>> {
+    if super::has_defaults::<K>() {
+        let mut value = value.clone();
+        super::fill_defaults::<K>(&mut value);
+        return serde_path_to_error::deserialize(&value);
+    }
     serde_path_to_error::deserialize(value)
 }
 

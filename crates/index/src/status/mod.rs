@@ -7,13 +7,17 @@
 //!
 //! HTTPLocalRateLimitPolicy statuses (§7.3) are computed here too.
 //!
-//! Not covered yet: TLSRoutes and TCPRoutes (not indexed), and EgressNetworks (not indexed): a
-//! route with an EgressNetwork parent or backend gets no patch rather than a wrong one.
+//! Not covered yet: EgressNetworks (not indexed): a route with an EgressNetwork parent or
+//! backend gets no patch rather than a wrong one.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use linkerd_k8s_api::{
     HttpLocalRateLimitPolicy, HttpRoute as PolicyHttpRoute,
-    gateway_api::{grpcroutes::GrpcRoute, httproutes::HttpRoute as GatewayHttpRoute},
+    gateway_api::{
+        experimental::{tcproutes::TcpRoute, tlsroutes::TlsRoute},
+        grpcroutes::GrpcRoute,
+        httproutes::HttpRoute as GatewayHttpRoute,
+    },
     http_route::POLICY_CONTROLLER_NAME,
 };
 use serde::Serialize;
@@ -59,6 +63,8 @@ pub enum RouteKind {
     GatewayHttp,
     /// A policy.linkerd.io HTTPRoute.
     PolicyHttp,
+    Tls,
+    Tcp,
 }
 
 /// The parent kinds that get an entry from this controller (§7.2).
@@ -152,12 +158,14 @@ pub struct StatusRateLimit {
 pub struct StatusPatch {
     /// API group: `policy.linkerd.io` or `gateway.networking.k8s.io`.
     pub group: &'static str,
-    /// The version patched (§7.1): policy HTTPRoute `v1beta3`, Gateway API routes `v1`,
-    /// HTTPLocalRateLimitPolicy `v1alpha1`.
+    /// The version patched (§7.1): policy HTTPRoute `v1beta3`, Gateway API HTTPRoutes and
+    /// GRPCRoutes `v1`, TLSRoutes and TCPRoutes `v1alpha2`, HTTPLocalRateLimitPolicy
+    /// `v1alpha1`.
     pub version: &'static str,
-    /// `HTTPRoute`, `GRPCRoute` or `HTTPLocalRateLimitPolicy`.
+    /// `HTTPRoute`, `GRPCRoute`, `TLSRoute`, `TCPRoute` or `HTTPLocalRateLimitPolicy`.
     pub kind: &'static str,
-    /// The resource's plural name (`httproutes`, `grpcroutes`, `httplocalratelimitpolicies`).
+    /// The resource's plural name (`httproutes`, `grpcroutes`, `tlsroutes`, `tcproutes`,
+    /// `httplocalratelimitpolicies`).
     pub plural: &'static str,
     pub namespace: String,
     pub name: String,
@@ -175,16 +183,21 @@ impl RouteKind {
             (GATEWAY_GROUP, "GRPCRoute") => Some(Self::Grpc),
             (GATEWAY_GROUP, "HTTPRoute") => Some(Self::GatewayHttp),
             (POLICY_GROUP, "HTTPRoute") => Some(Self::PolicyHttp),
+            (GATEWAY_GROUP, "TLSRoute") => Some(Self::Tls),
+            (GATEWAY_GROUP, "TCPRoute") => Some(Self::Tcp),
             _ => None,
         }
     }
 
     /// Whether a route of this kind is conflicted by a route of `other` kind on the same
-    /// parent (GEP-1426): GRPCRoutes never; HTTPRoutes (both groups) by GRPCRoutes.
+    /// parent (GEP-1426): GRPCRoutes never; HTTPRoutes (both groups) by GRPCRoutes;
+    /// TLSRoutes by GRPCRoutes and HTTPRoutes; TCPRoutes by any of those and TLSRoutes.
     pub fn conflicted_by(self, other: RouteKind) -> bool {
         let rank = |k: RouteKind| match k {
             RouteKind::Grpc => 0,
             RouteKind::GatewayHttp | RouteKind::PolicyHttp => 1,
+            RouteKind::Tls => 2,
+            RouteKind::Tcp => 3,
         };
         rank(other) < rank(self)
     }
@@ -194,6 +207,8 @@ impl RouteKind {
             Self::Grpc => (GATEWAY_GROUP, "v1", "GRPCRoute", "grpcroutes"),
             Self::GatewayHttp => (GATEWAY_GROUP, "v1", "HTTPRoute", "httproutes"),
             Self::PolicyHttp => (POLICY_GROUP, "v1beta3", "HTTPRoute", "httproutes"),
+            Self::Tls => (GATEWAY_GROUP, "v1alpha2", "TLSRoute", "tlsroutes"),
+            Self::Tcp => (GATEWAY_GROUP, "v1alpha2", "TCPRoute", "tcproutes"),
         }
     }
 }
@@ -292,9 +307,9 @@ macro_rules! status_route {
         let backends = r
             .spec
             .rules
+            .items()
             .iter()
-            .flatten()
-            .flat_map(|rule| rule.backend_refs.iter().flatten())
+            .flat_map(|rule| rule.backend_refs.items())
             .map(|b| {
                 let object = ObjectRef {
                     namespace: b.namespace.clone().unwrap_or_else(|| namespace.clone()),
@@ -342,6 +357,24 @@ macro_rules! status_route {
     }};
 }
 
+/// A list field that is optional in some route kinds' generated types and required in others
+/// (TLSRoute and TCPRoute rules and backendRefs).
+trait Items<T> {
+    fn items(&self) -> &[T];
+}
+
+impl<T> Items<T> for Vec<T> {
+    fn items(&self) -> &[T] {
+        self
+    }
+}
+
+impl<T> Items<T> for Option<Vec<T>> {
+    fn items(&self) -> &[T] {
+        self.as_deref().unwrap_or_default()
+    }
+}
+
 /// A route kind the status computation reads.
 pub trait StatusSource {
     /// The route's status inputs; `None` without a name.
@@ -363,6 +396,18 @@ impl StatusSource for GatewayHttpRoute {
 impl StatusSource for GrpcRoute {
     fn status_route(&self) -> Option<StatusRoute> {
         status_route!(self, RouteKind::Grpc)
+    }
+}
+
+impl StatusSource for TlsRoute {
+    fn status_route(&self) -> Option<StatusRoute> {
+        status_route!(self, RouteKind::Tls)
+    }
+}
+
+impl StatusSource for TcpRoute {
+    fn status_route(&self) -> Option<StatusRoute> {
+        status_route!(self, RouteKind::Tcp)
     }
 }
 

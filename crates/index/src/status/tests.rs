@@ -56,18 +56,24 @@ fn mk_server(ns: &str, name: &str) -> Server {
     ))
 }
 
-/// A route of `kind` (`http`: Gateway HTTPRoute, `policy`: policy HTTPRoute, `grpc`) in ns
-/// `emojivoto`, with parent refs, backend refs and status parents as YAML flow lists.
+/// A route of `kind` (`http`: Gateway HTTPRoute, `policy`: policy HTTPRoute, `grpc`, `tls`,
+/// `tcp`) in ns `emojivoto`, with parent refs, backend refs and status parents as YAML flow
+/// lists.
 fn apply_route(index: &Index, kind: &str, name: &str, parents: &str, backends: &str, status: &str) {
+    use linkerd_k8s_api::gateway_api::experimental::{tcproutes::TcpRoute, tlsroutes::TlsRoute};
     let (api_version, kind_name) = match kind {
         "http" => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
         "policy" => ("policy.linkerd.io/v1beta3", "HTTPRoute"),
+        "tls" => ("gateway.networking.k8s.io/v1alpha2", "TLSRoute"),
+        "tcp" => ("gateway.networking.k8s.io/v1alpha2", "TCPRoute"),
         _ => ("gateway.networking.k8s.io/v1", "GRPCRoute"),
     };
     let text = format!(
-        "apiVersion: {api_version}\nkind: {kind_name}\nmetadata: {{name: {name}, namespace: emojivoto}}\nspec:\n  parentRefs: {parents}\n  rules: [{{backendRefs: {backends}}}]\nstatus: {{parents: {status}}}\n"
+        "apiVersion: {api_version}\nkind: {kind_name}\nmetadata: {{name: {name}, namespace: emojivoto}}\nspec:\n  hostnames: []\n  parentRefs: {parents}\n  rules: [{{backendRefs: {backends}}}]\nstatus: {{parents: {status}}}\n"
     );
     match kind {
+        "tls" => index.apply(Event::Apply(yaml::<TlsRoute>(&text))),
+        "tcp" => index.apply(Event::Apply(yaml::<TcpRoute>(&text))),
         "http" => index.apply(Event::Apply(yaml::<
             linkerd_k8s_api::gateway_api::httproutes::HttpRoute,
         >(&text))),
@@ -624,4 +630,163 @@ fn the_oldest_rate_limit_on_a_server_is_accepted() {
             .iter()
             .any(|p| p.name == "b-old")
     );
+}
+
+/// GEP-1426 for the L4 kinds: a TLSRoute is conflicted by an HTTPRoute (or GRPCRoute) on the
+/// identical parent; a TCPRoute by a TLSRoute; both are patched at v1alpha2 (§7.1).
+#[test]
+fn tls_and_tcp_routes_are_conflicted_by_more_specific_kinds() {
+    let index = with_web(false);
+    apply_route(
+        &index,
+        "tls",
+        "t",
+        WEB_80,
+        "[{name: emoji, port: 8443}]",
+        "[]",
+    );
+    apply_route(
+        &index,
+        "tcp",
+        "c",
+        WEB_80,
+        "[{name: gone, port: 5432}]",
+        "[]",
+    );
+    let conflicted = cond("Accepted", "False", "RouteReasonConflicted", "");
+    let not_found = cond("ResolvedRefs", "False", "BackendNotFound", "");
+    let patches = index.status_patches(&now());
+    let tls = patches.iter().find(|p| p.kind == "TLSRoute").unwrap();
+    assert_eq!(
+        (tls.group, tls.version, tls.plural, tls.name.as_str()),
+        ("gateway.networking.k8s.io", "v1alpha2", "tlsroutes", "t")
+    );
+    assert_eq!(
+        tls.body(),
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TLSRoute",
+            "metadata": {"name": "t"},
+            "status": {"parents": [service_entry("web", Some(80), accepted(), resolved())]},
+        })
+    );
+    let tcp = patches.iter().find(|p| p.kind == "TCPRoute").unwrap();
+    assert_eq!(
+        (tcp.group, tcp.version, tcp.plural, tcp.name.as_str()),
+        ("gateway.networking.k8s.io", "v1alpha2", "tcproutes", "c")
+    );
+    assert_eq!(
+        tcp.body()["status"]["parents"],
+        json!([service_entry(
+            "web",
+            Some(80),
+            conflicted.clone(),
+            not_found.clone()
+        )]),
+        "the TLSRoute conflicts the TCPRoute"
+    );
+
+    // An HTTPRoute on the same parent conflicts the TLSRoute (and the TCPRoute still).
+    apply_route(&index, "http", "h", WEB_80, "[]", "[]");
+    assert_eq!(
+        parents_of(&index, "t"),
+        json!([service_entry(
+            "web",
+            Some(80),
+            conflicted.clone(),
+            resolved()
+        )])
+    );
+    assert_eq!(
+        parents_of(&index, "c"),
+        json!([service_entry(
+            "web",
+            Some(80),
+            conflicted.clone(),
+            not_found.clone()
+        )])
+    );
+    assert_eq!(
+        parents_of(&index, "h"),
+        json!([service_entry("web", Some(80), accepted(), resolved())])
+    );
+
+    // Another port is another parent; a TCPRoute alone there is accepted.
+    apply_route(
+        &index,
+        "tcp",
+        "c81",
+        "[{kind: Service, name: web, port: 81}]",
+        "[]",
+        "[]",
+    );
+    assert_eq!(
+        parents_of(&index, "c81"),
+        json!([service_entry("web", Some(81), accepted(), resolved())])
+    );
+}
+
+#[test]
+fn tls_route_kinds_rank_between_http_and_tcp() {
+    use RouteKind::*;
+    for (kind, by, conflicted) in [
+        (Tls, Grpc, true),
+        (Tls, GatewayHttp, true),
+        (Tls, PolicyHttp, true),
+        (Tls, Tls, false),
+        (Tls, Tcp, false),
+        (Tcp, Grpc, true),
+        (Tcp, GatewayHttp, true),
+        (Tcp, PolicyHttp, true),
+        (Tcp, Tls, true),
+        (Tcp, Tcp, false),
+        (Grpc, Tls, false),
+        (GatewayHttp, Tcp, false),
+    ] {
+        assert_eq!(kind.conflicted_by(by), conflicted, "{kind:?} by {by:?}");
+    }
+}
+
+fn opaque_route_name(index: &Index, port: u16) -> Option<String> {
+    let target = OutboundTarget::Service {
+        service: crate::ObjectRef {
+            namespace: "emojivoto".into(),
+            name: "web".into(),
+        },
+        port,
+    };
+    let policy = match index.outbound_policy(target, "emojivoto").unwrap() {
+        OutboundLookup::Watch(rx) => (**rx.borrow()).clone(),
+        OutboundLookup::Fixed(p) => (*p).clone(),
+    };
+    let OutboundPolicy::Service(policy) = policy else {
+        panic!("{policy:?}")
+    };
+    match policy.protocol {
+        OutboundProtocol::OpaqueRoute(route) => match route.reference {
+            OutboundRouteRef::Resource { name, .. } => Some(name),
+            other => panic!("{other:?}"),
+        },
+        OutboundProtocol::Opaque => None,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn offline_a_tcp_route_conflicted_by_a_tls_route_is_not_attached() {
+    let index = with_web(true);
+    index.apply(Event::Apply(yaml::<Service>(
+        "metadata: {name: web, namespace: emojivoto}\nspec: {clusterIP: 10.0.0.1, ports: [{name: db, port: 5432, appProtocol: linkerd.io/opaque}]}\n",
+    )));
+    let parent = "[{kind: Service, name: web, port: 5432}]";
+    apply_route(
+        &index,
+        "tcp",
+        "c",
+        parent,
+        "[{name: emoji, port: 5432}]",
+        "[]",
+    );
+    assert_eq!(opaque_route_name(&index, 5432).as_deref(), Some("c"));
+    apply_route(&index, "tls", "t", parent, "[]", "[]");
+    assert_eq!(opaque_route_name(&index, 5432), None);
 }

@@ -8,14 +8,15 @@
 use linkerd_index::{
     outbound::{
         Backend, Backoff, DETECT_TIMEOUT, FailureAccrual, GrpcRetryConditions, LoadEstimator,
-        OutboundPolicy, OutboundProtocol, OutboundRoute, OutboundRouteRef, OutboundRule,
+        NoMatch, OutboundPolicy, OutboundProtocol, OutboundRoute, OutboundRouteRef, OutboundRule,
         RouteTimeouts, ServicePolicy,
     },
-    routes::{Filter, GrpcRouteMatch, HttpRouteMatch},
+    routes::{Filter, GrpcRouteMatch, HostMatch, HttpRouteMatch},
 };
 use linkerd2_proxy_api::{
     destination, grpc_route as grpc_api, http_route, meta, opaque_route,
     outbound::{self as api, backend, proxy_protocol},
+    tls_route,
 };
 use std::{net::SocketAddr, time::Duration};
 
@@ -130,6 +131,14 @@ impl OutboundTranslator {
             OutboundProtocol::Opaque => proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {
                 routes: vec![ctx.default_opaque_route()],
             }),
+            OutboundProtocol::Tls(routes) => proxy_protocol::Kind::Tls(proxy_protocol::Tls {
+                routes: routes.iter().map(|r| ctx.tls_route(r)).collect(),
+            }),
+            OutboundProtocol::OpaqueRoute(route) => {
+                proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {
+                    routes: vec![ctx.opaque_route(route)],
+                })
+            }
         };
         api::OutboundPolicy {
             metadata: Some(service_metadata(&svc.namespace, &svc.name, svc.port)),
@@ -327,9 +336,124 @@ impl Ctx<'_> {
         }
     }
 
-    /// A rule backend: its weight, the backend, and its filters or the message of the failure
-    /// that replaces them (a missing Service, an invalid backend).
+    /// A TLSRoute: SNIs from its hostnames, its one rule (§5.6).
+    fn tls_route(&self, route: &OutboundRoute<NoMatch>) -> api::TlsRoute {
+        use api::tls_route::{
+            Distribution, Filter as F, RouteBackend, Rule, WeightedRouteBackend, distribution,
+            filter::Kind,
+        };
+        let rule = |rule: &OutboundRule<NoMatch>| {
+            let backends = if rule.backends.is_empty() {
+                distribution::Kind::FirstAvailable(distribution::FirstAvailable {
+                    backends: vec![RouteBackend {
+                        backend: Some(self.default_backend(&LoadEstimator::PeakEwma)),
+                        filters: vec![],
+                    }],
+                })
+            } else {
+                distribution::Kind::RandomAvailable(distribution::RandomAvailable {
+                    backends: rule
+                        .backends
+                        .iter()
+                        .map(|b| {
+                            let (weight, backend, filters) =
+                                self.backend_with(b, &LoadEstimator::PeakEwma);
+                            let filters = match filters {
+                                Ok(_) => vec![],
+                                Err(message) => vec![F {
+                                    kind: Some(Kind::Invalid(opaque_route::Invalid { message })),
+                                }],
+                            };
+                            WeightedRouteBackend {
+                                backend: Some(RouteBackend {
+                                    backend: Some(backend),
+                                    filters,
+                                }),
+                                weight,
+                            }
+                        })
+                        .collect(),
+                })
+            };
+            Rule {
+                backends: Some(Distribution {
+                    kind: Some(backends),
+                }),
+                filters: vec![],
+            }
+        };
+        api::TlsRoute {
+            metadata: Some(route_metadata(&route.reference)),
+            snis: route.hostnames.iter().map(sni_match).collect(),
+            rules: route.rules.iter().map(rule).collect(),
+        }
+    }
+
+    /// A TCPRoute as an opaque route: its one rule (§5.6).
+    fn opaque_route(&self, route: &OutboundRoute<NoMatch>) -> api::OpaqueRoute {
+        use api::opaque_route::{
+            Distribution, Filter as F, RouteBackend, Rule, WeightedRouteBackend, distribution,
+            filter::Kind,
+        };
+        let rule = |rule: &OutboundRule<NoMatch>| {
+            let backends = if rule.backends.is_empty() {
+                distribution::Kind::FirstAvailable(distribution::FirstAvailable {
+                    backends: vec![RouteBackend {
+                        backend: Some(self.default_backend(&LoadEstimator::PeakEwma)),
+                        filters: vec![],
+                    }],
+                })
+            } else {
+                distribution::Kind::RandomAvailable(distribution::RandomAvailable {
+                    backends: rule
+                        .backends
+                        .iter()
+                        .map(|b| {
+                            let (weight, backend, filters) =
+                                self.backend_with(b, &LoadEstimator::PeakEwma);
+                            let filters = match filters {
+                                Ok(_) => vec![],
+                                Err(message) => vec![F {
+                                    kind: Some(Kind::Invalid(opaque_route::Invalid { message })),
+                                }],
+                            };
+                            WeightedRouteBackend {
+                                backend: Some(RouteBackend {
+                                    backend: Some(backend),
+                                    filters,
+                                }),
+                                weight,
+                            }
+                        })
+                        .collect(),
+                })
+            };
+            Rule {
+                backends: Some(Distribution {
+                    kind: Some(backends),
+                }),
+                filters: vec![],
+            }
+        };
+        api::OpaqueRoute {
+            metadata: Some(route_metadata(&route.reference)),
+            rules: route.rules.iter().map(rule).collect(),
+        }
+    }
+
+    /// A rule backend of an HTTP or gRPC route, balanced with the parent's load estimator.
     fn backend<'b>(&self, b: &'b Backend) -> (u32, api::Backend, Result<&'b [Filter], String>) {
+        self.backend_with(b, &self.svc.load)
+    }
+
+    /// A rule backend: its weight, the backend (an existing Service balanced with `load`), and
+    /// its filters or the message of the failure that replaces them (a missing Service, an
+    /// invalid backend).
+    fn backend_with<'b>(
+        &self,
+        b: &'b Backend,
+        load: &LoadEstimator,
+    ) -> (u32, api::Backend, Result<&'b [Filter], String>) {
         match b {
             Backend::Service {
                 weight,
@@ -341,11 +465,7 @@ impl Ctx<'_> {
                 exists: true,
             } => (
                 *weight,
-                balancer(
-                    service_metadata(namespace, name, *port),
-                    authority,
-                    &self.svc.load,
-                ),
+                balancer(service_metadata(namespace, name, *port), authority, load),
                 Ok(filters),
             ),
             Backend::Service {
@@ -623,6 +743,19 @@ fn grpc_filter(f: &Filter) -> Option<api::grpc_route::Filter> {
         }),
         Filter::ResponseHeaderModifier(_) | Filter::RequestRedirect(_) => None,
     }
+}
+
+/// A TLSRoute hostname as an SNI match (§5.4).
+fn sni_match(host: &HostMatch) -> tls_route::SniMatch {
+    let m = match host {
+        HostMatch::Exact(name) => tls_route::sni_match::Match::Exact(name.clone()),
+        HostMatch::Suffix { reverse_labels } => {
+            tls_route::sni_match::Match::Suffix(tls_route::sni_match::Suffix {
+                reverse_labels: reverse_labels.clone(),
+            })
+        }
+    };
+    tls_route::SniMatch { r#match: Some(m) }
 }
 
 #[cfg(test)]

@@ -610,3 +610,45 @@ fn a_truncated_file_keeps_its_objects_until_rewritten_or_removed() {
     let changes = state.refresh(&paths(dir.path(), &["c.yaml"]));
     assert_eq!(changed(&changes), []);
 }
+
+/// TLSRoutes and TCPRoutes are read at v1alpha2 as `kubectl get -o yaml` prints them; a
+/// v1alpha2 TLSRoute may leave out `hostnames`, which the v1-typed TLSRoute requires.
+#[tokio::test]
+async fn v1alpha2_tls_and_tcp_routes_decode_and_delete() {
+    use linkerd_k8s_api::gateway_api::experimental::{tcproutes::TcpRoute, tlsroutes::TlsRoute};
+    let route = |kind: &str, name: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1alpha2\nkind: {kind}\nmetadata: {{name: {name}, namespace: ns}}\nspec:\n  parentRefs: [{{kind: Service, name: web, port: 443}}]\n  rules:\n  - backendRefs: [{{name: web, port: 443}}]\n"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "routes.yaml",
+        &format!("{}---\n{}", route("TLSRoute", "t"), route("TCPRoute", "c")),
+    );
+    let metrics = IndexMetrics::default();
+    let source = OfflineSource::start(dir.path(), metrics.clone()).unwrap();
+    let mut tls = source.events::<TlsRoute>();
+    let mut tcp = source.events::<TcpRoute>();
+    match next(&mut tls).await {
+        Event::Reset(routes) => {
+            assert_eq!(routes.len(), 1);
+            assert_eq!(routes[0].metadata.name.as_deref(), Some("t"));
+            assert_eq!(routes[0].spec.hostnames, Vec::<String>::new());
+            assert_eq!(routes[0].spec.rules[0].backend_refs[0].port, Some(443));
+        }
+        other => panic!("expected Reset, got {other:?}"),
+    }
+    match next(&mut tcp).await {
+        Event::Reset(routes) => {
+            assert_eq!(routes.len(), 1);
+            assert_eq!(routes[0].metadata.name.as_deref(), Some("c"));
+        }
+        other => panic!("expected Reset, got {other:?}"),
+    }
+    std::fs::remove_file(dir.path().join("routes.yaml")).unwrap();
+    assert!(
+        matches!(next(&mut tls).await, Event::Delete(r) if r.metadata.name.as_deref() == Some("t"))
+    );
+}
