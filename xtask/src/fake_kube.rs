@@ -209,9 +209,9 @@ impl State {
         let mut line = json!({"type": type_, "object": &object}).to_string();
         line.push('\n');
         let line = Bytes::from(line);
-        collection
-            .watches
-            .retain(|w| w.name.as_ref().is_some_and(|n| *n != k.1) || w.tx.send(line.clone()).is_ok());
+        collection.watches.retain(|w| {
+            w.name.as_ref().is_some_and(|n| *n != k.1) || w.tx.send(line.clone()).is_ok()
+        });
         collection.history.push((self.version, k.1.clone(), line));
         collection.objects.insert(k, object);
     }
@@ -318,9 +318,7 @@ fn watch(state: &mut State, path: &str, name: Option<String>, since: u64) -> Res
         return stream_response(Body::from_stream(stream));
     }
     let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|line| (Ok::<_, Infallible>(line), rx))
+        rx.recv().await.map(|line| (Ok::<_, Infallible>(line), rx))
     });
     stream_response(Body::from_stream(stream))
 }
@@ -367,7 +365,10 @@ fn patch_route_status(state: &mut State, path: &str, body: &[u8]) -> Response {
     let Ok(patch) = serde_json::from_slice::<Value>(body) else {
         return failure(400, "BadRequest");
     };
-    let parts: Vec<&str> = path.trim_start_matches(HTTP_ROUTES_NS_PREFIX).split('/').collect();
+    let parts: Vec<&str> = path
+        .trim_start_matches(HTTP_ROUTES_NS_PREFIX)
+        .split('/')
+        .collect();
     let [namespace, "httproutes", name, "status"] = parts.as_slice() else {
         return failure(404, "NotFound");
     };

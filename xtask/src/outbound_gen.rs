@@ -236,7 +236,10 @@ mod tests {
         assert_eq!(SPEC.service_of(507), 7);
         assert_eq!(routes[1000]["metadata"]["name"], "pending-0");
         assert_eq!(routes[1000].get("status"), None);
-        assert_eq!(SPEC.authority(7), "svc-7.bench-outbound.svc.cluster.local:8080");
+        assert_eq!(
+            SPEC.authority(7),
+            "svc-7.bench-outbound.svc.cluster.local:8080"
+        );
         assert_eq!(SPEC.service(257)["spec"]["clusterIP"], "10.96.1.2");
     }
 
