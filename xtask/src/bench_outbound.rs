@@ -433,7 +433,7 @@ fn route_versions(policy: &OutboundPolicy) -> Result<Vec<(usize, u64)>, String> 
             .rules
             .first()
             .and_then(|rule| rule.timeouts.as_ref())
-            .and_then(|t| t.request.clone())
+            .and_then(|t| t.request)
             .and_then(|d| Duration::try_from(d).ok())
             .and_then(outbound_gen::version_of_timeout);
         match timeout {
