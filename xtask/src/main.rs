@@ -8,6 +8,9 @@
 //!   ServiceProfiles: time to every stream's first profile, memory, and idle CPU after closing.
 //! - `cargo xtask bench-inbound`: 10,000 `WatchPort` streams on the policy controller and one
 //!   AuthorizationPolicy change that reaches them all: latency, memory per stream, CPU.
+//! - `cargo xtask bench-outbound`: 10,000 `OutboundPolicies.Watch` streams over 500 Services
+//!   with 1,000 HTTPRoutes, served by a fake Kubernetes API server so that the route status
+//!   writer runs; route churn at 10 changes/s: delivery latency, memory, status patches sent.
 //! - `cargo xtask gen-crds [--check]`: deploy/crds/ from the Rust types of crates/k8s-api.
 //! - `cargo xtask gen-certs`: trust anchor, issuer, the pod's identity and webhook certificates,
 //!   as PEM files and a kustomize overlay of deploy/ with the Secrets and caBundles.
@@ -22,13 +25,16 @@ use std::path::PathBuf;
 
 mod bench;
 mod bench_inbound;
+mod bench_outbound;
 mod bench_profiles;
 mod certs;
 mod check_deploy;
 mod cluster_gen;
 mod crds;
 mod dev;
+mod fake_kube;
 mod inbound_gen;
+mod outbound_gen;
 mod server;
 
 /// Workspace tasks for the linkerd-destination rebuild.
@@ -66,6 +72,11 @@ enum Command {
     /// Check the manifests of deploy/ against the Kubernetes types and the custom resources of
     /// deploy/examples/ and tests/fixtures/ against the generated CRDs.
     CheckDeploy(check_deploy::CheckDeployArgs),
+    /// Serve Services and HTTPRoutes from a fake Kubernetes API server, run `policy-controller`
+    /// on it in kube mode (status writer included), open many `OutboundPolicies.Watch` streams
+    /// and churn the routes: prints change-to-delivery latency, memory per stream, the server's
+    /// CPU and the status patches it sent.
+    BenchOutbound(bench_outbound::BenchOutboundArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -79,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         Command::GenCrds(args) => crds::run(&root, args),
         Command::GenCerts(args) => certs::run(&root, args),
         Command::CheckDeploy(args) => check_deploy::run(&root, args),
+        Command::BenchOutbound(args) => bench_outbound::run(&root, args),
     }
 }
 

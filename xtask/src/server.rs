@@ -238,11 +238,26 @@ impl ServerProcess {
         admin_addr: SocketAddr,
         output: Output,
     ) -> anyhow::Result<Self> {
+        Self::spawn_args_env(exe, args, &[], admin_addr, output)
+    }
+
+    /// As [`Self::spawn_args`], with `env` (name, value) pairs added to the inherited
+    /// environment (e.g. `HOSTNAME`, the policy controller's Lease claimant).
+    pub fn spawn_args_env(
+        exe: &Path,
+        args: &[OsString],
+        env: &[(&str, &str)],
+        admin_addr: SocketAddr,
+        output: Output,
+    ) -> anyhow::Result<Self> {
         let name = exe
             .file_name()
             .map_or_else(|| "server".into(), |n| n.to_string_lossy().into_owned());
         let mut cmd = Command::new(exe);
-        cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
+        cmd.args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
         let log = match output {
             Output::File(path) => {
                 let file = std::fs::File::create(&path)
