@@ -127,6 +127,7 @@ impl Args {
             cluster_networks: self.cluster_networks.0.clone(),
             default_opaque_ports: self.default_opaque_ports.clone(),
             compute_route_acceptance: self.cluster.cluster_state.is_some(),
+            global_egress_network_namespace: self.global_egress_network_namespace.clone(),
         }
     }
 }

@@ -110,6 +110,7 @@ async fn start(
         default_opaque_ports: PortSet::parse("25,587,3306,4444,5432,6379,9300,11211").0,
         // As in kube mode: acceptance is read from the routes' status.
         compute_route_acceptance: false,
+        global_egress_network_namespace: "linkerd-egress".into(),
     };
     let mut inbound = support::chart_config();
     inbound.compute_route_acceptance = false;

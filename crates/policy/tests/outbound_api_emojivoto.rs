@@ -36,6 +36,7 @@ async fn start(dir: &Path) -> Outbound {
         cluster_networks: support::cluster_networks(),
         default_opaque_ports: PortSet::parse("25,587,3306,4444,5432,6379,9300,11211").0,
         compute_route_acceptance: true,
+        global_egress_network_namespace: "linkerd-egress".into(),
     };
     let index = Index::with_policy(index_metrics.clone(), support::chart_config(), outbound);
     let source = OfflineSource::start(dir, index_metrics).expect("state dir");
