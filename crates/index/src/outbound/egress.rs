@@ -432,3 +432,6 @@ impl IndexedKind for EgressNetwork {
         cluster.egress_networks.keys().cloned().collect()
     }
 }
+
+#[cfg(test)]
+mod tests;
