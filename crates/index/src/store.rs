@@ -536,7 +536,7 @@ impl Index {
                     match cluster.resolve_outbound_addr(config, addr, source_namespace)? {
                         ResolvedAddr::Service(service, port) => (service, port),
                         ResolvedAddr::Fixed(fixed) => {
-                            return Ok(OutboundLookup::Fixed(Arc::new(fixed)));
+                            return Ok(OutboundLookup::Fixed(Arc::new(*fixed)));
                         }
                         ResolvedAddr::Fallback(addr) => {
                             drop(cluster);

@@ -87,7 +87,7 @@ pub(crate) enum ResolvedAddr {
     /// Outside the cluster networks and every EgressNetwork.
     Fallback(SocketAddr),
     /// A fixed policy (an undefined port of a Service).
-    Fixed(OutboundPolicy),
+    Fixed(Box<OutboundPolicy>),
 }
 
 /// Which appProtocol a Service port declares (§5.3).
@@ -132,11 +132,13 @@ impl Cluster {
             if svc.ports.iter().any(|p| p.port == addr.port()) {
                 return Ok(ResolvedAddr::Service(svc.object_ref(), addr.port()));
             }
-            return Ok(ResolvedAddr::Fixed(OutboundPolicy::UndefinedPort {
-                namespace: svc.namespace.clone(),
-                name: svc.name.clone(),
-                port: addr.port(),
-            }));
+            return Ok(ResolvedAddr::Fixed(Box::new(
+                OutboundPolicy::UndefinedPort {
+                    namespace: svc.namespace.clone(),
+                    name: svc.name.clone(),
+                    port: addr.port(),
+                },
+            )));
         }
         if let Some(network) = self.resolve_egress_network(config, source_namespace, addr.ip()) {
             return Ok(ResolvedAddr::Egress {
