@@ -237,9 +237,9 @@ impl Index {
     /// Starts one task per kind inbound policy needs: Pods, ExternalWorkloads, Servers,
     /// ServerAuthorizations, AuthorizationPolicies, MeshTLS and Network authentications,
     /// HTTPLocalRateLimitPolicies, and the route kinds (policy and Gateway API HTTPRoutes,
-    /// GRPCRoutes), and Services and EgressNetworks for outbound policy (spec/policy.md §1.5). Route kinds whose
-    /// CRD is missing are served empty; with the `kube` source the Gateway API kinds follow
-    /// their CRDs (installed, upgraded, removed) without a restart.
+    /// GRPCRoutes), and Services and EgressNetworks for outbound policy (spec/policy.md §1.5).
+    /// Route kinds whose CRD is missing are served empty; with the `kube` source the Gateway API
+    /// kinds follow their CRDs (installed, upgraded, removed) without a restart.
     pub fn spawn_policy_watches<S: Source>(&self, source: &S) -> Vec<tokio::task::JoinHandle<()>> {
         use linkerd_k8s_api::{
             AuthorizationPolicy, HttpLocalRateLimitPolicy, HttpRoute, MeshTlsAuthentication,

@@ -619,6 +619,43 @@ fn fallback(original_dst: SocketAddr) -> api::OutboundPolicy {
     }
 }
 
+/// The egress default TLS route of `egress` (§5.6): `tls-egress-allow`, or `tls-egress-deny`
+/// with a Forbidden filter; no SNIs; FirstAvailable over the original destination. For the
+/// `Tls` protocol, which appends it after the TLS routes (§5.5).
+pub fn egress_tls_route(egress: &EgressPolicy) -> api::TlsRoute {
+    use api::tls_route::{Distribution, Filter, RouteBackend, Rule, distribution, filter};
+    let filters = match egress.traffic_policy {
+        TrafficPolicy::Allow => vec![],
+        TrafficPolicy::Deny => vec![Filter {
+            kind: Some(filter::Kind::Forbidden(opaque_route::Forbidden {})),
+        }],
+    };
+    api::TlsRoute {
+        metadata: Some(default_metadata(&egress_route_name(
+            "tls",
+            egress.traffic_policy,
+        ))),
+        snis: vec![],
+        rules: vec![Rule {
+            backends: Some(Distribution {
+                kind: Some(distribution::Kind::FirstAvailable(
+                    distribution::FirstAvailable {
+                        backends: vec![RouteBackend {
+                            backend: Some(forward(
+                                egress_metadata(egress, egress.original_dst.port()),
+                                egress.original_dst,
+                                1,
+                            )),
+                            filters: vec![],
+                        }],
+                    },
+                )),
+            }),
+            filters,
+        }],
+    }
+}
+
 /// `Resource{policy.linkerd.io, EgressNetwork, name, namespace, port}`.
 fn egress_metadata(egress: &EgressPolicy, port: u16) -> meta::Metadata {
     resource_metadata(

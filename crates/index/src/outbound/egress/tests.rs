@@ -567,3 +567,20 @@ async fn offline_routes_attach_to_egress_networks_without_overlap() {
     // Overlapping the cluster networks: not accepted (§7.4), so its route does not attach.
     assert_eq!(names(egress(&index, "app", "192.0.2.1:443")), vec![]);
 }
+
+#[tokio::test]
+async fn quirk_egress_network_deletion_drops_its_parent_info() {
+    let index = index(false);
+    let internet = mk_egress(
+        GLOBAL,
+        "internet",
+        json!({}),
+        json!({"trafficPolicy": "Deny"}),
+    );
+    index.apply(Event::Apply(internet.clone()));
+    let mut rx = watch(&index, "app", "8.8.8.8:443");
+    index.apply(Event::Delete(internet));
+    // Decided: nothing of it stays; its watches end and the address falls back.
+    assert!(ends(&mut rx).await);
+    assert_eq!(resolve(&index, "app", "8.8.8.8:443"), "fallback");
+}

@@ -480,3 +480,44 @@ fn egress_allow_grpc_and_opaque_policies() {
         }]
     );
 }
+
+#[test]
+fn egress_tls_default_routes() {
+    let allow = egress_policy(TrafficPolicy::Allow, OutboundProtocol::Opaque);
+    let OutboundPolicy::Egress(allow) = allow else {
+        unreachable!()
+    };
+    let deny = EgressPolicy {
+        traffic_policy: TrafficPolicy::Deny,
+        ..allow.clone()
+    };
+    let route = |name: &str, filters: Vec<api::tls_route::Filter>| api::TlsRoute {
+        metadata: Some(default_metadata(name)),
+        snis: vec![],
+        rules: vec![api::tls_route::Rule {
+            backends: Some(api::tls_route::Distribution {
+                kind: Some(api::tls_route::distribution::Kind::FirstAvailable(
+                    api::tls_route::distribution::FirstAvailable {
+                        backends: vec![api::tls_route::RouteBackend {
+                            backend: Some(forward_backend(1)),
+                            filters: vec![],
+                        }],
+                    },
+                )),
+            }),
+            filters,
+        }],
+    };
+    assert_eq!(egress_tls_route(&allow), route("tls-egress-allow", vec![]));
+    assert_eq!(
+        egress_tls_route(&deny),
+        route(
+            "tls-egress-deny",
+            vec![api::tls_route::Filter {
+                kind: Some(api::tls_route::filter::Kind::Forbidden(
+                    opaque_route::Forbidden {}
+                )),
+            }]
+        )
+    );
+}
