@@ -37,6 +37,7 @@ async fn start_policy_server() -> (SocketAddr, shutdown::Trigger) {
         cluster_networks: networks.clone(),
         default_opaque_ports: PortSet::default(),
         compute_route_acceptance: true,
+        global_egress_network_namespace: "linkerd-egress".into(),
     };
     let metrics = IndexMetrics::default();
     let index = Index::with_policy(metrics.clone(), inbound, outbound);

@@ -14,7 +14,7 @@ use k8s_openapi::api::{
 use parking_lot::Mutex;
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
-    net::IpAddr,
+    net::{IpAddr, SocketAddr},
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -34,7 +34,7 @@ use crate::{
     },
     outbound::{
         OutboundConfig, OutboundError, OutboundLookup, OutboundPolicy, OutboundTarget,
-        routes::OutboundRoutes,
+        ResolvedAddr, egress::EgressNetworkInfo, routes::OutboundRoutes,
     },
     profile::ProfileInfo,
     profiles::{
@@ -112,6 +112,14 @@ pub struct Cluster {
     pub(crate) status_rate_limits: HashMap<ObjectRef, Arc<crate::status::StatusRateLimit>>,
     /// Outbound policies by Service, then (port, client namespace).
     outbound_topics: Topics<ObjectRef, (u16, String), OutboundPolicy>,
+    /// EgressNetworks (spec/policy.md §5.2), and their names by namespace.
+    pub(crate) egress_networks: HashMap<ObjectRef, Arc<EgressNetworkInfo>>,
+    pub(crate) egress_by_namespace: HashMap<String, BTreeSet<ObjectRef>>,
+    /// Outbound policies of addresses in EgressNetworks, by EgressNetwork, then (original
+    /// destination, client namespace).
+    egress_topics: Topics<ObjectRef, (SocketAddr, String), OutboundPolicy>,
+    /// External fallback policies by address; all dropped when EgressNetworks change (§5.8).
+    fallback_topics: Topics<(), SocketAddr, OutboundPolicy>,
     /// Objects skipped as invalid, with the reason logged, so a re-applied one is not logged
     /// again.
     invalid: HashMap<(&'static str, ObjectRef), String>,
@@ -142,6 +150,12 @@ pub struct Touched {
     /// A Service appeared or vanished: every outbound policy is recomputed, since any route
     /// may name it as a backend (§5.4 `exists`).
     pub(crate) outbound_all: bool,
+    /// EgressNetworks whose outbound policies must be recomputed (a route naming them as
+    /// parent changed, or their annotations did).
+    pub(crate) outbound_egress_networks: BTreeSet<ObjectRef>,
+    /// Namespaces in which an EgressNetwork changed: the egress watches of parents or clients
+    /// there, and every fallback watch, end (§5.8).
+    pub(crate) egress_namespaces: BTreeSet<String>,
     /// A route's status inputs, or a Service, changed: route statuses are recomputed.
     pub(crate) status: bool,
 }
@@ -224,9 +238,10 @@ impl Index {
     /// Starts one task per kind inbound policy needs: Pods, ExternalWorkloads, Servers,
     /// ServerAuthorizations, AuthorizationPolicies, MeshTLS and Network authentications,
     /// HTTPLocalRateLimitPolicies, and the route kinds (policy and Gateway API HTTPRoutes,
-    /// GRPCRoutes; TLSRoutes and TCPRoutes for outbound only), and Services for outbound policy
-    /// (spec/policy.md §1.5). Route kinds whose CRD is missing are served empty; with the
-    /// `kube` source the Gateway API kinds follow their CRDs (installed, upgraded, removed) without a restart.
+    /// GRPCRoutes; TLSRoutes and TCPRoutes for outbound only), and Services and EgressNetworks
+    /// for outbound policy (spec/policy.md §1.5). Route kinds whose CRD is missing are served
+    /// empty; with the `kube` source the Gateway API kinds follow their CRDs (installed,
+    /// upgraded, removed) without a restart.
     pub fn spawn_policy_watches<S: Source>(&self, source: &S) -> Vec<tokio::task::JoinHandle<()>> {
         use linkerd_k8s_api::{
             AuthorizationPolicy, HttpLocalRateLimitPolicy, HttpRoute, MeshTlsAuthentication,
@@ -252,6 +267,7 @@ impl Index {
             self.spawn_watch::<GrpcRoute, _>(source),
             self.spawn_watch::<TlsRoute, _>(source),
             self.spawn_watch::<TcpRoute, _>(source),
+            self.spawn_watch::<linkerd_k8s_api::EgressNetwork, _>(source),
         ]
     }
 
@@ -503,8 +519,10 @@ impl Index {
     /// Subscribes to the outbound policy of `target` for clients in `source_namespace`
     /// (spec/policy.md §5.1, §5.8). A Service target (by name, or by a cluster IP with a
     /// declared port) yields a topic, created on demand whether or not the Service exists; a
-    /// cluster IP with another port yields the fixed undefined-port policy, and an address
-    /// outside the cluster networks the fixed fallback.
+    /// cluster IP with another port yields the fixed undefined-port policy. An address in an
+    /// EgressNetwork (§5.2) yields that network's topic for the address, and another address
+    /// outside the cluster networks the fallback's; both close when the EgressNetworks of the
+    /// namespaces involved change (§5.8), so clients resolve again.
     ///
     /// Errors: [`OutboundError::NoSuchService`] for another address inside the cluster
     /// networks; [`OutboundError::NotServed`] when the index was not built with
@@ -522,10 +540,46 @@ impl Index {
                 .ok_or(OutboundError::NotServed)?;
             match target {
                 OutboundTarget::Service { service, port } => (service, port),
-                OutboundTarget::Addr(addr) => match cluster.resolve_outbound_addr(config, addr)? {
-                    Ok(found) => found,
-                    Err(fixed) => return Ok(OutboundLookup::Fixed(Arc::new(fixed))),
-                },
+                OutboundTarget::Addr(addr) => {
+                    match cluster.resolve_outbound_addr(config, addr, source_namespace)? {
+                        ResolvedAddr::Service(service, port) => (service, port),
+                        ResolvedAddr::Fixed(fixed) => {
+                            return Ok(OutboundLookup::Fixed(Arc::new(*fixed)));
+                        }
+                        ResolvedAddr::Fallback(addr) => {
+                            drop(cluster);
+                            return Ok(OutboundLookup::Watch(self.subscribe(
+                                |c| &mut c.fallback_topics,
+                                (),
+                                addr,
+                                move |_| OutboundPolicy::Fallback { original_dst: addr },
+                            )));
+                        }
+                        ResolvedAddr::Egress {
+                            network,
+                            original_dst,
+                        } => {
+                            drop(cluster);
+                            let namespace = source_namespace.to_string();
+                            let key = (original_dst, namespace.clone());
+                            let net = network.clone();
+                            return Ok(OutboundLookup::Watch(self.subscribe(
+                                |c| &mut c.egress_topics,
+                                network,
+                                key,
+                                move |c| match &c.outbound_config {
+                                    Some(config) => c.outbound_egress_policy(
+                                        config,
+                                        &net,
+                                        original_dst,
+                                        &namespace,
+                                    ),
+                                    None => OutboundPolicy::Fallback { original_dst },
+                                },
+                            )));
+                        }
+                    }
+                }
             }
         };
         let key = (port, source_namespace.to_string());
@@ -550,6 +604,13 @@ impl Index {
     /// namespace).
     pub fn outbound_topic_count(&self) -> usize {
         self.inner.cluster.lock().outbound_topics.len()
+    }
+
+    /// The number of egress and fallback policy topics alive (one per subscribed address and
+    /// client namespace, one per fallback address).
+    pub fn egress_topic_count(&self) -> usize {
+        let cluster = self.inner.cluster.lock();
+        cluster.egress_topics.len() + cluster.fallback_topics.len()
     }
 
     /// The number of endpoint topics alive (one per subscribed service port and hostname).
@@ -732,6 +793,7 @@ impl Cluster {
         let Some(config) = self.outbound_config.clone() else {
             return;
         };
+        self.publish_egress(&config, touched);
         if !touched.outbound_all && touched.outbound_services.is_empty() {
             return;
         }
@@ -747,6 +809,37 @@ impl Cluster {
             });
         }
         self.outbound_topics = topics;
+    }
+
+    /// Ends the egress watches `touched.egress_namespaces` may resolve differently (and every
+    /// fallback watch), then recomputes the egress policies `touched` reaches (§5.8).
+    fn publish_egress(&mut self, config: &OutboundConfig, touched: &Touched) {
+        if !touched.egress_namespaces.is_empty() {
+            self.fallback_topics.remove_group(&());
+            let all = touched
+                .egress_namespaces
+                .contains(&config.global_egress_network_namespace);
+            self.egress_topics
+                .remove_where(|network, (_, source_namespace)| {
+                    all || touched.egress_namespaces.contains(&network.namespace)
+                        || touched.egress_namespaces.contains(source_namespace)
+                });
+        }
+        if !touched.outbound_all && touched.outbound_egress_networks.is_empty() {
+            return;
+        }
+        let mut topics = std::mem::take(&mut self.egress_topics);
+        let networks: Vec<ObjectRef> = if touched.outbound_all {
+            topics.groups().cloned().collect()
+        } else {
+            touched.outbound_egress_networks.iter().cloned().collect()
+        };
+        for network in &networks {
+            topics.republish(network, |(original_dst, source_namespace)| {
+                self.outbound_egress_policy(config, network, *original_dst, source_namespace)
+            });
+        }
+        self.egress_topics = topics;
     }
 
     /// Re-sorts the Servers of `namespaces` by age (see `servers_by_age`).

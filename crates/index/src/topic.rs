@@ -156,6 +156,15 @@ impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq> Topics<G, K, V> {
         self.groups.remove(group);
     }
 
+    /// Drops every topic whose `(group, key)` satisfies `remove`: their receivers see the
+    /// channel close.
+    pub(crate) fn remove_where(&mut self, remove: impl Fn(&G, &K) -> bool) {
+        self.groups.retain(|group, topics| {
+            topics.retain(|key, _| !remove(group, key));
+            !topics.is_empty()
+        });
+    }
+
     /// The groups that have topics.
     pub(crate) fn groups(&self) -> impl Iterator<Item = &G> {
         self.groups.keys()

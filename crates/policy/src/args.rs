@@ -88,7 +88,8 @@ pub struct Args {
     #[arg(long, default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub allow_l5d_request_headers: bool,
 
-    /// Namespace whose EgressNetworks apply to clients in every namespace.
+    /// Namespace whose EgressNetworks apply to clients of every namespace that has none of its
+    /// own (spec §5.2).
     #[arg(long, default_value = "linkerd-egress")]
     pub global_egress_network_namespace: String,
 
@@ -127,6 +128,7 @@ impl Args {
             cluster_networks: self.cluster_networks.0.clone(),
             default_opaque_ports: self.default_opaque_ports.clone(),
             compute_route_acceptance: self.cluster.cluster_state.is_some(),
+            global_egress_network_namespace: self.global_egress_network_namespace.clone(),
         }
     }
 }

@@ -188,8 +188,10 @@ impl OutboundPolicies for OutboundPolicyService {
 
     /// The current policy of a target, then every change (§5.8, §10): a recomputation equal
     /// to the last one sent sends nothing, and a slow reader only gets the newest value. A
-    /// fixed policy (undefined port, fallback) is sent once and the stream stays open. Ends
-    /// with `OK` at shutdown.
+    /// fixed policy (undefined port) is sent once and the stream stays open. The stream of an
+    /// address in an EgressNetwork, or of the external fallback, ends with `OK` when the
+    /// EgressNetworks it may resolve to change, so the proxy resolves again (§5.8). Ends with
+    /// `OK` at shutdown.
     async fn watch(
         &self,
         request: Request<TrafficSpec>,

@@ -9,20 +9,10 @@ mod fake_apiserver;
 mod support;
 
 use fake_apiserver::{FakeApi, HTTP_ROUTES_V1, HTTP_ROUTES_V1BETA1, TIMEOUT, mk_gateway_crd};
-use linkerd_index::{
-    Index, IndexMetrics, outbound::OutboundConfig, ports::PortSet, source::kube::KubeSource,
-};
-use linkerd_runtime::shutdown;
+use linkerd_index::{Index, IndexMetrics, source::kube::KubeSource};
 use linkerd2_proxy_api::{
     http_route, meta,
-    outbound::{
-        self as api, OutboundPolicy, TrafficSpec, outbound_policies_client::OutboundPoliciesClient,
-        proxy_protocol, traffic_spec::Target,
-    },
-};
-use policy::{
-    InboundPolicyService, InboundTranslator, OutboundPolicyService, OutboundTranslator,
-    PolicyMetrics, bind, serve_policies,
+    outbound::{self as api, OutboundPolicy, TrafficSpec, proxy_protocol, traffic_spec::Target},
 };
 use serde_json::{Value, json};
 use tonic::Streaming;
@@ -37,7 +27,8 @@ async fn routes_follow_the_httproute_crd_without_a_restart() {
         mk_accepted_route("v1beta1", "web-api", "/api"),
     ])
     .await;
-    let (_trigger, mut client) = start(&api).await;
+    let mut server = start(&api).await;
+    let client = &mut server.client;
     let mut stream = client
         .watch(TrafficSpec {
             source_workload: "emojivoto:vote-bot-6d8d6b8d5c-abcde".into(),
@@ -97,52 +88,19 @@ async fn routes_follow_the_httproute_crd_without_a_restart() {
 /// The index over `api` (every policy kind; the Gateway CRDs and the policy.linkerd.io ones
 /// absent) once ready, behind a policy server on `127.0.0.1:0`, and a client of it. The
 /// trigger keeps the server running.
-async fn start(
-    api: &FakeApi,
-) -> (
-    shutdown::Trigger,
-    OutboundPoliciesClient<tonic::transport::Channel>,
-) {
+async fn start(api: &FakeApi) -> support::outbound::Outbound {
     let index_metrics = IndexMetrics::default();
-    let outbound = OutboundConfig {
-        cluster_domain: "cluster.local".into(),
-        cluster_networks: support::cluster_networks(),
-        default_opaque_ports: PortSet::parse("25,587,3306,4444,5432,6379,9300,11211").0,
-        // As in kube mode: acceptance is read from the routes' status.
-        compute_route_acceptance: false,
-    };
     let mut inbound = support::chart_config();
+    // As in kube mode: acceptance is read from the routes' status.
     inbound.compute_route_acceptance = false;
+    let outbound = support::outbound::outbound_config(false);
     let index = Index::with_policy(index_metrics.clone(), inbound, outbound);
     index.spawn_policy_watches(&KubeSource::new(api.client(), index_metrics));
     tokio::time::timeout(TIMEOUT, index.ready().wait_for(|r| *r))
         .await
         .expect("ready with the Gateway API CRDs absent")
         .expect("the index owns the sender");
-
-    let (trigger, shutdown) = shutdown::channel();
-    let metrics = PolicyMetrics::default();
-    let inbound = InboundPolicyService::new(
-        index.clone(),
-        InboundTranslator::new(support::cluster_networks()),
-        metrics.clone(),
-        shutdown.clone(),
-    );
-    let outbound = OutboundPolicyService::new(
-        index,
-        OutboundTranslator::new(false),
-        "cluster.local".into(),
-        metrics,
-        shutdown.clone(),
-    );
-    let (listener, addr) = bind("127.0.0.1:0".parse().expect("address"))
-        .await
-        .expect("bind loopback");
-    tokio::spawn(serve_policies(listener, inbound, Some(outbound), shutdown));
-    let client = OutboundPoliciesClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect");
-    (trigger, client)
+    support::outbound::serve(index).await
 }
 
 /// The next policy on `stream`, failing the test after [`TIMEOUT`].

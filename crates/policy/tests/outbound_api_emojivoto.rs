@@ -2,73 +2,22 @@
 //! (spec/policy.md §5): Service targets by authority and by cluster IP, the undefined-port and
 //! fallback policies, bad requests, and Watch updates when a route's backends change.
 
-use linkerd_index::{
-    Index, IndexMetrics, outbound::OutboundConfig, ports::PortSet, source::offline::OfflineSource,
-};
-use linkerd_runtime::shutdown;
 use linkerd2_proxy_api::{
     meta, net,
     outbound::{
-        self as api, OutboundPolicy, TrafficSpec, backend,
-        outbound_policies_client::OutboundPoliciesClient, proxy_protocol, traffic_spec::Target,
+        self as api, OutboundPolicy, TrafficSpec, backend, proxy_protocol, traffic_spec::Target,
     },
 };
-use policy::{
-    InboundPolicyService, InboundTranslator, OutboundPolicyService, OutboundTranslator,
-    PolicyMetrics, bind, serve_policies,
-};
 use std::{path::Path, time::Duration};
-use tonic::transport::Channel;
 
 mod support;
 
+use support::outbound::Outbound;
+
 const WEB: &str = "web-svc.emojivoto.svc.cluster.local:80";
 
-struct Outbound {
-    client: OutboundPoliciesClient<Channel>,
-    _trigger: shutdown::Trigger,
-}
-
 async fn start(dir: &Path) -> Outbound {
-    let index_metrics = IndexMetrics::default();
-    let outbound = OutboundConfig {
-        cluster_domain: "cluster.local".into(),
-        cluster_networks: support::cluster_networks(),
-        default_opaque_ports: PortSet::parse("25,587,3306,4444,5432,6379,9300,11211").0,
-        compute_route_acceptance: true,
-    };
-    let index = Index::with_policy(index_metrics.clone(), support::chart_config(), outbound);
-    let source = OfflineSource::start(dir, index_metrics).expect("state dir");
-    index.spawn_policy_watches(&source);
-    let mut ready = index.ready();
-    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
-        .await
-        .expect("index ready in time")
-        .expect("ready channel");
-    let (trigger, shutdown) = shutdown::channel();
-    let metrics = PolicyMetrics::default();
-    let inbound = InboundPolicyService::new(
-        index.clone(),
-        InboundTranslator::new(support::cluster_networks()),
-        metrics.clone(),
-        shutdown.clone(),
-    );
-    let outbound = OutboundPolicyService::new(
-        index,
-        OutboundTranslator::new(false),
-        "cluster.local".into(),
-        metrics,
-        shutdown.clone(),
-    );
-    let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    tokio::spawn(serve_policies(listener, inbound, Some(outbound), shutdown));
-    let client = OutboundPoliciesClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    Outbound {
-        client,
-        _trigger: trigger,
-    }
+    support::outbound::start_offline(dir).await
 }
 
 fn authority(a: &str) -> TrafficSpec {

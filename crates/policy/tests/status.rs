@@ -2,7 +2,7 @@
 //! §7.2, §1.4): it writes only while this instance holds the Lease, sends exactly the desired
 //! `status.parents` as a merge patch of the status subresource, never re-sends a status that
 //! is in place, keeps other controllers' entries, stops the moment the Lease is lost, and
-//! counts what its bounded queue cannot take.
+//! counts what its bounded queue cannot take. EgressNetwork statuses (§7.4) go the same way.
 
 use axum::{
     Router,
@@ -488,6 +488,73 @@ async fn queue_overflows_are_counted() {
     assert_eq!(value("resource_status_patch_dequeues_total"), "1");
     assert_eq!(value("resource_status_patch_drops_total"), "0");
     assert_eq!(patched(&api.lock().unwrap().log), ["r1"]);
+}
+
+/// §7.4 through the writer: the EgressNetwork status goes to its status subresource at
+/// v1alpha1, through the same queue, keeping its other conditions.
+#[tokio::test]
+async fn egress_network_statuses_are_written() {
+    let (addr, api) = start_api().await;
+    let index = Index::with_policy(
+        IndexMetrics::default(),
+        linkerd_index::inbound::InboundConfig {
+            cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
+            default_policy: linkerd_index::inbound::DefaultPolicy::AllUnauthenticated,
+            probe_networks: vec![],
+            identity_domain: "cluster.local".into(),
+            control_plane_namespace: "linkerd".into(),
+            compute_route_acceptance: false,
+        },
+        linkerd_index::outbound::OutboundConfig {
+            cluster_domain: "cluster.local".into(),
+            cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
+            default_opaque_ports: Default::default(),
+            compute_route_acceptance: false,
+            global_egress_network_namespace: "linkerd-egress".into(),
+        },
+    );
+    let egress: linkerd_k8s_api::EgressNetwork = yaml(
+        r#"
+metadata: {name: internet, namespace: linkerd-egress}
+spec: {trafficPolicy: Allow, networks: [{cidr: 10.1.0.0/16}, {cidr: 192.0.2.0/24}]}
+status:
+  conditions:
+  - {type: Ready, status: "True", reason: Ready, message: kept, lastTransitionTime: "2020-01-01T00:00:00Z"}
+"#,
+    );
+    index.apply(Event::Apply(egress));
+    let _writer = status::spawn(
+        index,
+        client(addr),
+        Leadership::fixed(true),
+        status_config(100),
+        StatusMetrics::default(),
+    );
+    let log = wait_log(&api, "a patch", |log| !patched(log).is_empty()).await;
+    let Some(Logged::Patch { path, body, .. }) = log
+        .iter()
+        .find(|l| matches!(l, Logged::Patch { .. }))
+        .cloned()
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        path,
+        "/apis/policy.linkerd.io/v1alpha1/namespaces/linkerd-egress/egressnetworks/internet/status"
+    );
+    let mut body = body;
+    body["status"]["conditions"][1]["lastTransitionTime"] = json!("<now>");
+    assert_eq!(
+        body,
+        json!({
+            "apiVersion": "policy.linkerd.io/v1alpha1", "kind": "EgressNetwork",
+            "metadata": {"name": "internet"},
+            "status": {"conditions": [
+                {"type": "Ready", "status": "True", "reason": "Ready", "message": "kept", "lastTransitionTime": "2020-01-01T00:00:00Z"},
+                {"type": "Accepted", "status": "False", "reason": "EgressReasonNetworkOverlap", "message": "networks overlap with clusterNetworks", "lastTransitionTime": "<now>"},
+            ]},
+        })
+    );
 }
 
 /// TLSRoutes and TCPRoutes are patched like HTTPRoutes, on their own status subresources at

@@ -5,10 +5,12 @@
 //! - [`routes`]: HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes in outbound form, stored by
 //!   parent Service.
 //! - [`annotations`]: retries, timeouts, failure accrual and load bias from annotations.
+//! - [`egress`]: EgressNetworks: resolution of addresses to them and their policy.
 //! - this module: target resolution (§5.1) and the computation of a policy from the stores
 //!   (§5.3–§5.5); the index publishes one topic per subscribed (Service, port, namespace).
 
 pub mod annotations;
+pub mod egress;
 pub mod routes;
 mod tls_tcp;
 pub mod view;
@@ -40,6 +42,9 @@ pub struct OutboundConfig {
     /// (spec §7.2, `crate::status`) instead of read from `status.parents` (no status writer
     /// runs there).
     pub compute_route_acceptance: bool,
+    /// `--global-egress-network-namespace`: its EgressNetworks apply to clients of every
+    /// namespace that has none of its own (§5.2).
+    pub global_egress_network_namespace: String,
 }
 
 /// What a client asks about (§5.1), once its request is parsed.
@@ -51,8 +56,9 @@ pub enum OutboundTarget {
     Addr(SocketAddr),
 }
 
-/// What a lookup yields: a subscribed topic, or a policy that never changes (undefined port,
-/// external fallback), which a watch sends once and then holds open.
+/// What a lookup yields: a subscribed topic, or a policy that never changes (undefined port),
+/// which a watch sends once and then holds open. The external fallback is a topic: it ends
+/// when the EgressNetworks change (§5.8).
 #[derive(Debug)]
 pub enum OutboundLookup {
     Watch(tokio::sync::watch::Receiver<Arc<OutboundPolicy>>),
@@ -68,6 +74,22 @@ pub enum OutboundError {
     /// The index was not built for outbound policy.
     #[error("unknown target")]
     NotServed,
+}
+
+/// What an address target resolves to (§5.1 step 4).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ResolvedAddr {
+    /// A declared port of a Service's cluster IP.
+    Service(ObjectRef, u16),
+    /// An address in an EgressNetwork.
+    Egress {
+        network: ObjectRef,
+        original_dst: SocketAddr,
+    },
+    /// Outside the cluster networks and every EgressNetwork.
+    Fallback(SocketAddr),
+    /// A fixed policy (an undefined port of a Service).
+    Fixed(Box<OutboundPolicy>),
 }
 
 /// Which appProtocol a Service port declares (§5.3).
@@ -94,13 +116,15 @@ impl AppProtocol {
 // === impl Cluster ===
 
 impl Cluster {
-    /// Resolves an address target (§5.1 step 4): a Service cluster IP (with a declared port, or
-    /// the undefined-port policy), else the fallback outside the cluster networks.
+    /// Resolves an address target of a client in `source_namespace` (§5.1 step 4): a Service
+    /// cluster IP (with a declared port, or the undefined-port policy), else an EgressNetwork
+    /// (§5.2), else the fallback outside the cluster networks.
     pub(crate) fn resolve_outbound_addr(
         &self,
         config: &OutboundConfig,
         addr: SocketAddr,
-    ) -> Result<Result<(ObjectRef, u16), OutboundPolicy>, OutboundError> {
+        source_namespace: &str,
+    ) -> Result<ResolvedAddr, OutboundError> {
         let service = self
             .services_by_ip
             .get(&addr.ip())
@@ -108,13 +132,21 @@ impl Cluster {
             .and_then(|k| self.services.get(k));
         if let Some(svc) = service {
             if svc.ports.iter().any(|p| p.port == addr.port()) {
-                return Ok(Ok((svc.object_ref(), addr.port())));
+                return Ok(ResolvedAddr::Service(svc.object_ref(), addr.port()));
             }
-            return Ok(Err(OutboundPolicy::UndefinedPort {
-                namespace: svc.namespace.clone(),
-                name: svc.name.clone(),
-                port: addr.port(),
-            }));
+            return Ok(ResolvedAddr::Fixed(Box::new(
+                OutboundPolicy::UndefinedPort {
+                    namespace: svc.namespace.clone(),
+                    name: svc.name.clone(),
+                    port: addr.port(),
+                },
+            )));
+        }
+        if let Some(network) = self.resolve_egress_network(config, source_namespace, addr.ip()) {
+            return Ok(ResolvedAddr::Egress {
+                network,
+                original_dst: addr,
+            });
         }
         if config
             .cluster_networks
@@ -123,7 +155,7 @@ impl Cluster {
         {
             return Err(OutboundError::NoSuchService);
         }
-        Ok(Err(OutboundPolicy::Fallback { original_dst: addr }))
+        Ok(ResolvedAddr::Fallback(addr))
     }
 
     /// The policy of `service`'s `port` for clients in `source_namespace` (§5.3–§5.5). A
@@ -172,6 +204,7 @@ impl Cluster {
             config,
             parent_timeouts: &parent_timeouts,
             parent_retry: parent_retry.as_ref(),
+            egress_parent: None,
         };
         let AttachedRoutes {
             http: http_routes,
@@ -358,6 +391,9 @@ struct RuleContext<'a> {
     config: &'a OutboundConfig,
     parent_timeouts: &'a RouteTimeouts,
     parent_retry: Option<&'a RouteRetry>,
+    /// The EgressNetwork parent and the client's original destination; `None` for a Service
+    /// parent.
+    egress_parent: Option<(&'a ObjectRef, SocketAddr)>,
 }
 
 impl RuleContext<'_> {
@@ -482,6 +518,37 @@ impl RuleContext<'_> {
                 weight: *weight,
                 message: message.clone(),
             },
+            BackendSpec::EgressNetwork {
+                weight,
+                namespace,
+                name,
+                port,
+            } => {
+                let key = ObjectRef {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                };
+                let invalid = |message: String| Backend::Invalid {
+                    weight: *weight,
+                    message,
+                };
+                if !self.cluster.egress_networks.contains_key(&key) {
+                    return invalid(format!("EgressNetwork not found {name}"));
+                }
+                match self.egress_parent {
+                    Some((parent, original_dst)) if *parent == key => Backend::Forward {
+                        weight: *weight,
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        port: port.unwrap_or(original_dst.port()),
+                        addr: original_dst,
+                    },
+                    Some(_) => invalid(
+                        "Route with EgressNetwork backend needs to have the same EgressNetwork as a parent".into(),
+                    ),
+                    None => invalid("EgressNetwork backends attach to EgressNetwork parents only".into()),
+                }
+            }
         }
     }
 }

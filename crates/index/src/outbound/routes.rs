@@ -1,6 +1,6 @@
 //! Routes as the outbound index reads them (spec/policy.md §5.4): policy.linkerd.io and
-//! Gateway API HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes whose parent refs name Services,
-//! converted once per watch event, stored by key and by parent Service.
+//! Gateway API HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes whose parent refs name Services
+//! or EgressNetworks, converted once per watch event, stored by key and by parent.
 //!
 //! Decisions on the quirks of §12 (project decision 1, each named in a test):
 //! - a backendRef without namespace is in the ROUTE's namespace (Gateway API), not the parent's;
@@ -58,11 +58,16 @@ pub struct OutboundRouteInfo {
     pub parents: Vec<ServiceParent>,
     /// `status.parents` entries for Services with `Accepted=True` (any controller, §5.4).
     pub accepted: Vec<AcceptedParent>,
+    /// The EgressNetwork parent refs (group `policy.linkerd.io`).
+    pub egress_parents: Vec<ServiceParent>,
+    /// `status.parents` entries for EgressNetworks with `Accepted=True` (§5.4).
+    pub egress_accepted: Vec<AcceptedParent>,
     pub hostnames: Vec<HostMatch>,
     pub rules: OutboundRules,
 }
 
-/// A parent ref naming a Service; `port` `None` attaches to every port (§5.4).
+/// A parent ref naming a Service (or an EgressNetwork); `port` `None` attaches to every port
+/// (§5.4).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceParent {
     pub namespace: String,
@@ -115,6 +120,22 @@ pub enum BackendSpec {
         weight: u32,
         message: String,
     },
+    /// An EgressNetwork backend (§5.4); resolved against the parent when served (§5.6).
+    EgressNetwork {
+        weight: u32,
+        namespace: String,
+        name: String,
+        port: Option<u16>,
+    },
+}
+
+/// A route's parent refs and the accepted entries of its status, by parent kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteParents {
+    pub services: Vec<ServiceParent>,
+    pub accepted: Vec<AcceptedParent>,
+    pub egress_networks: Vec<ServiceParent>,
+    pub egress_accepted: Vec<AcceptedParent>,
 }
 
 /// The outbound route stores.
@@ -123,6 +144,8 @@ pub struct OutboundRoutes {
     pub(crate) by_key: BTreeMap<RouteKey, Arc<OutboundRouteInfo>>,
     /// Parent Service → the routes naming it.
     pub(crate) by_parent: BTreeMap<ObjectRef, std::collections::BTreeSet<RouteKey>>,
+    /// Parent EgressNetwork → the routes naming it.
+    pub(crate) by_egress_parent: BTreeMap<ObjectRef, std::collections::BTreeSet<RouteKey>>,
 }
 
 // === impl OutboundRouteInfo ===
@@ -131,6 +154,14 @@ impl OutboundRouteInfo {
     /// The Services this route's parent refs name.
     fn parent_services(&self) -> impl Iterator<Item = ObjectRef> + '_ {
         self.parents.iter().map(|p| ObjectRef {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+        })
+    }
+
+    /// The EgressNetworks this route's parent refs name.
+    fn parent_egress_networks(&self) -> impl Iterator<Item = ObjectRef> + '_ {
+        self.egress_parents.iter().map(|p| ObjectRef {
             namespace: p.namespace.clone(),
             name: p.name.clone(),
         })
@@ -168,6 +199,15 @@ pub(crate) fn apply_route(
                     .or_default()
                     .insert(key.clone());
             }
+            for parent in route.parent_egress_networks() {
+                touched.outbound_egress_networks.insert(parent.clone());
+                cluster
+                    .outbound_routes
+                    .by_egress_parent
+                    .entry(parent)
+                    .or_default()
+                    .insert(key.clone());
+            }
             cluster.outbound_routes.by_key.insert(key, Arc::new(route));
             Ok(())
         }
@@ -191,6 +231,15 @@ pub(crate) fn delete_route(cluster: &mut Cluster, key: &RouteKey, touched: &mut 
             }
         }
         touched.outbound_services.insert(parent);
+    }
+    for parent in old.parent_egress_networks() {
+        if let Some(keys) = cluster.outbound_routes.by_egress_parent.get_mut(&parent) {
+            keys.remove(key);
+            if keys.is_empty() {
+                cluster.outbound_routes.by_egress_parent.remove(&parent);
+            }
+        }
+        touched.outbound_egress_networks.insert(parent);
     }
 }
 
@@ -224,25 +273,43 @@ fn port(p: Option<i32>) -> Option<u16> {
 macro_rules! outbound_parents {
     ($r:expr, $namespace:expr) => {{
         let r = $r;
-        let parents: Vec<ServiceParent> = r
-            .spec
-            .parent_refs
+        let refs_of = |group: &str, kind: &str| -> Vec<ServiceParent> {
+            r.spec
+                .parent_refs
+                .iter()
+                .flatten()
+                .filter(|p| {
+                    p.kind
+                        .as_deref()
+                        .is_some_and(|k| ref_is(p.group.as_deref(), k, group, kind))
+                })
+                .map(|p| ServiceParent {
+                    namespace: p
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| $namespace.to_string()),
+                    name: p.name.clone(),
+                    port: port(p.port),
+                })
+                .collect()
+        };
+        let egress_networks = refs_of(POLICY_GROUP, "EgressNetwork");
+        let egress_accepted: Vec<AcceptedParent> = r
+            .status
             .iter()
-            .flatten()
-            .filter(|p| {
-                p.kind
-                    .as_deref()
-                    .is_some_and(|k| ref_is(p.group.as_deref(), k, "core", "Service"))
+            .flat_map(|s| &s.parents)
+            .filter(|s| {
+                let p = &s.parent_ref;
+                p.kind.as_deref() == Some("EgressNetwork")
+                    && p.group.as_deref() == Some(POLICY_GROUP)
+                    && accepted(&s.conditions)
             })
-            .map(|p| ServiceParent {
-                namespace: p
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| $namespace.to_string()),
-                name: p.name.clone(),
-                port: port(p.port),
+            .map(|s| AcceptedParent {
+                name: s.parent_ref.name.clone(),
+                port: port(s.parent_ref.port),
             })
             .collect();
+        let parents = refs_of("core", "Service");
         let accepted: Vec<AcceptedParent> = r
             .status
             .iter()
@@ -258,7 +325,12 @@ macro_rules! outbound_parents {
                 port: port(s.parent_ref.port),
             })
             .collect();
-        (parents, accepted)
+        RouteParents {
+            services: parents,
+            accepted,
+            egress_networks,
+            egress_accepted,
+        }
     }};
 }
 
@@ -280,6 +352,17 @@ macro_rules! backends {
                 let $b = b;
                 let weight = b.weight.and_then(|w| u32::try_from(w).ok()).unwrap_or(1);
                 let kind = b.kind.as_deref().unwrap_or("Service");
+                if ref_is(b.group.as_deref(), kind, POLICY_GROUP, "EgressNetwork") {
+                    return BackendSpec::EgressNetwork {
+                        weight,
+                        namespace: b
+                            .namespace
+                            .clone()
+                            .unwrap_or_else(|| $namespace.to_string()),
+                        name: b.name.clone(),
+                        port: port(b.port),
+                    };
+                }
                 if !ref_is(b.group.as_deref(), kind, "core", "Service") {
                     let kind = b.kind.as_deref().unwrap_or("<empty>");
                     let group = b
@@ -419,15 +502,17 @@ fn grpc_backend_filter(f: &grpc_api::GrpcRouteRulesBackendRefsFilters) -> Result
 fn info(
     key: RouteKey,
     meta: &ObjectMeta,
-    (parents, accepted): (Vec<ServiceParent>, Vec<AcceptedParent>),
+    parents: RouteParents,
     hostnames: Option<&Vec<String>>,
     rules: OutboundRules,
 ) -> OutboundRouteInfo {
     OutboundRouteInfo {
         key,
         created: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
-        parents,
-        accepted,
+        parents: parents.services,
+        accepted: parents.accepted,
+        egress_parents: parents.egress_networks,
+        egress_accepted: parents.egress_accepted,
         hostnames: hostnames
             .into_iter()
             .flatten()

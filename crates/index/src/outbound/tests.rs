@@ -29,6 +29,7 @@ fn index() -> Index {
             cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
             default_opaque_ports: PortSet::parse("3306").0,
             compute_route_acceptance: false,
+            global_egress_network_namespace: "linkerd-egress".into(),
         },
     )
 }
@@ -150,9 +151,10 @@ async fn address_targets() {
         lookup("10.1.2.3:80").unwrap_err(),
         OutboundError::NoSuchService
     );
+    // The fallback is a topic: it ends when EgressNetworks change (§5.8).
     match lookup("192.0.2.1:443") {
-        Ok(OutboundLookup::Fixed(p)) => assert_eq!(
-            *p,
+        Ok(OutboundLookup::Watch(rx)) => assert_eq!(
+            **rx.borrow(),
             OutboundPolicy::Fallback {
                 original_dst: "192.0.2.1:443".parse().unwrap()
             }

@@ -24,6 +24,36 @@ pub enum OutboundPolicy {
     /// An address outside the cluster networks that no Service claims: forwarded as is
     /// (§5.6 "External fallback").
     Fallback { original_dst: SocketAddr },
+    /// An address in an EgressNetwork (§5.2, §5.6).
+    Egress(EgressPolicy),
+}
+
+/// The policy of one address in an EgressNetwork, for clients of one namespace.
+///
+/// Route lists hold the resource routes only: the encoder appends the egress default routes
+/// (§5.5: HTTP and gRPC always, opaque when no TCP route) named after `traffic_policy`, with
+/// `default_timeouts` and `default_retry`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EgressPolicy {
+    pub namespace: String,
+    pub name: String,
+    /// The address the client asked about: what the default backend forwards to.
+    pub original_dst: SocketAddr,
+    pub traffic_policy: TrafficPolicy,
+    pub protocol: OutboundProtocol,
+    /// From the EgressNetwork's annotations (§5.7).
+    pub failure_accrual: Option<FailureAccrual>,
+    /// The EgressNetwork's timeout annotations: those of the egress default routes.
+    pub default_timeouts: RouteTimeouts,
+    /// The EgressNetwork's retry annotations: the retry of the egress default routes.
+    pub default_retry: Option<RouteRetry>,
+}
+
+/// `spec.trafficPolicy` of an EgressNetwork: what traffic that no route matches gets.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TrafficPolicy {
+    Allow,
+    Deny,
 }
 
 /// The policy of one Service port for clients of one namespace.
@@ -123,6 +153,16 @@ pub enum Backend {
     },
     /// A backend that cannot be served; its share of requests fails with `message`.
     Invalid { weight: u32, message: String },
+    /// An EgressNetwork backend under that same EgressNetwork as parent: its share of requests
+    /// goes to the client's original destination `addr` (§5.6). `port` is the backend's, or
+    /// the original destination's when the backend names none.
+    Forward {
+        weight: u32,
+        namespace: String,
+        name: String,
+        port: u16,
+        addr: SocketAddr,
+    },
 }
 
 /// Route timeouts; `None` is no timeout.

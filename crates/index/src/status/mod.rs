@@ -5,10 +5,9 @@
 //! The same computation decides route acceptance in offline mode (no status writer runs there),
 //! so offline acceptance is what the Lease holder would write (spec §11).
 //!
-//! HTTPLocalRateLimitPolicy statuses (§7.3) are computed here too.
+//! HTTPLocalRateLimitPolicy statuses (§7.3) and EgressNetwork statuses (§7.4) are computed
+//! here too.
 //!
-//! Not covered yet: EgressNetworks (not indexed): a route with an EgressNetwork parent or
-//! backend gets no patch rather than a wrong one.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use linkerd_k8s_api::{
@@ -52,6 +51,15 @@ pub const NO_MATCHING_TARGET: &str = "NoMatchingTarget";
 pub const RATE_LIMIT_ALREADY_EXISTS: &str = "RateLimitReasonAlreadyExists";
 /// The message of a Service parent without a cluster IP (headless or ExternalName).
 pub const NO_CLUSTER_IP: &str = "parent service must have a ClusterIP";
+/// The message of an EgressNetwork parent whose status is not `Accepted=True`.
+pub const EGRESS_NOT_ACCEPTED: &str = "EgressNetwork parent has not been accepted";
+/// The message of an EgressNetwork backend on a route without that EgressNetwork as parent.
+pub const EGRESS_BACKEND_WRONG_PARENT: &str =
+    "EgressNetwork backend needs to be on a route that has an EgressNetwork parent";
+/// Reason: an EgressNetwork's networks overlap the cluster networks (§7.4).
+pub const EGRESS_NETWORK_OVERLAP: &str = "EgressReasonNetworkOverlap";
+/// The message of [`EGRESS_NETWORK_OVERLAP`].
+pub const EGRESS_NETWORK_OVERLAP_MESSAGE: &str = "networks overlap with clusterNetworks";
 
 /// The route kinds the index holds, most specific first: a route is conflicted by a route of
 /// an earlier kind on the identical parent (GEP-1426: GRPCRoute over HTTPRoute over TLSRoute
@@ -159,18 +167,20 @@ pub struct StatusPatch {
     /// API group: `policy.linkerd.io` or `gateway.networking.k8s.io`.
     pub group: &'static str,
     /// The version patched (§7.1): policy HTTPRoute `v1beta3`, Gateway API HTTPRoutes and
-    /// GRPCRoutes `v1`, TLSRoutes and TCPRoutes `v1alpha2`, HTTPLocalRateLimitPolicy
-    /// `v1alpha1`.
+    /// GRPCRoutes `v1`, TLSRoutes and TCPRoutes `v1alpha2`, HTTPLocalRateLimitPolicy and
+    /// EgressNetwork `v1alpha1`.
     pub version: &'static str,
-    /// `HTTPRoute`, `GRPCRoute`, `TLSRoute`, `TCPRoute` or `HTTPLocalRateLimitPolicy`.
+    /// `HTTPRoute`, `GRPCRoute`, `TLSRoute`, `TCPRoute`, `HTTPLocalRateLimitPolicy` or
+    /// `EgressNetwork`.
     pub kind: &'static str,
     /// The resource's plural name (`httproutes`, `grpcroutes`, `tlsroutes`, `tcproutes`,
-    /// `httplocalratelimitpolicies`).
+    /// `httplocalratelimitpolicies`, `egressnetworks`).
     pub plural: &'static str,
     pub namespace: String,
     pub name: String,
     /// The whole desired `status`: for routes `{parents}` (other controllers' entries first,
-    /// as observed, then ours); for rate limits `{conditions, targetRef}`.
+    /// as observed, then ours); for rate limits `{conditions, targetRef}`; for EgressNetworks
+    /// `{conditions}`.
     pub status: serde_json::Value,
 }
 
@@ -475,7 +485,9 @@ fn touch_parent(touched: &mut Touched, parent: &ParentKey) {
         ParentKind::Service => {
             touched.outbound_services.insert(parent.object());
         }
-        ParentKind::EgressNetwork => {}
+        ParentKind::EgressNetwork => {
+            touched.outbound_egress_networks.insert(parent.object());
+        }
     }
 }
 
@@ -494,7 +506,7 @@ fn condition(type_: &str, accepted: bool, reason: &str, message: &str, now: &Tim
 
 impl Cluster {
     /// The `Accepted` condition of `route` for `parent` as (status, reason, message) (§7.2);
-    /// `None` when it cannot be decided (an EgressNetwork parent: not indexed).
+    /// `None` when it cannot be decided (never, today).
     fn parent_acceptance(
         &self,
         route: &StatusRoute,
@@ -509,7 +521,11 @@ impl Cluster {
                 }
                 Some(_) => true,
             },
-            ParentKind::EgressNetwork => return None,
+            ParentKind::EgressNetwork => match self.egress_network_accepted(&parent.object()) {
+                None => false,
+                Some(false) => return Some((false, NO_MATCHING_PARENT, EGRESS_NOT_ACCEPTED)),
+                Some(true) => true,
+            },
         };
         if !exists {
             return Some((false, NO_MATCHING_PARENT, ""));
@@ -530,24 +546,36 @@ impl Cluster {
         })
     }
 
-    /// The `ResolvedRefs` condition of `route` as (status, reason, message) (§7.2); `None`
-    /// with an EgressNetwork backend (not indexed).
-    fn resolved_refs(&self, route: &StatusRoute) -> Option<(bool, &'static str, &'static str)> {
+    /// The `ResolvedRefs` condition of `route` for `parent` as (status, reason, message)
+    /// (§7.2): backends of all rules in order; an EgressNetwork backend resolves only under
+    /// that same EgressNetwork as parent.
+    fn resolved_refs(
+        &self,
+        route: &StatusRoute,
+        parent: &ParentKey,
+    ) -> (bool, &'static str, &'static str) {
         for backend in &route.backends {
             match backend {
-                BackendRef::Other => return Some((false, INVALID_KIND, "")),
+                BackendRef::Other => return (false, INVALID_KIND, ""),
                 BackendRef::Service(svc) if !self.services.contains_key(svc) => {
-                    return Some((false, BACKEND_NOT_FOUND, ""));
+                    return (false, BACKEND_NOT_FOUND, "");
                 }
                 BackendRef::Service(_) => {}
-                BackendRef::EgressNetwork(_) => return None,
+                BackendRef::EgressNetwork(en) if !self.egress_networks.contains_key(en) => {
+                    return (false, BACKEND_NOT_FOUND, "");
+                }
+                BackendRef::EgressNetwork(en) => {
+                    if parent.kind != ParentKind::EgressNetwork || parent.object() != *en {
+                        return (false, INVALID_KIND, EGRESS_BACKEND_WRONG_PARENT);
+                    }
+                }
             }
         }
-        Some((true, RESOLVED_REFS, ""))
+        (true, RESOLVED_REFS, "")
     }
 
     /// The `status.parents` the status controller wants on `route` (§7.2), with condition
-    /// times `now`; `None` when it cannot be decided (EgressNetworks are not indexed).
+    /// times `now`; `None` when it cannot be decided (never, today).
     pub(crate) fn desired_route_parents(
         &self,
         route: &StatusRoute,
@@ -559,12 +587,11 @@ impl Cluster {
             .filter(|s| s.controller_name != POLICY_CONTROLLER_NAME)
             .cloned()
             .collect();
-        let resolved = self.resolved_refs(route)?;
         for parent in &route.parents {
             let (accepted, reason, message) = self.parent_acceptance(route, parent)?;
             let mut conditions = vec![condition(ACCEPTED, accepted, reason, message, now)];
             if parent.kind != ParentKind::Server {
-                let (ok, reason, message) = resolved;
+                let (ok, reason, message) = self.resolved_refs(route, parent);
                 conditions.push(condition(RESOLVED_REFS, ok, reason, message, now));
             }
             parents.push(ParentStatus {
@@ -593,6 +620,53 @@ impl Cluster {
     pub(crate) fn status_patches(&self, now: &Time) -> Vec<StatusPatch> {
         let mut patches = self.route_status_patches(now);
         patches.extend(self.rate_limit_status_patches(now));
+        patches.extend(self.egress_network_status_patches(now));
+        patches
+    }
+
+    /// §7.4: an EgressNetwork keeps its conditions other than `Accepted`, followed by
+    /// `Accepted`: False/EgressReasonNetworkOverlap when one of its (defaulted) networks
+    /// overlaps the cluster networks, else True/Accepted. By namespace/name.
+    fn egress_network_status_patches(&self, now: &Time) -> Vec<StatusPatch> {
+        let Some(config) = &self.outbound_config else {
+            return Vec::new();
+        };
+        let mut patches: Vec<StatusPatch> = self
+            .egress_networks
+            .values()
+            .filter_map(|en| {
+                let mut desired: Vec<Condition> = en
+                    .conditions
+                    .iter()
+                    .filter(|c| c.type_ != ACCEPTED)
+                    .cloned()
+                    .collect();
+                desired.push(if en.overlaps_cluster_networks(&config.cluster_networks) {
+                    condition(
+                        ACCEPTED,
+                        false,
+                        EGRESS_NETWORK_OVERLAP,
+                        EGRESS_NETWORK_OVERLAP_MESSAGE,
+                        now,
+                    )
+                } else {
+                    condition(ACCEPTED, true, ACCEPTED, "", now)
+                });
+                if same_conditions(&desired, &en.conditions) {
+                    return None;
+                }
+                Some(StatusPatch {
+                    group: POLICY_GROUP,
+                    version: "v1alpha1",
+                    kind: "EgressNetwork",
+                    plural: "egressnetworks",
+                    namespace: en.namespace.clone(),
+                    name: en.name.clone(),
+                    status: serde_json::json!({ "conditions": desired }),
+                })
+            })
+            .collect();
+        patches.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         patches
     }
 

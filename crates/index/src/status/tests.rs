@@ -35,6 +35,7 @@ fn index(offline: bool) -> Index {
             cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
             default_opaque_ports: PortSet::default(),
             compute_route_acceptance: offline,
+            global_egress_network_namespace: "linkerd-egress".into(),
         },
     )
 }
@@ -463,23 +464,6 @@ fn a_status_already_in_place_is_not_patched_again() {
 #[test]
 fn unknown_inputs_are_not_patched() {
     let index = with_web(false);
-    // EgressNetworks are not indexed: no patch rather than a wrong one.
-    apply_route(
-        &index,
-        "http",
-        "egress",
-        "[{group: policy.linkerd.io, kind: EgressNetwork, name: e}]",
-        "[]",
-        "[]",
-    );
-    apply_route(
-        &index,
-        "http",
-        "egress-backend",
-        WEB_80,
-        "[{group: policy.linkerd.io, kind: EgressNetwork, name: e}]",
-        "[]",
-    );
     // A port outside 1..=65535 drops the ref.
     apply_route(
         &index,
@@ -490,8 +474,6 @@ fn unknown_inputs_are_not_patched() {
         "[]",
     );
     let patches = patches(&index);
-    assert!(!patches.contains_key("egress"));
-    assert!(!patches.contains_key("egress-backend"));
     assert!(!patches.contains_key("bad-port"));
 }
 
@@ -629,6 +611,193 @@ fn the_oldest_rate_limit_on_a_server_is_accepted() {
             .status_patches(&now())
             .iter()
             .any(|p| p.name == "b-old")
+    );
+}
+
+// === EgressNetworks (§7.2, §7.4) ===
+
+/// EgressNetwork `emojivoto/name` with `spec` (YAML flow entries after `trafficPolicy`) and
+/// `status.conditions`.
+fn apply_egress(index: &Index, name: &str, spec: &str, conditions: Value) {
+    let obj: linkerd_k8s_api::EgressNetwork = serde_json::from_value(json!({
+        "apiVersion": "policy.linkerd.io/v1alpha1",
+        "kind": "EgressNetwork",
+        "metadata": {"name": name, "namespace": "emojivoto"},
+        "spec": serde_json::to_value(yaml::<Value>(&format!("{{trafficPolicy: Allow{spec}}}"))).unwrap(),
+        "status": {"conditions": conditions},
+    }))
+    .unwrap();
+    index.apply(Event::Apply(obj));
+}
+
+fn egress_entry(name: &str, port: u16, accepted: Value, resolved: Value) -> Value {
+    json!({
+        "parentRef": {"group": "policy.linkerd.io", "kind": "EgressNetwork", "namespace": "emojivoto", "name": name, "port": port},
+        "controllerName": "linkerd.io/policy-controller",
+        "conditions": [accepted, resolved],
+    })
+}
+
+fn egress_status(index: &Index, name: &str) -> Option<Value> {
+    index
+        .status_patches(&now())
+        .into_iter()
+        .find(|p| p.kind == "EgressNetwork" && p.name == name)
+        .map(|p| p.body())
+}
+
+const ACCEPTED_EGRESS: &str = r#"[{type: Accepted, status: "True", reason: Accepted, message: "", lastTransitionTime: "2026-01-01T00:00:00Z"}]"#;
+
+#[test]
+fn egress_network_status_is_accepted_unless_it_overlaps_cluster_networks() {
+    let index = index(false);
+    // No networks: everything outside the cluster networks, so no overlap.
+    apply_egress(&index, "internet", "", json!([]));
+    apply_egress(
+        &index,
+        "inside",
+        ", networks: [{cidr: 10.1.0.0/16}]",
+        json!([]),
+    );
+    apply_egress(
+        &index,
+        "around",
+        ", networks: [{cidr: 0.0.0.0/0}]",
+        json!([]),
+    );
+    apply_egress(
+        &index,
+        "excepted",
+        ", networks: [{cidr: 0.0.0.0/0, except: [10.0.0.0/8]}]",
+        json!([{"type": "Ready", "status": "True", "reason": "Ready", "message": "kept", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+               {"type": "Accepted", "status": "False", "reason": "Old", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]),
+    );
+    let body = |conditions: Value, name: &str| {
+        json!({
+            "apiVersion": "policy.linkerd.io/v1alpha1",
+            "kind": "EgressNetwork",
+            "metadata": {"name": name},
+            "status": {"conditions": conditions},
+        })
+    };
+    let overlap = cond(
+        "Accepted",
+        "False",
+        "EgressReasonNetworkOverlap",
+        "networks overlap with clusterNetworks",
+    );
+    assert_eq!(
+        egress_status(&index, "internet"),
+        Some(body(json!([accepted()]), "internet"))
+    );
+    assert_eq!(
+        egress_status(&index, "inside"),
+        Some(body(json!([overlap.clone()]), "inside"))
+    );
+    assert_eq!(
+        egress_status(&index, "around"),
+        Some(body(json!([overlap]), "around"))
+    );
+    assert_eq!(
+        egress_status(&index, "excepted"),
+        Some(body(
+            json!([
+                {"type": "Ready", "status": "True", "reason": "Ready", "message": "kept", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                accepted()
+            ]),
+            "excepted"
+        ))
+    );
+    // Once written, no further patch.
+    apply_egress(&index, "internet", "", yaml(ACCEPTED_EGRESS));
+    assert_eq!(egress_status(&index, "internet"), None);
+}
+
+#[test]
+fn routes_on_egress_networks_wait_for_its_acceptance() {
+    let index = index(false);
+    let parent = |name: &str| {
+        format!("[{{group: policy.linkerd.io, kind: EgressNetwork, name: {name}, port: 443}}]")
+    };
+    apply_egress(&index, "internet", "", json!([]));
+    apply_route(&index, "http", "pending", &parent("internet"), "[]", "[]");
+    apply_route(&index, "http", "missing", &parent("gone"), "[]", "[]");
+    assert_eq!(
+        parents_of(&index, "pending"),
+        json!([egress_entry(
+            "internet",
+            443,
+            cond(
+                "Accepted",
+                "False",
+                "NoMatchingParent",
+                "EgressNetwork parent has not been accepted"
+            ),
+            resolved()
+        )])
+    );
+    assert_eq!(
+        parents_of(&index, "missing"),
+        json!([egress_entry(
+            "gone",
+            443,
+            cond("Accepted", "False", "NoMatchingParent", ""),
+            resolved()
+        )])
+    );
+    apply_egress(&index, "internet", "", yaml(ACCEPTED_EGRESS));
+    assert_eq!(
+        parents_of(&index, "pending"),
+        json!([egress_entry("internet", 443, accepted(), resolved())])
+    );
+}
+
+#[test]
+fn egress_network_backends_resolve_only_under_that_egress_network() {
+    let index = with_web(false);
+    apply_egress(&index, "internet", "", yaml(ACCEPTED_EGRESS));
+    apply_egress(&index, "partners", "", yaml(ACCEPTED_EGRESS));
+    let backend = "[{group: policy.linkerd.io, kind: EgressNetwork, name: internet}]";
+    let parent = |name: &str| {
+        format!("[{{group: policy.linkerd.io, kind: EgressNetwork, name: {name}, port: 443}}]")
+    };
+    apply_route(&index, "http", "same", &parent("internet"), backend, "[]");
+    apply_route(&index, "http", "other", &parent("partners"), backend, "[]");
+    apply_route(&index, "http", "on-service", WEB_80, backend, "[]");
+    apply_route(
+        &index,
+        "http",
+        "not-found",
+        &parent("internet"),
+        "[{group: policy.linkerd.io, kind: EgressNetwork, name: gone}]",
+        "[]",
+    );
+    let wrong = cond(
+        "ResolvedRefs",
+        "False",
+        "InvalidKind",
+        "EgressNetwork backend needs to be on a route that has an EgressNetwork parent",
+    );
+    assert_eq!(
+        parents_of(&index, "same"),
+        json!([egress_entry("internet", 443, accepted(), resolved())])
+    );
+    assert_eq!(
+        parents_of(&index, "other"),
+        json!([egress_entry("partners", 443, accepted(), wrong.clone())])
+    );
+    assert_eq!(
+        parents_of(&index, "on-service"),
+        json!([service_entry("web", Some(80), accepted(), wrong)])
+    );
+    assert_eq!(
+        parents_of(&index, "not-found"),
+        json!([egress_entry(
+            "internet",
+            443,
+            accepted(),
+            cond("ResolvedRefs", "False", "BackendNotFound", "")
+        )])
     );
 }
 

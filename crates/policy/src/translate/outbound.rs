@@ -7,9 +7,9 @@
 
 use linkerd_index::{
     outbound::{
-        Backend, Backoff, DETECT_TIMEOUT, FailureAccrual, GrpcRetryConditions, LoadEstimator,
-        NoMatch, OutboundPolicy, OutboundProtocol, OutboundRoute, OutboundRouteRef, OutboundRule,
-        RouteTimeouts, ServicePolicy,
+        Backend, Backoff, DETECT_TIMEOUT, EgressPolicy, FailureAccrual, GrpcRetryConditions,
+        LoadEstimator, NoMatch, OutboundPolicy, OutboundProtocol, OutboundRoute, OutboundRouteRef,
+        OutboundRule, RouteTimeouts, ServicePolicy, TrafficPolicy,
     },
     routes::{Filter, GrpcRouteMatch, HostMatch, HttpRouteMatch},
 };
@@ -37,6 +37,12 @@ const RETRY_MAX_BACKOFF: Duration = Duration::from_millis(250);
 /// gRPC code of requests sent to a backend Service that does not exist. Upstream sends 500, not
 /// a gRPC code (§12); the GRPCRoute documentation asks for UNAVAILABLE, which we send.
 pub const GRPC_BACKEND_NOT_FOUND_CODE: u32 = 14;
+/// gRPC PERMISSION_DENIED: the code of `grpc-egress-deny` (§5.6).
+pub const GRPC_PERMISSION_DENIED: u32 = 7;
+/// The message of the egress deny routes' failures (§5.6).
+pub const EGRESS_DENIED: &str = "traffic not allowed";
+/// The API group of EgressNetworks.
+const POLICY_GROUP: &str = "policy.linkerd.io";
 
 /// Turns outbound views into the proxy API's `OutboundPolicy`.
 #[derive(Clone, Debug, Default)]
@@ -86,21 +92,61 @@ impl OutboundTranslator {
                 }),
             },
             OutboundPolicy::Fallback { original_dst } => fallback(*original_dst),
+            OutboundPolicy::Egress(egress) => self.egress(egress),
         }
     }
 
     fn service(&self, svc: &ServicePolicy) -> api::OutboundPolicy {
-        let accrual = svc.failure_accrual.as_ref().map(failure_accrual);
         let ctx = Ctx {
-            svc,
+            parent: Parent::Service(svc),
             allow_l5d: self.allow_l5d_request_headers,
         };
-        let kind = match &svc.protocol {
+        api::OutboundPolicy {
+            metadata: Some(service_metadata(&svc.namespace, &svc.name, svc.port)),
+            protocol: Some(ctx.protocol(&svc.protocol, svc.failure_accrual.as_ref())),
+        }
+    }
+
+    /// An address in an EgressNetwork (§5.6): its routes end with the egress default routes.
+    fn egress(&self, egress: &EgressPolicy) -> api::OutboundPolicy {
+        let ctx = Ctx {
+            parent: Parent::Egress(egress),
+            allow_l5d: self.allow_l5d_request_headers,
+        };
+        api::OutboundPolicy {
+            metadata: Some(egress_metadata(egress, egress.original_dst.port())),
+            protocol: Some(ctx.protocol(&egress.protocol, egress.failure_accrual.as_ref())),
+        }
+    }
+}
+
+/// The parent of the policy being encoded.
+#[derive(Copy, Clone)]
+enum Parent<'a> {
+    Service(&'a ServicePolicy),
+    Egress(&'a EgressPolicy),
+}
+
+/// One policy being encoded.
+struct Ctx<'a> {
+    parent: Parent<'a>,
+    allow_l5d: bool,
+}
+
+impl Ctx<'_> {
+    fn protocol(
+        &self,
+        protocol: &OutboundProtocol,
+        accrual: Option<&FailureAccrual>,
+    ) -> api::ProxyProtocol {
+        let accrual = accrual.map(failure_accrual);
+        let ctx = self;
+        let kind = match protocol {
             OutboundProtocol::Detect {
                 timeout,
                 http_routes,
             } => {
-                let routes: Vec<_> = http_routes.iter().map(|r| ctx.http_route(r)).collect();
+                let routes = ctx.http_routes(http_routes);
                 proxy_protocol::Kind::Detect(proxy_protocol::Detect {
                     timeout: Some(duration(*timeout)),
                     opaque: Some(proxy_protocol::Opaque {
@@ -117,57 +163,102 @@ impl OutboundTranslator {
                 })
             }
             OutboundProtocol::Http1(routes) => proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
-                routes: routes.iter().map(|r| ctx.http_route(r)).collect(),
+                routes: ctx.http_routes(routes),
                 failure_accrual: accrual,
             }),
             OutboundProtocol::Http2(routes) => proxy_protocol::Kind::Http2(proxy_protocol::Http2 {
-                routes: routes.iter().map(|r| ctx.http_route(r)).collect(),
+                routes: ctx.http_routes(routes),
                 failure_accrual: accrual,
             }),
             OutboundProtocol::Grpc(routes) => proxy_protocol::Kind::Grpc(proxy_protocol::Grpc {
-                routes: routes.iter().map(|r| ctx.grpc_route(r)).collect(),
+                routes: ctx.grpc_routes(routes),
                 failure_accrual: accrual,
             }),
             OutboundProtocol::Opaque => proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {
                 routes: vec![ctx.default_opaque_route()],
             }),
-            OutboundProtocol::Tls(routes) => proxy_protocol::Kind::Tls(proxy_protocol::Tls {
-                routes: routes.iter().map(|r| ctx.tls_route(r)).collect(),
-            }),
+            OutboundProtocol::Tls(routes) => {
+                let mut routes: Vec<_> = routes.iter().map(|r| ctx.tls_route(r)).collect();
+                // Under an EgressNetwork the TLS routes end with its default (§5.5).
+                if let Parent::Egress(egress) = ctx.parent {
+                    routes.push(egress_tls_route(egress));
+                }
+                proxy_protocol::Kind::Tls(proxy_protocol::Tls { routes })
+            }
+            // A TCP route replaces the egress default TCP route (§5.5, §12).
             OutboundProtocol::OpaqueRoute(route) => {
                 proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {
                     routes: vec![ctx.opaque_route(route)],
                 })
             }
         };
-        api::OutboundPolicy {
-            metadata: Some(service_metadata(&svc.namespace, &svc.name, svc.port)),
-            protocol: Some(api::ProxyProtocol { kind: Some(kind) }),
+        api::ProxyProtocol { kind: Some(kind) }
+    }
+
+    /// The load estimator of the default backend and of Service backends of HTTP and gRPC
+    /// routes: the Service's; plain PeakEWMA under an EgressNetwork (§5.7).
+    fn load(&self) -> &LoadEstimator {
+        match self.parent {
+            Parent::Service(svc) => &svc.load,
+            Parent::Egress(_) => &LoadEstimator::PeakEwma,
         }
     }
-}
 
-/// One Service policy being encoded.
-struct Ctx<'a> {
-    svc: &'a ServicePolicy,
-    allow_l5d: bool,
-}
-
-impl Ctx<'_> {
-    /// The parent itself: a balancer over its authority, with `load`.
+    /// The parent itself: a balancer over the Service's authority with `load`, or a forward
+    /// to the original destination of an EgressNetwork address (never balanced, §5.7).
     fn default_backend(&self, load: &LoadEstimator) -> api::Backend {
-        balancer(
-            service_metadata(&self.svc.namespace, &self.svc.name, self.svc.port),
-            &self.svc.authority,
-            load,
-        )
+        match self.parent {
+            Parent::Service(svc) => balancer(
+                service_metadata(&svc.namespace, &svc.name, svc.port),
+                &svc.authority,
+                load,
+            ),
+            Parent::Egress(egress) => forward(
+                egress_metadata(egress, egress.original_dst.port()),
+                egress.original_dst,
+                1,
+            ),
+        }
     }
 
-    /// `opaq`: FirstAvailable over the parent with plain PeakEWMA (§5.6, §5.7).
+    /// The HTTP routes, followed under an EgressNetwork by its default route (§5.5).
+    fn http_routes(&self, routes: &[OutboundRoute<HttpRouteMatch>]) -> Vec<api::HttpRoute> {
+        let mut out: Vec<_> = routes.iter().map(|r| self.http_route(r)).collect();
+        if let Parent::Egress(egress) = self.parent {
+            out.push(self.egress_http_route(egress));
+        }
+        out
+    }
+
+    /// The gRPC routes, followed under an EgressNetwork by its default route (§5.5).
+    fn grpc_routes(&self, routes: &[OutboundRoute<GrpcRouteMatch>]) -> Vec<api::GrpcRoute> {
+        let mut out: Vec<_> = routes.iter().map(|r| self.grpc_route(r)).collect();
+        if let Parent::Egress(egress) = self.parent {
+            out.push(self.egress_grpc_route(egress));
+        }
+        out
+    }
+
+    /// The default opaque route: `opaq` (FirstAvailable over the Service with plain PeakEWMA)
+    /// or `tcp-egress-allow` / `tcp-egress-deny` (Forbidden) (§5.6, §5.7).
     fn default_opaque_route(&self) -> api::OpaqueRoute {
         use api::opaque_route::{Distribution, RouteBackend, Rule, distribution};
+        let (name, filters) = match self.parent {
+            Parent::Service(_) => ("opaq".to_string(), vec![]),
+            Parent::Egress(egress) => (
+                egress_route_name("tcp", egress.traffic_policy),
+                match egress.traffic_policy {
+                    TrafficPolicy::Allow => vec![],
+                    TrafficPolicy::Deny => vec![api::opaque_route::Filter {
+                        kind: Some(api::opaque_route::filter::Kind::Forbidden(
+                            opaque_route::Forbidden {},
+                        )),
+                    }],
+                },
+            ),
+        };
         api::OpaqueRoute {
-            metadata: Some(default_metadata("opaq")),
+            metadata: Some(default_metadata(&name)),
             rules: vec![Rule {
                 backends: Some(Distribution {
                     kind: Some(distribution::Kind::FirstAvailable(
@@ -179,7 +270,102 @@ impl Ctx<'_> {
                         },
                     )),
                 }),
-                filters: vec![],
+                filters,
+            }],
+        }
+    }
+
+    /// `http-egress-allow`, or `http-egress-deny` failing with 403 "traffic not allowed":
+    /// prefix `/`, FirstAvailable over the original destination, the EgressNetwork's
+    /// timeouts and retry (§5.6).
+    fn egress_http_route(&self, egress: &EgressPolicy) -> api::HttpRoute {
+        use api::http_route::{Distribution, RouteBackend, Rule, distribution};
+        let filters = match egress.traffic_policy {
+            TrafficPolicy::Allow => vec![],
+            TrafficPolicy::Deny => vec![api::http_route::Filter {
+                kind: Some(api::http_route::filter::Kind::FailureInjector(
+                    http_route::HttpFailureInjector {
+                        status: 403,
+                        message: EGRESS_DENIED.into(),
+                        ratio: None,
+                    },
+                )),
+            }],
+        };
+        api::HttpRoute {
+            metadata: Some(default_metadata(&egress_route_name(
+                "http",
+                egress.traffic_policy,
+            ))),
+            hosts: vec![],
+            rules: vec![Rule {
+                matches: vec![http_route::HttpRouteMatch {
+                    path: Some(http_route::PathMatch {
+                        kind: Some(http_route::path_match::Kind::Prefix("/".into())),
+                    }),
+                    ..http_route::HttpRouteMatch::default()
+                }],
+                filters,
+                backends: Some(Distribution {
+                    kind: Some(distribution::Kind::FirstAvailable(
+                        distribution::FirstAvailable {
+                            backends: vec![RouteBackend {
+                                backend: Some(self.default_backend(self.load())),
+                                filters: vec![],
+                                request_timeout: None,
+                            }],
+                        },
+                    )),
+                }),
+                request_timeout: egress.default_timeouts.request.map(duration),
+                timeouts: Some(timeouts(&egress.default_timeouts)),
+                retry: egress.default_retry.as_ref().map(http_retry),
+                allow_l5d_request_headers: false,
+            }],
+        }
+    }
+
+    /// `grpc-egress-allow`, or `grpc-egress-deny` failing with PERMISSION_DENIED "traffic not
+    /// allowed": no matches, FirstAvailable over the original destination, the
+    /// EgressNetwork's timeouts and retry (§5.6).
+    fn egress_grpc_route(&self, egress: &EgressPolicy) -> api::GrpcRoute {
+        use api::grpc_route::{Distribution, RouteBackend, Rule, distribution};
+        let filters = match egress.traffic_policy {
+            TrafficPolicy::Allow => vec![],
+            TrafficPolicy::Deny => vec![api::grpc_route::Filter {
+                kind: Some(api::grpc_route::filter::Kind::FailureInjector(
+                    grpc_api::GrpcFailureInjector {
+                        code: GRPC_PERMISSION_DENIED,
+                        message: EGRESS_DENIED.into(),
+                        ratio: None,
+                    },
+                )),
+            }],
+        };
+        api::GrpcRoute {
+            metadata: Some(default_metadata(&egress_route_name(
+                "grpc",
+                egress.traffic_policy,
+            ))),
+            hosts: vec![],
+            rules: vec![Rule {
+                matches: vec![],
+                filters,
+                backends: Some(Distribution {
+                    kind: Some(distribution::Kind::FirstAvailable(
+                        distribution::FirstAvailable {
+                            backends: vec![RouteBackend {
+                                backend: Some(self.default_backend(self.load())),
+                                filters: vec![],
+                                request_timeout: None,
+                            }],
+                        },
+                    )),
+                }),
+                request_timeout: egress.default_timeouts.request.map(duration),
+                timeouts: Some(timeouts(&egress.default_timeouts)),
+                retry: egress.default_retry.as_ref().map(grpc_retry),
+                allow_l5d_request_headers: false,
             }],
         }
     }
@@ -193,7 +379,7 @@ impl Ctx<'_> {
             let backends = if rule.backends.is_empty() {
                 distribution::Kind::FirstAvailable(distribution::FirstAvailable {
                     backends: vec![RouteBackend {
-                        backend: Some(self.default_backend(&self.svc.load)),
+                        backend: Some(self.default_backend(self.load())),
                         filters: vec![],
                         request_timeout: None,
                     }],
@@ -238,24 +424,7 @@ impl Ctx<'_> {
                 }),
                 request_timeout: rule.timeouts.request.map(duration),
                 timeouts: Some(timeouts(&rule.timeouts)),
-                retry: rule.retry.as_ref().map(|r| api::http_route::Retry {
-                    max_retries: u32::from(r.limit),
-                    max_request_bytes: RETRY_MAX_REQUEST_BYTES,
-                    conditions: r
-                        .http
-                        .as_ref()
-                        .map(|ranges| api::http_route::retry::Conditions {
-                            status_ranges: ranges
-                                .iter()
-                                .map(|r| api::http_route::retry::conditions::StatusRange {
-                                    start: u32::from(*r.start()),
-                                    end: u32::from(*r.end()),
-                                })
-                                .collect(),
-                        }),
-                    timeout: r.timeout.map(duration),
-                    backoff: Some(retry_backoff()),
-                }),
+                retry: rule.retry.as_ref().map(http_retry),
                 allow_l5d_request_headers: self.allow_l5d,
             }
         };
@@ -275,7 +444,7 @@ impl Ctx<'_> {
             let backends = if rule.backends.is_empty() {
                 distribution::Kind::FirstAvailable(distribution::FirstAvailable {
                     backends: vec![RouteBackend {
-                        backend: Some(self.default_backend(&self.svc.load)),
+                        backend: Some(self.default_backend(self.load())),
                         filters: vec![],
                         request_timeout: None,
                     }],
@@ -319,13 +488,7 @@ impl Ctx<'_> {
                 }),
                 request_timeout: rule.timeouts.request.map(duration),
                 timeouts: Some(timeouts(&rule.timeouts)),
-                retry: rule.retry.as_ref().map(|r| api::grpc_route::Retry {
-                    max_retries: u32::from(r.limit),
-                    max_request_bytes: RETRY_MAX_REQUEST_BYTES,
-                    conditions: r.grpc.as_ref().map(grpc_conditions),
-                    timeout: r.timeout.map(duration),
-                    backoff: Some(retry_backoff()),
-                }),
+                retry: rule.retry.as_ref().map(grpc_retry),
                 allow_l5d_request_headers: self.allow_l5d,
             }
         };
@@ -443,7 +606,7 @@ impl Ctx<'_> {
 
     /// A rule backend of an HTTP or gRPC route, balanced with the parent's load estimator.
     fn backend<'b>(&self, b: &'b Backend) -> (u32, api::Backend, Result<&'b [Filter], String>) {
-        self.backend_with(b, &self.svc.load)
+        self.backend_with(b, self.load())
     }
 
     /// A rule backend: its weight, the backend (an existing Service balanced with `load`), and
@@ -492,6 +655,21 @@ impl Ctx<'_> {
                     kind: None,
                 },
                 Err(message.clone()),
+            ),
+            Backend::Forward {
+                weight,
+                namespace,
+                name,
+                port,
+                addr,
+            } => (
+                *weight,
+                forward(
+                    resource_metadata(POLICY_GROUP, "EgressNetwork", namespace, name, *port),
+                    *addr,
+                    *weight,
+                ),
+                Ok(&[]),
             ),
         }
     }
@@ -564,6 +742,125 @@ fn fallback(original_dst: SocketAddr) -> api::OutboundPolicy {
                 }),
             })),
         }),
+    }
+}
+
+/// The egress default TLS route of `egress` (§5.6): `tls-egress-allow`, or `tls-egress-deny`
+/// with a Forbidden filter; no SNIs; FirstAvailable over the original destination. For the
+/// `Tls` protocol, which appends it after the TLS routes (§5.5).
+fn egress_tls_route(egress: &EgressPolicy) -> api::TlsRoute {
+    use api::tls_route::{Distribution, Filter, RouteBackend, Rule, distribution, filter};
+    let filters = match egress.traffic_policy {
+        TrafficPolicy::Allow => vec![],
+        TrafficPolicy::Deny => vec![Filter {
+            kind: Some(filter::Kind::Forbidden(opaque_route::Forbidden {})),
+        }],
+    };
+    api::TlsRoute {
+        metadata: Some(default_metadata(&egress_route_name(
+            "tls",
+            egress.traffic_policy,
+        ))),
+        snis: vec![],
+        rules: vec![Rule {
+            backends: Some(Distribution {
+                kind: Some(distribution::Kind::FirstAvailable(
+                    distribution::FirstAvailable {
+                        backends: vec![RouteBackend {
+                            backend: Some(forward(
+                                egress_metadata(egress, egress.original_dst.port()),
+                                egress.original_dst,
+                                1,
+                            )),
+                            filters: vec![],
+                        }],
+                    },
+                )),
+            }),
+            filters,
+        }],
+    }
+}
+
+/// `Resource{policy.linkerd.io, EgressNetwork, name, namespace, port}`.
+fn egress_metadata(egress: &EgressPolicy, port: u16) -> meta::Metadata {
+    resource_metadata(
+        POLICY_GROUP,
+        "EgressNetwork",
+        &egress.namespace,
+        &egress.name,
+        port,
+    )
+}
+
+fn resource_metadata(
+    group: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    port: u16,
+) -> meta::Metadata {
+    meta::Metadata {
+        kind: Some(meta::metadata::Kind::Resource(meta::Resource {
+            group: group.into(),
+            kind: kind.into(),
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            section: String::new(),
+            port: u32::from(port),
+        })),
+    }
+}
+
+/// `<protocol>-egress-allow` or `<protocol>-egress-deny`.
+fn egress_route_name(protocol: &str, policy: TrafficPolicy) -> String {
+    match policy {
+        TrafficPolicy::Allow => format!("{protocol}-egress-allow"),
+        TrafficPolicy::Deny => format!("{protocol}-egress-deny"),
+    }
+}
+
+/// A backend forwarding to `addr` as is (no discovery, no balancer).
+fn forward(metadata: meta::Metadata, addr: SocketAddr, weight: u32) -> api::Backend {
+    api::Backend {
+        metadata: Some(metadata),
+        queue: Some(queue()),
+        kind: Some(backend::Kind::Forward(destination::WeightedAddr {
+            addr: Some(addr.into()),
+            weight,
+            ..destination::WeightedAddr::default()
+        })),
+    }
+}
+
+fn http_retry(r: &linkerd_index::outbound::RouteRetry) -> api::http_route::Retry {
+    api::http_route::Retry {
+        max_retries: u32::from(r.limit),
+        max_request_bytes: RETRY_MAX_REQUEST_BYTES,
+        conditions: r
+            .http
+            .as_ref()
+            .map(|ranges| api::http_route::retry::Conditions {
+                status_ranges: ranges
+                    .iter()
+                    .map(|r| api::http_route::retry::conditions::StatusRange {
+                        start: u32::from(*r.start()),
+                        end: u32::from(*r.end()),
+                    })
+                    .collect(),
+            }),
+        timeout: r.timeout.map(duration),
+        backoff: Some(retry_backoff()),
+    }
+}
+
+fn grpc_retry(r: &linkerd_index::outbound::RouteRetry) -> api::grpc_route::Retry {
+    api::grpc_route::Retry {
+        max_retries: u32::from(r.limit),
+        max_request_bytes: RETRY_MAX_REQUEST_BYTES,
+        conditions: r.grpc.as_ref().map(grpc_conditions),
+        timeout: r.timeout.map(duration),
+        backoff: Some(retry_backoff()),
     }
 }
 

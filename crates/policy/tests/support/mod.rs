@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod outbound;
+
 use linkerd_index::{
     Index, IndexMetrics,
     inbound::{DefaultPolicy, InboundConfig},

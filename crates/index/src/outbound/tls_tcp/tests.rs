@@ -35,6 +35,7 @@ fn index() -> Index {
             cluster_domain: "cluster.local".into(),
             cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
             default_opaque_ports: PortSet::parse("3306").0,
+            global_egress_network_namespace: "linkerd-egress".into(),
             compute_route_acceptance: false,
         },
     )

@@ -219,3 +219,305 @@ fn accrual_and_penalty_load() {
                 && p.penalty_decay == Some(duration(Duration::from_secs(10)))
     ));
 }
+
+// === EgressNetwork policies (§5.6) ===
+
+fn egress_policy(traffic_policy: TrafficPolicy, protocol: OutboundProtocol) -> OutboundPolicy {
+    OutboundPolicy::Egress(EgressPolicy {
+        namespace: "linkerd-egress".into(),
+        name: "internet".into(),
+        original_dst: "192.0.2.1:443".parse().unwrap(),
+        traffic_policy,
+        protocol,
+        failure_accrual: None,
+        default_timeouts: RouteTimeouts {
+            request: Some(Duration::from_secs(5)),
+            ..RouteTimeouts::default()
+        },
+        default_retry: None,
+    })
+}
+
+fn egress_meta() -> Option<meta::Metadata> {
+    Some(meta::Metadata {
+        kind: Some(meta::metadata::Kind::Resource(meta::Resource {
+            group: "policy.linkerd.io".into(),
+            kind: "EgressNetwork".into(),
+            name: "internet".into(),
+            namespace: "linkerd-egress".into(),
+            section: String::new(),
+            port: 443,
+        })),
+    })
+}
+
+/// `Forward{192.0.2.1:443, weight}` with EgressNetwork metadata.
+fn forward_backend(weight: u32) -> api::Backend {
+    api::Backend {
+        metadata: egress_meta(),
+        queue: Some(api::Queue {
+            capacity: 100,
+            failfast_timeout: Some(duration(Duration::from_secs(3))),
+        }),
+        kind: Some(backend::Kind::Forward(destination::WeightedAddr {
+            addr: Some("192.0.2.1:443".parse::<SocketAddr>().unwrap().into()),
+            weight,
+            ..destination::WeightedAddr::default()
+        })),
+    }
+}
+
+#[test]
+fn egress_deny_detect_policy() {
+    let policy = OutboundTranslator::new(true).policy(&egress_policy(
+        TrafficPolicy::Deny,
+        OutboundProtocol::Detect {
+            timeout: DETECT_TIMEOUT,
+            http_routes: vec![],
+        },
+    ));
+    let http = api::HttpRoute {
+        metadata: Some(default_metadata("http-egress-deny")),
+        hosts: vec![],
+        rules: vec![api::http_route::Rule {
+            matches: vec![http_route::HttpRouteMatch {
+                path: Some(http_route::PathMatch {
+                    kind: Some(http_route::path_match::Kind::Prefix("/".into())),
+                }),
+                ..http_route::HttpRouteMatch::default()
+            }],
+            filters: vec![api::http_route::Filter {
+                kind: Some(api::http_route::filter::Kind::FailureInjector(
+                    http_route::HttpFailureInjector {
+                        status: 403,
+                        message: "traffic not allowed".into(),
+                        ratio: None,
+                    },
+                )),
+            }],
+            backends: Some(api::http_route::Distribution {
+                kind: Some(api::http_route::distribution::Kind::FirstAvailable(
+                    api::http_route::distribution::FirstAvailable {
+                        backends: vec![api::http_route::RouteBackend {
+                            backend: Some(forward_backend(1)),
+                            filters: vec![],
+                            request_timeout: None,
+                        }],
+                    },
+                )),
+            }),
+            request_timeout: Some(duration(Duration::from_secs(5))),
+            timeouts: Some(http_route::Timeouts {
+                request: Some(duration(Duration::from_secs(5))),
+                response: None,
+                idle: None,
+            }),
+            retry: None,
+            allow_l5d_request_headers: false,
+        }],
+    };
+    let opaque = api::OpaqueRoute {
+        metadata: Some(default_metadata("tcp-egress-deny")),
+        rules: vec![api::opaque_route::Rule {
+            backends: Some(api::opaque_route::Distribution {
+                kind: Some(api::opaque_route::distribution::Kind::FirstAvailable(
+                    api::opaque_route::distribution::FirstAvailable {
+                        backends: vec![api::opaque_route::RouteBackend {
+                            backend: Some(forward_backend(1)),
+                            filters: vec![],
+                        }],
+                    },
+                )),
+            }),
+            filters: vec![api::opaque_route::Filter {
+                kind: Some(api::opaque_route::filter::Kind::Forbidden(
+                    opaque_route::Forbidden {},
+                )),
+            }],
+        }],
+    };
+    assert_eq!(
+        policy,
+        api::OutboundPolicy {
+            metadata: egress_meta(),
+            protocol: Some(api::ProxyProtocol {
+                kind: Some(proxy_protocol::Kind::Detect(proxy_protocol::Detect {
+                    timeout: Some(duration(Duration::from_secs(10))),
+                    opaque: Some(proxy_protocol::Opaque {
+                        routes: vec![opaque],
+                    }),
+                    http1: Some(proxy_protocol::Http1 {
+                        routes: vec![http.clone()],
+                        failure_accrual: None,
+                    }),
+                    http2: Some(proxy_protocol::Http2 {
+                        routes: vec![http],
+                        failure_accrual: None,
+                    }),
+                })),
+            }),
+        }
+    );
+}
+
+#[test]
+fn egress_allow_grpc_and_opaque_policies() {
+    // A resource route first, the egress default last; its Forward backend keeps its weight.
+    let policy = OutboundTranslator::default().policy(&egress_policy(
+        TrafficPolicy::Allow,
+        OutboundProtocol::Grpc(vec![route(vec![rule(
+            vec![GrpcRouteMatch::default()],
+            vec![Backend::Forward {
+                weight: 7,
+                namespace: "linkerd-egress".into(),
+                name: "internet".into(),
+                port: 443,
+                addr: "192.0.2.1:443".parse().unwrap(),
+            }],
+        )])]),
+    ));
+    let Some(proxy_protocol::Kind::Grpc(grpc)) = policy.protocol.unwrap().kind else {
+        panic!()
+    };
+    let Some(api::grpc_route::distribution::Kind::RandomAvailable(ra)) =
+        grpc.routes[0].rules[0].backends.clone().unwrap().kind
+    else {
+        panic!()
+    };
+    assert_eq!(
+        ra.backends,
+        vec![api::grpc_route::WeightedRouteBackend {
+            backend: Some(api::grpc_route::RouteBackend {
+                backend: Some(forward_backend(7)),
+                filters: vec![],
+                request_timeout: None,
+            }),
+            weight: 7,
+        }]
+    );
+    assert_eq!(
+        grpc.routes[1],
+        api::GrpcRoute {
+            metadata: Some(default_metadata("grpc-egress-allow")),
+            hosts: vec![],
+            rules: vec![api::grpc_route::Rule {
+                matches: vec![],
+                filters: vec![],
+                backends: Some(api::grpc_route::Distribution {
+                    kind: Some(api::grpc_route::distribution::Kind::FirstAvailable(
+                        api::grpc_route::distribution::FirstAvailable {
+                            backends: vec![api::grpc_route::RouteBackend {
+                                backend: Some(forward_backend(1)),
+                                filters: vec![],
+                                request_timeout: None,
+                            }],
+                        },
+                    )),
+                }),
+                request_timeout: Some(duration(Duration::from_secs(5))),
+                timeouts: Some(http_route::Timeouts {
+                    request: Some(duration(Duration::from_secs(5))),
+                    response: None,
+                    idle: None,
+                }),
+                retry: None,
+                allow_l5d_request_headers: false,
+            }],
+        }
+    );
+    assert_eq!(grpc.routes.len(), 2);
+
+    // The deny gRPC default fails with PERMISSION_DENIED.
+    let deny = OutboundTranslator::default().policy(&egress_policy(
+        TrafficPolicy::Deny,
+        OutboundProtocol::Grpc(vec![]),
+    ));
+    let Some(proxy_protocol::Kind::Grpc(grpc)) = deny.protocol.unwrap().kind else {
+        panic!()
+    };
+    assert_eq!(grpc.routes.len(), 1);
+    assert_eq!(
+        grpc.routes[0].metadata,
+        Some(default_metadata("grpc-egress-deny"))
+    );
+    assert_eq!(
+        grpc.routes[0].rules[0].filters,
+        vec![api::grpc_route::Filter {
+            kind: Some(api::grpc_route::filter::Kind::FailureInjector(
+                grpc_api::GrpcFailureInjector {
+                    code: 7,
+                    message: "traffic not allowed".into(),
+                    ratio: None,
+                }
+            )),
+        }]
+    );
+
+    let opaque = OutboundTranslator::default().policy(&egress_policy(
+        TrafficPolicy::Allow,
+        OutboundProtocol::Opaque,
+    ));
+    let Some(proxy_protocol::Kind::Opaque(opaque)) = opaque.protocol.unwrap().kind else {
+        panic!()
+    };
+    assert_eq!(
+        opaque.routes,
+        vec![api::OpaqueRoute {
+            metadata: Some(default_metadata("tcp-egress-allow")),
+            rules: vec![api::opaque_route::Rule {
+                backends: Some(api::opaque_route::Distribution {
+                    kind: Some(api::opaque_route::distribution::Kind::FirstAvailable(
+                        api::opaque_route::distribution::FirstAvailable {
+                            backends: vec![api::opaque_route::RouteBackend {
+                                backend: Some(forward_backend(1)),
+                                filters: vec![],
+                            }],
+                        },
+                    )),
+                }),
+                filters: vec![],
+            }],
+        }]
+    );
+}
+
+#[test]
+fn egress_tls_default_routes() {
+    let allow = egress_policy(TrafficPolicy::Allow, OutboundProtocol::Opaque);
+    let OutboundPolicy::Egress(allow) = allow else {
+        unreachable!()
+    };
+    let deny = EgressPolicy {
+        traffic_policy: TrafficPolicy::Deny,
+        ..allow.clone()
+    };
+    let route = |name: &str, filters: Vec<api::tls_route::Filter>| api::TlsRoute {
+        metadata: Some(default_metadata(name)),
+        snis: vec![],
+        rules: vec![api::tls_route::Rule {
+            backends: Some(api::tls_route::Distribution {
+                kind: Some(api::tls_route::distribution::Kind::FirstAvailable(
+                    api::tls_route::distribution::FirstAvailable {
+                        backends: vec![api::tls_route::RouteBackend {
+                            backend: Some(forward_backend(1)),
+                            filters: vec![],
+                        }],
+                    },
+                )),
+            }),
+            filters,
+        }],
+    };
+    assert_eq!(egress_tls_route(&allow), route("tls-egress-allow", vec![]));
+    assert_eq!(
+        egress_tls_route(&deny),
+        route(
+            "tls-egress-deny",
+            vec![api::tls_route::Filter {
+                kind: Some(api::tls_route::filter::Kind::Forbidden(
+                    opaque_route::Forbidden {}
+                )),
+            }]
+        )
+    );
+}

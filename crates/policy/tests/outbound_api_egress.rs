@@ -1,0 +1,292 @@
+//! OutboundPolicies for addresses in EgressNetworks through a real tonic client, in offline
+//! mode (spec/policy.md §5.2, §5.5, §5.6, §5.8): the EgressNetwork policy with its default
+//! routes, a route with an EgressNetwork parent and backend, and Watch streams that end when
+//! the EgressNetworks change.
+
+#![allow(deprecated)] // `requestTimeout` is deprecated in the API but still sent (spec §5.6).
+
+use linkerd2_proxy_api::{
+    destination, http_route, meta,
+    outbound::{
+        self as api, OutboundPolicy, TrafficSpec, backend, proxy_protocol, traffic_spec::Target,
+    },
+};
+use serde_json::{Value, json};
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+mod support;
+
+use support::outbound::Outbound;
+
+async fn start(dir: &Path) -> Outbound {
+    support::outbound::start_offline(dir).await
+}
+
+fn egress_network(traffic_policy: &str) -> Value {
+    json!({
+        "apiVersion": "policy.linkerd.io/v1alpha1",
+        "kind": "EgressNetwork",
+        "metadata": {"name": "internet", "namespace": "linkerd-egress"},
+        "spec": {"trafficPolicy": traffic_policy},
+    })
+}
+
+fn api_route() -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "api", "namespace": "linkerd-egress", "creationTimestamp": "2026-05-04T10:00:00Z"},
+        "spec": {
+            "parentRefs": [{"group": "policy.linkerd.io", "kind": "EgressNetwork", "name": "internet", "port": 443}],
+            "rules": [{
+                "matches": [{"path": {"type": "PathPrefix", "value": "/api"}}],
+                "backendRefs": [{"group": "policy.linkerd.io", "kind": "EgressNetwork", "name": "internet"}],
+            }],
+        },
+    })
+}
+
+fn addr(a: &str) -> TrafficSpec {
+    let sa: SocketAddr = a.parse().unwrap();
+    TrafficSpec {
+        source_workload: "app:client-5d8d6b8d5c-abcde".into(),
+        target: Some(Target::Addr(sa.into())),
+    }
+}
+
+fn pd(secs: i64) -> Option<prost_types::Duration> {
+    Some(prost_types::Duration {
+        seconds: secs,
+        nanos: 0,
+    })
+}
+
+fn egress_meta(port: u32) -> Option<meta::Metadata> {
+    Some(meta::Metadata {
+        kind: Some(meta::metadata::Kind::Resource(meta::Resource {
+            group: "policy.linkerd.io".into(),
+            kind: "EgressNetwork".into(),
+            name: "internet".into(),
+            namespace: "linkerd-egress".into(),
+            section: String::new(),
+            port,
+        })),
+    })
+}
+
+fn default_meta(name: &str) -> Option<meta::Metadata> {
+    Some(meta::Metadata {
+        kind: Some(meta::metadata::Kind::Default(name.into())),
+    })
+}
+
+fn forward(dst: &str, port: u32, weight: u32) -> api::Backend {
+    api::Backend {
+        metadata: egress_meta(port),
+        queue: Some(api::Queue {
+            capacity: 100,
+            failfast_timeout: pd(3),
+        }),
+        kind: Some(backend::Kind::Forward(destination::WeightedAddr {
+            addr: Some(dst.parse::<SocketAddr>().unwrap().into()),
+            weight,
+            ..destination::WeightedAddr::default()
+        })),
+    }
+}
+
+/// The egress default HTTP route `name`, forwarding to `dst`, failing with 403 when `deny`.
+fn egress_http_route(name: &str, dst: &str, port: u32, deny: bool) -> api::HttpRoute {
+    api::HttpRoute {
+        metadata: default_meta(name),
+        hosts: vec![],
+        rules: vec![api::http_route::Rule {
+            matches: vec![http_route::HttpRouteMatch {
+                path: Some(http_route::PathMatch {
+                    kind: Some(http_route::path_match::Kind::Prefix("/".into())),
+                }),
+                ..http_route::HttpRouteMatch::default()
+            }],
+            filters: if deny {
+                vec![api::http_route::Filter {
+                    kind: Some(api::http_route::filter::Kind::FailureInjector(
+                        http_route::HttpFailureInjector {
+                            status: 403,
+                            message: "traffic not allowed".into(),
+                            ratio: None,
+                        },
+                    )),
+                }]
+            } else {
+                vec![]
+            },
+            backends: Some(api::http_route::Distribution {
+                kind: Some(api::http_route::distribution::Kind::FirstAvailable(
+                    api::http_route::distribution::FirstAvailable {
+                        backends: vec![api::http_route::RouteBackend {
+                            backend: Some(forward(dst, port, 1)),
+                            filters: vec![],
+                            request_timeout: None,
+                        }],
+                    },
+                )),
+            }),
+            request_timeout: None,
+            timeouts: Some(http_route::Timeouts::default()),
+            retry: None,
+            allow_l5d_request_headers: false,
+        }],
+    }
+}
+
+fn detect(policy: &OutboundPolicy) -> &proxy_protocol::Detect {
+    match policy.protocol.as_ref().and_then(|p| p.kind.as_ref()) {
+        Some(proxy_protocol::Kind::Detect(d)) => d,
+        other => panic!("not Detect: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_address_in_an_egress_network_gets_its_policy() {
+    let state = support::StateDir::new();
+    state.write("egress.yaml", &[egress_network("Deny")]);
+    state.write("route.yaml", &[api_route()]);
+    let mut h = start(state.path()).await;
+
+    let policy = h
+        .client
+        .get(addr("203.0.113.9:80"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(policy.metadata, egress_meta(80));
+    let d = detect(&policy);
+    assert_eq!(d.timeout, pd(10));
+    let http = vec![egress_http_route(
+        "http-egress-deny",
+        "203.0.113.9:80",
+        80,
+        true,
+    )];
+    assert_eq!(d.http1.as_ref().unwrap().routes, http);
+    assert_eq!(d.http2.as_ref().unwrap().routes, http);
+    assert_eq!(
+        d.opaque.as_ref().unwrap().routes,
+        vec![api::OpaqueRoute {
+            metadata: default_meta("tcp-egress-deny"),
+            rules: vec![api::opaque_route::Rule {
+                backends: Some(api::opaque_route::Distribution {
+                    kind: Some(api::opaque_route::distribution::Kind::FirstAvailable(
+                        api::opaque_route::distribution::FirstAvailable {
+                            backends: vec![api::opaque_route::RouteBackend {
+                                backend: Some(forward("203.0.113.9:80", 80, 1)),
+                                filters: vec![],
+                            }],
+                        },
+                    )),
+                }),
+                filters: vec![api::opaque_route::Filter {
+                    kind: Some(api::opaque_route::filter::Kind::Forbidden(
+                        linkerd2_proxy_api::opaque_route::Forbidden {},
+                    )),
+                }],
+            }],
+        }]
+    );
+
+    // Port 443: the route with the EgressNetwork parent, then the egress default.
+    let policy = h
+        .client
+        .get(addr("203.0.113.9:443"))
+        .await
+        .unwrap()
+        .into_inner();
+    let routes = &detect(&policy).http1.as_ref().unwrap().routes;
+    assert_eq!(routes.len(), 2);
+    assert_eq!(
+        routes[0].metadata,
+        Some(meta::Metadata {
+            kind: Some(meta::metadata::Kind::Resource(meta::Resource {
+                group: "gateway.networking.k8s.io".into(),
+                kind: "HTTPRoute".into(),
+                name: "api".into(),
+                namespace: "linkerd-egress".into(),
+                ..meta::Resource::default()
+            })),
+        })
+    );
+    assert_eq!(
+        routes[0].rules[0].backends,
+        Some(api::http_route::Distribution {
+            kind: Some(api::http_route::distribution::Kind::RandomAvailable(
+                api::http_route::distribution::RandomAvailable {
+                    backends: vec![api::http_route::WeightedRouteBackend {
+                        backend: Some(api::http_route::RouteBackend {
+                            backend: Some(forward("203.0.113.9:443", 443, 1)),
+                            filters: vec![],
+                            request_timeout: None,
+                        }),
+                        weight: 1,
+                    }],
+                },
+            )),
+        })
+    );
+    assert_eq!(
+        routes[1],
+        egress_http_route("http-egress-deny", "203.0.113.9:443", 443, true)
+    );
+
+    // Inside the cluster networks the EgressNetwork (defaulted networks) does not apply.
+    let err = h.client.get(addr("10.1.2.3:80")).await.unwrap_err();
+    assert_eq!(
+        (err.code(), err.message()),
+        (tonic::Code::NotFound, "No such service")
+    );
+}
+
+#[tokio::test]
+async fn watches_end_when_the_egress_network_changes() {
+    let state = support::StateDir::new();
+    state.write("egress.yaml", &[egress_network("Deny")]);
+    let mut h = start(state.path()).await;
+    let mut stream = h
+        .client
+        .watch(addr("203.0.113.9:80"))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(
+        detect(&first).http1.as_ref().unwrap().routes,
+        vec![egress_http_route(
+            "http-egress-deny",
+            "203.0.113.9:80",
+            80,
+            true
+        )]
+    );
+
+    state.write("egress.yaml", &[egress_network("Allow")]);
+    let end = tokio::time::timeout(Duration::from_secs(15), stream.message())
+        .await
+        .expect("the stream ends in time");
+    assert_eq!(end.unwrap(), None, "the stream ends with OK, no new policy");
+
+    // Resolving again yields the new policy.
+    let policy = h
+        .client
+        .get(addr("203.0.113.9:80"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        detect(&policy).http1.as_ref().unwrap().routes,
+        vec![egress_http_route(
+            "http-egress-allow",
+            "203.0.113.9:80",
+            80,
+            false
+        )]
+    );
+}
