@@ -290,3 +290,150 @@ async fn watches_end_when_the_egress_network_changes() {
         )]
     );
 }
+
+/// A TLSRoute or TCPRoute in `linkerd-egress` on the EgressNetwork `internet` port `port`
+/// with one rule forwarding to it; `hostnames` (TLS only) when not null.
+fn l4_route(kind: &str, name: &str, port: u16, hostnames: Value) -> Value {
+    let mut route = json!({
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "linkerd-egress", "creationTimestamp": "2026-05-04T10:00:00Z"},
+        "spec": {
+            "parentRefs": [{"group": "policy.linkerd.io", "kind": "EgressNetwork", "name": "internet", "port": port}],
+            "rules": [{
+                "backendRefs": [{"group": "policy.linkerd.io", "kind": "EgressNetwork", "name": "internet"}],
+            }],
+        },
+    });
+    if !hostnames.is_null() {
+        route["spec"]["hostnames"] = hostnames;
+    }
+    route
+}
+
+fn l4_route_meta(kind: &str, name: &str) -> Option<meta::Metadata> {
+    Some(meta::Metadata {
+        kind: Some(meta::metadata::Kind::Resource(meta::Resource {
+            group: "gateway.networking.k8s.io".into(),
+            kind: kind.into(),
+            name: name.into(),
+            namespace: "linkerd-egress".into(),
+            ..meta::Resource::default()
+        })),
+    })
+}
+
+/// §5.5: under an EgressNetwork a TLSRoute makes the port `Tls` with the egress default TLS
+/// route last; a TCPRoute on an opaque port is its only opaque route (no `tcp-egress-*`).
+#[tokio::test]
+async fn tls_and_tcp_routes_on_an_egress_network() {
+    use api::{opaque_route, tls_route};
+    let state = support::StateDir::new();
+    state.write("egress.yaml", &[egress_network("Deny")]);
+    state.write(
+        "routes.yaml",
+        &[
+            l4_route("TLSRoute", "api-tls", 443, json!(["api.example.com"])),
+            // 5432 is a default opaque port.
+            l4_route("TCPRoute", "pg", 5432, Value::Null),
+        ],
+    );
+    let mut h = start(state.path()).await;
+
+    let policy = h
+        .client
+        .get(addr("203.0.113.9:443"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(policy.metadata, egress_meta(443));
+    let tls_forward = |dst: &str, port: u32, weight: u32, filters: Vec<tls_route::Filter>| {
+        tls_route::Distribution {
+            kind: Some(if weight == 0 {
+                tls_route::distribution::Kind::FirstAvailable(
+                    tls_route::distribution::FirstAvailable {
+                        backends: vec![tls_route::RouteBackend {
+                            backend: Some(forward(dst, port, 1)),
+                            filters,
+                        }],
+                    },
+                )
+            } else {
+                tls_route::distribution::Kind::RandomAvailable(
+                    tls_route::distribution::RandomAvailable {
+                        backends: vec![tls_route::WeightedRouteBackend {
+                            backend: Some(tls_route::RouteBackend {
+                                backend: Some(forward(dst, port, weight)),
+                                filters,
+                            }),
+                            weight,
+                        }],
+                    },
+                )
+            }),
+        }
+    };
+    assert_eq!(
+        policy.protocol.and_then(|p| p.kind),
+        Some(proxy_protocol::Kind::Tls(proxy_protocol::Tls {
+            routes: vec![
+                api::TlsRoute {
+                    metadata: l4_route_meta("TLSRoute", "api-tls"),
+                    snis: vec![tls_route::SniMatch {
+                        r#match: Some(tls_route::sni_match::Match::Exact(
+                            "api.example.com".into()
+                        )),
+                    }],
+                    rules: vec![tls_route::Rule {
+                        backends: Some(tls_forward("203.0.113.9:443", 443, 1, vec![])),
+                        filters: vec![],
+                    }],
+                },
+                api::TlsRoute {
+                    metadata: default_meta("tls-egress-deny"),
+                    snis: vec![],
+                    rules: vec![tls_route::Rule {
+                        backends: Some(tls_forward("203.0.113.9:443", 443, 0, vec![])),
+                        filters: vec![tls_route::Filter {
+                            kind: Some(tls_route::filter::Kind::Forbidden(
+                                linkerd2_proxy_api::opaque_route::Forbidden {},
+                            )),
+                        }],
+                    }],
+                },
+            ],
+        }))
+    );
+
+    let policy = h
+        .client
+        .get(addr("203.0.113.9:5432"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(policy.metadata, egress_meta(5432));
+    assert_eq!(
+        policy.protocol.and_then(|p| p.kind),
+        Some(proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {
+            routes: vec![api::OpaqueRoute {
+                metadata: l4_route_meta("TCPRoute", "pg"),
+                rules: vec![opaque_route::Rule {
+                    backends: Some(opaque_route::Distribution {
+                        kind: Some(opaque_route::distribution::Kind::RandomAvailable(
+                            opaque_route::distribution::RandomAvailable {
+                                backends: vec![opaque_route::WeightedRouteBackend {
+                                    backend: Some(opaque_route::RouteBackend {
+                                        backend: Some(forward("203.0.113.9:5432", 5432, 1)),
+                                        filters: vec![],
+                                    }),
+                                    weight: 1,
+                                }],
+                            },
+                        )),
+                    }),
+                    filters: vec![],
+                }],
+            }],
+        }))
+    );
+}

@@ -69,7 +69,7 @@ fn backend_json(weight: u32, backend: Option<&Backend>, failures: Vec<String>) -
 
 /// Route summaries, each `{kind, route, rules: [{matches, backends}]}`.
 fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
-    use linkerd2_proxy_api::outbound::{grpc_route, http_route, opaque_route};
+    use linkerd2_proxy_api::outbound::{grpc_route, http_route, opaque_route, tls_route};
     let http = |kind: &str, routes: &[linkerd2_proxy_api::outbound::HttpRoute]| {
         routes
             .iter()
@@ -184,6 +184,63 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
             })
             .collect::<Vec<_>>()
     };
+    fn tls_failures(filters: &[tls_route::Filter]) -> Vec<String> {
+        filters
+            .iter()
+            .map(|f| match &f.kind {
+                Some(tls_route::filter::Kind::Invalid(i)) => format!("invalid {}", i.message),
+                Some(tls_route::filter::Kind::Forbidden(_)) => "forbidden".into(),
+                None => "unknown filter".into(),
+            })
+            .collect()
+    }
+    // A TLS rule's matches are its route's SNIs; its own filters apply to every backend.
+    let tls = |routes: &[linkerd2_proxy_api::outbound::TlsRoute]| {
+        routes
+            .iter()
+            .map(|r| {
+                let snis: Vec<String> = r.snis.iter().map(sni_text).collect();
+                let rules: Vec<Value> = r
+                    .rules
+                    .iter()
+                    .map(|rule| {
+                        let backends: Vec<Value> = match rule
+                            .backends
+                            .as_ref()
+                            .and_then(|d| d.kind.as_ref())
+                        {
+                            Some(tls_route::distribution::Kind::FirstAvailable(f)) => f
+                                .backends
+                                .iter()
+                                .map(|b| {
+                                    backend_json(1, b.backend.as_ref(), tls_failures(&b.filters))
+                                })
+                                .collect(),
+                            Some(tls_route::distribution::Kind::RandomAvailable(ra)) => ra
+                                .backends
+                                .iter()
+                                .map(|w| {
+                                    let b = w.backend.as_ref();
+                                    backend_json(
+                                        w.weight,
+                                        b.and_then(|b| b.backend.as_ref()),
+                                        b.map(|b| tls_failures(&b.filters)).unwrap_or_default(),
+                                    )
+                                })
+                                .collect(),
+                            _ => vec![],
+                        };
+                        json!({
+                            "matches": snis,
+                            "filters": tls_failures(&rule.filters),
+                            "backends": backends,
+                        })
+                    })
+                    .collect();
+                json!({"kind": "tls", "route": metadata_text(r.metadata.as_ref()), "rules": rules})
+            })
+            .collect::<Vec<_>>()
+    };
     let grpc = |routes: &[linkerd2_proxy_api::outbound::GrpcRoute]| {
         routes
             .iter()
@@ -247,7 +304,20 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
         proxy_protocol::Kind::Http2(h) => http("http2", &h.routes),
         proxy_protocol::Kind::Grpc(g) => grpc(&g.routes),
         proxy_protocol::Kind::Opaque(o) => opaque(&o.routes),
-        proxy_protocol::Kind::Tls(_) => vec![],
+        proxy_protocol::Kind::Tls(t) => tls(&t.routes),
+    }
+}
+
+/// `sni <name>` for an exact SNI, `sni *.<domain>` for a suffix (labels stored reversed).
+fn sni_text(m: &linkerd2_proxy_api::outbound::tls_route::SniMatch) -> String {
+    use linkerd2_proxy_api::outbound::tls_route::sni_match::Match;
+    match &m.r#match {
+        Some(Match::Exact(name)) => format!("sni {name}"),
+        Some(Match::Suffix(suffix)) => {
+            let labels: Vec<&str> = suffix.reverse_labels.iter().rev().map(String::as_str).collect();
+            format!("sni *.{}", labels.join("."))
+        }
+        None => "sni (none)".into(),
     }
 }
 
@@ -297,6 +367,15 @@ pub fn outbound_policy_table(policy: &OutboundPolicy) -> String {
             if !matches.is_empty() {
                 lines.push(format!("  match:  {}", matches.join(" | ")));
             }
+            let filters: Vec<String> = rule["filters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(s)
+                .collect();
+            if !filters.is_empty() {
+                lines.push(format!("  filter: {}", filters.join(", ")));
+            }
             for b in rule["backends"].as_array().into_iter().flatten() {
                 let failures: Vec<String> = b["failures"]
                     .as_array()
@@ -320,3 +399,6 @@ pub fn outbound_policy_table(policy: &OutboundPolicy) -> String {
     }
     lines.join("\n")
 }
+
+#[cfg(test)]
+mod tests;

@@ -21,7 +21,8 @@ use std::{
 };
 
 use super::{
-    OutboundConfig, OutboundPolicy, OutboundProtocol, RouteTimeouts, RuleContext, annotations,
+    AttachedRoutes, OutboundConfig, OutboundPolicy, OutboundProtocol, RouteTimeouts, RuleContext,
+    annotations,
     routes::{OutboundRouteInfo, OutboundRules},
     sort_routes,
     view::{DETECT_TIMEOUT, EgressPolicy, TrafficPolicy},
@@ -254,10 +255,25 @@ impl Cluster {
             parent_retry: default_retry.as_ref(),
             egress_parent: Some((network, original_dst)),
         };
-        let (http_routes, grpc_routes) =
-            self.attached_egress_routes(config, network, port, source_namespace);
+        let AttachedRoutes {
+            http: http_routes,
+            grpc: grpc_routes,
+            tls: tls_routes,
+            tcp: tcp_routes,
+        } = self.attached_egress_routes(config, network, port, source_namespace);
+        // As for Services (§12 quirk kept), only the first TCP route carries opaque traffic,
+        // and it replaces the egress default opaque route.
+        let opaque_protocol = || {
+            tcp_routes
+                .first()
+                .and_then(|r| ctx.plain_route(r))
+                .map_or(OutboundProtocol::Opaque, |r| {
+                    OutboundProtocol::OpaqueRoute(Box::new(r))
+                })
+        };
+        // No appProtocol on an EgressNetwork (§5.5): gRPC > HTTP > TLS > TCP > Detect.
         let protocol = if opaque {
-            OutboundProtocol::Opaque
+            opaque_protocol()
         } else if !grpc_routes.is_empty() {
             OutboundProtocol::Grpc(
                 grpc_routes
@@ -265,6 +281,15 @@ impl Cluster {
                     .filter_map(|r| ctx.grpc_route(r))
                     .collect(),
             )
+        } else if http_routes.is_empty() && !tls_routes.is_empty() {
+            OutboundProtocol::Tls(
+                tls_routes
+                    .iter()
+                    .filter_map(|r| ctx.plain_route(r))
+                    .collect(),
+            )
+        } else if http_routes.is_empty() && !tcp_routes.is_empty() {
+            opaque_protocol()
         } else {
             OutboundProtocol::Detect {
                 timeout: DETECT_TIMEOUT,
@@ -286,7 +311,7 @@ impl Cluster {
         })
     }
 
-    /// The HTTP and gRPC routes attached to `network:port` for `source_namespace`, sorted:
+    /// The routes attached to `network:port` for `source_namespace`, by kind, each sorted:
     /// as for Services, a consumer route (in the client's namespace, not the network's)
     /// replaces the producer routes for its namespace.
     fn attached_egress_routes(
@@ -295,7 +320,7 @@ impl Cluster {
         network: &ObjectRef,
         port: u16,
         source_namespace: &str,
-    ) -> (Vec<Arc<OutboundRouteInfo>>, Vec<Arc<OutboundRouteInfo>>) {
+    ) -> AttachedRoutes {
         let attached: Vec<&Arc<OutboundRouteInfo>> = self
             .outbound_routes
             .by_egress_parent
@@ -309,20 +334,27 @@ impl Cluster {
             r.key.namespace != network.namespace && r.key.namespace == source_namespace
         };
         let has_consumer = attached.iter().any(consumer);
-        let (mut http, mut grpc): (Vec<_>, Vec<_>) = attached
-            .into_iter()
-            .filter(|r| {
-                if has_consumer {
-                    consumer(r)
-                } else {
-                    r.key.namespace == network.namespace
-                }
-            })
-            .cloned()
-            .partition(|r| matches!(r.rules, OutboundRules::Http(_)));
-        sort_routes(&mut http);
-        sort_routes(&mut grpc);
-        (http, grpc)
+        let mut routes = AttachedRoutes::default();
+        for route in attached.into_iter().filter(|r| {
+            if has_consumer {
+                consumer(r)
+            } else {
+                r.key.namespace == network.namespace
+            }
+        }) {
+            let list = match route.rules {
+                OutboundRules::Http(_) => &mut routes.http,
+                OutboundRules::Grpc(_) => &mut routes.grpc,
+                OutboundRules::Tls(_) => &mut routes.tls,
+                OutboundRules::Tcp(_) => &mut routes.tcp,
+            };
+            list.push(route.clone());
+        }
+        sort_routes(&mut routes.http);
+        sort_routes(&mut routes.grpc);
+        sort_routes(&mut routes.tls);
+        sort_routes(&mut routes.tcp);
+        routes
     }
 
     /// Whether one of `route`'s EgressNetwork parent refs names `network` (on `port`, or
@@ -435,3 +467,6 @@ impl IndexedKind for EgressNetwork {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tls_tcp_tests;

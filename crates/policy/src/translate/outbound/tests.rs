@@ -521,3 +521,159 @@ fn egress_tls_default_routes() {
         )
     );
 }
+
+// === TLSRoutes and TCPRoutes under EgressNetworks (§5.5, §5.6) ===
+
+/// A TLS or TCP route `ns/name` of `kind` with one rule forwarding to the original
+/// destination with weight 2.
+fn egress_plain_route(kind: &str, hostnames: Vec<HostMatch>) -> OutboundRoute<NoMatch> {
+    OutboundRoute {
+        reference: OutboundRouteRef::Resource {
+            group: "gateway.networking.k8s.io".into(),
+            kind: kind.into(),
+            namespace: "linkerd-egress".into(),
+            name: "r".into(),
+        },
+        creation_timestamp: None,
+        hostnames,
+        rules: vec![OutboundRule {
+            matches: vec![],
+            filters: vec![],
+            backends: vec![Backend::Forward {
+                weight: 2,
+                namespace: "linkerd-egress".into(),
+                name: "internet".into(),
+                port: 443,
+                addr: "192.0.2.1:443".parse().unwrap(),
+            }],
+            timeouts: RouteTimeouts::default(),
+            retry: None,
+        }],
+    }
+}
+
+fn route_resource(kind: &str) -> Option<meta::Metadata> {
+    Some(meta::Metadata {
+        kind: Some(meta::metadata::Kind::Resource(meta::Resource {
+            group: "gateway.networking.k8s.io".into(),
+            kind: kind.into(),
+            name: "r".into(),
+            namespace: "linkerd-egress".into(),
+            section: String::new(),
+            port: 0,
+        })),
+    })
+}
+
+#[test]
+fn egress_tls_routes_end_with_the_egress_default() {
+    use api::tls_route::{
+        Distribution, Filter, RouteBackend, Rule, SniMatch, WeightedRouteBackend, distribution,
+        filter, sni_match,
+    };
+    let tls = OutboundProtocol::Tls(vec![egress_plain_route(
+        "TLSRoute",
+        vec![HostMatch::Exact("api.example.com".into())],
+    )]);
+    let default_route = |name: &str, filters: Vec<Filter>| api::TlsRoute {
+        metadata: Some(default_metadata(name)),
+        snis: vec![],
+        rules: vec![Rule {
+            backends: Some(Distribution {
+                kind: Some(distribution::Kind::FirstAvailable(
+                    distribution::FirstAvailable {
+                        backends: vec![RouteBackend {
+                            backend: Some(forward_backend(1)),
+                            filters: vec![],
+                        }],
+                    },
+                )),
+            }),
+            filters,
+        }],
+    };
+    let resource_route = api::TlsRoute {
+        metadata: route_resource("TLSRoute"),
+        snis: vec![SniMatch {
+            r#match: Some(sni_match::Match::Exact("api.example.com".into())),
+        }],
+        rules: vec![Rule {
+            backends: Some(Distribution {
+                kind: Some(distribution::Kind::RandomAvailable(
+                    distribution::RandomAvailable {
+                        backends: vec![WeightedRouteBackend {
+                            backend: Some(RouteBackend {
+                                backend: Some(forward_backend(2)),
+                                filters: vec![],
+                            }),
+                            weight: 2,
+                        }],
+                    },
+                )),
+            }),
+            filters: vec![],
+        }],
+    };
+    for (traffic_policy, default) in [
+        (TrafficPolicy::Allow, default_route("tls-egress-allow", vec![])),
+        (
+            TrafficPolicy::Deny,
+            default_route(
+                "tls-egress-deny",
+                vec![Filter {
+                    kind: Some(filter::Kind::Forbidden(opaque_route::Forbidden {})),
+                }],
+            ),
+        ),
+    ] {
+        let policy =
+            OutboundTranslator::default().policy(&egress_policy(traffic_policy, tls.clone()));
+        assert_eq!(policy.metadata, egress_meta());
+        assert_eq!(
+            policy.protocol.unwrap().kind,
+            Some(proxy_protocol::Kind::Tls(proxy_protocol::Tls {
+                routes: vec![resource_route.clone(), default]
+            }))
+        );
+    }
+}
+
+/// §5.5/§12: with an EgressNetwork parent and a TCP route, no `tcp-egress-allow`/`-deny`
+/// default route is appended: the TCP route is the only opaque route.
+#[test]
+fn egress_tcp_route_replaces_the_egress_default() {
+    use api::opaque_route::{
+        Distribution, RouteBackend, Rule, WeightedRouteBackend, distribution,
+    };
+    let expected = api::OpaqueRoute {
+        metadata: route_resource("TCPRoute"),
+        rules: vec![Rule {
+            backends: Some(Distribution {
+                kind: Some(distribution::Kind::RandomAvailable(
+                    distribution::RandomAvailable {
+                        backends: vec![WeightedRouteBackend {
+                            backend: Some(RouteBackend {
+                                backend: Some(forward_backend(2)),
+                                filters: vec![],
+                            }),
+                            weight: 2,
+                        }],
+                    },
+                )),
+            }),
+            filters: vec![],
+        }],
+    };
+    for traffic_policy in [TrafficPolicy::Allow, TrafficPolicy::Deny] {
+        let policy = OutboundTranslator::default().policy(&egress_policy(
+            traffic_policy,
+            OutboundProtocol::OpaqueRoute(Box::new(egress_plain_route("TCPRoute", vec![]))),
+        ));
+        assert_eq!(
+            policy.protocol.unwrap().kind,
+            Some(proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {
+                routes: vec![expected.clone()]
+            }))
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! `dst-diag policy outbound` output of TLS routes: SNIs, rule filters and backends.
+
+use super::*;
+use linkerd2_proxy_api::{
+    destination::WeightedAddr,
+    meta::{Metadata, Resource, metadata},
+    net::{IpAddress, TcpAddress, ip_address},
+    outbound::{OpaqueRoute, ProxyProtocol, TlsRoute, opaque_route, tls_route},
+};
+
+fn resource(group: &str, kind: &str, name: &str, port: u32) -> Option<Metadata> {
+    Some(Metadata {
+        kind: Some(metadata::Kind::Resource(Resource {
+            group: group.into(),
+            kind: kind.into(),
+            namespace: "linkerd-egress".into(),
+            name: name.into(),
+            port,
+            ..Resource::default()
+        })),
+    })
+}
+
+fn default(name: &str) -> Option<Metadata> {
+    Some(Metadata {
+        kind: Some(metadata::Kind::Default(name.into())),
+    })
+}
+
+/// A Forward backend to 8.8.8.8:443 named as the EgressNetwork `internet`.
+fn forward() -> Backend {
+    Backend {
+        metadata: resource("policy.linkerd.io", "EgressNetwork", "internet", 443),
+        queue: None,
+        kind: Some(backend::Kind::Forward(WeightedAddr {
+            addr: Some(TcpAddress {
+                ip: Some(IpAddress {
+                    ip: Some(ip_address::Ip::Ipv4(0x0808_0808)),
+                }),
+                port: 443,
+            }),
+            weight: 1,
+            ..WeightedAddr::default()
+        })),
+    }
+}
+
+/// `Tls{[TLSRoute api-tls (SNIs api.example.com, *.example.org; Forward weight 2 and an
+/// invalid backend), tls-egress-deny]}` as the policy controller sends it for an
+/// EgressNetwork.
+fn tls_policy() -> OutboundPolicy {
+    use tls_route::{
+        Distribution, Filter, RouteBackend, Rule, SniMatch, WeightedRouteBackend, distribution,
+        filter, sni_match,
+    };
+    let api_tls = TlsRoute {
+        metadata: resource("gateway.networking.k8s.io", "TLSRoute", "api-tls", 0),
+        snis: vec![
+            SniMatch {
+                r#match: Some(sni_match::Match::Exact("api.example.com".into())),
+            },
+            SniMatch {
+                r#match: Some(sni_match::Match::Suffix(sni_match::Suffix {
+                    reverse_labels: vec!["org".into(), "example".into()],
+                })),
+            },
+        ],
+        rules: vec![Rule {
+            backends: Some(Distribution {
+                kind: Some(distribution::Kind::RandomAvailable(
+                    distribution::RandomAvailable {
+                        backends: vec![
+                            WeightedRouteBackend {
+                                backend: Some(RouteBackend {
+                                    backend: Some(forward()),
+                                    filters: vec![],
+                                }),
+                                weight: 2,
+                            },
+                            WeightedRouteBackend {
+                                backend: Some(RouteBackend {
+                                    backend: Some(Backend {
+                                        metadata: default("invalid"),
+                                        queue: None,
+                                        kind: None,
+                                    }),
+                                    filters: vec![Filter {
+                                        kind: Some(filter::Kind::Invalid(opaque_route::Invalid {
+                                            message: "EgressNetwork not found gone".into(),
+                                        })),
+                                    }],
+                                }),
+                                weight: 1,
+                            },
+                        ],
+                    },
+                )),
+            }),
+            filters: vec![],
+        }],
+    };
+    let deny = TlsRoute {
+        metadata: default("tls-egress-deny"),
+        snis: vec![],
+        rules: vec![Rule {
+            backends: Some(Distribution {
+                kind: Some(distribution::Kind::FirstAvailable(
+                    distribution::FirstAvailable {
+                        backends: vec![RouteBackend {
+                            backend: Some(forward()),
+                            filters: vec![],
+                        }],
+                    },
+                )),
+            }),
+            filters: vec![Filter {
+                kind: Some(filter::Kind::Forbidden(opaque_route::Forbidden {})),
+            }],
+        }],
+    };
+    OutboundPolicy {
+        metadata: resource("policy.linkerd.io", "EgressNetwork", "internet", 443),
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Tls(proxy_protocol::Tls {
+                routes: vec![api_tls, deny],
+            })),
+        }),
+    }
+}
+
+#[test]
+fn tls_routes_table() {
+    assert_eq!(
+        outbound_policy_table(&tls_policy()),
+        "\
+policy:   EgressNetwork.policy.linkerd.io linkerd-egress/internet:443
+protocol: tls
+route:    [tls] TLSRoute.gateway.networking.k8s.io linkerd-egress/api-tls
+  match:  sni api.example.com | sni *.example.org
+  backend: weight 2 EgressNetwork.policy.linkerd.io linkerd-egress/internet:443 -> forward 8.8.8.8:443
+  backend: weight 1 default:invalid -> none fails: invalid EgressNetwork not found gone
+route:    [tls] default:tls-egress-deny
+  filter: forbidden
+  backend: weight 1 EgressNetwork.policy.linkerd.io linkerd-egress/internet:443 -> forward 8.8.8.8:443"
+    );
+}
+
+#[test]
+fn tls_routes_json() {
+    let internet = json!({
+        "weight": 1,
+        "backend": "EgressNetwork.policy.linkerd.io linkerd-egress/internet:443",
+        "target": "forward 8.8.8.8:443",
+        "failures": [],
+    });
+    let mut weighted = internet.clone();
+    weighted["weight"] = json!(2);
+    assert_eq!(
+        outbound_policy_json(&tls_policy()),
+        json!({
+            "metadata": "EgressNetwork.policy.linkerd.io linkerd-egress/internet:443",
+            "protocol": "tls",
+            "routes": [
+                {
+                    "kind": "tls",
+                    "route": "TLSRoute.gateway.networking.k8s.io linkerd-egress/api-tls",
+                    "rules": [{
+                        "matches": ["sni api.example.com", "sni *.example.org"],
+                        "filters": [],
+                        "backends": [weighted, {
+                            "weight": 1,
+                            "backend": "default:invalid",
+                            "target": "none",
+                            "failures": ["invalid EgressNetwork not found gone"],
+                        }],
+                    }],
+                },
+                {
+                    "kind": "tls",
+                    "route": "default:tls-egress-deny",
+                    "rules": [{
+                        "matches": [],
+                        "filters": ["forbidden"],
+                        "backends": [internet],
+                    }],
+                },
+            ],
+        })
+    );
+}
+
+/// Other kinds keep their output: an opaque rule has no `filters` key and no filter line.
+#[test]
+fn opaque_routes_have_no_filter_line() {
+    let policy = OutboundPolicy {
+        metadata: default("egress-fallback"),
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {
+                routes: vec![OpaqueRoute {
+                    metadata: default("opaq"),
+                    rules: vec![opaque_route::Rule {
+                        backends: None,
+                        filters: vec![],
+                    }],
+                }],
+            })),
+        }),
+    };
+    assert_eq!(
+        outbound_policy_table(&policy),
+        "\
+policy:   default:egress-fallback
+protocol: opaque
+route:    [opaque] default:opaq
+  backend: weight 0 none -> none"
+    );
+}
