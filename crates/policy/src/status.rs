@@ -10,6 +10,11 @@
 //!   counted, and the next reconciliation computes it again.
 //! - The writer drops what it dequeues while not leader, so writes stop the moment the Lease
 //!   claim runs out.
+//! - A status queued or sent is not queued again while it is in flight, i.e. until the object
+//!   is observed with it (or its desired status changes): the watch event of a write comes
+//!   later than the index changes that trigger reconciliations meanwhile, and re-sending
+//!   then would be a patch although nothing changed. A failed patch, losing the Lease, and
+//!   the periodic reconciliation forget it, so that it is sent again if it still differs.
 //! - Metrics (spec §8), prefix `resource_status_`: `patches_total`, `patch_api_errors_total`,
 //!   `patch_timeouts_total`, `patch_dequeues_total`, `patch_drops_total`,
 //!   `patch_enqueues_total`, `patch_enqueue_overflows_total`, `patch_duration_seconds`.
@@ -24,7 +29,11 @@ use prometheus_client::{
     metrics::{counter::Counter, histogram::Histogram},
     registry::Registry,
 };
-use std::time::Duration;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 use tokio::{
     sync::mpsc::{self, error::TrySendError},
     task::JoinHandle,
@@ -68,12 +77,70 @@ pub struct StatusMetrics {
     duration: Histogram,
 }
 
+/// The object a status patch is for: (group, kind, namespace, name).
+type ObjectKey = (&'static str, &'static str, String, String);
+
+/// The statuses queued or sent but not yet observed, per object, each without its
+/// `lastTransitionTime`s ([`comparable`]). Shared by the controller, which fills it and
+/// forgets what it observes, and the writer, which forgets what failed.
+#[derive(Clone, Debug, Default)]
+struct InFlight(Arc<Mutex<HashMap<ObjectKey, serde_json::Value>>>);
+
 /// Why the status writer stopped; the process then exits (spec §1.4).
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
     /// The Lease task ended (it only does when it panics): leadership is unknown.
     #[error("the Lease task ended")]
     LeaseEnded,
+}
+
+// === impl InFlight ===
+
+impl InFlight {
+    fn key(patch: &StatusPatch) -> ObjectKey {
+        (
+            patch.group,
+            patch.kind,
+            patch.namespace.clone(),
+            patch.name.clone(),
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, serde_json::Value>> {
+        // The map holds no invariant a panicking holder could break.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forgets everything (the Lease is lost: a new holder may have written since).
+    fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// Forgets `patch`'s status unless a different one was queued for its object since.
+    fn forget(&self, patch: &StatusPatch) {
+        let mut map = self.lock();
+        let key = Self::key(patch);
+        if map.get(&key) == Some(&comparable(&patch.status)) {
+            map.remove(&key);
+        }
+    }
+}
+
+/// `status` without its `lastTransitionTime`s (at any depth): desired conditions carry the
+/// time of their computation, which the comparison of statuses ignores (spec §7.1).
+fn comparable(status: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match status {
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .filter(|(name, _)| name.as_str() != "lastTransitionTime")
+                .map(|(name, value)| (name.clone(), comparable(value)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(comparable).collect()),
+        other => other.clone(),
+    }
 }
 
 // === impl StatusConfig ===
@@ -163,12 +230,14 @@ pub fn spawn(
     metrics: StatusMetrics,
 ) -> JoinHandle<Result<(), StatusError>> {
     let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
+    let in_flight = InFlight::default();
     tokio::spawn(write(
         client,
         leadership.clone(),
         rx,
         config.patch_timeout,
         metrics.clone(),
+        in_flight.clone(),
     ));
     tokio::spawn(reconcile(
         index,
@@ -176,24 +245,31 @@ pub fn spawn(
         tx,
         config.reconcile_period,
         metrics,
+        in_flight,
     ))
 }
 
-/// Enqueues the patches of every object whose status differs, while leader; on index changes,
-/// every `period`, and when leadership is gained.
+/// Enqueues the patches of every object whose status differs, while leader, unless the same
+/// status is already in flight; on index changes, every `period`, and when leadership is
+/// gained.
 async fn reconcile(
     index: Index,
     mut leadership: Leadership,
     tx: mpsc::Sender<StatusPatch>,
     period: Duration,
     metrics: StatusMetrics,
+    in_flight: InFlight,
 ) -> Result<(), StatusError> {
     let mut changes = index.status_changes();
     let mut timer = tokio::time::interval(period);
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = timer.tick() => {}
+            _ = timer.tick() => {
+                // A write overwritten before it was observed would otherwise never be
+                // sent again: the periodic reconciliation sends whatever still differs.
+                in_flight.clear();
+            }
             changed = changes.changed() => {
                 if changed.is_err() {
                     // The index is gone: nothing left to write.
@@ -207,13 +283,26 @@ async fn reconcile(
             }
         }
         if !leadership.is_leader() {
+            in_flight.clear();
             continue;
         }
         let now = Time(Timestamp::now());
-        for patch in index.status_patches(&now) {
+        let patches = index.status_patches(&now);
+        let mut pending = in_flight.lock();
+        // An object without a patch now is observed with its desired status (or gone).
+        let differing: std::collections::HashSet<ObjectKey> =
+            patches.iter().map(InFlight::key).collect();
+        pending.retain(|key, _| differing.contains(key));
+        for patch in patches {
+            let key = InFlight::key(&patch);
+            let status = comparable(&patch.status);
+            if pending.get(&key) == Some(&status) {
+                continue;
+            }
             match tx.try_send(patch) {
                 Ok(()) => {
                     metrics.enqueues.inc();
+                    pending.insert(key, status);
                 }
                 Err(TrySendError::Full(patch)) => {
                     metrics.overflows.inc();
@@ -225,13 +314,15 @@ async fn reconcile(
     }
 }
 
-/// Sends each queued patch unless this instance is no longer leader by then.
+/// Sends each queued patch unless this instance is no longer leader by then; forgets the
+/// in-flight status of a patch dropped or failed, so that it is computed and sent again.
 async fn write(
     client: Client,
     leadership: Leadership,
     mut rx: mpsc::Receiver<StatusPatch>,
     timeout: Duration,
     metrics: StatusMetrics,
+    in_flight: InFlight,
 ) {
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
@@ -241,6 +332,7 @@ async fn write(
         metrics.dequeues.inc();
         if !leadership.is_leader() {
             metrics.drops.inc();
+            in_flight.forget(&patch);
             continue;
         }
         let resource = ApiResource {
@@ -267,10 +359,12 @@ async fn write(
             }
             Ok(Err(error)) => {
                 metrics.api_errors.inc();
+                in_flight.forget(&patch);
                 tracing::warn!(%route, kind = patch.kind, %error, "route status patch failed");
             }
             Err(_) => {
                 metrics.timeouts.inc();
+                in_flight.forget(&patch);
                 tracing::warn!(%route, kind = patch.kind, ?timeout, "route status patch timed out");
             }
         }
