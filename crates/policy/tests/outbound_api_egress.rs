@@ -379,8 +379,8 @@ async fn tls_and_tcp_routes_on_an_egress_network() {
             routes: vec![
                 api::TlsRoute {
                     metadata: l4_route_meta("TLSRoute", "api-tls"),
-                    snis: vec![tls_route::SniMatch {
-                        r#match: Some(tls_route::sni_match::Match::Exact(
+                    snis: vec![linkerd2_proxy_api::tls_route::SniMatch {
+                        r#match: Some(linkerd2_proxy_api::tls_route::sni_match::Match::Exact(
                             "api.example.com".into()
                         )),
                     }],

@@ -683,7 +683,10 @@ async fn statuses_in_flight_are_not_sent_again() {
     let mut expected = names.clone();
     expected.push("z".to_string());
     assert_eq!(patched(&log), expected);
-    assert_eq!(metric(&registry, "resource_status_patch_enqueues_total"), "6");
+    assert_eq!(
+        metric(&registry, "resource_status_patch_enqueues_total"),
+        "6"
+    );
 }
 
 /// Once a write is observed its route is forgotten: when the observed status later differs

@@ -309,12 +309,17 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
 }
 
 /// `sni <name>` for an exact SNI, `sni *.<domain>` for a suffix (labels stored reversed).
-fn sni_text(m: &linkerd2_proxy_api::outbound::tls_route::SniMatch) -> String {
-    use linkerd2_proxy_api::outbound::tls_route::sni_match::Match;
+fn sni_text(m: &linkerd2_proxy_api::tls_route::SniMatch) -> String {
+    use linkerd2_proxy_api::tls_route::sni_match::Match;
     match &m.r#match {
         Some(Match::Exact(name)) => format!("sni {name}"),
         Some(Match::Suffix(suffix)) => {
-            let labels: Vec<&str> = suffix.reverse_labels.iter().rev().map(String::as_str).collect();
+            let labels: Vec<&str> = suffix
+                .reverse_labels
+                .iter()
+                .rev()
+                .map(String::as_str)
+                .collect();
             format!("sni *.{}", labels.join("."))
         }
         None => "sni (none)".into(),

@@ -49,9 +49,9 @@ fn forward() -> Backend {
 /// invalid backend), tls-egress-deny]}` as the policy controller sends it for an
 /// EgressNetwork.
 fn tls_policy() -> OutboundPolicy {
+    use linkerd2_proxy_api::tls_route::{SniMatch, sni_match};
     use tls_route::{
-        Distribution, Filter, RouteBackend, Rule, SniMatch, WeightedRouteBackend, distribution,
-        filter, sni_match,
+        Distribution, Filter, RouteBackend, Rule, WeightedRouteBackend, distribution, filter,
     };
     let api_tls = TlsRoute {
         metadata: resource("gateway.networking.k8s.io", "TLSRoute", "api-tls", 0),
@@ -85,9 +85,11 @@ fn tls_policy() -> OutboundPolicy {
                                         kind: None,
                                     }),
                                     filters: vec![Filter {
-                                        kind: Some(filter::Kind::Invalid(opaque_route::Invalid {
-                                            message: "EgressNetwork not found gone".into(),
-                                        })),
+                                        kind: Some(filter::Kind::Invalid(
+                                            linkerd2_proxy_api::opaque_route::Invalid {
+                                                message: "EgressNetwork not found gone".into(),
+                                            },
+                                        )),
                                     }],
                                 }),
                                 weight: 1,
@@ -114,7 +116,9 @@ fn tls_policy() -> OutboundPolicy {
                 )),
             }),
             filters: vec![Filter {
-                kind: Some(filter::Kind::Forbidden(opaque_route::Forbidden {})),
+                kind: Some(filter::Kind::Forbidden(
+                    linkerd2_proxy_api::opaque_route::Forbidden {},
+                )),
             }],
         }],
     };

@@ -74,7 +74,14 @@ status:
 
 /// A route of `kind` in `linkerd-egress` whose parent is the EgressNetwork `internet` on
 /// `port`, with `spec` lines after `parentRefs`; its status accepts it unless `offline`.
-fn route_yaml(kind: &str, name: &str, created: &str, port: u16, spec: &str, offline: bool) -> String {
+fn route_yaml(
+    kind: &str,
+    name: &str,
+    created: &str,
+    port: u16,
+    spec: &str,
+    offline: bool,
+) -> String {
     let status = if offline {
         String::new()
     } else {
@@ -138,6 +145,13 @@ fn plain(
             retry: None,
         }],
     }
+}
+
+/// The `hostnames` line of a TLSRoute spec (required by the TLSRoute schema) and its match.
+const API_HOSTNAMES: &str = "  hostnames: [api.example.com]\n";
+
+fn api_hosts() -> Vec<HostMatch> {
+    vec![HostMatch::Exact("api.example.com".into())]
 }
 
 const T1: &str = "2026-01-01T00:00:00Z";
@@ -251,14 +265,24 @@ async fn egress_protocol_prefers_grpc_then_http_then_tls_then_tcp() {
         OutboundProtocol::OpaqueRoute(_)
     ));
     index.apply(Event::Apply(yaml::<TlsRoute>(&route_yaml(
-        "TLSRoute", "tls", T1, 443, rules, false,
+        "TLSRoute",
+        "tls",
+        T1,
+        443,
+        &format!("{API_HOSTNAMES}{rules}"),
+        false,
     ))));
     assert_eq!(
         egress(&index, "8.8.8.8:443").protocol,
-        OutboundProtocol::Tls(vec![plain("TLSRoute", "tls", T1, vec![], vec![])])
+        OutboundProtocol::Tls(vec![plain("TLSRoute", "tls", T1, api_hosts(), vec![])])
     );
     index.apply(Event::Apply(yaml::<HttpRoute>(&route_yaml(
-        "HTTPRoute", "http", T1, 443, "  rules: [{}]\n", false,
+        "HTTPRoute",
+        "http",
+        T1,
+        443,
+        "  rules: [{}]\n",
+        false,
     ))));
     let protocol = egress(&index, "8.8.8.8:443").protocol;
     let OutboundProtocol::Detect { http_routes, .. } = protocol else {
@@ -272,7 +296,12 @@ async fn egress_protocol_prefers_grpc_then_http_then_tls_then_tcp() {
         vec![resource("HTTPRoute", "http")]
     );
     index.apply(Event::Apply(yaml::<GrpcRoute>(&route_yaml(
-        "GRPCRoute", "grpc", T1, 443, "  rules: [{}]\n", false,
+        "GRPCRoute",
+        "grpc",
+        T1,
+        443,
+        "  rules: [{}]\n",
+        false,
     ))));
     let protocol = egress(&index, "8.8.8.8:443").protocol;
     let OutboundProtocol::Grpc(routes) = protocol else {
@@ -292,7 +321,7 @@ async fn kube_mode_tls_routes_need_an_accepted_status() {
         "unaccepted",
         T1,
         443,
-        "  rules: [{backendRefs: []}]\n",
+        &format!("{API_HOSTNAMES}  rules: [{{backendRefs: []}}]\n"),
         true,
     ))));
     assert_eq!(
@@ -312,7 +341,7 @@ async fn offline_tls_and_tcp_routes_attach_by_computed_acceptance() {
         "tls",
         T1,
         443,
-        "  rules: [{backendRefs: []}]\n",
+        &format!("{API_HOSTNAMES}  rules: [{{backendRefs: []}}]\n"),
         true,
     ))));
     index.apply(Event::Apply(yaml::<TcpRoute>(&route_yaml(
@@ -325,7 +354,7 @@ async fn offline_tls_and_tcp_routes_attach_by_computed_acceptance() {
     ))));
     assert_eq!(
         egress(&index, "8.8.8.8:443").protocol,
-        OutboundProtocol::Tls(vec![plain("TLSRoute", "tls", T1, vec![], vec![])])
+        OutboundProtocol::Tls(vec![plain("TLSRoute", "tls", T1, api_hosts(), vec![])])
     );
     assert_eq!(
         egress(&index, "8.8.8.8:5432").protocol,
@@ -334,7 +363,12 @@ async fn offline_tls_and_tcp_routes_attach_by_computed_acceptance() {
     // An HTTPRoute on the identical parent ref conflicts the TLSRoute (§7.2), which then no
     // longer attaches: the HTTP route is served.
     index.apply(Event::Apply(yaml::<HttpRoute>(&route_yaml(
-        "HTTPRoute", "http", T1, 443, "  rules: [{}]\n", true,
+        "HTTPRoute",
+        "http",
+        T1,
+        443,
+        "  rules: [{}]\n",
+        true,
     ))));
     let protocol = egress(&index, "8.8.8.8:443").protocol;
     let OutboundProtocol::Detect { http_routes, .. } = protocol else {

@@ -568,9 +568,9 @@ fn route_resource(kind: &str) -> Option<meta::Metadata> {
 #[test]
 fn egress_tls_routes_end_with_the_egress_default() {
     use api::tls_route::{
-        Distribution, Filter, RouteBackend, Rule, SniMatch, WeightedRouteBackend, distribution,
-        filter, sni_match,
+        Distribution, Filter, RouteBackend, Rule, WeightedRouteBackend, distribution, filter,
     };
+    use linkerd2_proxy_api::tls_route::{SniMatch, sni_match};
     let tls = OutboundProtocol::Tls(vec![egress_plain_route(
         "TLSRoute",
         vec![HostMatch::Exact("api.example.com".into())],
@@ -615,7 +615,10 @@ fn egress_tls_routes_end_with_the_egress_default() {
         }],
     };
     for (traffic_policy, default) in [
-        (TrafficPolicy::Allow, default_route("tls-egress-allow", vec![])),
+        (
+            TrafficPolicy::Allow,
+            default_route("tls-egress-allow", vec![]),
+        ),
         (
             TrafficPolicy::Deny,
             default_route(
@@ -642,9 +645,7 @@ fn egress_tls_routes_end_with_the_egress_default() {
 /// default route is appended: the TCP route is the only opaque route.
 #[test]
 fn egress_tcp_route_replaces_the_egress_default() {
-    use api::opaque_route::{
-        Distribution, RouteBackend, Rule, WeightedRouteBackend, distribution,
-    };
+    use api::opaque_route::{Distribution, RouteBackend, Rule, WeightedRouteBackend, distribution};
     let expected = api::OpaqueRoute {
         metadata: route_resource("TCPRoute"),
         rules: vec![Rule {
