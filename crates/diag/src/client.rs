@@ -104,6 +104,13 @@ pub async fn response<T>(
     }
 }
 
+/// Says on stderr that the server ended `rpc`'s stream for `target` without an error status:
+/// an outbound `Watch` the controller ends for the proxy to ask again (policy §5.8), or a
+/// server shutting down. Without it the command would just return, as if it had finished.
+pub(crate) fn report_stream_end(rpc: &str, target: &str) {
+    eprintln!("{rpc} {target}: the server ended the stream");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

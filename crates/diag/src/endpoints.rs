@@ -75,6 +75,7 @@ impl EndpointsArgs {
                 Err(error) => return Err(Error::Output(error)),
             }
         }
+        client::report_stream_end("Get", &self.authority);
         Ok(())
     }
 }

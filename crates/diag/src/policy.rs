@@ -109,6 +109,7 @@ impl InboundArgs {
                 Err(error) => return Err(Error::Output(error)),
             }
         }
+        client::report_stream_end("WatchPort", &self.target());
         Ok(())
     }
 }
@@ -179,6 +180,7 @@ impl OutboundArgs {
                 Err(error) => return Err(Error::Output(error)),
             }
         }
+        client::report_stream_end("Watch", &self.target);
         Ok(())
     }
 }

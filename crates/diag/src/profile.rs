@@ -77,6 +77,7 @@ impl ProfileArgs {
                 Err(error) => return Err(Error::Output(error)),
             }
         }
+        client::report_stream_end("GetProfile", &self.target);
         Ok(())
     }
 }

@@ -119,10 +119,40 @@ async fn json_shows_undefined_port() {
             "routes": [{
                 "kind": "opaque",
                 "route": "default:undefined-port",
-                "rules": [{"matches": [], "backends": [
-                    {"weight": 0, "backend": "none", "target": "none", "failures": ["forbidden"]}
-                ]}],
+                "rules": [{"matches": [], "filters": ["forbidden"], "backends": []}],
             }],
         })
+    );
+}
+
+/// A stream the server ends without an error status (here its shutdown; in a cluster also
+/// an EgressNetwork change, policy §5.8) is said on stderr; the run still exits 0.
+#[tokio::test]
+async fn a_stream_the_server_ends_is_reported() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let (addr, server) = start_policy_server().await;
+    let policy = addr.to_string();
+    let mut child = dst_diag(&[
+        "policy",
+        "outbound",
+        "web-svc.emojivoto.svc.cluster.local:80",
+        "--policy",
+        &policy,
+    ]);
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let first = tokio::time::timeout(TIMEOUT, stdout.next_line())
+        .await
+        .expect("dst-diag prints in time")
+        .expect("stdout readable");
+    assert_eq!(
+        first.as_deref(),
+        Some("policy:   Service.core emojivoto/web-svc:80")
+    );
+    server.trigger();
+    let (code, _, stderr) = wait_output(child).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "Watch web-svc.emojivoto.svc.cluster.local:80: the server ended the stream"
     );
 }

@@ -67,7 +67,8 @@ fn backend_json(weight: u32, backend: Option<&Backend>, failures: Vec<String>) -
     })
 }
 
-/// Route summaries, each `{kind, route, rules: [{matches, backends}]}`.
+/// Route summaries, each `{kind, route, rules: [{matches, filters, backends}]}`; a rule's
+/// `filters` are its own (every request it matches), a backend's `failures` that backend's.
 fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
     use linkerd2_proxy_api::outbound::{grpc_route, http_route, opaque_route, tls_route};
     let http = |kind: &str, routes: &[linkerd2_proxy_api::outbound::HttpRoute]| {
@@ -106,6 +107,7 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                         };
                         json!({
                             "matches": rule.matches.iter().map(http_match_text).collect::<Vec<_>>(),
+                            "filters": rule.filters.iter().map(http_filter_text).collect::<Vec<_>>(),
                             "backends": backends,
                         })
                     })
@@ -124,6 +126,26 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                 _ => None,
             })
             .collect()
+    }
+    // A rule's own filters apply to every request it matches: the egress deny routes carry
+    // their failure there, not on a backend.
+    fn http_filter_text(f: &http_route::Filter) -> String {
+        use http_route::filter::Kind;
+        match &f.kind {
+            Some(Kind::FailureInjector(i)) => format!("fail {} {}", i.status, i.message),
+            Some(Kind::RequestHeaderModifier(_)) => "request-header-modifier".into(),
+            Some(Kind::ResponseHeaderModifier(_)) => "response-header-modifier".into(),
+            Some(Kind::Redirect(_)) => "redirect".into(),
+            None => "unknown filter".into(),
+        }
+    }
+    fn grpc_filter_text(f: &grpc_route::Filter) -> String {
+        use grpc_route::filter::Kind;
+        match &f.kind {
+            Some(Kind::FailureInjector(i)) => format!("fail grpc-status {} {}", i.code, i.message),
+            Some(Kind::RequestHeaderModifier(_)) => "request-header-modifier".into(),
+            None => "unknown filter".into(),
+        }
     }
     fn grpc_failures(filters: &[grpc_route::Filter]) -> Vec<String> {
         filters
@@ -154,7 +176,7 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                     .rules
                     .iter()
                     .map(|rule| {
-                        let mut backends: Vec<Value> = match rule.backends.as_ref().and_then(|d| d.kind.as_ref()) {
+                        let backends: Vec<Value> = match rule.backends.as_ref().and_then(|d| d.kind.as_ref()) {
                             Some(opaque_route::distribution::Kind::FirstAvailable(f)) => f
                                 .backends
                                 .iter()
@@ -174,10 +196,11 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                                 .collect(),
                             _ => vec![],
                         };
-                        if backends.is_empty() {
-                            backends.push(backend_json(0, None, opaque_failures(&rule.filters)));
-                        }
-                        json!({"matches": Vec::<String>::new(), "backends": backends})
+                        json!({
+                            "matches": Vec::<String>::new(),
+                            "filters": opaque_failures(&rule.filters),
+                            "backends": backends,
+                        })
                     })
                     .collect();
                 json!({"kind": "opaque", "route": metadata_text(r.metadata.as_ref()), "rules": rules})
@@ -277,6 +300,7 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                         };
                         json!({
                             "matches": rule.matches.iter().map(grpc_match_text).collect::<Vec<_>>(),
+                            "filters": rule.filters.iter().map(grpc_filter_text).collect::<Vec<_>>(),
                             "backends": backends,
                         })
                     })

@@ -193,29 +193,70 @@ fn tls_routes_json() {
     );
 }
 
-/// Other kinds keep their output: an opaque rule has no `filters` key and no filter line.
+/// A rule's own filters are shown for every kind: an undefined port's opaque rule forbids
+/// without a backend, and an egress deny HTTP rule fails every request before its backend.
 #[test]
-fn opaque_routes_have_no_filter_line() {
-    let policy = OutboundPolicy {
-        metadata: default("egress-fallback"),
+fn rule_filters_of_every_kind_are_shown() {
+    use linkerd2_proxy_api::http_route::HttpFailureInjector;
+    use linkerd2_proxy_api::outbound::{HttpRoute, http_route};
+    let opaque = OutboundPolicy {
+        metadata: default("undefined-port"),
         protocol: Some(ProxyProtocol {
             kind: Some(proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {
                 routes: vec![OpaqueRoute {
-                    metadata: default("opaq"),
+                    metadata: default("undefined-port"),
                     rules: vec![opaque_route::Rule {
                         backends: None,
-                        filters: vec![],
+                        filters: vec![opaque_route::Filter {
+                            kind: Some(opaque_route::filter::Kind::Forbidden(
+                                linkerd2_proxy_api::opaque_route::Forbidden {},
+                            )),
+                        }],
                     }],
                 }],
             })),
         }),
     };
     assert_eq!(
-        outbound_policy_table(&policy),
+        outbound_policy_table(&opaque),
         "\
-policy:   default:egress-fallback
+policy:   default:undefined-port
 protocol: opaque
-route:    [opaque] default:opaq
-  backend: weight 0 none -> none"
+route:    [opaque] default:undefined-port
+  filter: forbidden"
+    );
+    let http = OutboundPolicy {
+        metadata: default("egress"),
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
+                routes: vec![HttpRoute {
+                    metadata: default("http-egress-deny"),
+                    rules: vec![http_route::Rule {
+                        filters: vec![http_route::Filter {
+                            kind: Some(http_route::filter::Kind::FailureInjector(
+                                HttpFailureInjector {
+                                    status: 403,
+                                    message: "traffic not allowed".into(),
+                                    ratio: None,
+                                },
+                            )),
+                        }],
+                        ..http_route::Rule::default()
+                    }],
+                    ..HttpRoute::default()
+                }],
+                failure_accrual: None,
+            })),
+        }),
+    };
+    let json = outbound_policy_json(&http);
+    assert_eq!(
+        json["routes"][0]["rules"][0]["filters"],
+        json!(["fail 403 traffic not allowed"])
+    );
+    assert!(
+        outbound_policy_table(&http).contains("\n  filter: fail 403 traffic not allowed"),
+        "{}",
+        outbound_policy_table(&http)
     );
 }
