@@ -130,14 +130,20 @@ pub enum ProfileTarget {
     Name(ServiceName),
 }
 
-/// Parses a `GetProfile` path: an IP (IPv6 bracketed) or a service name as for `Get`.
+/// Parses a `GetProfile` path: an IP (IPv6 bracketed; an IPv4-mapped IPv6 address is read as
+/// its IPv4 address) or a service name as for `Get`.
 pub fn parse_profile_target(
     path: &str,
     cluster_domain: &str,
 ) -> Result<ProfileTarget, AuthorityError> {
     let (host, port) = split_host_port(path)?;
     if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(ProfileTarget::Addr(std::net::SocketAddr::new(ip, port)));
+        // `[::ffff:10.0.0.1]` is the IPv4 address as an IPv6 socket writes it; the cluster
+        // indexes it as IPv4 (Go's net.IP compares the two equal upstream).
+        return Ok(ProfileTarget::Addr(std::net::SocketAddr::new(
+            ip.to_canonical(),
+            port,
+        )));
     }
     parse_service_name(path, cluster_domain).map(ProfileTarget::Name)
 }
@@ -166,6 +172,10 @@ mod tests {
             panic!("expected a name");
         };
         assert_eq!(name.instance.as_deref(), Some("cache-1"));
+        assert_eq!(
+            parse_profile_target("[::ffff:10.244.2.19]:8080", DOMAIN),
+            Ok(ProfileTarget::Addr("10.244.2.19:8080".parse().unwrap()))
+        );
         assert!(parse_profile_target("fd00::1:80", DOMAIN).is_err());
         assert!(parse_profile_target("linkerd.io:80", DOMAIN).is_err());
         assert!(parse_profile_target("10.0.0.1:0", DOMAIN).is_err());

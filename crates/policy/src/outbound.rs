@@ -98,7 +98,8 @@ impl OutboundPolicyService {
                 let ip = std::net::IpAddr::try_from(ip).map_err(|e| {
                     Status::invalid_argument(format!("failed to parse target addr: {e}"))
                 })?;
-                OutboundTarget::Addr(SocketAddr::new(ip, port))
+                // An IPv4-mapped IPv6 address is the IPv4 address the cluster indexes.
+                OutboundTarget::Addr(SocketAddr::new(ip.to_canonical(), port))
             }
         };
         Ok((target, source_namespace))

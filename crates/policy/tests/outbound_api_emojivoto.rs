@@ -165,6 +165,14 @@ async fn web_svc_by_authority_and_by_cluster_ip() {
         .unwrap()
         .into_inner();
     assert_eq!(by_ip, policy);
+    // And as an IPv4-mapped IPv6 address, as a dual-stack socket reports it.
+    let by_mapped_ip = h
+        .client
+        .get(addr("[::ffff:10.96.34.218]:80"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(by_mapped_ip, policy);
 
     // emoji-svc:8080 (named grpc, no appProtocol) is detected too, with its own authority.
     let emoji = h
