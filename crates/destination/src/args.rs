@@ -4,7 +4,9 @@
 
 use clap::{Parser, ValueEnum};
 use linkerd_index::PortSet;
-use linkerd_runtime::{ClusterArgs, LogArgs, parse_bool, parse_listen_addr};
+use linkerd_runtime::{
+    ClusterArgs, LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace,
+};
 use std::net::SocketAddr;
 
 use crate::translate::{TranslatorConfig, parse_http2_params};
@@ -23,15 +25,15 @@ pub struct Args {
 
     /// The control-plane namespace: pods whose `linkerd.io/control-plane-ns` label equals it
     /// get an mTLS identity.
-    #[arg(long, default_value = "linkerd")]
+    #[arg(long, default_value = "linkerd", value_parser = parse_namespace)]
     pub controller_namespace: String,
 
     /// Identity trust domain: identities end in `.<controller-namespace>.<trust-domain>`.
-    #[arg(long, default_value = "cluster.local")]
+    #[arg(long, default_value = "cluster.local", value_parser = parse_domain)]
     pub identity_trust_domain: String,
 
     /// Kubernetes cluster domain: names are `<svc>.<ns>.svc.<cluster-domain>`.
-    #[arg(long, default_value = "cluster.local")]
+    #[arg(long, default_value = "cluster.local", value_parser = parse_domain)]
     pub cluster_domain: String,
 
     /// Serve IPv6 endpoints, preferring them for dual-stack pods.
@@ -128,6 +130,10 @@ mod tests {
         assert!(args.enable_ipv6 && args.enable_h2_upgrade && !args.ext_endpoint_zone_weights);
         assert!(Args::try_parse_from(["destination", "--enable-ipv6=maybe"]).is_err());
         assert!(Args::try_parse_from(["destination", "--addr=nowhere"]).is_err());
+        // A name no identity or Service could match is refused, not served.
+        assert!(Args::try_parse_from(["destination", "--controller-namespace="]).is_err());
+        assert!(Args::try_parse_from(["destination", "--identity-trust-domain="]).is_err());
+        assert!(Args::try_parse_from(["destination", "--cluster-domain=..."]).is_err());
         let bad = Args::try_parse_from(["destination", "--meshed-http2-client-params={"]).unwrap();
         assert!(bad.translator_config().is_err());
     }

@@ -3,7 +3,9 @@
 
 use crate::{certify::CertifyConfig, shim::Identity};
 use clap::Parser;
-use linkerd_runtime::{LogArgs, parse_bool, parse_listen_addr, tls::TlsFiles};
+use linkerd_runtime::{
+    LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace, tls::TlsFiles,
+};
 use std::{fmt, net::SocketAddr, path::PathBuf, time::Duration};
 
 /// Terminates mesh TLS in front of the linkerd-destination pod's gRPC servers.
@@ -89,11 +91,11 @@ pub struct Args {
     pub admin_addr: SocketAddr,
 
     /// The control-plane namespace: a component of the identity the shim presents.
-    #[arg(long, env = "_l5d_ns", default_value = "linkerd")]
+    #[arg(long, env = "_l5d_ns", default_value = "linkerd", value_parser = parse_namespace)]
     pub control_plane_namespace: String,
 
     /// The mesh identity trust domain: the last component of the identity the shim presents.
-    #[arg(long, env = "_l5d_trustdomain", default_value = "cluster.local")]
+    #[arg(long, env = "_l5d_trustdomain", default_value = "cluster.local", value_parser = parse_domain)]
     pub identity_trust_domain: String,
 
     /// Admit clients that present no certificate (a presented one is still verified). By

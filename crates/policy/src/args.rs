@@ -9,7 +9,9 @@ use linkerd_index::{
     inbound::{DefaultPolicy, InboundConfig},
     outbound::OutboundConfig,
 };
-use linkerd_runtime::{ClusterArgs, LogArgs, parse_bool, parse_listen_addr};
+use linkerd_runtime::{
+    ClusterArgs, LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace,
+};
 use std::{net::SocketAddr, path::PathBuf};
 
 /// The chart's (and upstream binary's) default `--cluster-networks`.
@@ -49,11 +51,11 @@ pub struct Args {
     pub cluster_networks: Networks,
 
     /// Mesh identity trust domain: identities end in `.<control-plane-namespace>.<domain>`.
-    #[arg(long, default_value = "cluster.local")]
+    #[arg(long, default_value = "cluster.local", value_parser = parse_domain)]
     pub identity_domain: String,
 
     /// Kubernetes cluster domain: Services are `<svc>.<ns>.svc.<cluster-domain>`.
-    #[arg(long, default_value = "cluster.local")]
+    #[arg(long, default_value = "cluster.local", value_parser = parse_domain)]
     pub cluster_domain: String,
 
     /// Policy of ports no Server covers: all-unauthenticated, all-authenticated,
@@ -72,7 +74,7 @@ pub struct Args {
     pub default_opaque_ports: PortSet,
 
     /// The control-plane namespace: Lease namespace and the identity-name component.
-    #[arg(long, default_value = "linkerd")]
+    #[arg(long, default_value = "linkerd", value_parser = parse_namespace)]
     pub control_plane_namespace: String,
 
     /// The Deployment that owns the status writer's Lease.
@@ -90,7 +92,7 @@ pub struct Args {
 
     /// Namespace whose EgressNetworks apply to clients of every namespace that has none of its
     /// own (spec §5.2).
-    #[arg(long, default_value = "linkerd-egress")]
+    #[arg(long, default_value = "linkerd-egress", value_parser = parse_namespace)]
     pub global_egress_network_namespace: String,
 
     #[command(flatten)]
@@ -311,6 +313,10 @@ mod tests {
         ));
         assert!(err("--admission-controller-disabled=maybe").contains("\"maybe\""));
         assert!(err("--grpc-addr=nowhere").contains("\"nowhere\""));
+        assert!(err("--control-plane-namespace=").contains("invalid namespace \"\""));
+        assert!(err("--global-egress-network-namespace=Bad NS").contains("\"Bad NS\""));
+        assert!(err("--identity-domain=").contains("invalid domain \"\""));
+        assert!(err("--cluster-domain=cluster.local.").contains("no trailing dot"));
         assert!(
             err("--patch-timeout-ms=0").contains("0 is not in 1.."),
             "{}",

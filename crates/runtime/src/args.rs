@@ -26,9 +26,76 @@ pub fn parse_bool(value: &str) -> Result<bool, String> {
     }
 }
 
+/// Parses a namespace name for flags such as `--controller-namespace`: an RFC 1123 DNS label
+/// as Kubernetes requires (1 to 63 lowercase letters, digits and `-`, starting and ending with
+/// a letter or digit). Upstream takes any string; an empty or malformed one would silently
+/// break every identity or Lease, so it is refused at start.
+pub fn parse_namespace(value: &str) -> Result<String, String> {
+    if is_dns_label(value) {
+        Ok(value.to_string())
+    } else {
+        Err(format!(
+            "invalid namespace {value:?}: 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"
+        ))
+    }
+}
+
+/// Parses a DNS domain for `--cluster-domain` and the identity trust domain: an RFC 1123
+/// subdomain (dot-separated DNS labels, at most 253 characters, no trailing dot). Refused at
+/// start for the same reason as [`parse_namespace`]: no name could ever match an empty one.
+pub fn parse_domain(value: &str) -> Result<String, String> {
+    if value.len() <= 253 && value.split('.').all(is_dns_label) {
+        Ok(value.to_string())
+    } else {
+        Err(format!(
+            "invalid domain {value:?}: dot-separated labels of lowercase letters, digits or '-' (at most 253 characters, no trailing dot)"
+        ))
+    }
+}
+
+fn is_dns_label(label: &str) -> bool {
+    let bytes = label.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.iter().all(|b| alnum(b) || *b == b'-')
+        && bytes.first().is_some_and(alnum)
+        && bytes.last().is_some_and(alnum)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaces_and_domains() {
+        assert_eq!(parse_namespace("linkerd"), Ok("linkerd".to_string()));
+        assert_eq!(
+            parse_namespace("linkerd-egress"),
+            Ok("linkerd-egress".to_string())
+        );
+        for bad in ["", "Bad NS", "-x", "x-", "a.b", &"a".repeat(64)] {
+            assert!(parse_namespace(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_domain("cluster.local"),
+            Ok("cluster.local".to_string())
+        );
+        assert_eq!(
+            parse_domain("example-1.org"),
+            Ok("example-1.org".to_string())
+        );
+        for bad in [
+            "",
+            "...",
+            "cluster.local.",
+            "Cluster.local",
+            "a..b",
+            &["a"; 128].join("."),
+        ] {
+            assert!(parse_domain(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn listen_addresses() {

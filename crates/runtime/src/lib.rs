@@ -16,7 +16,7 @@ pub mod tls;
 
 pub use self::{
     admin::Admin,
-    args::{parse_bool, parse_listen_addr},
+    args::{parse_bool, parse_domain, parse_listen_addr, parse_namespace},
     cluster::ClusterArgs,
     log::{LogArgs, LogFormat, exit_code},
 };
