@@ -63,7 +63,8 @@ pub enum FileError {
     Yaml(#[from] serde_yaml::Error),
     #[error("invalid JSON: {0}")]
     Json(#[from] serde_json::Error),
-    #[error("document {index}: {reason}")]
+    /// Document `index` (0-based; the message counts from 1, as an editor shows them).
+    #[error("document {}: {reason}", index + 1)]
     Document { index: usize, reason: String },
     #[error("larger than {limit} bytes")]
     TooLarge { limit: u64 },
@@ -813,11 +814,14 @@ pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Value>, FileErro
                     objects.push(doc);
                 }
             }
+            // Valid YAML that is no object (a stray scalar or sequence) goes alone, as a bad
+            // item of a List does: the file's objects around it are still served.
             _ => {
-                return Err(FileError::Document {
-                    index,
-                    reason: "not a Kubernetes object (expected a mapping)".to_string(),
-                });
+                tracing::warn!(
+                    file = %path.display(),
+                    document = index + 1,
+                    "skipping a document that is not a Kubernetes object (expected a mapping)"
+                );
             }
         }
     }

@@ -64,13 +64,12 @@ fn malformed_files_are_errors_naming_the_problem() {
     let cases = [
         ("x.yaml", "kind: [unclosed", "invalid YAML"),
         ("x.json", "{\"kind\":", "invalid JSON"),
-        ("x.yaml", "- 1\n- 2\n", "expected a mapping"),
         (
             "x.yaml",
             "apiVersion: v1\nkind: List\nitems: 5\n",
             "not a sequence",
         ),
-        ("x.yaml", "? [a, b]\n: c\n", "document 0"),
+        ("x.yaml", "? [a, b]\n: c\n", "document 1"),
     ];
     for (file, text, needle) in cases {
         let err = parse_manifests(Path::new(file), text.as_bytes())
@@ -79,6 +78,14 @@ fn malformed_files_are_errors_naming_the_problem() {
         assert!(err.contains(needle), "{text:?}: {err}");
     }
     assert!(parse_manifests(Path::new("x.yaml"), &[0xff, 0xfe]).is_err());
+}
+
+#[test]
+fn documents_that_are_not_objects_are_skipped_alone() {
+    let text = "just a string\n---\napiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: ok}\n---\n- 1\n- 2\n";
+    let objs = parse_manifests(Path::new("x.yaml"), text.as_bytes()).unwrap();
+    assert_eq!(objs.len(), 1);
+    assert_eq!(objs[0]["metadata"]["name"], "a");
 }
 
 #[test]
