@@ -156,10 +156,7 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
                 Ok(exe)
             })
             .collect::<anyhow::Result<Vec<_>>>()?,
-        None => BINARIES
-            .iter()
-            .map(|(package, bin)| server::build_binary(root, package, bin, args.release))
-            .collect::<anyhow::Result<Vec<_>>>()?,
+        None => server::build_binaries(root, &BINARIES, args.release)?,
     };
     let exes = Exes {
         destination: exes[0].clone(),
@@ -493,10 +490,28 @@ fn print_banner(dir: &Path, info: &PodInfo<'_>, uses_fixture: bool) {
     println!(
         "  cargo run -q -p diag --bin dst-diag -- profile {authority} --destination http://{dst}"
     );
-    println!("  curl http://{}/metrics", reachable(a.shim_admin));
-    println!();
+    let policy = reachable(a.policy_grpc);
+    let (workload, port) = if uses_fixture {
+        ("emojivoto:voting-qbtpmtmk74-gdg57", "8080")
+    } else {
+        ("NAMESPACE:POD", "PORT")
+    };
     println!(
-        "It follows edits to the files in {} (pass --cluster-state DIR to serve a copy you can edit); Ctrl-C stops it.",
+        "  cargo run -q -p diag --bin dst-diag -- policy inbound {workload} {port} --policy http://{policy}"
+    );
+    println!(
+        "  cargo run -q -p diag --bin dst-diag -- policy outbound {authority} --policy http://{policy}"
+    );
+    println!("  curl http://{}/metrics", reachable(a.shim_admin));
+    println!("(the first dst-diag run compiles it, a minute on a small machine)");
+    println!();
+    let hint = if uses_fixture {
+        " (pass --cluster-state DIR to serve a copy you can edit)"
+    } else {
+        ""
+    };
+    println!(
+        "It follows edits to the files in {}{hint}; Ctrl-C stops it.",
         dir.display()
     );
 }

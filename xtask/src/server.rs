@@ -78,24 +78,38 @@ pub fn build_binary(
     bin: &str,
     release: bool,
 ) -> anyhow::Result<PathBuf> {
+    let mut exes = build_binaries(root, &[(package, bin)], release)?;
+    Ok(exes.remove(0))
+}
+
+/// Builds every `(package, binary)` of `bins` with one `cargo build -p P... --bin B...
+/// [--release]` and returns their executables, in the order of `bins`. One invocation
+/// resolves the dependencies' features once, so a dependency shared by the binaries is
+/// compiled once rather than once per binary.
+///
+/// Compiler output goes to the terminal; errors when cargo fails or reports no executable
+/// for one of them.
+pub fn build_binaries(
+    root: &Path,
+    bins: &[(&str, &str)],
+    release: bool,
+) -> anyhow::Result<Vec<PathBuf>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut cmd = std::process::Command::new(&cargo);
     cmd.current_dir(root)
-        .args([
-            "build",
-            "-p",
-            package,
-            "--bin",
-            bin,
-            "--message-format=json-render-diagnostics",
-        ])
+        .args(["build", "--message-format=json-render-diagnostics"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    for (package, bin) in bins {
+        cmd.args(["-p", package, "--bin", bin]);
+    }
     if release {
         cmd.arg("--release");
     }
+    let names: Vec<&str> = bins.iter().map(|(_, bin)| *bin).collect();
     eprintln!(
-        "building {bin} ({})...",
+        "building {} ({})...",
+        names.join(", "),
         if release { "release" } else { "debug" }
     );
     let mut child = cmd
@@ -105,26 +119,35 @@ pub fn build_binary(
         .stdout
         .take()
         .context("cargo's stdout was not captured")?;
-    let mut executable = None;
+    let mut executables: Vec<Option<PathBuf>> = vec![None; bins.len()];
     for line in BufReader::new(stdout).lines() {
         let line = line.context("cannot read cargo's output")?;
         let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
-        let is_the_bin = message["reason"] == "compiler-artifact"
-            && message["target"]["name"] == bin
+        let is_a_bin = message["reason"] == "compiler-artifact"
             && message["target"]["kind"]
                 .as_array()
                 .is_some_and(|k| k.iter().any(|k| k == "bin"));
-        if is_the_bin && let Some(exe) = message["executable"].as_str() {
-            executable = Some(PathBuf::from(exe));
+        let position = names.iter().position(|n| message["target"]["name"] == *n);
+        if is_a_bin
+            && let Some(position) = position
+            && let Some(exe) = message["executable"].as_str()
+        {
+            executables[position] = Some(PathBuf::from(exe));
         }
     }
     let status = child.wait().context("cannot wait for cargo")?;
     if !status.success() {
-        bail!("`cargo build -p {package} --bin {bin}` failed ({status})");
+        bail!("`cargo build` of {} failed ({status})", names.join(", "));
     }
-    executable.with_context(|| format!("cargo built {bin} but reported no executable"))
+    executables
+        .into_iter()
+        .zip(names)
+        .map(|(exe, bin)| {
+            exe.with_context(|| format!("cargo built {bin} but reported no executable"))
+        })
+        .collect()
 }
 
 /// Errors with a message naming `what` (the listener's role, e.g. "destination's admin port")
