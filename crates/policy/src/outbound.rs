@@ -167,7 +167,13 @@ fn authority_port(parsed: &http::uri::Authority) -> Result<u16, Status> {
     match port.parse::<u64>() {
         Ok(0) => Err(Status::invalid_argument("port cannot be zero")),
         Ok(n) => u16::try_from(n).map_err(|_| Status::invalid_argument("port outside valid range")),
-        Err(_) => Err(Status::invalid_argument("port outside valid range")),
+        // Digits too many for a u64 are still out of range; anything else is no port at all.
+        Err(_) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            Err(Status::invalid_argument("port outside valid range"))
+        }
+        Err(_) => Err(Status::invalid_argument(format!(
+            "invalid authority: port {port:?} is not a number"
+        ))),
     }
 }
 
@@ -293,6 +299,14 @@ mod tests {
         assert_eq!(
             (e.code(), e.message()),
             (tonic::Code::InvalidArgument, "port cannot be zero")
+        );
+        let e = err("web-svc.emojivoto.svc.cluster.local:abc");
+        assert_eq!(
+            (e.code(), e.message()),
+            (
+                tonic::Code::InvalidArgument,
+                "invalid authority: port \"abc\" is not a number"
+            )
         );
         assert_eq!(err("a b").message(), "invalid authority");
         assert_eq!(err(":80").code(), tonic::Code::InvalidArgument);
