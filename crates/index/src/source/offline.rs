@@ -771,6 +771,8 @@ fn is_manifest_name(path: &Path) -> bool {
 pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Value>, FileError> {
     let text = std::str::from_utf8(bytes)
         .map_err(|e| FileError::Read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    // Editors on Windows start UTF-8 files with a byte order mark; kubectl reads past it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if nesting_exceeds(bytes, MAX_NESTING) {
         return Err(FileError::TooDeep { limit: MAX_NESTING });
     }
@@ -804,10 +806,11 @@ pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Value>, FileErro
                         Some(Value::Array(items)) => objects.extend(items.iter().cloned()),
                         Some(Value::Null) => {}
                         _ => {
-                            return Err(FileError::Document {
-                                index,
-                                reason: "`items` of a List is not a sequence".to_string(),
-                            });
+                            tracing::warn!(
+                                file = %path.display(),
+                                document = index + 1,
+                                "skipping a List whose `items` is not a sequence"
+                            );
                         }
                     }
                 } else {
