@@ -118,6 +118,12 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
         .cluster_state
         .clone()
         .unwrap_or_else(|| root.join("tests/fixtures/emojivoto"));
+    if dir.is_file() {
+        bail!(
+            "--cluster-state {} is a file: give the directory that holds it",
+            dir.display()
+        );
+    }
     if !dir.is_dir() {
         bail!("cluster state directory {} does not exist", dir.display());
     }
@@ -328,8 +334,7 @@ async fn start(
         "--cluster-state".into(),
         state.into(),
     ];
-    destination.extend(CHART_FLAGS.iter().map(OsString::from));
-    destination.extend(extra.iter().map(OsString::from));
+    destination.extend(server::flags_with_overrides(CHART_FLAGS, extra));
 
     let policy: Vec<OsString> = vec![
         format!("--grpc-addr={}", a.policy_grpc).into(),

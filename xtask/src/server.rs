@@ -30,6 +30,28 @@ pub const CHART_FLAGS: &[&str] = &[
     r#"--meshed-http2-client-params={"keep_alive":{"interval":{"seconds":10},"timeout":{"seconds":3},"while_idle":true}}"#,
 ];
 
+/// `defaults` followed by `extra`, leaving out each default whose flag `extra` gives too: the
+/// binaries refuse a flag given twice, and a user's `--enable-ipv6=true` after `--` is meant
+/// to replace the chart's value. A flag's name is what comes before its `=`.
+pub fn flags_with_overrides(defaults: &[&str], extra: &[String]) -> Vec<OsString> {
+    let name = |flag: &str| {
+        flag.split_once('=')
+            .map_or(flag, |(name, _)| name)
+            .to_string()
+    };
+    let overridden: Vec<String> = extra
+        .iter()
+        .filter(|f| f.starts_with("--"))
+        .map(|f| name(f))
+        .collect();
+    defaults
+        .iter()
+        .filter(|d| !overridden.contains(&name(d)))
+        .map(OsString::from)
+        .chain(extra.iter().map(OsString::from))
+        .collect()
+}
+
 /// How often `/ready` is polled while waiting for the server.
 const READY_POLL: Duration = Duration::from_millis(100);
 
@@ -226,8 +248,7 @@ impl ServerProcess {
             "--cluster-state".into(),
             cluster_state.into(),
         ];
-        args.extend(CHART_FLAGS.iter().map(OsString::from));
-        args.extend(extra.iter().map(OsString::from));
+        args.extend(flags_with_overrides(CHART_FLAGS, extra));
         Self::spawn_args(exe, &args, admin_addr, output)
     }
 
@@ -481,6 +502,27 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extra_flags_replace_the_chart_defaults_they_name() {
+        let extra = vec![
+            "--enable-ipv6=true".to_string(),
+            "--log-level=debug".to_string(),
+        ];
+        let flags = flags_with_overrides(&["--enable-ipv6=false", "--cluster-domain=c"], &extra);
+        assert_eq!(
+            flags,
+            [
+                "--cluster-domain=c",
+                "--enable-ipv6=true",
+                "--log-level=debug"
+            ]
+            .map(OsString::from)
+        );
+        // A bare boolean flag names itself.
+        let flags = flags_with_overrides(&["--enable-ipv6=false"], &["--enable-ipv6".to_string()]);
+        assert_eq!(flags, [OsString::from("--enable-ipv6")]);
+    }
 
     #[test]
     fn a_taken_port_is_named_by_its_role_and_address() {
