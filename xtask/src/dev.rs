@@ -66,7 +66,8 @@ pub struct DevArgs {
     #[arg(long, value_name = "DIR")]
     bin_dir: Option<PathBuf>,
 
-    /// More `destination` flags, after `--` (e.g. `-- --log-level=debug`).
+    /// More `destination` flags, after `--` (e.g. `-- --log-level=debug`); one the chart also
+    /// sets replaces the chart's value (`-- --enable-ipv6=true`).
     #[arg(last = true, value_name = "FLAGS")]
     extra: Vec<String>,
 }
