@@ -156,3 +156,24 @@ async fn a_stream_the_server_ends_is_reported() {
         "Watch web-svc.emojivoto.svc.cluster.local:80: the server ended the stream"
     );
 }
+
+/// Regression: `dst-diag endpoints` pointed at the policy controller printed only
+/// `Get ...: Unimplemented`.
+#[tokio::test]
+async fn the_wrong_server_for_the_rpc_gets_a_hint() {
+    let (addr, _server) = start_policy_server().await;
+    let destination = format!("http://{addr}");
+    let child = dst_diag(&[
+        "endpoints",
+        "web-svc.emojivoto.svc.cluster.local:80",
+        "--destination",
+        &destination,
+    ]);
+    let (code, stdout, stderr) = wait_output(child).await;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains("Unimplemented") && stderr.contains("Get and GetProfile are destination's"),
+        "stderr: {stderr}"
+    );
+}
