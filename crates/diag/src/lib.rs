@@ -168,15 +168,17 @@ fn status_line(status: &tonic::Status) -> String {
              address is the mtls-shim's port, 8086 or 8090, it takes mTLS only; the in-pod \
              plaintext gRPC ports are 18086 (destination) and 18090 (policy-controller))",
         );
-    } else if status.code() == tonic::Code::Unimplemented {
-        line.push_str(
-            " (the server does not serve this RPC: Get and GetProfile are destination's, \
-             WatchPort and Watch are policy-controller's; is the address the other one's port?)",
-        );
     } else if not_grpc {
         line.push_str(
             " (the server did not answer in gRPC: is the address a gRPC port of destination or \
              policy-controller, rather than an admin or webhook port?)",
+        );
+    } else if status.code() == tonic::Code::Unimplemented {
+        // A gRPC server without this service (an HTTP 404 is mapped to Unimplemented too,
+        // hence after the check above).
+        line.push_str(
+            " (the server does not serve this RPC: Get and GetProfile are destination's, \
+             WatchPort and Watch are policy-controller's; is the address the other one's port?)",
         );
     }
     line
