@@ -965,6 +965,21 @@ impl IndexedKind for Service {
         let existed = cluster.services.contains_key(&key);
         Self::delete(cluster, &key, &mut Touched::default());
         for ip in &svc.cluster_ips {
+            // The API server never allocates one cluster IP twice, but offline state (or a
+            // manual `clusterIP`) can: say which Service an address target then resolves to.
+            if let Some(other) = cluster
+                .services_by_ip
+                .get(ip)
+                .and_then(|keys| keys.iter().find(|k| **k != key))
+            {
+                tracing::warn!(
+                    %ip,
+                    service = %format_args!("{}/{}", key.namespace, key.name),
+                    other = %format_args!("{}/{}", other.namespace, other.name),
+                    "Services share a cluster IP: GetProfile refuses the address \
+                     (FailedPrecondition), OutboundPolicies resolves it to the first by namespace/name"
+                );
+            }
             index_insert(&mut cluster.services_by_ip, *ip, &key);
         }
         cluster.services.insert(key.clone(), Arc::new(svc));
