@@ -23,8 +23,7 @@ use std::{
 use super::{
     AttachedRoutes, OutboundConfig, OutboundPolicy, OutboundProtocol, RouteTimeouts, RuleContext,
     annotations,
-    routes::{OutboundRouteInfo, OutboundRules},
-    sort_routes,
+    routes::OutboundRouteInfo,
     view::{DETECT_TIMEOUT, EgressPolicy, TrafficPolicy},
 };
 use crate::{
@@ -330,31 +329,7 @@ impl Cluster {
             .filter_map(|k| self.outbound_routes.by_key.get(k))
             .filter(|r| self.egress_route_attaches(config, r, network, port))
             .collect();
-        let consumer = |r: &&Arc<OutboundRouteInfo>| {
-            r.key.namespace != network.namespace && r.key.namespace == source_namespace
-        };
-        let has_consumer = attached.iter().any(consumer);
-        let mut routes = AttachedRoutes::default();
-        for route in attached.into_iter().filter(|r| {
-            if has_consumer {
-                consumer(r)
-            } else {
-                r.key.namespace == network.namespace
-            }
-        }) {
-            let list = match route.rules {
-                OutboundRules::Http(_) => &mut routes.http,
-                OutboundRules::Grpc(_) => &mut routes.grpc,
-                OutboundRules::Tls(_) => &mut routes.tls,
-                OutboundRules::Tcp(_) => &mut routes.tcp,
-            };
-            list.push(route.clone());
-        }
-        sort_routes(&mut routes.http);
-        sort_routes(&mut routes.grpc);
-        sort_routes(&mut routes.tls);
-        sort_routes(&mut routes.tcp);
-        routes
+        AttachedRoutes::select(attached, &network.namespace, source_namespace)
     }
 
     /// Whether one of `route`'s EgressNetwork parent refs names `network` (on `port`, or

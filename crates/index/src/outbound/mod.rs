@@ -287,34 +287,7 @@ impl Cluster {
             .filter_map(|k| self.outbound_routes.by_key.get(k))
             .filter(|r| self.route_attaches(config, r, service, port))
             .collect();
-        let consumer: Vec<_> = attached
-            .iter()
-            .filter(|r| r.key.namespace != service.namespace && r.key.namespace == source_namespace)
-            .collect();
-        let chosen: Vec<&Arc<OutboundRouteInfo>> = if consumer.is_empty() {
-            attached
-                .iter()
-                .filter(|r| r.key.namespace == service.namespace)
-                .copied()
-                .collect()
-        } else {
-            consumer.into_iter().copied().collect()
-        };
-        let mut routes = AttachedRoutes::default();
-        for route in chosen {
-            let list = match route.rules {
-                OutboundRules::Http(_) => &mut routes.http,
-                OutboundRules::Grpc(_) => &mut routes.grpc,
-                OutboundRules::Tls(_) => &mut routes.tls,
-                OutboundRules::Tcp(_) => &mut routes.tcp,
-            };
-            list.push(route.clone());
-        }
-        sort_routes(&mut routes.http);
-        sort_routes(&mut routes.grpc);
-        sort_routes(&mut routes.tls);
-        sort_routes(&mut routes.tcp);
-        routes
+        AttachedRoutes::select(attached, &service.namespace, source_namespace)
     }
 
     /// Whether one of `route`'s parent refs names `service` (on `port`, or on every port) and
@@ -383,6 +356,48 @@ struct AttachedRoutes {
     grpc: Vec<Arc<OutboundRouteInfo>>,
     tls: Vec<Arc<OutboundRouteInfo>>,
     tcp: Vec<Arc<OutboundRouteInfo>>,
+}
+
+impl AttachedRoutes {
+    /// The routes of `attached` (all attached to one port of a parent in `parent_namespace`)
+    /// that apply to a client in `source_namespace`, by kind, each sorted: a consumer route
+    /// (in the client's namespace, not the parent's) replaces the producer routes (the
+    /// parent's namespace) for that namespace.
+    fn select(
+        attached: Vec<&Arc<OutboundRouteInfo>>,
+        parent_namespace: &str,
+        source_namespace: &str,
+    ) -> Self {
+        let consumer = |r: &&Arc<OutboundRouteInfo>| {
+            r.key.namespace != parent_namespace && r.key.namespace == source_namespace
+        };
+        let has_consumer = attached.iter().any(consumer);
+        let mut routes = Self::default();
+        for route in attached.into_iter().filter(|r| {
+            if has_consumer {
+                consumer(r)
+            } else {
+                r.key.namespace == parent_namespace
+            }
+        }) {
+            let list = match route.rules {
+                OutboundRules::Http(_) => &mut routes.http,
+                OutboundRules::Grpc(_) => &mut routes.grpc,
+                OutboundRules::Tls(_) => &mut routes.tls,
+                OutboundRules::Tcp(_) => &mut routes.tcp,
+            };
+            list.push(route.clone());
+        }
+        for list in [
+            &mut routes.http,
+            &mut routes.grpc,
+            &mut routes.tls,
+            &mut routes.tcp,
+        ] {
+            sort_routes(list);
+        }
+        routes
+    }
 }
 
 /// What turning a stored route into a served one needs.
