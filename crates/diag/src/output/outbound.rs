@@ -67,6 +67,48 @@ fn backend_json(weight: u32, backend: Option<&Backend>, failures: Vec<String>) -
     })
 }
 
+/// The backends of a rule's `Distribution`, each as [`backend_json`] with `$failures` of its
+/// filters; one body for every route kind, whose generated types differ by module only.
+macro_rules! distribution_json {
+    ($distribution:expr, $module:ident, $failures:expr) => {
+        match $distribution.as_ref().and_then(|d| d.kind.as_ref()) {
+            Some($module::distribution::Kind::FirstAvailable(f)) => f
+                .backends
+                .iter()
+                .map(|b| backend_json(1, b.backend.as_ref(), $failures(&b.filters)))
+                .collect(),
+            Some($module::distribution::Kind::RandomAvailable(ra)) => ra
+                .backends
+                .iter()
+                .map(|w| {
+                    let b = w.backend.as_ref();
+                    backend_json(
+                        w.weight,
+                        b.and_then(|b| b.backend.as_ref()),
+                        b.map(|b| $failures(&b.filters)).unwrap_or_default(),
+                    )
+                })
+                .collect(),
+            _ => Vec::<Value>::new(),
+        }
+    };
+}
+
+/// The text of opaque or TLS route filters (`invalid <message>`, `forbidden`): the two
+/// kinds share their filter types but not the generated enum.
+macro_rules! forbidding_filters_text {
+    ($filters:expr, $module:ident) => {
+        $filters
+            .iter()
+            .map(|f| match &f.kind {
+                Some($module::filter::Kind::Invalid(i)) => format!("invalid {}", i.message),
+                Some($module::filter::Kind::Forbidden(_)) => "forbidden".into(),
+                None => "unknown filter".into(),
+            })
+            .collect()
+    };
+}
+
 /// Route summaries, each `{kind, route, rules: [{matches, filters, backends}]}`; a rule's
 /// `filters` are its own (every request it matches), a backend's `failures` that backend's.
 fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
@@ -79,32 +121,7 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                     .rules
                     .iter()
                     .map(|rule| {
-                        let backends: Vec<Value> = match rule
-                            .backends
-                            .as_ref()
-                            .and_then(|d| d.kind.as_ref())
-                        {
-                            Some(http_route::distribution::Kind::FirstAvailable(f)) => f
-                                .backends
-                                .iter()
-                                .map(|b| {
-                                    backend_json(1, b.backend.as_ref(), http_failures(&b.filters))
-                                })
-                                .collect(),
-                            Some(http_route::distribution::Kind::RandomAvailable(ra)) => ra
-                                .backends
-                                .iter()
-                                .map(|w| {
-                                    let b = w.backend.as_ref();
-                                    backend_json(
-                                        w.weight,
-                                        b.and_then(|b| b.backend.as_ref()),
-                                        b.map(|b| http_failures(&b.filters)).unwrap_or_default(),
-                                    )
-                                })
-                                .collect(),
-                            _ => vec![],
-                        };
+                        let backends = distribution_json!(rule.backends, http_route, http_failures);
                         json!({
                             "matches": rule.matches.iter().map(http_match_text).collect::<Vec<_>>(),
                             "filters": rule.filters.iter().map(http_filter_text).collect::<Vec<_>>(),
@@ -159,14 +176,7 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
             .collect()
     }
     fn opaque_failures(filters: &[opaque_route::Filter]) -> Vec<String> {
-        filters
-            .iter()
-            .map(|f| match &f.kind {
-                Some(opaque_route::filter::Kind::Invalid(i)) => format!("invalid {}", i.message),
-                Some(opaque_route::filter::Kind::Forbidden(_)) => "forbidden".into(),
-                None => "unknown filter".into(),
-            })
-            .collect()
+        forbidding_filters_text!(filters, opaque_route)
     }
     let opaque = |routes: &[linkerd2_proxy_api::outbound::OpaqueRoute]| {
         routes
@@ -176,26 +186,7 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                     .rules
                     .iter()
                     .map(|rule| {
-                        let backends: Vec<Value> = match rule.backends.as_ref().and_then(|d| d.kind.as_ref()) {
-                            Some(opaque_route::distribution::Kind::FirstAvailable(f)) => f
-                                .backends
-                                .iter()
-                                .map(|b| backend_json(1, b.backend.as_ref(), opaque_failures(&b.filters)))
-                                .collect(),
-                            Some(opaque_route::distribution::Kind::RandomAvailable(ra)) => ra
-                                .backends
-                                .iter()
-                                .map(|w| {
-                                    let b = w.backend.as_ref();
-                                    backend_json(
-                                        w.weight,
-                                        b.and_then(|b| b.backend.as_ref()),
-                                        b.map(|b| opaque_failures(&b.filters)).unwrap_or_default(),
-                                    )
-                                })
-                                .collect(),
-                            _ => vec![],
-                        };
+                        let backends = distribution_json!(rule.backends, opaque_route, opaque_failures);
                         json!({
                             "matches": Vec::<String>::new(),
                             "filters": opaque_failures(&rule.filters),
@@ -208,14 +199,7 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
             .collect::<Vec<_>>()
     };
     fn tls_failures(filters: &[tls_route::Filter]) -> Vec<String> {
-        filters
-            .iter()
-            .map(|f| match &f.kind {
-                Some(tls_route::filter::Kind::Invalid(i)) => format!("invalid {}", i.message),
-                Some(tls_route::filter::Kind::Forbidden(_)) => "forbidden".into(),
-                None => "unknown filter".into(),
-            })
-            .collect()
+        forbidding_filters_text!(filters, tls_route)
     }
     // A TLS rule's matches are its route's SNIs; its own filters apply to every backend.
     let tls = |routes: &[linkerd2_proxy_api::outbound::TlsRoute]| {
@@ -227,32 +211,7 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                     .rules
                     .iter()
                     .map(|rule| {
-                        let backends: Vec<Value> = match rule
-                            .backends
-                            .as_ref()
-                            .and_then(|d| d.kind.as_ref())
-                        {
-                            Some(tls_route::distribution::Kind::FirstAvailable(f)) => f
-                                .backends
-                                .iter()
-                                .map(|b| {
-                                    backend_json(1, b.backend.as_ref(), tls_failures(&b.filters))
-                                })
-                                .collect(),
-                            Some(tls_route::distribution::Kind::RandomAvailable(ra)) => ra
-                                .backends
-                                .iter()
-                                .map(|w| {
-                                    let b = w.backend.as_ref();
-                                    backend_json(
-                                        w.weight,
-                                        b.and_then(|b| b.backend.as_ref()),
-                                        b.map(|b| tls_failures(&b.filters)).unwrap_or_default(),
-                                    )
-                                })
-                                .collect(),
-                            _ => vec![],
-                        };
+                        let backends = distribution_json!(rule.backends, tls_route, tls_failures);
                         json!({
                             "matches": snis,
                             "filters": tls_failures(&rule.filters),
@@ -272,32 +231,7 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                     .rules
                     .iter()
                     .map(|rule| {
-                        let backends: Vec<Value> = match rule
-                            .backends
-                            .as_ref()
-                            .and_then(|d| d.kind.as_ref())
-                        {
-                            Some(grpc_route::distribution::Kind::FirstAvailable(f)) => f
-                                .backends
-                                .iter()
-                                .map(|b| {
-                                    backend_json(1, b.backend.as_ref(), grpc_failures(&b.filters))
-                                })
-                                .collect(),
-                            Some(grpc_route::distribution::Kind::RandomAvailable(ra)) => ra
-                                .backends
-                                .iter()
-                                .map(|w| {
-                                    let b = w.backend.as_ref();
-                                    backend_json(
-                                        w.weight,
-                                        b.and_then(|b| b.backend.as_ref()),
-                                        b.map(|b| grpc_failures(&b.filters)).unwrap_or_default(),
-                                    )
-                                })
-                                .collect(),
-                            _ => vec![],
-                        };
+                        let backends = distribution_json!(rule.backends, grpc_route, grpc_failures);
                         json!({
                             "matches": rule.matches.iter().map(grpc_match_text).collect::<Vec<_>>(),
                             "filters": rule.filters.iter().map(grpc_filter_text).collect::<Vec<_>>(),
