@@ -16,9 +16,11 @@ use linkerd_k8s_api::gateway_api::httproutes::HttpRoute;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-const GLOBAL: &str = "linkerd-egress";
+pub(super) const GLOBAL: &str = "linkerd-egress";
 
-fn index(offline: bool) -> Index {
+/// An index with cluster networks 10.0.0.0/8 and fd00::/8, computing route acceptance in
+/// process when `offline`.
+pub(super) fn index(offline: bool) -> Index {
     let cluster_networks: Vec<IpNet> =
         vec!["10.0.0.0/8".parse().unwrap(), "fd00::/8".parse().unwrap()];
     Index::with_policy(

@@ -3,8 +3,6 @@
 
 use super::*;
 use crate::{
-    IndexMetrics,
-    inbound::{DefaultPolicy, InboundConfig},
     outbound::{
         Backend, NoMatch, OutboundLookup, OutboundRoute, OutboundRouteRef, OutboundRule,
         OutboundTarget,
@@ -19,29 +17,7 @@ use linkerd_k8s_api::gateway_api::{
     httproutes::HttpRoute,
 };
 
-const GLOBAL: &str = "linkerd-egress";
-
-fn index(offline: bool) -> Index {
-    let cluster_networks: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
-    Index::with_policy(
-        IndexMetrics::default(),
-        InboundConfig {
-            cluster_networks: cluster_networks.clone(),
-            default_policy: DefaultPolicy::AllUnauthenticated,
-            probe_networks: vec![],
-            identity_domain: "cluster.local".into(),
-            control_plane_namespace: "linkerd".into(),
-            compute_route_acceptance: offline,
-        },
-        OutboundConfig {
-            cluster_domain: "cluster.local".into(),
-            cluster_networks,
-            default_opaque_ports: PortSet::parse("3306").0,
-            compute_route_acceptance: offline,
-            global_egress_network_namespace: GLOBAL.into(),
-        },
-    )
-}
+use super::tests::{GLOBAL, index};
 
 fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
     serde_yaml::from_str(s).expect("test object decodes")
