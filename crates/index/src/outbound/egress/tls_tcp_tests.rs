@@ -92,6 +92,16 @@ fn egress(index: &Index, addr: &str) -> EgressPolicy {
     }
 }
 
+/// The HTTP routes `addr` is served with; panics unless its protocol is `Detect`.
+fn detect_route_refs(index: &Index, addr: &str) -> Vec<OutboundRouteRef> {
+    match egress(index, addr).protocol {
+        OutboundProtocol::Detect { http_routes, .. } => {
+            http_routes.into_iter().map(|r| r.reference).collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 fn resource(kind: &str, name: &str) -> OutboundRouteRef {
     OutboundRouteRef::Resource {
         group: "gateway.networking.k8s.io".into(),
@@ -260,15 +270,8 @@ async fn egress_protocol_prefers_grpc_then_http_then_tls_then_tcp() {
         "  rules: [{}]\n",
         false,
     ))));
-    let protocol = egress(&index, "8.8.8.8:443").protocol;
-    let OutboundProtocol::Detect { http_routes, .. } = protocol else {
-        panic!("{protocol:?}");
-    };
     assert_eq!(
-        http_routes
-            .into_iter()
-            .map(|r| r.reference)
-            .collect::<Vec<_>>(),
+        detect_route_refs(&index, "8.8.8.8:443"),
         vec![resource("HTTPRoute", "http")]
     );
     index.apply(Event::Apply(yaml::<GrpcRoute>(&route_yaml(
@@ -346,15 +349,8 @@ async fn offline_tls_and_tcp_routes_attach_by_computed_acceptance() {
         "  rules: [{}]\n",
         true,
     ))));
-    let protocol = egress(&index, "8.8.8.8:443").protocol;
-    let OutboundProtocol::Detect { http_routes, .. } = protocol else {
-        panic!("{protocol:?}");
-    };
     assert_eq!(
-        http_routes
-            .into_iter()
-            .map(|r| r.reference)
-            .collect::<Vec<_>>(),
+        detect_route_refs(&index, "8.8.8.8:443"),
         vec![resource("HTTPRoute", "http")]
     );
 }
