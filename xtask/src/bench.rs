@@ -11,10 +11,12 @@
 //!    taken just before the rename. The next change starts once every stream has received the
 //!    current one, or after the per-change timeout.
 //!
-//! Latency is measured per (stream, change) pair, from t0 to the moment the stream's task
-//! read the message; the client shares the machine with the server, so it is an upper bound.
+//! Latency is measured per (stream, change) pair, from t0 to the moment the client read the
+//! message (one task per connection reads all of its streams); the client shares the machine
+//! with the server, so it is an upper bound.
 
 use anyhow::{Context, bail, ensure};
+use futures::StreamExt;
 use linkerd2_proxy_api::destination::{
     GetDestination, Update, destination_client::DestinationClient, update,
 };
@@ -126,6 +128,8 @@ struct Report {
     /// CPU time used during the change phase by the server and by this process (the clients).
     server_cpu: Duration,
     client_cpu: Duration,
+    /// The server's write system calls during the change phase.
+    server_writes: u64,
     /// CPU time the server used during [`IDLE_CHECK`] after the last change.
     idle_cpu: Duration,
 }
@@ -181,7 +185,9 @@ pub fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
     );
     let churn = spec.write(&state)?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // One thread: the clients share the machine with the server, and a second worker thread
+    // cost them half again as much CPU per update (work stealing, wake-ups across threads).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the Tokio runtime")?;
@@ -247,7 +253,8 @@ async fn bench(
         args.connections
     );
     let channels = connect(addr, args.connections).await?;
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut rx = Deliveries::new(rx);
     let opened = Instant::now();
     let request = GetDestination {
         scheme: "k8s".to_string(),
@@ -258,11 +265,12 @@ async fn bench(
         ),
     };
     let mut tasks = tokio::task::JoinSet::new();
-    for stream in 0..args.streams {
-        let client = DestinationClient::new(channels[stream % channels.len()].clone());
-        tasks.spawn(watch_stream(
-            stream as u32,
-            client,
+    for (connection, channel) in channels.iter().enumerate() {
+        // Round robin: stream i is on connection i % C.
+        let streams = (connection..args.streams).step_by(channels.len());
+        tasks.spawn(watch_connection(
+            DestinationClient::new(channel.clone()),
+            streams.map(|s| s as u32).collect(),
             request.clone(),
             tx.clone(),
         ));
@@ -281,9 +289,11 @@ async fn bench(
         server::cpu_time(pid)?,
         server::cpu_time(std::process::id())?,
     );
+    let server_writes = server::write_syscalls(pid)?;
     let changes = apply_changes(&mut rx, dir, spec, churn, args).await?;
     let server_cpu = server::cpu_time(pid)?.saturating_sub(server_cpu);
     let client_cpu = server::cpu_time(std::process::id())?.saturating_sub(client_cpu);
+    let server_writes = server::write_syscalls(pid)?.saturating_sub(server_writes);
     let rss_after_changes = server::rss_bytes(pid)?;
     // A server with nothing to do should use no CPU; anything else is a loop somewhere.
     let idle_start = server::cpu_time(pid)?;
@@ -310,6 +320,7 @@ async fn bench(
         changes,
         server_cpu,
         client_cpu,
+        server_writes,
         idle_cpu,
     })
 }
@@ -334,35 +345,83 @@ pub(crate) async fn connect(addr: SocketAddr, count: usize) -> anyhow::Result<Ve
     Ok(channels)
 }
 
-/// One `Get` stream: reports every message (and its end) with the time it was read.
-async fn watch_stream(
-    stream: u32,
-    mut client: DestinationClient<Channel>,
+/// The `Get` streams of one connection, read by one task: a task per stream would make the
+/// client pay a task wake-up per message, on the cores the server needs. Reports every message
+/// (and each stream's end) with the time it was read, in batches of what was ready together.
+async fn watch_connection(
+    client: DestinationClient<Channel>,
+    streams: Vec<u32>,
     request: GetDestination,
-    tx: mpsc::UnboundedSender<Delivery>,
+    tx: mpsc::UnboundedSender<Vec<Delivery>>,
 ) {
-    let mut updates = match client.get(request).await {
-        Ok(response) => response.into_inner(),
-        Err(status) => {
-            let _ = tx.send(Delivery {
+    let opened = streams.into_iter().map(|stream| {
+        let (mut client, request) = (client.clone(), request.clone());
+        async move { (stream, client.get(request).await) }
+    });
+    let mut updates = futures::stream::SelectAll::new();
+    let mut failed = Vec::new();
+    for (stream, response) in futures::future::join_all(opened).await {
+        match response {
+            Ok(response) => {
+                updates.push(Box::pin(stream_deliveries(stream, response.into_inner())))
+            }
+            Err(status) => failed.push(Delivery {
                 stream,
                 at: Instant::now(),
                 what: Received::Error(status.to_string()),
-            });
+            }),
+        }
+    }
+    if !failed.is_empty() && tx.send(failed).is_err() {
+        return;
+    }
+    let mut batches = updates.ready_chunks(1024);
+    while let Some(batch) = batches.next().await {
+        if tx.send(batch).is_err() {
             return;
         }
-    };
-    loop {
+    }
+}
+
+/// One stream's messages as deliveries, timed when each is read, ending after its end or error.
+fn stream_deliveries(
+    stream: u32,
+    updates: tonic::Streaming<Update>,
+) -> impl futures::Stream<Item = Delivery> {
+    futures::stream::unfold(Some(updates), move |updates| async move {
+        let mut updates = updates?;
         let message = updates.message().await;
         let at = Instant::now();
-        let what = match message {
-            Ok(Some(update)) => Received::from(update),
-            Ok(None) => Received::End,
-            Err(status) => Received::Error(status.to_string()),
+        let (what, next) = match message {
+            Ok(Some(update)) => (Received::from(update), Some(updates)),
+            Ok(None) => (Received::End, None),
+            Err(status) => (Received::Error(status.to_string()), None),
         };
-        let last = matches!(what, Received::End | Received::Error(_));
-        if tx.send(Delivery { stream, at, what }).is_err() || last {
-            return;
+        Some((Delivery { stream, at, what }, next))
+    })
+}
+
+/// The deliveries of every connection's task, one at a time.
+struct Deliveries {
+    rx: mpsc::UnboundedReceiver<Vec<Delivery>>,
+    batch: std::vec::IntoIter<Delivery>,
+}
+
+impl Deliveries {
+    fn new(rx: mpsc::UnboundedReceiver<Vec<Delivery>>) -> Self {
+        Self {
+            rx,
+            batch: Vec::new().into_iter(),
+        }
+    }
+
+    /// The next delivery; `None` once every connection's task has ended.
+    async fn recv(&mut self) -> Option<Delivery> {
+        loop {
+            if let Some(delivery) = self.batch.next() {
+                return Some(delivery);
+            }
+            self.batch = self.rx.recv().await?.into_iter();
         }
     }
 }
@@ -370,7 +429,7 @@ async fn watch_stream(
 /// Waits until every stream has received its first message, which must be an `Add` of every
 /// endpoint of the churning service. Returns the number of messages read.
 async fn wait_initial(
-    rx: &mut mpsc::UnboundedReceiver<Delivery>,
+    rx: &mut Deliveries,
     streams: usize,
     spec: &ClusterSpec,
     server: &mut ServerProcess,
@@ -435,7 +494,7 @@ async fn wait_initial(
 
 /// Applies the changes one at a time and records when each stream receives each of them.
 async fn apply_changes(
-    rx: &mut mpsc::UnboundedReceiver<Delivery>,
+    rx: &mut Deliveries,
     dir: &Path,
     spec: &ClusterSpec,
     churn: &ChurnSlice,
@@ -673,6 +732,11 @@ impl Report {
             self.server_cpu.as_secs_f64() * 1e6 / deliveries,
             self.client_cpu.as_secs_f64(),
             self.client_cpu.as_secs_f64() * 1e6 / deliveries,
+        );
+        println!(
+            "server socket writes during the changes: {} ({:.2} per delivered update)",
+            self.server_writes,
+            self.server_writes as f64 / deliveries,
         );
         println!(
             "server CPU while idle for {} s after the last change: {:.2} s{}",
