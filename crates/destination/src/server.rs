@@ -4,8 +4,7 @@ use futures::{Stream, StreamExt};
 use linkerd_index::{EndpointsKey, Index, ObjectRef};
 use linkerd_runtime::shutdown::Shutdown;
 use linkerd2_proxy_api::destination::{
-    DestinationProfile, GetDestination, Update,
-    destination_server::{Destination, DestinationServer},
+    DestinationProfile, GetDestination, Update, destination_server::Destination,
 };
 use std::{net::SocketAddr, pin::Pin, sync::Arc};
 use tokio::net::TcpListener;
@@ -14,6 +13,7 @@ use tonic::{Request, Response, Status};
 use crate::{
     authority::parse_service_name,
     endpoints::{EndpointsStream, StreamFilter},
+    grpc::DestinationGrpc,
     metrics::{DestinationMetrics, EndpointsLabels, StreamGuard},
     token::ContextToken,
     translate::EndpointTranslator,
@@ -52,9 +52,10 @@ impl DestinationService {
         }
     }
 
-    /// The tonic service, ready to add to a `Server`.
-    pub fn into_server(self) -> DestinationServer<Self> {
-        DestinationServer::new(self)
+    /// The tonic service, ready to add to a `Server` ([`DestinationGrpc`]: the generated
+    /// server, with `Get` encoded for many idle streams).
+    pub fn into_server(self) -> DestinationGrpc {
+        DestinationGrpc::new(self)
     }
 }
 

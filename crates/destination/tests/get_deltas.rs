@@ -266,3 +266,89 @@ async fn target_port_change_re_adds_the_addresses() {
         [sa("10.1.0.1:9090"), sa("10.1.0.2:9090")]
     );
 }
+
+/// Writes pods `(name, ip)` of service account `web` and one slice with all of them ready.
+fn write_web_pods(dir: &StateDir, pods: &[(String, String)]) {
+    let objects: Vec<_> = pods
+        .iter()
+        .map(|(pod, ip)| mk_pod(NS, pod, ip, "web"))
+        .collect();
+    dir.write("pods.yaml", &objects);
+    let endpoints: Vec<(&str, &str, bool)> = pods
+        .iter()
+        .map(|(pod, ip)| (pod.as_str(), ip.as_str(), true))
+        .collect();
+    dir.write(
+        "slice.yaml",
+        &[mk_slice(NS, "web-1", "web", ("http", 8080), &endpoints)],
+    );
+}
+
+/// The sorted target addresses of `pods`.
+fn pod_addrs(pods: &[(String, String)]) -> Vec<std::net::SocketAddr> {
+    let mut addrs: Vec<_> = pods
+        .iter()
+        .map(|(_, ip)| sa(&format!("{ip}:8080")))
+        .collect();
+    addrs.sort();
+    addrs
+}
+
+/// `Get` encodes into a buffer that starts small (`grpc::GET_ENCODE_BUFFER`) and grows to the
+/// message: an `Add` many times that size arrives whole, and so do the small and large
+/// messages after it.
+#[tokio::test]
+async fn messages_larger_than_the_encode_buffer_arrive_whole() {
+    use prost::Message;
+    let all: Vec<(String, String)> = (0..300)
+        .map(|i| {
+            (
+                format!("web-{i}"),
+                format!("10.1.{}.{}", i / 200, i % 200 + 1),
+            )
+        })
+        .collect();
+    let dir = StateDir::new();
+    dir.write("svc.yaml", &[mk_service(NS, "web", &[("http", 80)])]);
+    write_web_pods(&dir, &all);
+
+    let mut h = Harness::start(dir.path()).await;
+    let mut stream = h.get(PATH, "").await.unwrap();
+    let first = next(&mut stream).await;
+    let size = linkerd2_proxy_api::destination::Update {
+        update: Some(first.clone()),
+    }
+    .encoded_len();
+    assert!(
+        size > 40 * destination::grpc::GET_ENCODE_BUFFER,
+        "the first Add is only {size} bytes"
+    );
+    let Update::Add(set) = &first else {
+        panic!("expected an Add, got {first:?}")
+    };
+    for addr in &set.addrs {
+        let Some(Strategy::DnsLikeIdentity(id)) =
+            addr.tls_identity.clone().and_then(|i| i.strategy)
+        else {
+            panic!("{:?} has no identity", addr.addr)
+        };
+        assert_eq!(
+            id.name,
+            "web.shop.serviceaccount.identity.linkerd.cluster.local"
+        );
+    }
+    let mut got = added(&first);
+    got.sort();
+    assert_eq!(got, pod_addrs(&all));
+
+    write_web_pods(&dir, &all[..1]);
+    let mut gone = removed(&next(&mut stream).await);
+    gone.sort();
+    assert_eq!(gone, pod_addrs(&all[1..]));
+
+    write_web_pods(&dir, &all);
+    let mut back = added(&next(&mut stream).await);
+    back.sort();
+    assert_eq!(back, pod_addrs(&all[1..]));
+    assert_quiet(&mut stream).await;
+}
