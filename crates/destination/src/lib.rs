@@ -13,7 +13,6 @@ pub mod args;
 pub mod authority;
 pub mod endpoints;
 pub mod get_profile;
-pub mod grpc;
 pub mod metrics;
 pub mod profile;
 pub mod server;

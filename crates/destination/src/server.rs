@@ -2,18 +2,21 @@
 
 use futures::{Stream, StreamExt};
 use linkerd_index::{EndpointsKey, Index, ObjectRef};
-use linkerd_runtime::shutdown::Shutdown;
+use linkerd_runtime::{
+    grpc::{SmallBuffers, StreamingMethod},
+    shutdown::Shutdown,
+};
 use linkerd2_proxy_api::destination::{
-    DestinationProfile, GetDestination, Update, destination_server::Destination,
+    DestinationProfile, GetDestination, Update,
+    destination_server::{Destination, DestinationServer},
 };
 use std::{net::SocketAddr, pin::Pin, sync::Arc};
 use tokio::net::TcpListener;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, codegen::BoxFuture};
 
 use crate::{
     authority::parse_service_name,
     endpoints::{EndpointsStream, StreamFilter},
-    grpc::DestinationGrpc,
     metrics::{DestinationMetrics, EndpointsLabels, StreamGuard},
     token::ContextToken,
     translate::EndpointTranslator,
@@ -52,10 +55,51 @@ impl DestinationService {
         }
     }
 
-    /// The tonic service, ready to add to a `Server` ([`DestinationGrpc`]: the generated
-    /// server, with `Get` encoded for many idle streams).
+    /// The tonic service, ready to add to a `Server`: the generated server, with the `Get`
+    /// and `GetProfile` streams on small encode buffers ([`linkerd_runtime::grpc`]).
     pub fn into_server(self) -> DestinationGrpc {
-        DestinationGrpc::new(self)
+        let service = Arc::new(self);
+        let generated = DestinationServer::from_arc(service.clone());
+        SmallBuffers::new(
+            SmallBuffers::new(generated, GetMethod(service.clone())),
+            GetProfileMethod(service),
+        )
+    }
+}
+
+/// The Destination service as served (see [`DestinationService::into_server`]).
+pub type DestinationGrpc =
+    SmallBuffers<SmallBuffers<DestinationServer<DestinationService>, GetMethod>, GetProfileMethod>;
+
+/// `Destination.Get`, served on small buffers.
+#[derive(Clone)]
+pub struct GetMethod(Arc<DestinationService>);
+
+impl StreamingMethod for GetMethod {
+    type Request = GetDestination;
+    type Response = Update;
+    type Stream = BoxStream<Update>;
+    const PATH: &'static str = "/io.linkerd.proxy.destination.Destination/Get";
+
+    fn call(&self, request: Request<GetDestination>) -> BoxFuture<Response<Self::Stream>, Status> {
+        let service = self.0.clone();
+        Box::pin(async move { service.get(request).await })
+    }
+}
+
+/// `Destination.GetProfile`, served on small buffers.
+#[derive(Clone)]
+pub struct GetProfileMethod(Arc<DestinationService>);
+
+impl StreamingMethod for GetProfileMethod {
+    type Request = GetDestination;
+    type Response = DestinationProfile;
+    type Stream = BoxStream<DestinationProfile>;
+    const PATH: &'static str = "/io.linkerd.proxy.destination.Destination/GetProfile";
+
+    fn call(&self, request: Request<GetDestination>) -> BoxFuture<Response<Self::Stream>, Status> {
+        let service = self.0.clone();
+        Box::pin(async move { service.get_profile(request).await })
     }
 }
 

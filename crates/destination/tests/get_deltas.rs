@@ -294,7 +294,7 @@ fn pod_addrs(pods: &[(String, String)]) -> Vec<std::net::SocketAddr> {
     addrs
 }
 
-/// `Get` encodes into a buffer that starts small (`grpc::GET_ENCODE_BUFFER`) and grows to the
+/// `Get` encodes into a buffer that starts small (`linkerd_runtime::grpc::STREAM_BUFFER`) and grows to the
 /// message: an `Add` many times that size arrives whole, and so do the small and large
 /// messages after it.
 #[tokio::test]
@@ -320,7 +320,7 @@ async fn messages_larger_than_the_encode_buffer_arrive_whole() {
     }
     .encoded_len();
     assert!(
-        size > 40 * destination::grpc::GET_ENCODE_BUFFER,
+        size > 40 * linkerd_runtime::grpc::STREAM_BUFFER,
         "the first Add is only {size} bytes"
     );
     let Update::Add(set) = &first else {

@@ -6,14 +6,17 @@ use linkerd_index::{
     Index,
     inbound::{InboundServer, WorkloadRef},
 };
-use linkerd_runtime::shutdown::Shutdown;
+use linkerd_runtime::{
+    grpc::{SmallBuffers, StreamingMethod},
+    shutdown::Shutdown,
+};
 use linkerd2_proxy_api::inbound::{
     PortSpec, Server,
     inbound_server_policies_server::{InboundServerPolicies, InboundServerPoliciesServer},
 };
 use std::{pin::Pin, sync::Arc};
 use tokio::sync::watch;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, codegen::BoxFuture};
 
 use crate::{
     metrics::{GET_PORT, PolicyMetrics, Rpc, SubscriberGuard, WATCH_PORT},
@@ -33,6 +36,26 @@ pub struct InboundPolicyService {
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// `InboundServerPolicies` as served (see [`InboundPolicyService::into_server`]).
+pub type InboundGrpc =
+    SmallBuffers<InboundServerPoliciesServer<InboundPolicyService>, WatchPortMethod>;
+
+/// `InboundServerPolicies.WatchPort`, served on small buffers.
+#[derive(Clone)]
+pub struct WatchPortMethod(Arc<InboundPolicyService>);
+
+impl StreamingMethod for WatchPortMethod {
+    type Request = PortSpec;
+    type Response = Server;
+    type Stream = BoxStream<Server>;
+    const PATH: &'static str = "/io.linkerd.proxy.inbound.InboundServerPolicies/WatchPort";
+
+    fn call(&self, request: Request<PortSpec>) -> BoxFuture<Response<Self::Stream>, Status> {
+        let service = self.0.clone();
+        Box::pin(async move { service.watch_port(request).await })
+    }
+}
 
 /// What one `WatchPort` stream holds between updates: the topic's receiver and the view it
 /// last sent.
@@ -62,9 +85,14 @@ impl InboundPolicyService {
         }
     }
 
-    /// The tonic service, ready to add to a `Server`.
-    pub fn into_server(self) -> InboundServerPoliciesServer<Self> {
-        InboundServerPoliciesServer::new(self)
+    /// The tonic service, ready to add to a `Server`: the generated server, with the
+    /// `WatchPort` streams on small encode buffers ([`linkerd_runtime::grpc`]).
+    pub fn into_server(self) -> InboundGrpc {
+        let service = Arc::new(self);
+        SmallBuffers::new(
+            InboundServerPoliciesServer::from_arc(service.clone()),
+            WatchPortMethod(service),
+        )
     }
 
     /// The (workload, port) watch a request names.

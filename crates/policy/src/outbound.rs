@@ -6,14 +6,17 @@ use linkerd_index::{
     Index, ObjectRef,
     outbound::{OutboundError, OutboundLookup, OutboundPolicy, OutboundTarget},
 };
-use linkerd_runtime::shutdown::Shutdown;
+use linkerd_runtime::{
+    grpc::{SmallBuffers, StreamingMethod},
+    shutdown::Shutdown,
+};
 use linkerd2_proxy_api::outbound::{
     OutboundPolicy as ApiPolicy, TrafficSpec,
     outbound_policies_server::{OutboundPolicies, OutboundPoliciesServer},
     traffic_spec::Target,
 };
 use std::{net::SocketAddr, pin::Pin, sync::Arc};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, codegen::BoxFuture};
 
 use crate::{
     metrics::{OUTBOUND_GET, OUTBOUND_WATCH, PolicyMetrics, Rpc},
@@ -35,6 +38,25 @@ pub struct OutboundPolicyService {
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// `OutboundPolicies` as served (see [`OutboundPolicyService::into_server`]).
+pub type OutboundGrpc = SmallBuffers<OutboundPoliciesServer<OutboundPolicyService>, WatchMethod>;
+
+/// `OutboundPolicies.Watch`, served on small buffers.
+#[derive(Clone)]
+pub struct WatchMethod(Arc<OutboundPolicyService>);
+
+impl StreamingMethod for WatchMethod {
+    type Request = TrafficSpec;
+    type Response = ApiPolicy;
+    type Stream = BoxStream<ApiPolicy>;
+    const PATH: &'static str = "/io.linkerd.proxy.outbound.OutboundPolicies/Watch";
+
+    fn call(&self, request: Request<TrafficSpec>) -> BoxFuture<Response<Self::Stream>, Status> {
+        let service = self.0.clone();
+        Box::pin(async move { service.watch(request).await })
+    }
+}
 
 /// What one `Watch` stream holds between updates.
 struct WatchState {
@@ -64,9 +86,14 @@ impl OutboundPolicyService {
         }
     }
 
-    /// The tonic service, ready to add to a `Server`.
-    pub fn into_server(self) -> OutboundPoliciesServer<Self> {
-        OutboundPoliciesServer::new(self)
+    /// The tonic service, ready to add to a `Server`: the generated server, with the `Watch`
+    /// streams on small encode buffers ([`linkerd_runtime::grpc`]).
+    pub fn into_server(self) -> OutboundGrpc {
+        let service = Arc::new(self);
+        SmallBuffers::new(
+            OutboundPoliciesServer::from_arc(service.clone()),
+            WatchMethod(service),
+        )
     }
 
     /// The target and client namespace a request names (§5.1), in the spec's validation order.

@@ -1,6 +1,6 @@
 //! Process plumbing shared by every binary of the pod: the flags they all take, logging, the
 //! admin HTTP server (`/live`, `/ready`, `/metrics`), the choice between a cluster and offline
-//! mode, graceful shutdown, and the HTTPS server of the admission webhooks ([`tls`]) with the
+//! mode, graceful shutdown, small encode buffers for the gRPC watch streams ([`grpc`]), and the HTTPS server of the admission webhooks ([`tls`]) with the
 //! `AdmissionReview` envelope they speak ([`admission`]).
 
 #![deny(rust_2018_idioms)]
@@ -10,6 +10,7 @@ pub mod admin;
 pub mod admission;
 pub mod args;
 pub mod cluster;
+pub mod grpc;
 pub mod log;
 pub mod shutdown;
 pub mod tls;
