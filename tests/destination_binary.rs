@@ -144,6 +144,22 @@ async fn offline_mode_serves_and_follows_file_edits() {
         ["10.244.0.99:8080".parse::<SocketAddr>().unwrap()]
     );
 
+    // An object that does not decode as its kind is skipped, and the log names its file.
+    std::fs::write(
+        state.path().join("bad-service.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: bad, namespace: emojivoto}\nspec: {ports: not-a-list}\n",
+    )
+    .unwrap();
+    let counted = "index_invalid_objects_total{kind=\"Service\"} 1";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !http_get(admin, "/metrics").is_some_and(|(_, m)| m.contains(counted)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{counted} not reached"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     // SIGTERM: the stream ends with OK and the process exits cleanly.
     process.send_sigterm();
     let end = tokio::time::timeout(Duration::from_secs(10), stream.message())
@@ -154,11 +170,15 @@ async fn offline_mode_serves_and_follows_file_edits() {
         "stream should end with OK: {end:?}"
     );
     let status = process.wait_exit().await;
-    assert!(
-        status.success(),
-        "exit status {status}: {}",
-        process.stderr()
-    );
+    let stderr = process.stderr();
+    assert!(status.success(), "exit status {status}: {stderr}");
+    let skipped: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("does not decode"))
+        .collect();
+    assert_eq!(skipped.len(), 1, "{stderr}");
+    assert!(skipped[0].contains("bad-service.yaml"), "{}", skipped[0]);
+    assert!(skipped[0].contains("spec.ports"), "{}", skipped[0]);
 }
 
 #[tokio::test]

@@ -98,7 +98,7 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct KindObjects {
-    objects: BTreeMap<ObjectKey, Arc<Value>>,
+    objects: BTreeMap<ObjectKey, Served>,
     /// `(generation, key)` of every change, oldest first, at most [`LOG_CAPACITY`].
     log: VecDeque<(u64, ObjectKey)>,
     /// The newest generation dropped from `log`: a stream that has not seen it re-diffs all.
@@ -138,7 +138,14 @@ struct LoadedFile {
 /// The files defining one object and their definition of it, in path order.
 type Definitions = Vec<(PathBuf, Arc<Value>)>;
 /// Objects whose served definition changed: the new one, or `None` when none is left.
-type Changes = Vec<(TypeKey, ObjectKey, Option<Arc<Value>>)>;
+type Changes = Vec<(TypeKey, ObjectKey, Option<Served>)>;
+
+/// The definition of an object that is served, and the file it is from (for log messages).
+#[derive(Clone, Debug)]
+struct Served {
+    value: Arc<Value>,
+    file: Arc<Path>,
+}
 /// Objects whose definitions were touched during one read, with the definition served before:
 /// an object moved from one file to another within a read is no change.
 type Touched = HashMap<(TypeKey, ObjectKey), Option<Arc<Value>>>;
@@ -337,7 +344,7 @@ impl<K: Watched> Decoder<K> {
             let shared = shared.lock().unwrap_or_else(|e| e.into_inner());
             let kind = shared.kinds.get(&self.type_key);
             let full = self.known.is_none() || kind.is_some_and(|k| k.trimmed > self.seen);
-            let mut changed: BTreeMap<ObjectKey, Option<Arc<Value>>> = BTreeMap::new();
+            let mut changed: BTreeMap<ObjectKey, Option<Served>> = BTreeMap::new();
             if let Some(kind) = kind {
                 if full {
                     for (key, value) in &kind.objects {
@@ -358,11 +365,11 @@ impl<K: Watched> Decoder<K> {
         let Some(mut known) = self.known.take() else {
             let mut known = BTreeMap::new();
             let mut objects = Vec::new();
-            for (key, value) in changed {
-                if let Some(value) = value
-                    && let Some(obj) = self.decode(&key, &value)
+            for (key, served) in changed {
+                if let Some(served) = served
+                    && let Some(obj) = self.decode(&key, &served)
                 {
-                    known.insert(key, value);
+                    known.insert(key, served.value);
                     objects.push(obj);
                 }
             }
@@ -377,20 +384,20 @@ impl<K: Watched> Decoder<K> {
         }
         let mut applied = Vec::new();
         let mut deleted = Vec::new();
-        for (key, value) in changed {
-            match value {
-                Some(value) => {
-                    let unchanged = known
-                        .get(&key)
-                        .is_some_and(|old| Arc::ptr_eq(old, &value) || **old == *value);
+        for (key, served) in changed {
+            match served {
+                Some(served) => {
+                    let unchanged = known.get(&key).is_some_and(|old| {
+                        Arc::ptr_eq(old, &served.value) || **old == *served.value
+                    });
                     if unchanged {
                         // Back to the version emitted: a bad version seen meanwhile is news again.
                         self.rejected.remove(&key);
                         continue;
                     }
                     // A bad new version keeps the last good one.
-                    if let Some(obj) = self.decode(&key, &value) {
-                        known.insert(key, value);
+                    if let Some(obj) = self.decode(&key, &served) {
+                        known.insert(key, served.value);
                         applied.push(Event::Apply(obj));
                     }
                 }
@@ -409,18 +416,20 @@ impl<K: Watched> Decoder<K> {
         applied
     }
 
-    fn decode(&mut self, key: &ObjectKey, value: &Arc<Value>) -> Option<K> {
-        match decode::<K>(value) {
+    /// Decodes the served definition of `key`; one that does not decode is logged, with its
+    /// file, and counted once per version.
+    fn decode(&mut self, key: &ObjectKey, served: &Served) -> Option<K> {
+        match decode::<K>(&served.value) {
             Ok(obj) => {
                 self.rejected.remove(key);
                 Some(obj)
             }
             Err(error) => {
-                let seen = self.rejected.get(key).is_some_and(|v| v == value);
+                let seen = self.rejected.get(key).is_some_and(|v| *v == served.value);
                 if !seen {
-                    tracing::warn!(kind = %self.type_key.1, namespace = %key.0, name = %key.1, %error, "skipping object that does not decode");
+                    tracing::warn!(file = %served.file.display(), kind = %self.type_key.1, namespace = %key.0, name = %key.1, %error, "skipping object that does not decode");
                     self.metrics.invalid_object(&self.type_key.1);
-                    self.rejected.insert(key.clone(), value.clone());
+                    self.rejected.insert(key.clone(), served.value.clone());
                 }
                 None
             }
@@ -512,9 +521,12 @@ impl StateDir {
                 .defs
                 .get(&key)
                 .and_then(|defs| defs.first())
-                .map(|(_, v)| v.clone());
+                .map(|(file, value)| Served {
+                    value: value.clone(),
+                    file: file.as_path().into(),
+                });
             let same = match (&before, &after) {
-                (Some(b), Some(a)) => Arc::ptr_eq(b, a) || b == a,
+                (Some(b), Some(a)) => Arc::ptr_eq(b, &a.value) || **b == *a.value,
                 (None, None) => true,
                 _ => false,
             };

@@ -292,7 +292,7 @@ fn changed(changes: &Changes) -> Vec<(String, Option<i64>)> {
         .map(|(_, (_, name), v)| {
             let port = v
                 .as_ref()
-                .map(|v| v["spec"]["ports"][0]["port"].as_i64().unwrap());
+                .map(|served| served.value["spec"]["ports"][0]["port"].as_i64().unwrap());
             (name.clone(), port)
         })
         .collect();
