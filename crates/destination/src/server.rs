@@ -209,13 +209,14 @@ pub async fn serve(
     service: DestinationService,
     shutdown: Shutdown,
 ) -> Result<(), tonic::transport::Error> {
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .max_concurrent_streams(Some(10_000))
         .http2_keepalive_interval(None)
         .add_service(service.into_server())
-        .serve_with_incoming_shutdown(incoming, shutdown.signaled())
+        .serve_with_incoming_shutdown(
+            linkerd_runtime::grpc::incoming(listener),
+            shutdown.signaled(),
+        )
         .await
 }
 

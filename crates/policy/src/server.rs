@@ -24,14 +24,15 @@ pub async fn serve_policies(
     outbound: Option<OutboundPolicyService>,
     shutdown: Shutdown,
 ) -> Result<(), tonic::transport::Error> {
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .max_concurrent_streams(Some(10_000))
         .http2_keepalive_interval(None)
         .add_service(inbound.into_server())
         .add_optional_service(outbound.map(OutboundPolicyService::into_server))
-        .serve_with_incoming_shutdown(incoming, shutdown.signaled())
+        .serve_with_incoming_shutdown(
+            linkerd_runtime::grpc::incoming(listener),
+            shutdown.signaled(),
+        )
         .await
 }
 

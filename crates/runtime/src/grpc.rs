@@ -1,4 +1,5 @@
-//! Watch streams with small encode buffers, for the gRPC servers of the pod.
+//! For the gRPC servers of the pod: accepted connections with `TCP_NODELAY` ([`incoming`]),
+//! and watch streams with small encode buffers ([`SmallBuffers`]).
 //!
 //! tonic encodes each response stream into a buffer that lives as long as the stream, 8 KiB
 //! by default, and keeps the whole buffer allocated while any message cut from it is. The
@@ -23,6 +24,13 @@ use tonic::{
     server::{Grpc, NamedService, ServerStreamingService},
 };
 use tonic_prost::{ProstDecoder, ProstEncoder};
+
+/// The connections accepted on `listener`, with `TCP_NODELAY` set on each: without it a
+/// small reply sent while an earlier one is unacknowledged waits for the peer's delayed ACK
+/// (about 40 ms). `Server::tcp_nodelay` does not apply to connections the server is handed.
+pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
 
 /// Bytes a stream's encode (and request decode) buffer starts with; a larger message grows it
 /// to fit.
@@ -238,6 +246,17 @@ mod tests {
                 metric_labels: Default::default(),
             })),
         }
+    }
+
+    #[tokio::test]
+    async fn accepted_connections_have_tcp_nodelay() {
+        use futures::StreamExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut accepted = incoming(listener);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let server_side = accepted.next().await.unwrap().unwrap();
+        assert!(server_side.nodelay().unwrap());
     }
 
     #[tokio::test]
