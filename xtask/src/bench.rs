@@ -209,9 +209,9 @@ pub fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
 /// machine, so it would mostly measure itself. Returns only when the re-run cannot start.
 pub(crate) fn rerun_optimized(root: &Path) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let (cargo, mut cmd) = server::cargo_command();
     eprintln!("building xtask (release) to run the bench client optimized...");
-    let error = std::process::Command::new(&cargo)
+    let error = cmd
         .current_dir(root)
         .args(["run", "--quiet", "--release", "--package", "xtask", "--"])
         .args(std::env::args_os().skip(1))
@@ -734,7 +734,7 @@ impl Report {
             self.client_cpu.as_secs_f64() * 1e6 / deliveries,
         );
         println!(
-            "server socket writes during the changes: {} ({:.2} per delivered update)",
+            "server write system calls during the changes (socket writes, and a few eventfd and log writes): {} ({:.2} per delivered update)",
             self.server_writes,
             self.server_writes as f64 / deliveries,
         );

@@ -104,6 +104,38 @@ pub fn build_binary(
     Ok(exes.remove(0))
 }
 
+/// The cargo that runs xtask (`$CARGO`, else `cargo` on the PATH), and a command for it
+/// without the variables `cargo run` set for xtask itself ([`describes_the_running_package`]).
+pub fn cargo_command() -> (OsString, std::process::Command) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = std::process::Command::new(&cargo);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(describes_the_running_package) {
+            cmd.env_remove(name);
+        }
+    }
+    (cargo, cmd)
+}
+
+/// Whether `name` is one of the variables `cargo run` sets to describe the package it runs
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, ...). A cargo started from xtask would pass them
+/// on to build scripts, and some fingerprint them (`ring`'s reads `CARGO_MANIFEST_DIR`): each
+/// `cargo xtask` build then recompiled those crates and everything above them, and so did the
+/// next build from the shell.
+fn describes_the_running_package(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "OUT_DIR"
+        )
+}
+
 /// Builds every `(package, binary)` of `bins` with one `cargo build -p P... --bin B...
 /// [--release]` and returns their executables, in the order of `bins`. One invocation
 /// resolves the dependencies' features once, so a dependency shared by the binaries is
@@ -116,8 +148,7 @@ pub fn build_binaries(
     bins: &[(&str, &str)],
     release: bool,
 ) -> anyhow::Result<Vec<PathBuf>> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    let mut cmd = std::process::Command::new(&cargo);
+    let (cargo, mut cmd) = cargo_command();
     cmd.current_dir(root)
         .args(["build", "--message-format=json-render-diagnostics"])
         .stdout(Stdio::piped())
@@ -549,5 +580,34 @@ mod tests {
         );
         drop(taken);
         ensure_free(addr, "destination's admin port").unwrap();
+    }
+
+    #[test]
+    fn cargo_started_from_xtask_does_not_inherit_the_package_variables() {
+        // `cargo test` sets these for the test process, as `cargo run` does for xtask.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
+        let (_, cmd) = cargo_command();
+        let removed: Vec<String> = cmd
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(name, _)| name.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            removed.contains(&"CARGO_MANIFEST_DIR".to_string()),
+            "{removed:?}"
+        );
+        assert!(
+            removed.contains(&"CARGO_PKG_NAME".to_string()),
+            "{removed:?}"
+        );
+        // What configures cargo itself is kept.
+        assert!(
+            removed.iter().all(|n| n != "CARGO_HOME"
+                && n != "CARGO_TARGET_DIR"
+                && !n.starts_with("CARGO_BUILD_")
+                && !n.starts_with("CARGO_PROFILE_")),
+            "{removed:?}"
+        );
     }
 }
