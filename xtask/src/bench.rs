@@ -22,7 +22,10 @@ use linkerd2_proxy_api::destination::{
 };
 use std::{
     net::SocketAddr,
+    os::fd::{AsRawFd, RawFd},
     path::Path,
+    sync::{Arc, Mutex},
+    task::Poll,
     time::{Duration, Instant},
 };
 use tokio::sync::mpsc;
@@ -128,8 +131,8 @@ struct Report {
     /// CPU time used during the change phase by the server and by this process (the clients).
     server_cpu: Duration,
     client_cpu: Duration,
-    /// The server's write system calls during the change phase.
-    server_writes: u64,
+    /// TCP segments the client received during the change phase.
+    segments: u64,
     /// CPU time the server used during [`IDLE_CHECK`] after the last change.
     idle_cpu: Duration,
 }
@@ -252,7 +255,7 @@ async fn bench(
         args.streams,
         args.connections
     );
-    let channels = connect(addr, args.connections).await?;
+    let connections = connect(addr, args.connections).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let mut rx = Deliveries::new(rx);
     let opened = Instant::now();
@@ -265,9 +268,9 @@ async fn bench(
         ),
     };
     let mut tasks = tokio::task::JoinSet::new();
-    for (connection, channel) in channels.iter().enumerate() {
+    for (connection, channel) in connections.channels.iter().enumerate() {
         // Round robin: stream i is on connection i % C.
-        let streams = (connection..args.streams).step_by(channels.len());
+        let streams = (connection..args.streams).step_by(connections.channels.len());
         tasks.spawn(watch_connection(
             DestinationClient::new(channel.clone()),
             streams.map(|s| s as u32).collect(),
@@ -289,11 +292,11 @@ async fn bench(
         server::cpu_time(pid)?,
         server::cpu_time(std::process::id())?,
     );
-    let server_writes = server::write_syscalls(pid)?;
+    let segments = connections.segments_in()?;
     let changes = apply_changes(&mut rx, dir, spec, churn, args).await?;
     let server_cpu = server::cpu_time(pid)?.saturating_sub(server_cpu);
     let client_cpu = server::cpu_time(std::process::id())?.saturating_sub(client_cpu);
-    let server_writes = server::write_syscalls(pid)?.saturating_sub(server_writes);
+    let segments = connections.segments_in()?.saturating_sub(segments);
     let rss_after_changes = server::rss_bytes(pid)?;
     // A server with nothing to do should use no CPU; anything else is a loop somewhere.
     let idle_start = server::cpu_time(pid)?;
@@ -307,7 +310,7 @@ async fn bench(
     }
 
     tasks.abort_all();
-    drop(channels);
+    drop(connections);
     server.stop(Duration::from_secs(5)).await?;
     Ok(Report {
         ready_after,
@@ -320,29 +323,107 @@ async fn bench(
         changes,
         server_cpu,
         client_cpu,
-        server_writes,
+        segments,
         idle_cpu,
     })
 }
 
-/// Opens `count` HTTP/2 connections to `addr`, each with windows large enough that the client
-/// never throttles the server.
-pub(crate) async fn connect(addr: SocketAddr, count: usize) -> anyhow::Result<Vec<Channel>> {
+/// The bench client's HTTP/2 connections, and their sockets for counting what arrived.
+pub(crate) struct Connections {
+    pub channels: Vec<Channel>,
+    sockets: Arc<Mutex<Vec<RawFd>>>,
+}
+
+impl Connections {
+    /// TCP segments received so far on all connections (`tcpi_segs_in` of `TCP_INFO`): the
+    /// server's writes, as on loopback each write of less than 64 KiB is one segment, plus
+    /// its ACKs of what the client sent.
+    pub(crate) fn segments_in(&self) -> anyhow::Result<u64> {
+        let sockets = self
+            .sockets
+            .lock()
+            .expect("the socket list is never poisoned");
+        sockets
+            .iter()
+            .try_fold(0, |sum, fd| Ok(sum + u64::from(segments_in(*fd)?)))
+    }
+}
+
+fn segments_in(fd: RawFd) -> anyhow::Result<u32> {
+    // SAFETY: tcp_info is plain integers, valid when zeroed.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `fd` is a socket the client keeps open; `info` and `len` are valid for writes
+    // of the size passed.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut len,
+        )
+    };
+    ensure!(
+        rc == 0,
+        "TCP_INFO of a client socket: {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(info.tcpi_segs_in)
+}
+
+/// Connects over TCP with `TCP_NODELAY` and records each socket in `sockets`.
+#[derive(Clone)]
+struct RecordingConnector {
+    addr: SocketAddr,
+    sockets: Arc<Mutex<Vec<RawFd>>>,
+}
+
+impl tonic::codegen::Service<tonic::transport::Uri> for RecordingConnector {
+    type Response = hyper_util::rt::TokioIo<tokio::net::TcpStream>;
+    type Error = std::io::Error;
+    type Future = futures::future::BoxFuture<'static, std::io::Result<Self::Response>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: tonic::transport::Uri) -> Self::Future {
+        let (addr, sockets) = (self.addr, self.sockets.clone());
+        Box::pin(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            sockets
+                .lock()
+                .expect("the socket list is never poisoned")
+                .push(tcp.as_raw_fd());
+            Ok(hyper_util::rt::TokioIo::new(tcp))
+        })
+    }
+}
+
+/// Opens `count` HTTP/2 connections to `addr` (with `TCP_NODELAY`), each with windows large
+/// enough that the client never throttles the server.
+pub(crate) async fn connect(addr: SocketAddr, count: usize) -> anyhow::Result<Connections> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .context("invalid server URI")?
         .initial_connection_window_size(CONNECTION_WINDOW)
         .initial_stream_window_size(STREAM_WINDOW)
-        .http2_adaptive_window(false)
-        .tcp_nodelay(true);
+        .http2_adaptive_window(false);
+    let sockets = Arc::new(Mutex::new(Vec::with_capacity(count)));
     let mut channels = Vec::with_capacity(count);
     for _ in 0..count {
+        let connector = RecordingConnector {
+            addr,
+            sockets: sockets.clone(),
+        };
         let channel = endpoint
-            .connect()
+            .connect_with_connector(connector)
             .await
             .with_context(|| format!("cannot connect to destination at {addr}"))?;
         channels.push(channel);
     }
-    Ok(channels)
+    Ok(Connections { channels, sockets })
 }
 
 /// The `Get` streams of one connection, read by one task: a task per stream would make the
@@ -734,9 +815,9 @@ impl Report {
             self.client_cpu.as_secs_f64() * 1e6 / deliveries,
         );
         println!(
-            "server write system calls during the changes (socket writes, and a few eventfd and log writes): {} ({:.2} per delivered update)",
-            self.server_writes,
-            self.server_writes as f64 / deliveries,
+            "TCP segments the clients received during the changes (the server's writes, and its ACKs): {} ({:.3} per delivered update)",
+            self.segments,
+            self.segments as f64 / deliveries,
         );
         println!(
             "server CPU while idle for {} s after the last change: {:.2} s{}",

@@ -203,7 +203,7 @@ async fn bench(
     server.wait_ready(READY_TIMEOUT).await?;
     let ready_after = started.elapsed();
     let pid = server.pid();
-    let channels = bench::connect(addr, args.connections).await?;
+    let channels = bench::connect(addr, args.connections).await?.channels;
     let rss_before = server::rss_bytes(pid)?;
 
     let streams = spec.pods * PORTS.len();

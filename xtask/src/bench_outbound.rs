@@ -257,7 +257,7 @@ async fn bench(
     let leader_after = started.elapsed();
 
     let pid = server.pid();
-    let channels = bench::connect(addr, args.connections).await?;
+    let channels = bench::connect(addr, args.connections).await?.channels;
     let rss_before = server::rss_bytes(pid)?;
     eprintln!(
         "server ready in {:.2} s, leader with the pending routes patched at {:.2} s; opening {} Watch streams over {} connections at once...",

@@ -207,7 +207,7 @@ async fn storm(
     let ready_after = started_at.elapsed();
     let pid = server.pid();
     let streams = args.services * args.streams_per_service;
-    let channels = bench::connect(addr, args.connections).await?;
+    let channels = bench::connect(addr, args.connections).await?.channels;
     let rss_before = server::rss_bytes(pid)?;
 
     eprintln!(

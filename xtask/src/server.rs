@@ -231,18 +231,6 @@ pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
     Ok(kib * 1024)
 }
 
-/// Write system calls (`write`, `writev`) process `pid` has made so far, from `syscw` in
-/// `/proc/PID/io`. Every socket write is one, so the difference over a phase shows how well
-/// messages are batched into writes.
-pub fn write_syscalls(pid: u32) -> anyhow::Result<u64> {
-    let path = format!("/proc/{pid}/io");
-    let io = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    io.lines()
-        .find_map(|l| l.strip_prefix("syscw:"))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .with_context(|| format!("no syscw line in {path}"))
-}
-
 /// CPU time (user + system) process `pid` has used so far, from `/proc/PID/stat`.
 pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     let path = format!("/proc/{pid}/stat");

@@ -46,7 +46,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         shutdown.clone(),
     );
-    serve(listener, service, shutdown).await?;
+    serve(listener, service, shutdown).await;
     let _ = admin.await;
     Ok(())
 }

@@ -3,7 +3,7 @@
 use futures::{Stream, StreamExt};
 use linkerd_index::{EndpointsKey, Index, ObjectRef};
 use linkerd_runtime::{
-    grpc::{SmallBuffers, StreamingMethod},
+    grpc::{Http2Settings, SmallBuffers, StreamingMethod},
     shutdown::Shutdown,
 };
 use linkerd2_proxy_api::destination::{
@@ -204,20 +204,15 @@ impl Destination for DestinationService {
 
 /// Serves `service` on `listener` until `shutdown`, with HTTP/2 limits set for many long-lived
 /// streams per connection (every watch of one proxy shares its connection).
-pub async fn serve(
-    listener: TcpListener,
-    service: DestinationService,
-    shutdown: Shutdown,
-) -> Result<(), tonic::transport::Error> {
-    tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(10_000))
-        .http2_keepalive_interval(None)
-        .add_service(service.into_server())
-        .serve_with_incoming_shutdown(
-            linkerd_runtime::grpc::incoming(listener),
-            shutdown.signaled(),
-        )
-        .await
+pub async fn serve(listener: TcpListener, service: DestinationService, shutdown: Shutdown) {
+    let routes = tonic::service::Routes::new(service.into_server());
+    linkerd_runtime::grpc::serve(
+        listener,
+        routes,
+        Http2Settings::default(),
+        shutdown.signaled(),
+    )
+    .await
 }
 
 /// Binds `addr`, returning the listener and its bound address (port 0 picks one).

@@ -98,9 +98,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let serving = serve_policies(listener, inbound, Some(outbound), shutdown);
     match status_writer {
-        None => serving.await?,
+        None => serving.await,
         Some(writer) => tokio::select! {
-            served = serving => served?,
+            () = serving => {}
             ended = writer => match ended {
                 Ok(Ok(())) => anyhow::bail!("the route status writer stopped"),
                 Ok(Err(error)) => return Err(error.into()),

@@ -25,6 +25,10 @@ use tonic::{
 };
 use tonic_prost::{ProstDecoder, ProstEncoder};
 
+mod server;
+
+pub use self::server::{Http2Settings, serve};
+
 /// The connections accepted on `listener`, with `TCP_NODELAY` set on each: without it a
 /// small reply sent while an earlier one is unacknowledged waits for the peer's delayed ACK
 /// (about 40 ms). `Server::tcp_nodelay` does not apply to connections the server is handed.

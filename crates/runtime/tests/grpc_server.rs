@@ -1,0 +1,223 @@
+//! `linkerd_runtime::grpc::serve` through real TCP connections: updates batched into few
+//! segments, and a graceful shutdown.
+
+use futures::{FutureExt, StreamExt, future::BoxFuture, stream::BoxStream};
+use hyper_util::rt::TokioIo;
+use linkerd_runtime::grpc::{Http2Settings, serve};
+use linkerd2_proxy_api::destination::{
+    DestinationProfile, GetDestination, Update, WeightedAddr, WeightedAddrSet,
+    destination_client::DestinationClient,
+    destination_server::{Destination, DestinationServer},
+    update,
+};
+use prost::Message;
+use std::{
+    io,
+    net::SocketAddr,
+    os::fd::{AsRawFd, RawFd},
+    sync::{Arc, Mutex},
+    task::{Context, Poll},
+    time::Duration,
+};
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::watch,
+};
+use tonic::{Request, Response, Status, codegen::Service, service::Routes, transport::Uri};
+
+/// `Get` streams that send an `Add` for the current change number, then one per change.
+struct Changes(watch::Receiver<u32>);
+
+#[tonic::async_trait]
+impl Destination for Changes {
+    type GetStream = BoxStream<'static, Result<Update, Status>>;
+    type GetProfileStream = BoxStream<'static, Result<DestinationProfile, Status>>;
+
+    async fn get(&self, _: Request<GetDestination>) -> Result<Response<Self::GetStream>, Status> {
+        let updates =
+            futures::stream::unfold((self.0.clone(), true), |(mut rx, first)| async move {
+                if !first {
+                    rx.changed().await.ok()?;
+                }
+                let change = *rx.borrow_and_update();
+                Some((Ok(add(change)), (rx, false)))
+            });
+        Ok(Response::new(updates.boxed()))
+    }
+
+    async fn get_profile(
+        &self,
+        _: Request<GetDestination>,
+    ) -> Result<Response<Self::GetProfileStream>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+}
+
+/// An `Add` of one address with the labels a meshed pod has: between the 256 bytes above
+/// which h2 writes a frame on its own over vectored IO, and the 1 KiB it copies without.
+fn add(change: u32) -> Update {
+    let labels = [
+        "pod",
+        "pod_template_hash",
+        "serviceaccount",
+        "deployment",
+        "zone",
+        "node",
+    ]
+    .into_iter()
+    .map(|k| (k.to_string(), format!("{k}-value-for-change-{change}")))
+    .collect();
+    Update {
+        update: Some(update::Update::Add(WeightedAddrSet {
+            addrs: vec![WeightedAddr {
+                addr: Some(SocketAddr::from(([10, 0, 0, 1], 8080)).into()),
+                weight: 10_000,
+                metric_labels: labels,
+                ..Default::default()
+            }],
+            metric_labels: [("namespace".to_string(), "shop".to_string())].into(),
+        })),
+    }
+}
+
+/// Connects over TCP and remembers the socket, for reading its `TCP_INFO`.
+#[derive(Clone)]
+struct RecordingConnector {
+    addr: SocketAddr,
+    fd: Arc<Mutex<Option<RawFd>>>,
+}
+
+impl Service<Uri> for RecordingConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = io::Error;
+    type Future = BoxFuture<'static, io::Result<Self::Response>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let (addr, fd) = (self.addr, self.fd.clone());
+        Box::pin(async move {
+            let tcp = TcpStream::connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            *fd.lock().unwrap() = Some(tcp.as_raw_fd());
+            Ok(TokioIo::new(tcp))
+        })
+    }
+}
+
+/// TCP segments received on `fd` so far (`tcpi_segs_in`).
+fn segments_in(fd: RawFd) -> u32 {
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` are valid for writes of the size passed.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", io::Error::last_os_error());
+    info.tcpi_segs_in
+}
+
+async fn start(
+    rx: watch::Receiver<u32>,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let routes = Routes::new(DestinationServer::new(Changes(rx)));
+    let server = tokio::spawn(serve(listener, routes, Http2Settings::default(), async {
+        let _ = stopped.await;
+    }));
+    (addr, stop, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_change_reaches_the_streams_of_a_connection_in_a_few_segments() {
+    const STREAMS: usize = 100;
+    let sample = add(0).encoded_len();
+    assert!(
+        (256..1024).contains(&sample),
+        "an Add of {sample} bytes tests nothing"
+    );
+
+    let (changes, rx) = watch::channel(0);
+    let (addr, _stop, _server) = start(rx).await;
+    let connector = RecordingConnector {
+        addr,
+        fd: Default::default(),
+    };
+    let channel = tonic::transport::Endpoint::from_static("http://destination")
+        .connect_with_connector(connector.clone())
+        .await
+        .unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let mut client = DestinationClient::new(channel.clone());
+        let mut stream = client
+            .get(GetDestination::default())
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(stream.message().await.unwrap(), Some(add(0)));
+        streams.push(stream);
+    }
+    let fd = connector.fd.lock().unwrap().expect("connected");
+    let before = segments_in(fd);
+
+    changes.send(1).unwrap();
+    for stream in &mut streams {
+        assert_eq!(stream.message().await.unwrap(), Some(add(1)));
+    }
+    let segments = segments_in(fd) - before;
+    // 100 updates of ~400 bytes fit in three 16 KiB writes; one stream per task wrote
+    // each update alone (100 segments).
+    assert!(
+        segments <= 20,
+        "{STREAMS} updates arrived in {segments} TCP segments"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_refuses_new_connections_and_waits_for_open_streams_to_end() {
+    let (changes, rx) = watch::channel(0);
+    let (addr, stop, mut server) = start(rx).await;
+    let mut client = DestinationClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let mut stream = client
+        .get(GetDestination::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stream.message().await.unwrap(), Some(add(0)));
+
+    stop.send(()).unwrap();
+    // The open stream goes on being served while the server drains.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    changes.send(1).unwrap();
+    assert_eq!(stream.message().await.unwrap(), Some(add(1)));
+    assert!(
+        (&mut server).now_or_never().is_none(),
+        "returned with a stream open"
+    );
+    assert!(TcpStream::connect(addr).await.is_err(), "still accepting");
+
+    // The stream ends (its service's watch is gone): the server returns.
+    drop(changes);
+    assert_eq!(stream.message().await.unwrap(), None);
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("the server returned")
+        .unwrap();
+}
