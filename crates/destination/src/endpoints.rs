@@ -5,13 +5,22 @@
 //! filtered set it last sent is recomputed from that view when diffing, so nothing per address
 //! is kept per stream. When the stream wakes it reads the newest view: intermediate views may
 //! be skipped, the end state never is.
+//!
+//! Streams that make the same transition (same view before and after, same filter) get the
+//! same updates, so [`SharedDeltas`] computes them once: when a Service that thousands of
+//! proxies watch changes, the diff, the translation and the messages are made once, not once
+//! per stream.
 
 use linkerd_index::{AddressId, Endpoint, EndpointsView, Workload, model::AddressType};
+use linkerd_runtime::grpc::Shared;
 use linkerd2_proxy_api::{
     destination::{AddrSet, NoEndpoints, Update, WeightedAddrSet, update},
     net::TcpAddress,
 };
-use std::sync::Arc;
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex, PoisonError},
+};
 use tokio::sync::watch;
 
 use crate::translate::EndpointTranslator;
@@ -32,6 +41,7 @@ pub struct EndpointsStream {
     rx: watch::Receiver<Arc<EndpointsView>>,
     filter: StreamFilter,
     translator: Arc<EndpointTranslator>,
+    deltas: Arc<SharedDeltas>,
     /// The view the last update was computed from; `None` before the first message.
     last: Option<Arc<EndpointsView>>,
     /// The number of addresses in this client's filtered set of `last`.
@@ -39,6 +49,36 @@ pub struct EndpointsStream {
 }
 
 type Filtered<'a> = Vec<(&'a AddressId, &'a Arc<Endpoint>)>;
+
+/// What one transition sends a client: its updates, and the size of its filtered set after.
+#[derive(Clone, Debug)]
+pub struct Delta {
+    pub updates: Vec<Shared<Update>>,
+    /// The number of addresses in the client's filtered set of the new view.
+    pub held: usize,
+}
+
+/// The deltas computed lately, by transition and filter, for the streams of one server (one
+/// translator). Entries hold their views, so a view's address is not reused while its entry
+/// lives; the oldest entries go first ([`DELTAS_PER_SHARD`] per shard).
+pub struct SharedDeltas {
+    shards: Box<[Mutex<VecDeque<Transition>>]>,
+}
+
+/// Shards, by the new view's address, so that changes of different Services rarely share a
+/// lock.
+const DELTA_SHARDS: usize = 16;
+
+/// Transitions kept per shard: enough for the filters (zones, nodes) of one change's clients
+/// and a few changes in flight.
+const DELTAS_PER_SHARD: usize = 8;
+
+struct Transition {
+    from: Option<Arc<EndpointsView>>,
+    to: Arc<EndpointsView>,
+    filter: StreamFilter,
+    delta: Delta,
+}
 
 // === impl StreamFilter ===
 
@@ -106,18 +146,75 @@ impl StreamFilter {
     }
 }
 
+// === impl SharedDeltas ===
+
+impl Default for SharedDeltas {
+    fn default() -> Self {
+        Self {
+            shards: (0..DELTA_SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+}
+
+impl SharedDeltas {
+    /// The delta from `from` (`None`: the stream's first message) to `to` for `filter`:
+    /// the one computed earlier for the same views and filter, or `compute()`'s.
+    pub fn get_or_compute(
+        &self,
+        from: Option<&Arc<EndpointsView>>,
+        to: &Arc<EndpointsView>,
+        filter: &StreamFilter,
+        compute: impl FnOnce() -> Delta,
+    ) -> Delta {
+        let shard = &self.shards[(Arc::as_ptr(to) as usize >> 4) % DELTA_SHARDS];
+        let same = |t: &Transition| {
+            Arc::ptr_eq(&t.to, to)
+                && match (&t.from, from) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
+                && t.filter == *filter
+        };
+        {
+            let entries = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(t) = entries.iter().find(|t| same(t)) {
+                return t.delta.clone();
+            }
+        }
+        // Computed outside the lock; two streams may both compute it, with equal results.
+        let delta = compute();
+        let mut entries = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        if !entries.iter().any(same) {
+            if entries.len() == DELTAS_PER_SHARD {
+                entries.pop_back();
+            }
+            entries.push_front(Transition {
+                from: from.cloned(),
+                to: to.clone(),
+                filter: filter.clone(),
+                delta: delta.clone(),
+            });
+        }
+        delta
+    }
+}
+
 // === impl EndpointsStream ===
 
 impl EndpointsStream {
+    /// A stream that shares the deltas it computes through `deltas` (one per translator).
     pub fn new(
         rx: watch::Receiver<Arc<EndpointsView>>,
         filter: StreamFilter,
         translator: Arc<EndpointTranslator>,
+        deltas: Arc<SharedDeltas>,
     ) -> Self {
         Self {
             rx,
             filter,
             translator,
+            deltas,
             last: None,
             held: 0,
         }
@@ -137,16 +234,27 @@ impl EndpointsStream {
 
     /// Waits for the next view and returns the updates it causes (possibly none: a change that
     /// does not concern this client). `None` when the topic is gone.
-    pub async fn next_updates(&mut self) -> Option<Vec<Update>> {
+    pub async fn next_updates(&mut self) -> Option<Vec<Shared<Update>>> {
         if self.last.is_some() {
             self.rx.changed().await.ok()?;
         }
         let view = self.rx.borrow_and_update().clone();
-        let new = self.filter.apply(&view);
-        let updates = self.diff(&view, &new);
-        self.held = new.len();
+        let delta = self
+            .deltas
+            .get_or_compute(self.last.as_ref(), &view, &self.filter, || {
+                let new = self.filter.apply(&view);
+                Delta {
+                    updates: self
+                        .diff(&view, &new)
+                        .into_iter()
+                        .map(Shared::new)
+                        .collect(),
+                    held: new.len(),
+                }
+            });
+        self.held = delta.held;
         self.last = Some(view);
-        Some(updates)
+        Some(delta.updates)
     }
 
     /// The updates that take a client from `self.last` to `view`, whose filtered set is `new`.

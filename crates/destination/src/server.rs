@@ -3,7 +3,7 @@
 use futures::{Stream, StreamExt};
 use linkerd_index::{EndpointsKey, Index, ObjectRef};
 use linkerd_runtime::{
-    grpc::{Http2Settings, SmallBuffers, StreamingMethod},
+    grpc::{Http2Settings, Shared, SmallBuffers, StreamingMethod},
     shutdown::Shutdown,
 };
 use linkerd2_proxy_api::destination::{
@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status, codegen::BoxFuture};
 
 use crate::{
     authority::parse_service_name,
-    endpoints::{EndpointsStream, StreamFilter},
+    endpoints::{EndpointsStream, SharedDeltas, StreamFilter},
     metrics::{DestinationMetrics, EndpointsLabels, StreamGuard},
     token::ContextToken,
     translate::EndpointTranslator,
@@ -27,6 +27,8 @@ use crate::{
 pub struct DestinationService {
     pub(crate) index: Index,
     pub(crate) translator: Arc<EndpointTranslator>,
+    /// The `Get` deltas, shared by streams that make the same transition.
+    deltas: Arc<SharedDeltas>,
     pub(crate) cluster_domain: String,
     enable_ipv6: bool,
     pub(crate) metrics: DestinationMetrics,
@@ -48,6 +50,7 @@ impl DestinationService {
         Self {
             index,
             translator: Arc::new(translator),
+            deltas: Arc::default(),
             cluster_domain,
             enable_ipv6,
             metrics,
@@ -65,58 +68,16 @@ impl DestinationService {
             GetProfileMethod(service),
         )
     }
-}
-
-/// The Destination service as served (see [`DestinationService::into_server`]).
-pub type DestinationGrpc =
-    SmallBuffers<SmallBuffers<DestinationServer<DestinationService>, GetMethod>, GetProfileMethod>;
-
-/// `Destination.Get`, served on small buffers.
-#[derive(Clone)]
-pub struct GetMethod(Arc<DestinationService>);
-
-impl StreamingMethod for GetMethod {
-    type Request = GetDestination;
-    type Response = Update;
-    type Stream = BoxStream<Update>;
-    const PATH: &'static str = "/io.linkerd.proxy.destination.Destination/Get";
-
-    fn call(&self, request: Request<GetDestination>) -> BoxFuture<Response<Self::Stream>, Status> {
-        let service = self.0.clone();
-        Box::pin(async move { service.get(request).await })
-    }
-}
-
-/// `Destination.GetProfile`, served on small buffers.
-#[derive(Clone)]
-pub struct GetProfileMethod(Arc<DestinationService>);
-
-impl StreamingMethod for GetProfileMethod {
-    type Request = GetDestination;
-    type Response = DestinationProfile;
-    type Stream = BoxStream<DestinationProfile>;
-    const PATH: &'static str = "/io.linkerd.proxy.destination.Destination/GetProfile";
-
-    fn call(&self, request: Request<GetDestination>) -> BoxFuture<Response<Self::Stream>, Status> {
-        let service = self.0.clone();
-        Box::pin(async move { service.get_profile(request).await })
-    }
-}
-
-#[tonic::async_trait]
-impl Destination for DestinationService {
-    type GetStream = BoxStream<Update>;
-    type GetProfileStream = BoxStream<DestinationProfile>;
 
     /// Streams the endpoints of a service port (spec/destination.md §C and decision 1).
     ///
     /// Errors: `InvalidArgument` for a malformed path, an IP host, a name outside the cluster
     /// domain, or an ExternalName service. An unknown service is not an error: the stream starts
     /// with `NoEndpoints{exists: false}` and stays open.
-    async fn get(
+    pub fn get_updates(
         &self,
         request: Request<GetDestination>,
-    ) -> Result<Response<Self::GetStream>, Status> {
+    ) -> Result<BoxStream<Shared<Update>>, Status> {
         let started = self.metrics.started("Get");
         let request = request.into_inner();
         let name = match parse_service_name(&request.path, &self.cluster_domain) {
@@ -170,7 +131,7 @@ impl Destination for DestinationService {
             nodename: token.node_name.unwrap_or_default(),
         };
         let guard = StreamGuard::new(self.metrics.clone(), labels, started);
-        let stream = EndpointsStream::new(rx, filter, self.translator.clone());
+        let stream = EndpointsStream::new(rx, filter, self.translator.clone(), self.deltas.clone());
         let updates = futures::stream::unfold((stream, guard), |(mut stream, guard)| async move {
             let updates = stream.next_updates().await?;
             guard.sent(updates.len() as u64);
@@ -182,7 +143,61 @@ impl Destination for DestinationService {
         })
         .flatten()
         .take_until(self.shutdown.clone().signaled());
-        Ok(Response::new(Box::pin(updates)))
+        Ok(Box::pin(updates))
+    }
+}
+
+/// The Destination service as served (see [`DestinationService::into_server`]).
+pub type DestinationGrpc =
+    SmallBuffers<SmallBuffers<DestinationServer<DestinationService>, GetMethod>, GetProfileMethod>;
+
+/// `Destination.Get`, served on small buffers.
+#[derive(Clone)]
+pub struct GetMethod(Arc<DestinationService>);
+
+impl StreamingMethod for GetMethod {
+    type Request = GetDestination;
+    type Response = Shared<Update>;
+    type Stream = BoxStream<Shared<Update>>;
+    const PATH: &'static str = "/io.linkerd.proxy.destination.Destination/Get";
+
+    fn call(&self, request: Request<GetDestination>) -> BoxFuture<Response<Self::Stream>, Status> {
+        let response = self.0.get_updates(request).map(Response::new);
+        Box::pin(async move { response })
+    }
+}
+
+/// `Destination.GetProfile`, served on small buffers.
+#[derive(Clone)]
+pub struct GetProfileMethod(Arc<DestinationService>);
+
+impl StreamingMethod for GetProfileMethod {
+    type Request = GetDestination;
+    type Response = DestinationProfile;
+    type Stream = BoxStream<DestinationProfile>;
+    const PATH: &'static str = "/io.linkerd.proxy.destination.Destination/GetProfile";
+
+    fn call(&self, request: Request<GetDestination>) -> BoxFuture<Response<Self::Stream>, Status> {
+        let service = self.0.clone();
+        Box::pin(async move { service.get_profile(request).await })
+    }
+}
+
+#[tonic::async_trait]
+impl Destination for DestinationService {
+    type GetStream = BoxStream<Update>;
+    type GetProfileStream = BoxStream<DestinationProfile>;
+
+    /// See [`DestinationService::get_updates`]; served through [`GetMethod`], this is
+    /// the same stream with each update copied out.
+    async fn get(
+        &self,
+        request: Request<GetDestination>,
+    ) -> Result<Response<Self::GetStream>, Status> {
+        let updates = self.get_updates(request)?;
+        Ok(Response::new(Box::pin(
+            updates.map(|update| update.map(Shared::into_inner)),
+        )))
     }
 
     /// Streams the profile of a Service port or a workload address (spec/destination.md §D).

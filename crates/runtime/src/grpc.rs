@@ -14,6 +14,7 @@ use futures::Stream;
 use std::{
     convert::Infallible,
     marker::PhantomData,
+    sync::Arc,
     task::{Context, Poll},
 };
 use tonic::{
@@ -34,6 +35,49 @@ pub use self::server::{Http2Settings, serve};
 /// (about 40 ms). `Server::tcp_nodelay` does not apply to connections the server is handed.
 pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
+/// A message many streams send: it encodes as `M`, so the streams that send one update send
+/// the same bytes without a copy of the message each (the watch APIs send one change to every
+/// stream that watches the same thing). Decoding into it works as for `M`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Shared<M>(pub Arc<M>);
+
+impl<M> Shared<M> {
+    pub fn new(message: M) -> Self {
+        Self(Arc::new(message))
+    }
+}
+
+impl<M: Clone> Shared<M> {
+    /// The message, cloned unless this was its last holder.
+    pub fn into_inner(self) -> M {
+        Arc::unwrap_or_clone(self.0)
+    }
+}
+
+impl<M: prost::Message + Clone + Default> prost::Message for Shared<M> {
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        self.0.encode_raw(buf)
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl prost::bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        Arc::make_mut(&mut self.0).merge_field(tag, wire_type, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.encoded_len()
+    }
+
+    fn clear(&mut self) {
+        self.0 = Arc::default();
+    }
 }
 
 /// Bytes a stream's encode (and request decode) buffer starts with; a larger message grows it
