@@ -427,8 +427,10 @@ pub(crate) async fn connect(addr: SocketAddr, count: usize) -> anyhow::Result<Co
 }
 
 /// The `Get` streams of one connection, read by one task: a task per stream would make the
-/// client pay a task wake-up per message, on the cores the server needs. Reports every message
-/// (and each stream's end) with the time it was read, in batches of what was ready together.
+/// client pay a task wake-up per message, on the cores the server needs. Each stream's reader
+/// is a long-lived future of the task (no per-message allocation, as `SelectAll` has) that
+/// records what it read; each time the task has polled every ready reader, it reports the
+/// messages read (and streams ended), each with the time it was read.
 async fn watch_connection(
     client: DestinationClient<Channel>,
     streams: Vec<u32>,
@@ -439,13 +441,12 @@ async fn watch_connection(
         let (mut client, request) = (client.clone(), request.clone());
         async move { (stream, client.get(request).await) }
     });
-    let mut updates = futures::stream::SelectAll::new();
+    let read = Arc::new(Mutex::new(Vec::new()));
+    let mut readers = futures::stream::FuturesUnordered::new();
     let mut failed = Vec::new();
     for (stream, response) in futures::future::join_all(opened).await {
         match response {
-            Ok(response) => {
-                updates.push(Box::pin(stream_deliveries(stream, response.into_inner())))
-            }
+            Ok(response) => readers.push(read_stream(stream, response.into_inner(), read.clone())),
             Err(status) => failed.push(Delivery {
                 stream,
                 at: Instant::now(),
@@ -456,30 +457,49 @@ async fn watch_connection(
     if !failed.is_empty() && tx.send(failed).is_err() {
         return;
     }
-    let mut batches = updates.ready_chunks(1024);
-    while let Some(batch) = batches.next().await {
-        if tx.send(batch).is_err() {
+    std::future::poll_fn(|cx| {
+        // `Ready(None)`: every stream has ended.
+        let ended = loop {
+            match readers.poll_next_unpin(cx) {
+                Poll::Ready(Some(())) => continue,
+                Poll::Ready(None) => break true,
+                Poll::Pending => break false,
+            }
+        };
+        let batch = std::mem::take(&mut *read.lock().expect("never poisoned"));
+        if !batch.is_empty() && tx.send(batch).is_err() {
+            return Poll::Ready(());
+        }
+        if ended {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
+/// Reads one stream to its end, recording each message in `read`.
+async fn read_stream(
+    stream: u32,
+    mut updates: tonic::Streaming<Update>,
+    read: Arc<Mutex<Vec<Delivery>>>,
+) {
+    loop {
+        let message = updates.message().await;
+        let at = Instant::now();
+        let (what, more) = match message {
+            Ok(Some(update)) => (Received::from(update), true),
+            Ok(None) => (Received::End, false),
+            Err(status) => (Received::Error(status.to_string()), false),
+        };
+        read.lock()
+            .expect("never poisoned")
+            .push(Delivery { stream, at, what });
+        if !more {
             return;
         }
     }
-}
-
-/// One stream's messages as deliveries, timed when each is read, ending after its end or error.
-fn stream_deliveries(
-    stream: u32,
-    updates: tonic::Streaming<Update>,
-) -> impl futures::Stream<Item = Delivery> {
-    futures::stream::unfold(Some(updates), move |updates| async move {
-        let mut updates = updates?;
-        let message = updates.message().await;
-        let at = Instant::now();
-        let (what, next) = match message {
-            Ok(Some(update)) => (Received::from(update), Some(updates)),
-            Ok(None) => (Received::End, None),
-            Err(status) => (Received::Error(status.to_string()), None),
-        };
-        Some((Delivery { stream, at, what }, next))
-    })
 }
 
 /// The deliveries of every connection's task, one at a time.
