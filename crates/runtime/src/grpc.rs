@@ -14,7 +14,7 @@ use futures::Stream;
 use std::{
     convert::Infallible,
     marker::PhantomData,
-    sync::Arc,
+    sync::{Arc, OnceLock},
     task::{Context, Poll},
 };
 use tonic::{
@@ -37,28 +37,59 @@ pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// A message many streams send: it encodes as `M`, so the streams that send one update send
-/// the same bytes without a copy of the message each (the watch APIs send one change to every
-/// stream that watches the same thing). Decoding into it works as for `M`.
+/// A message many streams send: it is encoded once, and every stream that sends it copies
+/// those bytes (the watch APIs send one change to every stream that watches the same thing).
+/// The bytes are `M`'s encoding; decoding into a `Shared` works as for `M`.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Shared<M>(pub Arc<M>);
+pub struct Shared<M>(Arc<SharedMessage<M>>);
+
+#[derive(Clone, Debug, Default)]
+struct SharedMessage<M> {
+    message: M,
+    /// `message` encoded, on first use.
+    encoded: OnceLock<Box<[u8]>>,
+}
+
+impl<M: PartialEq> PartialEq for SharedMessage<M> {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+    }
+}
 
 impl<M> Shared<M> {
     pub fn new(message: M) -> Self {
-        Self(Arc::new(message))
+        Self(Arc::new(SharedMessage {
+            message,
+            encoded: OnceLock::new(),
+        }))
+    }
+
+    pub fn get(&self) -> &M {
+        &self.0.message
     }
 }
 
 impl<M: Clone> Shared<M> {
     /// The message, cloned unless this was its last holder.
     pub fn into_inner(self) -> M {
-        Arc::unwrap_or_clone(self.0)
+        match Arc::try_unwrap(self.0) {
+            Ok(shared) => shared.message,
+            Err(shared) => shared.message.clone(),
+        }
+    }
+}
+
+impl<M: prost::Message> Shared<M> {
+    fn encoded(&self) -> &[u8] {
+        self.0
+            .encoded
+            .get_or_init(|| self.0.message.encode_to_vec().into_boxed_slice())
     }
 }
 
 impl<M: prost::Message + Clone + Default> prost::Message for Shared<M> {
     fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
-        self.0.encode_raw(buf)
+        buf.put_slice(self.encoded())
     }
 
     fn merge_field(
@@ -68,11 +99,13 @@ impl<M: prost::Message + Clone + Default> prost::Message for Shared<M> {
         buf: &mut impl prost::bytes::Buf,
         ctx: prost::encoding::DecodeContext,
     ) -> Result<(), prost::DecodeError> {
-        Arc::make_mut(&mut self.0).merge_field(tag, wire_type, buf, ctx)
+        let shared = Arc::make_mut(&mut self.0);
+        shared.encoded = OnceLock::new();
+        shared.message.merge_field(tag, wire_type, buf, ctx)
     }
 
     fn encoded_len(&self) -> usize {
-        self.0.encoded_len()
+        self.encoded().len()
     }
 
     fn clear(&mut self) {
@@ -294,6 +327,28 @@ mod tests {
                 metric_labels: Default::default(),
             })),
         }
+    }
+
+    #[test]
+    fn a_shared_message_encodes_and_decodes_as_the_message() {
+        let add = large_add(3);
+        let shared = Shared::new(add.clone());
+        assert_eq!(shared.encoded_len(), add.encoded_len());
+        assert_eq!(shared.encode_to_vec(), add.encode_to_vec());
+        // A clone shares the encoding; a second encode gives the same bytes.
+        assert_eq!(shared.clone().encode_to_vec(), add.encode_to_vec());
+
+        let decoded = Shared::<Update>::decode(add.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(decoded.get(), &add);
+        // Merging into a message already encoded re-encodes it.
+        let mut merged = shared.clone();
+        merged
+            .merge(no_endpoints().encode_to_vec().as_slice())
+            .unwrap();
+        assert_eq!(merged.get(), &no_endpoints());
+        assert_eq!(merged.encode_to_vec(), no_endpoints().encode_to_vec());
+        assert_eq!(shared.get(), &add, "the other holders keep theirs");
+        assert_eq!(merged.into_inner(), no_endpoints());
     }
 
     #[tokio::test]
