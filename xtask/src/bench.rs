@@ -43,6 +43,8 @@ const SERVER_MAX_STREAMS_PER_CONNECTION: usize = 10_000;
 /// Client HTTP/2 windows: large, so that flow control never delays a message.
 const CONNECTION_WINDOW: u32 = 64 << 20;
 const STREAM_WINDOW: u32 = 1 << 20;
+/// Worker threads of the bench client's runtime.
+const CLIENT_THREADS: usize = 2;
 /// How long the server is watched for CPU use after the last change, when it has nothing to do.
 const IDLE_CHECK: Duration = Duration::from_secs(3);
 
@@ -188,9 +190,12 @@ pub fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
     );
     let churn = spec.write(&state)?;
 
-    // One thread: the clients share the machine with the server, and a second worker thread
-    // cost them half again as much CPU per update (work stealing, wake-ups across threads).
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // Two threads, one per core, as the server has: one thread alone took longer to read a
+    // change's updates than the server took to send them. (When the server wrote each update
+    // on its own, a second thread cost the clients half again as much CPU per update; with the
+    // updates of a connection batched it costs about the same.)
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(CLIENT_THREADS)
         .enable_all()
         .build()
         .context("cannot start the Tokio runtime")?;

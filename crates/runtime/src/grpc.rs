@@ -1,5 +1,7 @@
-//! For the gRPC servers of the pod: accepted connections with `TCP_NODELAY` ([`incoming`]),
-//! and watch streams with small encode buffers ([`SmallBuffers`]).
+//! For the gRPC servers of the pod: the HTTP/2 server ([`serve`]: each connection's streams
+//! polled by one task, so that one change's updates share writes), accepted connections with
+//! `TCP_NODELAY` ([`incoming`]), messages encoded once for every stream that sends them
+//! ([`Shared`]), and watch streams with small encode buffers ([`SmallBuffers`]).
 //!
 //! tonic encodes each response stream into a buffer that lives as long as the stream, 8 KiB
 //! by default, and keeps the whole buffer allocated while any message cut from it is. The

@@ -1,6 +1,7 @@
-//! Process plumbing shared by every binary of the pod: the flags they all take, logging, the
-//! admin HTTP server (`/live`, `/ready`, `/metrics`), the choice between a cluster and offline
-//! mode, graceful shutdown, small encode buffers for the gRPC watch streams ([`grpc`]), and the HTTPS server of the admission webhooks ([`tls`]) with the
+//! Process plumbing shared by every binary of the pod: the flags they all take, logging, the admin
+//! HTTP server (`/live`, `/ready`, `/metrics`), the choice between a cluster and offline mode,
+//! graceful shutdown, the gRPC server and its watch streams' shared messages and small encode
+//! buffers ([`grpc`]), and the HTTPS server of the admission webhooks ([`tls`]) with the
 //! `AdmissionReview` envelope they speak ([`admission`]).
 
 #![deny(rust_2018_idioms)]
