@@ -17,10 +17,8 @@ use linkerd2_proxy_api::{
     destination::{AddrSet, NoEndpoints, Update, WeightedAddrSet, update},
     net::TcpAddress,
 };
-use std::{
-    collections::VecDeque,
-    sync::{Arc, Mutex, PoisonError},
-};
+use std::{cell::RefCell, collections::VecDeque, sync::Arc};
+use thread_local::ThreadLocal;
 use tokio::sync::watch;
 
 use crate::translate::EndpointTranslator;
@@ -59,19 +57,19 @@ pub struct Delta {
 }
 
 /// The deltas computed lately, by transition and filter, for the streams of one server (one
-/// translator). Entries hold their views, so a view's address is not reused while its entry
-/// lives; the oldest entries go first ([`DELTAS_PER_SHARD`] per shard).
+/// translator). Each worker thread keeps its own: a stream looks a delta up and takes its
+/// messages without writing memory that the other cores' streams use (a shared lock and shared
+/// reference counts cost more, at 10,000 streams, than computing a delta once per thread).
+/// Entries hold their views, so a view's address is not reused while its entry lives; the
+/// oldest of a thread's [`DELTAS_PER_THREAD`] entries goes first.
+#[derive(Default)]
 pub struct SharedDeltas {
-    shards: Box<[Mutex<VecDeque<Transition>>]>,
+    recent: ThreadLocal<RefCell<VecDeque<Transition>>>,
 }
 
-/// Shards, by the new view's address, so that changes of different Services rarely share a
-/// lock.
-const DELTA_SHARDS: usize = 16;
-
-/// Transitions kept per shard: enough for the filters (zones, nodes) of one change's clients
+/// Transitions kept per thread: enough for the filters (zones, nodes) of one change's clients
 /// and a few changes in flight.
-const DELTAS_PER_SHARD: usize = 8;
+const DELTAS_PER_THREAD: usize = 16;
 
 struct Transition {
     from: Option<Arc<EndpointsView>>,
@@ -148,17 +146,9 @@ impl StreamFilter {
 
 // === impl SharedDeltas ===
 
-impl Default for SharedDeltas {
-    fn default() -> Self {
-        Self {
-            shards: (0..DELTA_SHARDS).map(|_| Mutex::default()).collect(),
-        }
-    }
-}
-
 impl SharedDeltas {
     /// The delta from `from` (`None`: the stream's first message) to `to` for `filter`:
-    /// the one computed earlier for the same views and filter, or `compute()`'s.
+    /// the one computed earlier on this thread for the same views and filter, or `compute()`'s.
     pub fn get_or_compute(
         &self,
         from: Option<&Arc<EndpointsView>>,
@@ -166,8 +156,7 @@ impl SharedDeltas {
         filter: &StreamFilter,
         compute: impl FnOnce() -> Delta,
     ) -> Delta {
-        let shard = &self.shards[(Arc::as_ptr(to) as usize >> 4) % DELTA_SHARDS];
-        let same = |t: &Transition| {
+        let same = |t: &&Transition| {
             Arc::ptr_eq(&t.to, to)
                 && match (&t.from, from) {
                     (None, None) => true,
@@ -176,26 +165,21 @@ impl SharedDeltas {
                 }
                 && t.filter == *filter
         };
-        {
-            let entries = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(t) = entries.iter().find(|t| same(t)) {
-                return t.delta.clone();
-            }
+        let recent = self.recent.get_or_default();
+        if let Some(t) = recent.borrow().iter().find(same) {
+            return t.delta.clone();
         }
-        // Computed outside the lock; two streams may both compute it, with equal results.
         let delta = compute();
-        let mut entries = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        if !entries.iter().any(same) {
-            if entries.len() == DELTAS_PER_SHARD {
-                entries.pop_back();
-            }
-            entries.push_front(Transition {
-                from: from.cloned(),
-                to: to.clone(),
-                filter: filter.clone(),
-                delta: delta.clone(),
-            });
+        let mut recent = recent.borrow_mut();
+        if recent.len() == DELTAS_PER_THREAD {
+            recent.pop_back();
         }
+        recent.push_front(Transition {
+            from: from.cloned(),
+            to: to.clone(),
+            filter: filter.clone(),
+            delta: delta.clone(),
+        });
         delta
     }
 }
@@ -461,6 +445,59 @@ mod tests {
             .iter()
             .map(|(_, ep)| ep.addr.to_string())
             .collect()
+    }
+
+    #[test]
+    fn one_transition_and_filter_is_computed_once_per_thread() {
+        let deltas = SharedDeltas::default();
+        let before = Arc::new(view(false, &[("a", "n1", "10.0.0.1:80", &[])]));
+        let after = Arc::new(view(false, &[("b", "n1", "10.0.0.2:80", &[])]));
+        let (zone_a, zone_b) = (
+            StreamFilter {
+                client_zone: Some("a".into()),
+                ..Default::default()
+            },
+            StreamFilter {
+                client_zone: Some("b".into()),
+                ..Default::default()
+            },
+        );
+        let computed = std::cell::Cell::new(0);
+        let compute = |held| {
+            computed.set(computed.get() + 1);
+            Delta {
+                updates: vec![Shared::new(no_endpoints(true))],
+                held,
+            }
+        };
+        let first = deltas.get_or_compute(Some(&before), &after, &zone_a, || compute(1));
+        let again = deltas.get_or_compute(Some(&before), &after, &zone_a, || compute(2));
+        assert_eq!(computed.get(), 1);
+        assert_eq!(again.held, 1);
+        assert!(std::ptr::eq(first.updates[0].get(), again.updates[0].get()));
+        // Another filter, another starting view, or an equal but distinct view: computed.
+        deltas.get_or_compute(Some(&before), &after, &zone_b, || compute(3));
+        deltas.get_or_compute(None, &after, &zone_a, || compute(4));
+        let equal = Arc::new(view(false, &[("b", "n1", "10.0.0.2:80", &[])]));
+        deltas.get_or_compute(Some(&before), &equal, &zone_a, || compute(5));
+        assert_eq!(computed.get(), 4);
+        // Another thread computes its own.
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let other = deltas.get_or_compute(Some(&before), &after, &zone_a, || Delta {
+                    updates: vec![],
+                    held: 6,
+                });
+                assert_eq!(other.held, 6);
+            });
+        });
+        // The oldest entries go once a thread holds more than it keeps.
+        for i in 0..DELTAS_PER_THREAD {
+            let to = Arc::new(view(false, &[]));
+            deltas.get_or_compute(None, &to, &zone_a, || compute(10 + i));
+        }
+        let evicted = deltas.get_or_compute(Some(&before), &after, &zone_a, || compute(99));
+        assert_eq!(evicted.held, 99);
     }
 
     #[test]
