@@ -7,9 +7,9 @@
 //! be skipped, the end state never is.
 //!
 //! Streams that make the same transition (same view before and after, same filter) get the
-//! same updates, so [`SharedDeltas`] computes them once: when a Service that thousands of
-//! proxies watch changes, the diff, the translation and the messages are made once, not once
-//! per stream.
+//! same updates, so [`SharedDeltas`] computes them once per worker thread: when a Service that
+//! thousands of proxies watch changes, the diff, the translation and the encoded messages are
+//! made once or twice, not once per stream.
 
 use linkerd_index::{AddressId, Endpoint, EndpointsView, Workload, model::AddressType};
 use linkerd_runtime::grpc::Shared;

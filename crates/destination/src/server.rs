@@ -69,7 +69,8 @@ impl DestinationService {
         )
     }
 
-    /// Streams the endpoints of a service port (spec/destination.md §C and decision 1).
+    /// Streams the endpoints of a service port (spec/destination.md §C and decision 1), as
+    /// messages shared with the other streams that receive the same update.
     ///
     /// Errors: `InvalidArgument` for a malformed path, an IP host, a name outside the cluster
     /// domain, or an ExternalName service. An unknown service is not an error: the stream starts
