@@ -132,11 +132,22 @@ async fn start(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<()>,
 ) {
+    start_with(rx, Http2Settings::default()).await
+}
+
+async fn start_with(
+    rx: watch::Receiver<u32>,
+    settings: Http2Settings,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let routes = Routes::new(DestinationServer::new(Changes(rx)));
-    let server = tokio::spawn(serve(listener, routes, Http2Settings::default(), async {
+    let server = tokio::spawn(serve(listener, routes, settings, async {
         let _ = stopped.await;
     }));
     (addr, stop, server)
@@ -220,4 +231,41 @@ async fn shutdown_refuses_new_connections_and_waits_for_open_streams_to_end() {
         .await
         .expect("the server returned")
         .unwrap();
+}
+
+#[tokio::test]
+async fn connections_still_open_after_the_drain_timeout_are_dropped() {
+    let (_changes, rx) = watch::channel(0);
+    let settings = Http2Settings {
+        drain_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let (addr, stop, server) = start_with(rx, settings).await;
+    // A client that connects and never speaks: no HTTP/2 preface, so no GOAWAY ends it.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    // And one with an open stream it never ends.
+    let mut client = DestinationClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let mut stream = client
+        .get(GetDestination::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stream.message().await.unwrap(), Some(add(0)));
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("the server returned after the drain timeout")
+        .unwrap();
+    // It got the server's SETTINGS, then the connection closed (EOF or reset).
+    let mut received = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_end(&mut silent, &mut received),
+    )
+    .await
+    .expect("the silent connection was closed")
+    .ok();
 }

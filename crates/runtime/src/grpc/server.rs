@@ -14,7 +14,7 @@
 //! connections still run in parallel on the runtime's workers.
 
 use futures::{
-    StreamExt,
+    FutureExt, Stream, StreamExt,
     channel::mpsc,
     future::BoxFuture,
     stream::FuturesUnordered,
@@ -25,12 +25,14 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{
     future::Future,
     io,
+    panic::AssertUnwindSafe,
     pin::{Pin, pin},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
     task::{Context, Poll},
+    time::Duration,
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
@@ -49,63 +51,108 @@ use tonic::{
 pub struct Http2Settings {
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` the server announces.
     pub max_concurrent_streams: u32,
+    /// How long connections have to close after shutdown starts (5 s, as the pod's other
+    /// servers, spec/sp-validator-and-pod.md §b.1); those still open then are dropped, so a
+    /// client that never reads or never speaks cannot hold the process up.
+    pub drain_timeout: Duration,
 }
 
 impl Default for Http2Settings {
     fn default() -> Self {
         Self {
             max_concurrent_streams: 10_000,
+            drain_timeout: Duration::from_secs(5),
         }
     }
 }
 
+/// How long the server waits after a failed accept (such as running out of file
+/// descriptors) before accepting again, rather than failing in a busy loop.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Where the server is in its life; every connection watches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Serving,
+    /// Shutdown started: connections close gracefully.
+    Draining,
+    /// The drain deadline passed: connections still open are dropped.
+    Closed,
+}
+
 /// Serves `routes` over HTTP/2 (gRPC; no HTTP/1) on the connections accepted from `listener`
 /// (with `TCP_NODELAY`, see [`super::incoming`]) until `shutdown` completes. Then it stops
-/// accepting, asks every connection to close gracefully (`GOAWAY`; open streams finish as
-/// their services end them) and returns once all are closed.
+/// accepting and asks every connection to close gracefully (`GOAWAY`; open streams finish as
+/// their services end them). It returns once all are closed, or after
+/// [`Http2Settings::drain_timeout`], when it drops those still open.
 ///
-/// Errors: none after the listener is bound; a failed accept or connection is logged at
-/// debug level and the server goes on, as tonic's does.
+/// Errors: none after the listener is bound. A failed connection is logged at debug level; a
+/// failed accept is logged and retried after [`ACCEPT_BACKOFF`].
 pub async fn serve(
     listener: TcpListener,
     routes: Routes,
     settings: Http2Settings,
     shutdown: impl Future<Output = ()>,
 ) {
+    serve_incoming(super::incoming(listener), routes, settings, shutdown).await
+}
+
+async fn serve_incoming(
+    incoming: impl Stream<Item = io::Result<TcpStream>>,
+    routes: Routes,
+    settings: Http2Settings,
+    shutdown: impl Future<Output = ()>,
+) {
     let routes = routes.prepare();
-    // Every connection holds a receiver: once `true` is sent, `closed()` says all have ended.
-    let (stop, stopped) = watch::channel(false);
+    // Every connection holds a receiver, so `closed()` says when all have ended.
+    let (phase, watched) = watch::channel(Phase::Serving);
     let mut shutdown = pin!(shutdown);
     // Scoped so that the listener closes as soon as the loop ends: a client connecting while
     // the server drains is refused rather than left waiting.
     {
-        let mut incoming = pin!(super::incoming(listener));
+        let mut incoming = pin!(incoming);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = incoming.next() => match accepted {
                     Some(Ok(tcp)) => {
-                        let connection = serve_connection(tcp, routes.clone(), settings, stopped.clone());
+                        let connection = serve_connection(tcp, routes.clone(), settings, watched.clone());
                         tokio::spawn(connection);
                     }
-                    Some(Err(error)) => tracing::debug!(%error, "failed to accept a connection"),
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "failed to accept a connection");
+                        tokio::select! {
+                            () = &mut shutdown => break,
+                            () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                        }
+                    }
                     None => break,
                 },
             }
         }
     }
-    let _ = stop.send(true);
-    drop(stopped);
-    stop.closed().await;
+    drop(watched);
+    let _ = phase.send(Phase::Draining);
+    if tokio::time::timeout(settings.drain_timeout, phase.closed())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = phase.receiver_count(),
+            "connections still open after the drain timeout; closing them"
+        );
+        let _ = phase.send(Phase::Closed);
+        phase.closed().await;
+    }
 }
 
-/// Serves one connection, its streams polled by this future; closes it gracefully once `stop`
-/// turns true.
+/// Serves one connection, its streams polled by this future; closes it gracefully once
+/// `phase` is draining, and drops it once it is closed.
 async fn serve_connection(
     tcp: TcpStream,
     routes: Routes,
     settings: Http2Settings,
-    mut stop: watch::Receiver<bool>,
+    mut phase: watch::Receiver<Phase>,
 ) {
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
         let mut routes = routes.clone();
@@ -118,7 +165,8 @@ async fn serve_connection(
         .max_concurrent_streams(settings.max_concurrent_streams)
         .keep_alive_interval(None);
     let mut connection = pin!(builder.serve_connection(TokioIo::new(CopiedFrames(tcp)), service));
-    let mut stopping = pin!(stop.wait_for(|stop| *stop));
+    let mut draining = phase.clone();
+    let mut stopping = pin!(draining.wait_for(|phase| *phase != Phase::Serving));
     let mut closing = false;
     let served = std::future::poll_fn(|cx| {
         if !closing && stopping.as_mut().poll(cx).is_ready() {
@@ -128,10 +176,16 @@ async fn serve_connection(
         // Streams first, then the connection: it writes what they all sent at once.
         streams.poll_streams(cx);
         connection.as_mut().poll(cx)
-    })
-    .await;
-    if let Err(error) = served {
-        tracing::debug!(%error, "connection ended with an error");
+    });
+    tokio::select! {
+        served = served => {
+            if let Err(error) = served {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        }
+        _ = phase.wait_for(|phase| *phase == Phase::Closed) => {
+            tracing::debug!("dropping a connection open past the drain timeout");
+        }
     }
 }
 
@@ -177,6 +231,13 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     fn execute(&self, stream: F) {
+        // A panic ends its stream (hyper resets it) and not the connection's other streams,
+        // as when each stream was a task of its own.
+        let stream = AssertUnwindSafe(stream).catch_unwind().map(|ended| {
+            if ended.is_err() {
+                tracing::error!("a stream's handler panicked; the stream was reset");
+            }
+        });
         let _ = self.0.unbounded_send(Box::pin(stream));
     }
 }
@@ -305,5 +366,48 @@ mod tests {
         .await;
         // Each stream: the poll that sends and the one its own wake-up causes.
         assert_eq!(polls.load(Ordering::SeqCst), 20);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_stream_ends_alone() {
+        let (mut streams, executor) = ConnectionStreams::new();
+        let polls = Arc::new(AtomicUsize::new(0));
+        hyper::rt::Executor::execute(&executor, async { panic!("a handler's bug") });
+        hyper::rt::Executor::execute(
+            &executor,
+            Sender {
+                polls: polls.clone(),
+                sent: false,
+            },
+        );
+        std::future::poll_fn(|cx| {
+            streams.poll_streams(cx);
+            Poll::Ready(())
+        })
+        .await;
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
+        assert_eq!(streams.running.len(), 1, "the other stream goes on");
+    }
+
+    // Two workers: a busy accept loop then fails this test instead of starving the timer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failed_accepts_are_retried_after_a_pause() {
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let counted = attempts.clone();
+        let failing = futures::stream::repeat_with(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Err(io::Error::from_raw_os_error(24)) // EMFILE
+        });
+        serve_incoming(
+            failing,
+            Routes::default(),
+            Http2Settings::default(),
+            tokio::time::sleep(Duration::from_millis(500)),
+        )
+        .await;
+        // About one attempt per pause until shutdown (more if the machine stalls the timer);
+        // a busy loop makes hundreds of thousands.
+        let attempts = attempts.load(Ordering::SeqCst);
+        assert!((2..=20).contains(&attempts), "{attempts} accepts in 0.5 s");
     }
 }
