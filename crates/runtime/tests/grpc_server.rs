@@ -199,10 +199,8 @@ async fn one_change_reaches_the_streams_of_a_connection_in_a_few_segments() {
     );
 }
 
-#[tokio::test]
-async fn shutdown_refuses_new_connections_and_waits_for_open_streams_to_end() {
-    let (changes, rx) = watch::channel(0);
-    let (addr, stop, mut server) = start(rx).await;
+/// A `Get` stream on a new connection to `addr`, past its first message (`add(0)`).
+async fn open_get(addr: SocketAddr) -> tonic::Streaming<Update> {
     let mut client = DestinationClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
@@ -212,6 +210,14 @@ async fn shutdown_refuses_new_connections_and_waits_for_open_streams_to_end() {
         .unwrap()
         .into_inner();
     assert_eq!(stream.message().await.unwrap(), Some(add(0)));
+    stream
+}
+
+#[tokio::test]
+async fn shutdown_refuses_new_connections_and_waits_for_open_streams_to_end() {
+    let (changes, rx) = watch::channel(0);
+    let (addr, stop, mut server) = start(rx).await;
+    let mut stream = open_get(addr).await;
 
     stop.send(()).unwrap();
     // The open stream goes on being served while the server drains.
@@ -244,15 +250,7 @@ async fn connections_still_open_after_the_drain_timeout_are_dropped() {
     // A client that connects and never speaks: no HTTP/2 preface, so no GOAWAY ends it.
     let mut silent = TcpStream::connect(addr).await.unwrap();
     // And one with an open stream it never ends.
-    let mut client = DestinationClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    let mut stream = client
-        .get(GetDestination::default())
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(stream.message().await.unwrap(), Some(add(0)));
+    let _stream = open_get(addr).await;
 
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(5), server)

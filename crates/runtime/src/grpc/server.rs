@@ -346,6 +346,15 @@ mod tests {
         }
     }
 
+    /// One poll of the connection's streams, as its task makes.
+    async fn poll_once(streams: &mut ConnectionStreams) {
+        std::future::poll_fn(|cx| {
+            streams.poll_streams(cx);
+            Poll::Ready(())
+        })
+        .await
+    }
+
     #[tokio::test]
     async fn one_poll_of_a_connection_polls_every_ready_stream() {
         let (mut streams, executor) = ConnectionStreams::new();
@@ -359,11 +368,7 @@ mod tests {
                 },
             );
         }
-        std::future::poll_fn(|cx| {
-            streams.poll_streams(cx);
-            Poll::Ready(())
-        })
-        .await;
+        poll_once(&mut streams).await;
         // Each stream: the poll that sends and the one its own wake-up causes.
         assert_eq!(polls.load(Ordering::SeqCst), 20);
     }
@@ -380,11 +385,7 @@ mod tests {
                 sent: false,
             },
         );
-        std::future::poll_fn(|cx| {
-            streams.poll_streams(cx);
-            Poll::Ready(())
-        })
-        .await;
+        poll_once(&mut streams).await;
         assert_eq!(polls.load(Ordering::SeqCst), 2);
         assert_eq!(streams.running.len(), 1, "the other stream goes on");
     }
