@@ -13,7 +13,8 @@
 //!
 //! Latency is measured per (stream, change) pair, from t0 to the moment the client read the
 //! message (one task per connection reads all of its streams); the client shares the machine
-//! with the server, so it is an upper bound.
+//! with the server, so it is an upper bound. The client allocates with mimalloc (see `main.rs`),
+//! the server with the system allocator.
 
 use anyhow::{Context, bail, ensure};
 use futures::StreamExt;
