@@ -1,5 +1,5 @@
 //! `linkerd_runtime::grpc::serve` through real TCP connections: updates batched into few
-//! segments, and a graceful shutdown.
+//! segments, a graceful shutdown, and bounded send buffers for a client that stops reading.
 
 use futures::{FutureExt, StreamExt, future::BoxFuture, stream::BoxStream};
 use hyper_util::rt::TokioIo;
@@ -15,7 +15,10 @@ use std::{
     io,
     net::SocketAddr,
     os::fd::{AsRawFd, RawFd},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
     task::{Context, Poll},
     time::Duration,
 };
@@ -266,4 +269,180 @@ async fn connections_still_open_after_the_drain_timeout_are_dropped() {
     .await
     .expect("the silent connection was closed")
     .ok();
+}
+
+/// `Get` streams that, once `go` is true, send 8 KiB `Add`s as fast as they are polled,
+/// counting the bytes they hand to the server in `pulled`.
+struct Flood {
+    go: watch::Receiver<bool>,
+    pulled: Arc<AtomicUsize>,
+}
+
+#[tonic::async_trait]
+impl Destination for Flood {
+    type GetStream = BoxStream<'static, Result<Update, Status>>;
+    type GetProfileStream = BoxStream<'static, Result<DestinationProfile, Status>>;
+
+    async fn get(&self, _: Request<GetDestination>) -> Result<Response<Self::GetStream>, Status> {
+        let (mut go, pulled) = (self.go.clone(), self.pulled.clone());
+        let big = Update {
+            update: Some(update::Update::Add(WeightedAddrSet {
+                addrs: vec![],
+                metric_labels: [("padding".to_string(), "x".repeat(8 << 10))].into(),
+            })),
+        };
+        let flood = futures::stream::repeat_with(move || {
+            pulled.fetch_add(big.encoded_len(), Ordering::Relaxed);
+            Ok(big.clone())
+        });
+        let started = async move {
+            let _ = go.wait_for(|go| *go).await;
+            flood
+        };
+        Ok(Response::new(started.flatten_stream().boxed()))
+    }
+
+    async fn get_profile(
+        &self,
+        _: Request<GetDestination>,
+    ) -> Result<Response<Self::GetProfileStream>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+}
+
+/// A client socket that stops reading once `paused` is set, as a client that has stopped
+/// reading its connection while advertising huge HTTP/2 windows.
+struct PausableRead {
+    tcp: TcpStream,
+    paused: Arc<AtomicBool>,
+}
+
+impl tokio::io::AsyncRead for PausableRead {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.paused.load(Ordering::Relaxed) {
+            return Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for PausableRead {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+/// Connects with a small, fixed receive buffer, and reads until `paused` is set.
+#[derive(Clone)]
+struct PausableConnector {
+    addr: SocketAddr,
+    paused: Arc<AtomicBool>,
+}
+
+impl Service<Uri> for PausableConnector {
+    type Response = TokioIo<PausableRead>;
+    type Error = io::Error;
+    type Future = BoxFuture<'static, io::Result<Self::Response>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let (addr, paused) = (self.addr, self.paused.clone());
+        Box::pin(async move {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.set_recv_buffer_size(16 << 10)?;
+            let tcp = socket.connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            Ok(TokioIo::new(PausableRead { tcp, paused }))
+        })
+    }
+}
+
+/// The largest send buffer the kernel may grow a TCP socket's to (`tcp_wmem`'s maximum).
+fn tcp_send_buffer_max() -> usize {
+    let wmem = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem").unwrap();
+    wmem.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_holds_a_bounded_buffer_per_stream() {
+    const STREAMS: usize = 200;
+    let (go, go_rx) = watch::channel(false);
+    let pulled = Arc::new(AtomicUsize::new(0));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let routes = Routes::new(DestinationServer::new(Flood {
+        go: go_rx,
+        pulled: pulled.clone(),
+    }));
+    tokio::spawn(serve(
+        listener,
+        routes,
+        Http2Settings::default(),
+        std::future::pending(),
+    ));
+
+    // HTTP/2 windows of 2 GiB: flow control never stops the server.
+    let paused = Arc::new(AtomicBool::new(false));
+    let channel = tonic::transport::Endpoint::from_static("http://destination")
+        .initial_connection_window_size(i32::MAX as u32)
+        .initial_stream_window_size(i32::MAX as u32)
+        .connect_with_connector(PausableConnector {
+            addr,
+            paused: paused.clone(),
+        })
+        .await
+        .unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let mut client = DestinationClient::new(channel.clone());
+        streams.push(client.get(GetDestination::default()).await.unwrap());
+    }
+    paused.store(true, Ordering::Relaxed);
+    go.send(true).unwrap();
+
+    // The streams fill the socket, then their send buffers, then stop being polled.
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = pulled.load(Ordering::Relaxed);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    // The socket's buffers, plus per stream its send buffer (64 KiB) and what tonic had
+    // encoded (up to 32 KiB and a message), with room. hyper's default buffer of 400 KiB
+    // took 450 KiB per stream.
+    let bound = tcp_send_buffer_max() + (16 << 10) + STREAMS * (192 << 10);
+    assert!(
+        last > 0 && last <= bound,
+        "{STREAMS} streams of a client that stopped reading took {} KiB from their services (at most {} KiB allowed)",
+        last >> 10,
+        bound >> 10,
+    );
 }

@@ -55,6 +55,12 @@ pub struct Http2Settings {
     /// servers, spec/sp-validator-and-pod.md §b.1); those still open then are dropped, so a
     /// client that never reads or never speaks cannot hold the process up.
     pub drain_timeout: Duration,
+    /// Bytes a stream may have queued for sending (64 KiB; hyper's default is 400 KiB). Once
+    /// its queue is full, a stream's service is not polled until the client reads, so a
+    /// client that stops reading its connection while advertising huge HTTP/2 windows holds
+    /// this much per stream, not 400 KiB; a `Get` stream then skips to the newest view. A
+    /// larger message is still sent whole. Values over `u32::MAX` count as `u32::MAX`.
+    pub max_send_buffer_size: usize,
 }
 
 impl Default for Http2Settings {
@@ -62,6 +68,7 @@ impl Default for Http2Settings {
         Self {
             max_concurrent_streams: 10_000,
             drain_timeout: Duration::from_secs(5),
+            max_send_buffer_size: 64 << 10,
         }
     }
 }
@@ -163,6 +170,7 @@ async fn serve_connection(
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(settings.max_concurrent_streams)
+        .max_send_buf_size(settings.max_send_buffer_size.min(u32::MAX as usize))
         .keep_alive_interval(None);
     let mut connection = pin!(builder.serve_connection(TokioIo::new(CopiedFrames(tcp)), service));
     let mut draining = phase.clone();
