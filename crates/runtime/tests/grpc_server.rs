@@ -26,7 +26,12 @@ use tokio::{
     net::{TcpListener, TcpStream},
     sync::watch,
 };
-use tonic::{Request, Response, Status, codegen::Service, service::Routes, transport::Uri};
+use tonic::{
+    Request, Response, Status,
+    codegen::Service,
+    service::Routes,
+    transport::{Channel, Uri},
+};
 
 /// `Get` streams that send an `Add` for the current change number, then one per change.
 struct Changes(watch::Receiver<u32>);
@@ -80,33 +85,6 @@ fn add(change: u32) -> Update {
             }],
             metric_labels: [("namespace".to_string(), "shop".to_string())].into(),
         })),
-    }
-}
-
-/// Connects over TCP and remembers the socket, for reading its `TCP_INFO`.
-#[derive(Clone)]
-struct RecordingConnector {
-    addr: SocketAddr,
-    fd: Arc<Mutex<Option<RawFd>>>,
-}
-
-impl Service<Uri> for RecordingConnector {
-    type Response = TokioIo<TcpStream>;
-    type Error = io::Error;
-    type Future = BoxFuture<'static, io::Result<Self::Response>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Uri) -> Self::Future {
-        let (addr, fd) = (self.addr, self.fd.clone());
-        Box::pin(async move {
-            let tcp = TcpStream::connect(addr).await?;
-            tcp.set_nodelay(true)?;
-            *fd.lock().unwrap() = Some(tcp.as_raw_fd());
-            Ok(TokioIo::new(tcp))
-        })
     }
 }
 
@@ -167,24 +145,14 @@ async fn one_change_reaches_the_streams_of_a_connection_in_a_few_segments() {
 
     let (changes, rx) = watch::channel(0);
     let (addr, _stop, _server) = start(rx).await;
-    let connector = RecordingConnector {
-        addr,
-        fd: Default::default(),
-    };
+    let connector = Connector::new(addr);
     let channel = tonic::transport::Endpoint::from_static("http://destination")
         .connect_with_connector(connector.clone())
         .await
         .unwrap();
-    let mut streams = Vec::new();
-    for _ in 0..STREAMS {
-        let mut client = DestinationClient::new(channel.clone());
-        let mut stream = client
-            .get(GetDestination::default())
-            .await
-            .unwrap()
-            .into_inner();
+    let mut streams = open_gets(&channel, STREAMS).await;
+    for stream in &mut streams {
         assert_eq!(stream.message().await.unwrap(), Some(add(0)));
-        streams.push(stream);
     }
     let fd = connector.fd.lock().unwrap().expect("connected");
     let before = segments_in(fd);
@@ -200,6 +168,17 @@ async fn one_change_reaches_the_streams_of_a_connection_in_a_few_segments() {
         segments <= 20,
         "{STREAMS} updates arrived in {segments} TCP segments"
     );
+}
+
+/// `count` `Get` streams on `channel`, opened one after the other (response headers read).
+async fn open_gets(channel: &Channel, count: usize) -> Vec<tonic::Streaming<Update>> {
+    let mut streams = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut client = DestinationClient::new(channel.clone());
+        let response = client.get(GetDestination::default()).await.unwrap();
+        streams.push(response.into_inner());
+    }
+    streams
 }
 
 /// A `Get` stream on a new connection to `addr`, past its first message (`add(0)`).
@@ -354,14 +333,29 @@ impl tokio::io::AsyncWrite for PausableRead {
     }
 }
 
-/// Connects with a small, fixed receive buffer, and reads until `paused` is set.
+/// Connects over TCP (`TCP_NODELAY`), remembers the socket for reading its `TCP_INFO`, and
+/// stops reading it once `paused` is set. `recv_buffer`, if set, fixes the socket's receive
+/// buffer (bytes), so that a paused client soon closes its TCP window.
 #[derive(Clone)]
-struct PausableConnector {
+struct Connector {
     addr: SocketAddr,
+    fd: Arc<Mutex<Option<RawFd>>>,
     paused: Arc<AtomicBool>,
+    recv_buffer: Option<u32>,
 }
 
-impl Service<Uri> for PausableConnector {
+impl Connector {
+    fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            fd: Default::default(),
+            paused: Default::default(),
+            recv_buffer: None,
+        }
+    }
+}
+
+impl Service<Uri> for Connector {
     type Response = TokioIo<PausableRead>;
     type Error = io::Error;
     type Future = BoxFuture<'static, io::Result<Self::Response>>;
@@ -371,13 +365,19 @@ impl Service<Uri> for PausableConnector {
     }
 
     fn call(&mut self, _: Uri) -> Self::Future {
-        let (addr, paused) = (self.addr, self.paused.clone());
+        let this = self.clone();
         Box::pin(async move {
             let socket = tokio::net::TcpSocket::new_v4()?;
-            socket.set_recv_buffer_size(16 << 10)?;
-            let tcp = socket.connect(addr).await?;
+            if let Some(size) = this.recv_buffer {
+                socket.set_recv_buffer_size(size)?;
+            }
+            let tcp = socket.connect(this.addr).await?;
             tcp.set_nodelay(true)?;
-            Ok(TokioIo::new(PausableRead { tcp, paused }))
+            *this.fd.lock().unwrap() = Some(tcp.as_raw_fd());
+            Ok(TokioIo::new(PausableRead {
+                tcp,
+                paused: this.paused,
+            }))
         })
     }
 }
@@ -407,22 +407,18 @@ async fn a_client_that_stops_reading_holds_a_bounded_buffer_per_stream() {
     ));
 
     // HTTP/2 windows of 2 GiB: flow control never stops the server.
-    let paused = Arc::new(AtomicBool::new(false));
+    let connector = Connector {
+        recv_buffer: Some(16 << 10),
+        ..Connector::new(addr)
+    };
     let channel = tonic::transport::Endpoint::from_static("http://destination")
         .initial_connection_window_size(i32::MAX as u32)
         .initial_stream_window_size(i32::MAX as u32)
-        .connect_with_connector(PausableConnector {
-            addr,
-            paused: paused.clone(),
-        })
+        .connect_with_connector(connector.clone())
         .await
         .unwrap();
-    let mut streams = Vec::new();
-    for _ in 0..STREAMS {
-        let mut client = DestinationClient::new(channel.clone());
-        streams.push(client.get(GetDestination::default()).await.unwrap());
-    }
-    paused.store(true, Ordering::Relaxed);
+    let _streams = open_gets(&channel, STREAMS).await;
+    connector.paused.store(true, Ordering::Relaxed);
     go.send(true).unwrap();
 
     // The streams fill the socket, then their send buffers, then stop being polled.
