@@ -17,7 +17,12 @@ use linkerd2_proxy_api::{
     destination::{AddrSet, NoEndpoints, Update, WeightedAddrSet, update},
     net::TcpAddress,
 };
-use std::{cell::RefCell, collections::VecDeque, sync::Arc};
+use std::{
+    cell::RefCell,
+    collections::{HashSet, VecDeque},
+    net::SocketAddr,
+    sync::Arc,
+};
 use thread_local::ThreadLocal;
 use tokio::sync::watch;
 
@@ -269,13 +274,13 @@ impl EndpointsStream {
         // Both sets are in address-ID order (views are BTreeMaps and filters keep the order), so
         // one merge pass finds what was added, changed and removed without hashing.
         let mut added = Vec::new();
-        let mut removed: Vec<TcpAddress> = Vec::new();
+        let mut removed: Vec<SocketAddr> = Vec::new();
         let (mut old_iter, mut new_iter) = (old.iter().peekable(), new.iter().peekable());
         loop {
             match (old_iter.peek(), new_iter.peek()) {
                 (None, None) => break,
                 (Some((_, gone)), None) => {
-                    removed.push(gone.addr.into());
+                    removed.push(gone.addr);
                     old_iter.next();
                 }
                 (None, Some((_, ep))) => {
@@ -284,7 +289,7 @@ impl EndpointsStream {
                 }
                 (Some((old_id, prev)), Some((new_id, ep))) => match old_id.cmp(new_id) {
                     std::cmp::Ordering::Less => {
-                        removed.push(prev.addr.into());
+                        removed.push(prev.addr);
                         old_iter.next();
                     }
                     std::cmp::Ordering::Greater => {
@@ -294,6 +299,11 @@ impl EndpointsStream {
                     std::cmp::Ordering::Equal => {
                         if !Arc::ptr_eq(prev, ep) && ***prev != ***ep {
                             added.push(*ep);
+                            // Proxies key endpoints by address: a new address (a StatefulSet
+                            // pod recreated with a new IP, a new target port) replaces the old.
+                            if prev.addr != ep.addr {
+                                removed.push(prev.addr);
+                            }
                         }
                         old_iter.next();
                         new_iter.next();
@@ -308,8 +318,16 @@ impl EndpointsStream {
             updates.push(add(addrs, view));
         }
         if !removed.is_empty() {
+            // An address can pass from one ID to another in one change (pods swapping IPs, an
+            // IP reused by a new pod): the `Add` above holds it, and the `Remove` after it must
+            // not take it away.
+            let kept: HashSet<SocketAddr> = new.iter().map(|(_, ep)| ep.addr).collect();
+            removed.retain(|addr| !kept.contains(addr));
+        }
+        if !removed.is_empty() {
+            let addrs = removed.into_iter().map(TcpAddress::from).collect();
             updates.push(Update {
-                update: Some(update::Update::Remove(AddrSet { addrs: removed })),
+                update: Some(update::Update::Remove(AddrSet { addrs })),
             });
         }
         updates

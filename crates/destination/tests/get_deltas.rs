@@ -247,8 +247,9 @@ async fn service_created_after_the_stream_opened() {
 }
 
 #[tokio::test]
-async fn target_port_change_re_adds_the_addresses() {
-    // Quirk I.3 resolved: a changed port is a changed address.
+async fn target_port_change_replaces_the_addresses() {
+    // Quirk I.3 resolved: a changed port is a changed address. Proxies key endpoints by
+    // address, so the old ones are removed.
     let dir = two_pods();
     let (_h, mut stream) = open(&dir).await;
     dir.write(
@@ -265,6 +266,54 @@ async fn target_port_change_re_adds_the_addresses() {
         added(&next(&mut stream).await),
         [sa("10.1.0.1:9090"), sa("10.1.0.2:9090")]
     );
+    assert_eq!(
+        removed(&next(&mut stream).await),
+        [sa("10.1.0.1:8080"), sa("10.1.0.2:8080")]
+    );
+    assert_quiet(&mut stream).await;
+}
+
+#[tokio::test]
+async fn a_pod_back_with_a_new_ip_replaces_its_address() {
+    // A StatefulSet pod recreated under its name gets a new IP; a stream that reads after both
+    // the removal and the re-add sees only the new address for the same pod.
+    let dir = two_pods();
+    let (_h, mut stream) = open(&dir).await;
+    dir.write(
+        "slice.yaml",
+        &[mk_slice(
+            NS,
+            "web-1",
+            "web",
+            ("http", 8080),
+            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.9", true)],
+        )],
+    );
+    assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.9:8080")]);
+    assert_eq!(removed(&next(&mut stream).await), [sa("10.1.0.2:8080")]);
+    assert_quiet(&mut stream).await;
+}
+
+#[tokio::test]
+async fn addresses_that_pass_between_pods_are_not_removed() {
+    let dir = two_pods();
+    let (_h, mut stream) = open(&dir).await;
+    // The pods swap IPs in one change: each address is re-added for its new pod, none removed.
+    dir.write(
+        "slice.yaml",
+        &[mk_slice(
+            NS,
+            "web-1",
+            "web",
+            ("http", 8080),
+            &[("web-a", "10.1.0.2", true), ("web-b", "10.1.0.1", true)],
+        )],
+    );
+    assert_eq!(
+        added(&next(&mut stream).await),
+        [sa("10.1.0.1:8080"), sa("10.1.0.2:8080")]
+    );
+    assert_quiet(&mut stream).await;
 }
 
 /// Writes pods `(name, ip)` of service account `web` and one slice with all of them ready.
