@@ -221,8 +221,48 @@ async fn shutdown_refuses_new_connections_and_waits_for_open_streams_to_end() {
         .unwrap();
 }
 
+/// What the code under test logs on this thread, as text.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl tracing_subscriber::fmt::MakeWriter<'_> for Logs {
+    type Writer = Logs;
+
+    fn make_writer(&self) -> Logs {
+        self.clone()
+    }
+}
+
+impl Logs {
+    /// Captures this thread's logs until the guard is dropped.
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(self.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
 #[tokio::test]
 async fn connections_still_open_after_the_drain_timeout_are_dropped() {
+    let logs = Logs::default();
+    let _capture = logs.capture();
     let (_changes, rx) = watch::channel(0);
     let settings = Http2Settings {
         drain_timeout: Duration::from_millis(200),
@@ -248,6 +288,49 @@ async fn connections_still_open_after_the_drain_timeout_are_dropped() {
     .await
     .expect("the silent connection was closed")
     .ok();
+    // Each connection is counted once.
+    assert!(
+        logs.text()
+            .contains("still open after the drain timeout; closing them connections=2"),
+        "{}",
+        logs.text()
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_answer_pings_is_disconnected() {
+    let (changes, rx) = watch::channel(0);
+    let settings = Http2Settings {
+        keep_alive_interval: Duration::from_millis(100),
+        keep_alive_timeout: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let (addr, _stop, _server) = start_with(rx, settings).await;
+    // A client whose h2 connection answers pings, and one that no longer reads its socket
+    // (as a peer whose node vanished).
+    let mut alive = open_get(addr).await;
+    let connector = Connector::new(addr);
+    let channel = tonic::transport::Endpoint::from_static("http://destination")
+        .connect_with_connector(connector.clone())
+        .await
+        .unwrap();
+    let _gone = open_gets(&channel, 1).await;
+    // The service's own receiver, and one per stream.
+    assert_eq!(changes.receiver_count(), 3);
+    connector.paused.store(true, Ordering::Relaxed);
+
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while changes.receiver_count() > 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the silent client's stream was dropped");
+    // The other client answered every ping; its stream is still served.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    changes.send(1).unwrap();
+    assert_eq!(alive.message().await.unwrap(), Some(add(1)));
+    assert_eq!(changes.receiver_count(), 2);
 }
 
 /// `Get` streams that, once `go` is true, send 8 KiB `Add`s as fast as they are polled,

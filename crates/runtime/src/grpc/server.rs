@@ -61,6 +61,13 @@ pub struct Http2Settings {
     /// this much per stream, not 400 KiB; a `Get` stream then skips to the newest view. A
     /// larger message is still sent whole. Values over `u32::MAX` count as `u32::MAX`.
     pub max_send_buffer_size: usize,
+    /// After this long without a frame from the client (10 s), the server sends an HTTP/2
+    /// `PING`; a connection whose client does not answer within `keep_alive_timeout` (20 s) is
+    /// closed. A proxy whose node vanished (no FIN, no RST) then does not hold its streams, and
+    /// their memory, forever; Go's listeners, upstream, use TCP keepalive to the same end.
+    pub keep_alive_interval: Duration,
+    /// See `keep_alive_interval`.
+    pub keep_alive_timeout: Duration,
 }
 
 impl Default for Http2Settings {
@@ -69,6 +76,8 @@ impl Default for Http2Settings {
             max_concurrent_streams: 10_000,
             drain_timeout: Duration::from_secs(5),
             max_send_buffer_size: 64 << 10,
+            keep_alive_interval: Duration::from_secs(10),
+            keep_alive_timeout: Duration::from_secs(20),
         }
     }
 }
@@ -171,28 +180,31 @@ async fn serve_connection(
         .timer(TokioTimer::new())
         .max_concurrent_streams(settings.max_concurrent_streams)
         .max_send_buf_size(settings.max_send_buffer_size.min(u32::MAX as usize))
-        .keep_alive_interval(None);
+        .keep_alive_interval(settings.keep_alive_interval)
+        .keep_alive_timeout(settings.keep_alive_timeout);
     let mut connection = pin!(builder.serve_connection(TokioIo::new(CopiedFrames(tcp)), service));
-    let mut draining = phase.clone();
-    let mut stopping = pin!(draining.wait_for(|phase| *phase != Phase::Serving));
-    let mut closing = false;
-    let served = std::future::poll_fn(|cx| {
-        if !closing && stopping.as_mut().poll(cx).is_ready() {
-            closing = true;
-            connection.as_mut().graceful_shutdown();
-        }
+    loop {
         // Streams first, then the connection: it writes what they all sent at once.
-        streams.poll_streams(cx);
-        connection.as_mut().poll(cx)
-    });
-    tokio::select! {
-        served = served => {
-            if let Err(error) = served {
-                tracing::debug!(%error, "connection ended with an error");
+        let served = std::future::poll_fn(|cx| {
+            streams.poll_streams(cx);
+            connection.as_mut().poll(cx)
+        });
+        tokio::select! {
+            served = served => {
+                if let Err(error) = served {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                return;
             }
-        }
-        _ = phase.wait_for(|phase| *phase == Phase::Closed) => {
-            tracing::debug!("dropping a connection open past the drain timeout");
+            changed = phase.changed() => match changed.map(|()| *phase.borrow_and_update()) {
+                Ok(Phase::Serving) => {}
+                Ok(Phase::Draining) => connection.as_mut().graceful_shutdown(),
+                // Closed, or the server is gone.
+                Ok(Phase::Closed) | Err(_) => {
+                    tracing::debug!("dropping a connection open past the drain timeout");
+                    return;
+                }
+            },
         }
     }
 }
