@@ -83,11 +83,28 @@ pub fn split_host_port(path: &str) -> Result<(&str, u16), AuthorityError> {
     }
 }
 
+/// The longest DNS name and label (RFC 1035 §2.3.4); Service, namespace and pod hostnames are
+/// DNS labels, so a longer one names nothing.
+const MAX_NAME: usize = 253;
+const MAX_LABEL: usize = 63;
+
 /// Parses a `Get` path against the cluster domain.
+///
+/// Errors: [`AuthorityError::Invalid`] for a malformed port or a name longer than DNS allows
+/// (253 bytes, or 63 in one label: such names cannot exist, and each distinct name a client
+/// asks for costs a topic and metric series while its stream lasts);
+/// [`AuthorityError::IpQuery`] for an IP; [`AuthorityError::NotAService`] for a name that is
+/// not `<service>.<namespace>.svc.<cluster-domain>` (with an optional instance label).
 pub fn parse_service_name(path: &str, cluster_domain: &str) -> Result<ServiceName, AuthorityError> {
     let (host, port) = split_host_port(path)?;
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Err(AuthorityError::IpQuery(ip));
+    }
+    if host.len() > MAX_NAME || host.split('.').any(|label| label.len() > MAX_LABEL) {
+        return Err(AuthorityError::Invalid {
+            path: echo(path),
+            reason: "name longer than DNS allows (253 bytes, 63 per label)",
+        });
     }
     let not_a_service = || AuthorityError::NotAService {
         host: echo(host),
@@ -179,6 +196,27 @@ mod tests {
         assert!(parse_profile_target("fd00::1:80", DOMAIN).is_err());
         assert!(parse_profile_target("linkerd.io:80", DOMAIN).is_err());
         assert!(parse_profile_target("10.0.0.1:0", DOMAIN).is_err());
+    }
+
+    #[test]
+    fn names_up_to_the_dns_limits_are_parsed_and_longer_ones_refused() {
+        let label = |n| "a".repeat(n);
+        let ok = format!("{}.{}.svc.cluster.local:80", label(63), label(63));
+        assert_eq!(parse_service_name(&ok, DOMAIN).unwrap().service, label(63));
+        let long_label = format!("{}.ns.svc.cluster.local:80", label(64));
+        let long_name = format!(
+            "{}.{}.{}.{}.svc.cluster.local:80",
+            label(63),
+            label(63),
+            label(63),
+            label(47)
+        );
+        for path in [long_label, long_name] {
+            assert!(
+                matches!(parse_service_name(&path, DOMAIN), Err(AuthorityError::Invalid { reason, .. }) if reason.contains("DNS")),
+                "{path}"
+            );
+        }
     }
 
     #[test]

@@ -24,6 +24,16 @@ async fn malformed_paths_are_invalid_arguments_that_name_the_problem() {
         ("web-svc.emojivoto.svc.cluster.local.:80", "invalid service"),
         ("\u{0}\u{ffff}:80", "invalid service"),
     ];
+    // Names no Kubernetes object can have: a 64-byte label, a 254-byte name, a megabyte.
+    let long_label = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(64));
+    let long_name = format!("{}.svc.cluster.local:80", "a.".repeat(119));
+    let huge = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(1 << 20));
+    let too_long = [long_label, long_name, huge];
+    let cases = cases.into_iter().chain(
+        too_long
+            .iter()
+            .map(|path| (path.as_str(), "longer than DNS allows")),
+    );
     for (path, needle) in cases {
         let status = h.get(path, "").await.expect_err(path);
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{path}");
