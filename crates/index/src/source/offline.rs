@@ -30,6 +30,12 @@ use crate::metrics::IndexMetrics;
 const QUIET: Duration = Duration::from_millis(5);
 /// The longest a burst of notifications delays the read.
 const MAX_SETTLE: Duration = Duration::from_millis(50);
+/// A file that could not be read (out of file descriptors, permissions fixed with `chmod`,
+/// which no content notification follows), or a directory that could not be listed (deleted,
+/// to be recreated), is tried again after this long, then twice as long each time, up to
+/// [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Changes kept per kind for streams that have not caught up; one further behind re-diffs the
 /// whole kind.
 const LOG_CAPACITY: usize = 16_384;
@@ -122,18 +128,26 @@ struct StateDir {
     rejected: BTreeMap<PathBuf, u64>,
     /// Manifest-named entries that are not regular files, so each is reported once.
     unreadable: BTreeSet<PathBuf>,
+    /// Files whose last read failed for a reason other than their contents: read again later.
+    retry: BTreeSet<PathBuf>,
+    /// The last listing of the directory failed: list it again later.
+    relist: bool,
     /// Every definition of each object, in file path order: the first one is served.
     defs: HashMap<(TypeKey, ObjectKey), Definitions>,
     metrics: IndexMetrics,
 }
 
 struct LoadedFile {
-    /// Size and modification time when last read: an unchanged stamp skips re-reading (and
+    /// Size, modification time and inode when last read: an unchanged stamp skips re-reading (and
     /// re-hashing) a large file on a re-list.
-    stamp: Option<(u64, std::time::SystemTime)>,
+    stamp: Option<Stamp>,
     content_hash: u64,
     objects: Vec<(TypeKey, ObjectKey, Arc<Value>)>,
 }
+
+/// A file's size, modification time and inode. The inode tells a symlink that now points
+/// to another file (a ConfigMap volume's update) even when size and time match.
+type Stamp = (u64, std::time::SystemTime, u64);
 
 /// The files defining one object and their definition of it, in path order.
 type Definitions = Vec<(PathBuf, Arc<Value>)>;
@@ -186,7 +200,9 @@ impl OfflineSource {
                                 p.rescan = true;
                             }
                             for path in event.paths {
-                                if path.parent() == Some(watched.as_path()) {
+                                if path.parent() == Some(watched.as_path())
+                                    && !is_atomic_writer_entry(&path)
+                                {
                                     p.paths.insert(path);
                                 } else {
                                     p.rescan = true;
@@ -213,12 +229,21 @@ impl OfflineSource {
         let task_shared = shared.clone();
         tokio::spawn(async move {
             // The watcher lives as long as this task, which ends when every stream is gone.
-            let _watcher = watcher;
+            let mut watcher = watcher;
+            let mut watched = dir_inode(&dir);
             let mut state = state;
+            let mut retry_after = RETRY_MIN;
             loop {
+                let retry = !state.retry.is_empty() || state.relist;
                 tokio::select! {
                     _ = changed.notified() => {}
                     _ = tx.closed() => return,
+                    () = tokio::time::sleep(retry_after), if retry => {
+                        let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                        p.paths.extend(state.retry.iter().cloned());
+                        p.rescan |= state.relist;
+                        retry_after = (retry_after * 2).min(RETRY_MAX);
+                    }
                 }
                 let burst = tokio::time::Instant::now();
                 while burst.elapsed() < MAX_SETTLE
@@ -227,6 +252,7 @@ impl OfflineSource {
                         .is_ok()
                 {}
                 let todo = std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
+                let relisted = todo.rescan;
                 let shared = task_shared.clone();
                 // Reading and parsing block: a huge or hostile file must not stall the runtime
                 // (and with it `/ready` and every stream).
@@ -245,6 +271,27 @@ impl OfflineSource {
                 match read {
                     Ok((next, generation)) => {
                         state = next;
+                        if state.retry.is_empty() && !state.relist {
+                            retry_after = RETRY_MIN;
+                        }
+                        // A directory deleted and recreated, or moved away and replaced, is a
+                        // new inode: the watch went with the old one.
+                        if relisted
+                            && !state.relist
+                            && let Some(w) = watcher.as_mut()
+                        {
+                            let now = dir_inode(&state.dir);
+                            if now != watched {
+                                use notify::Watcher;
+                                let _ = w.unwatch(&state.dir);
+                                match w.watch(&state.dir, notify::RecursiveMode::NonRecursive) {
+                                    Ok(()) => watched = now,
+                                    Err(error) => {
+                                        tracing::warn!(dir = %state.dir.display(), %error, "cannot watch the cluster state directory again; changes will not be seen")
+                                    }
+                                }
+                            }
+                        }
                         if let Some(generation) = generation {
                             tx.send_replace(generation);
                         }
@@ -457,6 +504,8 @@ impl StateDir {
             files: BTreeMap::new(),
             rejected: BTreeMap::new(),
             unreadable: BTreeSet::new(),
+            retry: BTreeSet::new(),
+            relist: false,
             defs: HashMap::new(),
             metrics,
         }
@@ -471,10 +520,16 @@ impl StateDir {
             Err(error) => {
                 // Moved away or unmounted: re-reading the files would find none of them and
                 // withdraw everything, so what was read stands until the directory is back.
-                tracing::warn!(dir = %self.dir.display(), %error, "cannot list the cluster state directory; keeping what was read before");
+                if !self.relist {
+                    tracing::warn!(dir = %self.dir.display(), %error, "cannot list the cluster state directory; keeping what was read before until it can be");
+                }
+                self.relist = true;
                 return Changes::new();
             }
         };
+        if std::mem::take(&mut self.relist) {
+            tracing::info!(dir = %self.dir.display(), "cluster state directory listed again");
+        }
         let gone: Vec<PathBuf> = self
             .files
             .keys()
@@ -538,12 +593,16 @@ impl StateDir {
     }
 
     /// Reads one regular file and serves its objects, unless its contents did not change.
-    /// `trust_stamp`: an unchanged size and modification time mean unchanged contents (on a
+    /// `trust_stamp`: an unchanged size, modification time and inode mean unchanged contents (on a
     /// re-list; a file named by a notification is read, as its time may not have ticked).
     fn read_file(&mut self, path: &Path, trust_stamp: bool, changes: &mut Touched) {
         self.unreadable.remove(path);
+        self.retry.remove(path);
         let stamp = std::fs::metadata(path)
-            .and_then(|m| Ok((m.len(), m.modified()?)))
+            .and_then(|m| {
+                use std::os::unix::fs::MetadataExt;
+                Ok((m.len(), m.modified()?, m.ino()))
+            })
             .ok();
         if trust_stamp && stamp.is_some() && self.files.get(path).is_some_and(|f| f.stamp == stamp)
         {
@@ -557,6 +616,9 @@ impl StateDir {
                 return;
             }
             Err(error) => {
+                if matches!(error, FileError::Read(_)) {
+                    self.retry.insert(path.to_path_buf());
+                }
                 self.file_error(path, error);
                 return;
             }
@@ -614,11 +676,13 @@ impl StateDir {
     fn forget(&mut self, path: &Path, changes: &mut Touched) {
         self.rejected.remove(path);
         self.unreadable.remove(path);
+        self.retry.remove(path);
         self.replace(path, None, changes);
     }
 
     fn mark_unreadable(&mut self, path: &Path, changes: &mut Touched) {
         self.rejected.remove(path);
+        self.retry.remove(path);
         self.replace(path, None, changes);
         if self.unreadable.insert(path.to_path_buf()) {
             tracing::warn!(file = %path.display(), "skipping cluster state entry that is not a regular file (a directory, a dangling or looping symlink)");
@@ -727,6 +791,20 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, FileError> {
         });
     }
     Ok(bytes)
+}
+
+/// Whether `path` is one of the `..data` / `..<timestamp>` entries through which a ConfigMap or
+/// Secret volume (kubelet's atomic writer) swaps all its files at once: the manifests are
+/// symlinks into them, so a change there may change any file while none is notified.
+fn is_atomic_writer_entry(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|name| name.as_encoded_bytes().starts_with(b".."))
+}
+
+/// The inode of directory `dir`, to tell a directory recreated at the same path.
+fn dir_inode(dir: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).ok().map(|m| m.ino())
 }
 
 /// Whether a file-system event can change what the directory defines. Reads (our own, too) and

@@ -668,3 +668,59 @@ async fn v1alpha2_tls_and_tcp_routes_decode_and_delete() {
         matches!(next(&mut tls).await, Event::Delete(r) if r.metadata.name.as_deref() == Some("t"))
     );
 }
+
+#[tokio::test]
+async fn a_directory_deleted_and_recreated_is_read_and_watched_again() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("state");
+    std::fs::create_dir(&dir).unwrap();
+    write(&dir, "a.yaml", &svc_yaml("a", 80));
+    let source = OfflineSource::start(&dir, IndexMetrics::default()).unwrap();
+    let mut services = source.events::<Service>();
+    assert!(matches!(next(&mut services).await, Event::Reset(o) if o.len() == 1));
+
+    // What was read stands while the directory is gone (as when it is moved away)...
+    std::fs::remove_dir_all(&dir).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...and once it is back, it is listed again within a retry.
+    std::fs::create_dir(&dir).unwrap();
+    write(&dir, "b.yaml", &svc_yaml("b", 80));
+    assert!(
+        matches!(next(&mut services).await, Event::Apply(s) if s.metadata.name.as_deref() == Some("b"))
+    );
+    assert!(
+        matches!(next(&mut services).await, Event::Delete(s) if s.metadata.name.as_deref() == Some("a"))
+    );
+    // And watched again.
+    write(&dir, "b.yaml", &svc_yaml("b", 81));
+    match next(&mut services).await {
+        Event::Apply(svc) => assert_eq!(svc.spec.unwrap().ports.unwrap()[0].port, 81),
+        other => panic!("expected Apply, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_config_map_volume_update_is_read() {
+    // The layout kubelet gives a ConfigMap volume: the manifest is a symlink through `..data`,
+    // and an update swaps `..data` to a new directory in one rename.
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let version = |name: &str, port: u16| {
+        std::fs::create_dir(dir.join(name)).unwrap();
+        std::fs::write(dir.join(name).join("a.yaml"), svc_yaml("a", port)).unwrap();
+        std::os::unix::fs::symlink(name, dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    };
+    version("..v1", 80);
+    std::os::unix::fs::symlink("..data/a.yaml", dir.join("a.yaml")).unwrap();
+    let source = OfflineSource::start(dir, IndexMetrics::default()).unwrap();
+    let mut services = source.events::<Service>();
+    assert!(matches!(next(&mut services).await, Event::Reset(o) if o.len() == 1));
+
+    version("..v2", 81);
+    std::fs::remove_dir_all(dir.join("..v1")).unwrap();
+    match next(&mut services).await {
+        Event::Apply(svc) => assert_eq!(svc.spec.unwrap().ports.unwrap()[0].port, 81),
+        other => panic!("expected Apply, got {other:?}"),
+    }
+}
