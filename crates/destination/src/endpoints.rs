@@ -19,9 +19,9 @@ use linkerd2_proxy_api::{
 };
 use std::{
     cell::RefCell,
-    collections::{HashSet, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     net::SocketAddr,
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError, Weak},
 };
 use thread_local::ThreadLocal;
 use tokio::sync::watch;
@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use crate::translate::EndpointTranslator;
 
 /// What a stream filters on: the client's position and the server's address-family setting.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StreamFilter {
     /// The client's node (context token `nodeName`), for `internalTrafficPolicy: Local`.
     pub node_name: Option<String>,
@@ -42,7 +42,7 @@ pub struct StreamFilter {
 /// The state of one `Get` stream.
 pub struct EndpointsStream {
     rx: watch::Receiver<Arc<EndpointsView>>,
-    filter: StreamFilter,
+    filter: Arc<StreamFilter>,
     translator: Arc<EndpointTranslator>,
     deltas: Arc<SharedDeltas>,
     /// The view the last update was computed from; `None` before the first message.
@@ -67,9 +67,21 @@ pub struct Delta {
 /// reference counts cost more, at 10,000 streams, than computing a delta once per thread).
 /// Entries hold their views, so a view's address is not reused while its entry lives; the
 /// oldest of a thread's [`DELTAS_PER_THREAD`] entries goes first.
+///
+/// Streams with equal filters share one [`SharedDeltas::intern`]ed copy, so a lookup compares
+/// pointers: comparing each stream's own strings read memory of 10,000 streams, on every change.
 #[derive(Default)]
 pub struct SharedDeltas {
     recent: ThreadLocal<RefCell<VecDeque<Transition>>>,
+    filters: Mutex<InternedFilters>,
+}
+
+/// The filters of live streams; entries whose streams are all gone are swept out once the
+/// table has doubled since the last sweep.
+#[derive(Default)]
+struct InternedFilters {
+    by_value: HashMap<StreamFilter, Weak<StreamFilter>>,
+    sweep_at: usize,
 }
 
 /// Transitions kept per thread: enough for the filters (zones, nodes) of one change's clients
@@ -79,7 +91,7 @@ const DELTAS_PER_THREAD: usize = 16;
 struct Transition {
     from: Option<Arc<EndpointsView>>,
     to: Arc<EndpointsView>,
-    filter: StreamFilter,
+    filter: Arc<StreamFilter>,
     delta: Delta,
 }
 
@@ -152,13 +164,31 @@ impl StreamFilter {
 // === impl SharedDeltas ===
 
 impl SharedDeltas {
-    /// The delta from `from` (`None`: the stream's first message) to `to` for `filter`:
-    /// the one computed earlier on this thread for the same views and filter, or `compute()`'s.
+    /// The shared copy of `filter`: the same `Arc` for every stream whose filter is equal.
+    pub fn intern(&self, filter: StreamFilter) -> Arc<StreamFilter> {
+        let mut filters = self.filters.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(shared) = filters.by_value.get(&filter).and_then(Weak::upgrade) {
+            return shared;
+        }
+        if filters.by_value.len() >= filters.sweep_at {
+            filters
+                .by_value
+                .retain(|_, shared| shared.strong_count() > 0);
+            filters.sweep_at = (2 * filters.by_value.len()).max(64);
+        }
+        let shared = Arc::new(filter.clone());
+        filters.by_value.insert(filter, Arc::downgrade(&shared));
+        shared
+    }
+
+    /// The delta from `from` (`None`: the stream's first message) to `to` for `filter` (an
+    /// [`Self::intern`]ed one): the one computed earlier on this thread for the same views and
+    /// filter, or `compute()`'s.
     pub fn get_or_compute(
         &self,
         from: Option<&Arc<EndpointsView>>,
         to: &Arc<EndpointsView>,
-        filter: &StreamFilter,
+        filter: &Arc<StreamFilter>,
         compute: impl FnOnce() -> Delta,
     ) -> Delta {
         let same = |t: &&Transition| {
@@ -168,7 +198,7 @@ impl SharedDeltas {
                     (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                     _ => false,
                 }
-                && t.filter == *filter
+                && Arc::ptr_eq(&t.filter, filter)
         };
         let recent = self.recent.get_or_default();
         if let Some(t) = recent.borrow().iter().find(same) {
@@ -201,7 +231,7 @@ impl EndpointsStream {
     ) -> Self {
         Self {
             rx,
-            filter,
+            filter: deltas.intern(filter),
             translator,
             deltas,
             last: None,
@@ -466,20 +496,33 @@ mod tests {
     }
 
     #[test]
+    fn interned_filters_of_ended_streams_are_swept() {
+        let deltas = SharedDeltas::default();
+        let node = |n: usize| StreamFilter {
+            node_name: Some(format!("node-{n}")),
+            ..Default::default()
+        };
+        let kept = deltas.intern(node(0));
+        for n in 1..=200 {
+            drop(deltas.intern(node(n)));
+        }
+        let interned = deltas.filters.lock().unwrap().by_value.len();
+        assert!(interned < 64, "{interned} filters kept for 1 stream");
+        assert!(Arc::ptr_eq(&kept, &deltas.intern(node(0))));
+    }
+
+    #[test]
     fn one_transition_and_filter_is_computed_once_per_thread() {
         let deltas = SharedDeltas::default();
         let before = Arc::new(view(false, &[("a", "n1", "10.0.0.1:80", &[])]));
         let after = Arc::new(view(false, &[("b", "n1", "10.0.0.2:80", &[])]));
-        let (zone_a, zone_b) = (
-            StreamFilter {
-                client_zone: Some("a".into()),
-                ..Default::default()
-            },
-            StreamFilter {
-                client_zone: Some("b".into()),
-                ..Default::default()
-            },
-        );
+        let zone = |zone: &str| StreamFilter {
+            client_zone: Some(zone.into()),
+            ..Default::default()
+        };
+        let (zone_a, zone_b) = (deltas.intern(zone("a")), deltas.intern(zone("b")));
+        // Equal filters are one copy.
+        assert!(Arc::ptr_eq(&zone_a, &deltas.intern(zone("a"))));
         let computed = std::cell::Cell::new(0);
         let compute = |held| {
             computed.set(computed.get() + 1);
