@@ -20,15 +20,10 @@ fn two_pods() -> StateDir {
             mk_pod(NS, "web-b", "10.1.0.2", "web"),
         ],
     );
-    dir.write(
-        "slice.yaml",
-        &[mk_slice(
-            NS,
-            "web-1",
-            "web",
-            ("http", 8080),
-            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)],
-        )],
+    write_slice(
+        &dir,
+        8080,
+        &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)],
     );
     dir
 }
@@ -61,34 +56,20 @@ async fn scale_up_then_down() {
             mk_pod(NS, "web-c", "10.1.0.3", "web"),
         ],
     );
-    dir.write(
-        "slice.yaml",
-        &[mk_slice(
-            NS,
-            "web-1",
-            "web",
-            ("http", 8080),
-            &[
-                ("web-a", "10.1.0.1", true),
-                ("web-b", "10.1.0.2", true),
-                ("web-c", "10.1.0.3", true),
-            ],
-        )],
+    write_slice(
+        &dir,
+        8080,
+        &[
+            ("web-a", "10.1.0.1", true),
+            ("web-b", "10.1.0.2", true),
+            ("web-c", "10.1.0.3", true),
+        ],
     );
     assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.3:8080")]);
     assert_quiet(&mut stream).await;
 
     // Scale down: the slice drops c first; the pod goes after (a Remove even once it is gone, §H.8).
-    dir.write(
-        "slice.yaml",
-        &[mk_slice(
-            NS,
-            "web-1",
-            "web",
-            ("http", 8080),
-            &[("web-a", "10.1.0.1", true)],
-        )],
-    );
+    write_slice(&dir, 8080, &[("web-a", "10.1.0.1", true)]);
     assert_eq!(
         removed(&next(&mut stream).await),
         [sa("10.1.0.2:8080"), sa("10.1.0.3:8080")]
@@ -101,26 +82,16 @@ async fn scale_up_then_down() {
 async fn readiness_flip() {
     let dir = two_pods();
     let (_h, mut stream) = open(&dir).await;
-    dir.write(
-        "slice.yaml",
-        &[mk_slice(
-            NS,
-            "web-1",
-            "web",
-            ("http", 8080),
-            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", false)],
-        )],
+    write_slice(
+        &dir,
+        8080,
+        &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", false)],
     );
     assert_eq!(removed(&next(&mut stream).await), [sa("10.1.0.2:8080")]);
-    dir.write(
-        "slice.yaml",
-        &[mk_slice(
-            NS,
-            "web-1",
-            "web",
-            ("http", 8080),
-            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)],
-        )],
+    write_slice(
+        &dir,
+        8080,
+        &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)],
     );
     assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.2:8080")]);
     assert_quiet(&mut stream).await;
@@ -233,16 +204,7 @@ async fn service_created_after_the_stream_opened() {
     dir.write("svc.yaml", &[mk_service(NS, "web", &[("http", 80)])]);
     assert!(matches!(next(&mut stream).await, Update::NoEndpoints(ne) if ne.exists));
     dir.write("pods.yaml", &[mk_pod(NS, "web-a", "10.1.0.1", "web")]);
-    dir.write(
-        "slice.yaml",
-        &[mk_slice(
-            NS,
-            "web-1",
-            "web",
-            ("http", 8080),
-            &[("web-a", "10.1.0.1", true)],
-        )],
-    );
+    write_slice(&dir, 8080, &[("web-a", "10.1.0.1", true)]);
     assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.1:8080")]);
 }
 
@@ -252,15 +214,10 @@ async fn target_port_change_replaces_the_addresses() {
     // address, so the old ones are removed.
     let dir = two_pods();
     let (_h, mut stream) = open(&dir).await;
-    dir.write(
-        "slice.yaml",
-        &[mk_slice(
-            NS,
-            "web-1",
-            "web",
-            ("http", 9090),
-            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)],
-        )],
+    write_slice(
+        &dir,
+        9090,
+        &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.2", true)],
     );
     assert_eq!(
         added(&next(&mut stream).await),
@@ -279,15 +236,10 @@ async fn a_pod_back_with_a_new_ip_replaces_its_address() {
     // the removal and the re-add sees only the new address for the same pod.
     let dir = two_pods();
     let (_h, mut stream) = open(&dir).await;
-    dir.write(
-        "slice.yaml",
-        &[mk_slice(
-            NS,
-            "web-1",
-            "web",
-            ("http", 8080),
-            &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.9", true)],
-        )],
+    write_slice(
+        &dir,
+        8080,
+        &[("web-a", "10.1.0.1", true), ("web-b", "10.1.0.9", true)],
     );
     assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.9:8080")]);
     assert_eq!(removed(&next(&mut stream).await), [sa("10.1.0.2:8080")]);
@@ -299,21 +251,25 @@ async fn addresses_that_pass_between_pods_are_not_removed() {
     let dir = two_pods();
     let (_h, mut stream) = open(&dir).await;
     // The pods swap IPs in one change: each address is re-added for its new pod, none removed.
-    dir.write(
-        "slice.yaml",
-        &[mk_slice(
-            NS,
-            "web-1",
-            "web",
-            ("http", 8080),
-            &[("web-a", "10.1.0.2", true), ("web-b", "10.1.0.1", true)],
-        )],
+    write_slice(
+        &dir,
+        8080,
+        &[("web-a", "10.1.0.2", true), ("web-b", "10.1.0.1", true)],
     );
     assert_eq!(
         added(&next(&mut stream).await),
         [sa("10.1.0.1:8080"), sa("10.1.0.2:8080")]
     );
     assert_quiet(&mut stream).await;
+}
+
+/// Writes slice `web-1` of service `web`: target port `http` = `port`, endpoints
+/// `(pod, ip, ready)`.
+fn write_slice(dir: &StateDir, port: u16, endpoints: &[(&str, &str, bool)]) {
+    dir.write(
+        "slice.yaml",
+        &[mk_slice(NS, "web-1", "web", ("http", port), endpoints)],
+    );
 }
 
 /// Writes pods `(name, ip)` of service account `web` and one slice with all of them ready.
@@ -327,10 +283,7 @@ fn write_web_pods(dir: &StateDir, pods: &[(String, String)]) {
         .iter()
         .map(|(pod, ip)| (pod.as_str(), ip.as_str(), true))
         .collect();
-    dir.write(
-        "slice.yaml",
-        &[mk_slice(NS, "web-1", "web", ("http", 8080), &endpoints)],
-    );
+    write_slice(dir, 8080, &endpoints);
 }
 
 /// The sorted target addresses of `pods`.
