@@ -132,6 +132,8 @@ struct StateDir {
     retry: BTreeSet<PathBuf>,
     /// The last listing of the directory failed: list it again later.
     relist: bool,
+    /// The directory's inode when it was last listed.
+    inode: Option<u64>,
     /// Every definition of each object, in file path order: the first one is served.
     defs: HashMap<(TypeKey, ObjectKey), Definitions>,
     metrics: IndexMetrics,
@@ -252,7 +254,6 @@ impl OfflineSource {
                         .is_ok()
                 {}
                 let todo = std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
-                let relisted = todo.rescan;
                 let shared = task_shared.clone();
                 // Reading and parsing block: a huge or hostile file must not stall the runtime
                 // (and with it `/ready` and every stream).
@@ -276,11 +277,10 @@ impl OfflineSource {
                         }
                         // A directory deleted and recreated, or moved away and replaced, is a
                         // new inode: the watch went with the old one.
-                        if relisted
-                            && !state.relist
+                        if !state.relist
                             && let Some(w) = watcher.as_mut()
                         {
-                            let now = dir_inode(&state.dir);
+                            let now = state.inode;
                             if now != watched {
                                 use notify::Watcher;
                                 let _ = w.unwatch(&state.dir);
@@ -506,6 +506,7 @@ impl StateDir {
             unreadable: BTreeSet::new(),
             retry: BTreeSet::new(),
             relist: false,
+            inode: None,
             defs: HashMap::new(),
             metrics,
         }
@@ -530,6 +531,7 @@ impl StateDir {
         if std::mem::take(&mut self.relist) {
             tracing::info!(dir = %self.dir.display(), "cluster state directory listed again");
         }
+        self.inode = dir_inode(&self.dir);
         let gone: Vec<PathBuf> = self
             .files
             .keys()
@@ -553,6 +555,12 @@ impl StateDir {
     /// Re-reads the files at `paths` (created, changed, removed or renamed; paths that are not
     /// manifests are ignored). Returns the objects whose served definition changed.
     fn refresh(&mut self, paths: &BTreeSet<PathBuf>) -> Changes {
+        // Moved away, deleted or replaced since it was listed: notifications from the old
+        // directory name files that are not (or no longer) at these paths, and forgetting them
+        // would withdraw objects the directory still defines.
+        if self.relist || dir_inode(&self.dir) != self.inode {
+            return self.rescan();
+        }
         let mut changes = Touched::new();
         for path in paths.iter().filter(|p| is_manifest_name(p)) {
             match std::fs::metadata(path) {

@@ -724,3 +724,27 @@ async fn a_config_map_volume_update_is_read() {
         other => panic!("expected Apply, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn edits_to_a_directory_moved_away_withdraw_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, away) = (root.path().join("state"), root.path().join("state.old"));
+    std::fs::create_dir(&dir).unwrap();
+    write(&dir, "a.yaml", &svc_yaml("a", 80));
+    let source = OfflineSource::start(&dir, IndexMetrics::default()).unwrap();
+    let mut services = source.events::<Service>();
+    assert!(matches!(next(&mut services).await, Event::Reset(o) if o.len() == 1));
+
+    // The watch follows the directory; its notifications name the old paths, where nothing is.
+    std::fs::rename(&dir, &away).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    write(&away, "a.yaml", &svc_yaml("a", 81));
+    let quiet = tokio::time::timeout(Duration::from_millis(500), services.next()).await;
+    assert!(quiet.is_err(), "{quiet:?}");
+    // Back in place, it is listed again (a retry) and read as it is now.
+    std::fs::rename(&away, &dir).unwrap();
+    match next(&mut services).await {
+        Event::Apply(svc) => assert_eq!(svc.spec.unwrap().ports.unwrap()[0].port, 81),
+        other => panic!("expected Apply, got {other:?}"),
+    }
+}
