@@ -525,3 +525,34 @@ async fn a_client_that_stops_reading_holds_a_bounded_buffer_per_stream() {
         bound >> 10,
     );
 }
+
+#[tokio::test]
+async fn connections_that_send_no_preface_are_closed() {
+    let (changes, rx) = watch::channel(0);
+    let settings = Http2Settings {
+        preface_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let (addr, _stop, _server) = start_with(rx, settings).await;
+    let silent = TcpStream::connect(addr).await.unwrap();
+    let mut partial = TcpStream::connect(addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut partial, b"PRI * HTTP/2.0\r\n")
+        .await
+        .unwrap();
+    let mut stream = open_get(addr).await;
+
+    for mut idle in [silent, partial] {
+        let mut received = Vec::new();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read_to_end(&mut idle, &mut received),
+        )
+        .await
+        .expect("the connection was closed")
+        .ok();
+    }
+    // A client that sent its preface is served past the deadline.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    changes.send(1).unwrap();
+    assert_eq!(stream.message().await.unwrap(), Some(add(1)));
+}

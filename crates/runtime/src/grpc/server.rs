@@ -29,7 +29,7 @@ use std::{
     pin::{Pin, pin},
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     task::{Context, Poll},
     time::Duration,
@@ -68,6 +68,10 @@ pub struct Http2Settings {
     pub keep_alive_interval: Duration,
     /// See `keep_alive_interval`.
     pub keep_alive_timeout: Duration,
+    /// How long a new connection has to send the HTTP/2 connection preface (10 s; proxies send
+    /// it at once). One that has not is closed: idle sockets that never speak would otherwise
+    /// hold file descriptors forever. grpc-go bounds its handshake the same way.
+    pub preface_timeout: Duration,
 }
 
 impl Default for Http2Settings {
@@ -78,6 +82,7 @@ impl Default for Http2Settings {
             max_send_buffer_size: 64 << 10,
             keep_alive_interval: Duration::from_secs(10),
             keep_alive_timeout: Duration::from_secs(20),
+            preface_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -182,7 +187,14 @@ async fn serve_connection(
         .max_send_buf_size(settings.max_send_buffer_size.min(u32::MAX as usize))
         .keep_alive_interval(settings.keep_alive_interval)
         .keep_alive_timeout(settings.keep_alive_timeout);
-    let mut connection = pin!(builder.serve_connection(TokioIo::new(CopiedFrames(tcp)), service));
+    let read = Arc::new(AtomicUsize::new(0));
+    let io = CopiedFrames {
+        tcp,
+        read: read.clone(),
+    };
+    let mut connection = pin!(builder.serve_connection(TokioIo::new(io), service));
+    let mut preface_deadline = pin!(tokio::time::sleep(settings.preface_timeout));
+    let mut preface_checked = false;
     loop {
         // Streams first, then the connection: it writes what they all sent at once.
         let served = std::future::poll_fn(|cx| {
@@ -195,6 +207,13 @@ async fn serve_connection(
                     tracing::debug!(%error, "connection ended with an error");
                 }
                 return;
+            }
+            () = &mut preface_deadline, if !preface_checked => {
+                if read.load(Ordering::Relaxed) < PREFACE.len() {
+                    tracing::debug!("closing a connection that sent no HTTP/2 preface in time");
+                    return;
+                }
+                preface_checked = true;
             }
             changed = phase.changed() => match changed.map(|()| *phase.borrow_and_update()) {
                 Ok(Phase::Serving) => {}
@@ -308,7 +327,16 @@ impl ConnectionStreams {
 /// frames of up to 1 KiB into its 16 KiB write buffer instead of writing each frame over
 /// 256 bytes on its own (h2 `FramedWrite`: it holds at most one frame it did not copy). The
 /// updates of one change to many streams then leave in a few writes.
-struct CopiedFrames(TcpStream);
+///
+/// It also counts the bytes read, up to the length of the HTTP/2 preface, for
+/// [`Http2Settings::preface_timeout`].
+struct CopiedFrames {
+    tcp: TcpStream,
+    read: Arc<AtomicUsize>,
+}
+
+/// The HTTP/2 client connection preface (RFC 9113 §3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 impl AsyncRead for CopiedFrames {
     fn poll_read(
@@ -316,7 +344,14 @@ impl AsyncRead for CopiedFrames {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
+        let read = self.read.load(Ordering::Relaxed);
+        if read < PREFACE.len() {
+            self.read
+                .store(read + (buf.filled().len() - before), Ordering::Relaxed);
+        }
+        polled
     }
 }
 
@@ -326,15 +361,15 @@ impl AsyncWrite for CopiedFrames {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+        Pin::new(&mut self.tcp).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -345,7 +380,6 @@ impl AsyncWrite for CopiedFrames {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
 
     /// A stream as h2 makes it: each time it is woken it sends, which wakes it once more.
     struct Sender {
