@@ -49,7 +49,7 @@ pub struct Args {
 
     /// Certify mode: `HOST:PORT` of linkerd-identity (e.g.
     /// `linkerd-identity-headless.linkerd.svc.cluster.local.:8080`). The shim then makes its
-    /// own key and obtains its certificate with `Certify` (spec §d.4) instead of reading files.
+    /// own key and obtains its certificate with `Certify` instead of reading files.
     #[arg(long, env = "LINKERD2_PROXY_IDENTITY_SVC_ADDR", value_parser = parse_identity_addr)]
     pub identity_addr: Option<IdentityAddr>,
 
@@ -100,7 +100,7 @@ pub struct Args {
 
     /// Admit clients that present no certificate (a presented one is still verified). By
     /// default their handshakes fail with a TLS alert and are counted, so a proxy that is not
-    /// certified yet retries (spec Z.6).
+    /// certified yet retries.
     #[arg(long, env = "LINKERD_MTLS_SHIM_ALLOW_UNAUTHENTICATED", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub allow_unauthenticated: bool,
 

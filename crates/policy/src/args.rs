@@ -46,7 +46,7 @@ pub struct Args {
     pub admission_controller_disabled: bool,
 
     /// The cluster's pod and node networks, comma-separated CIDRs: `cluster-*` default policies
-    /// admit them, and so does every authorization that names no network (spec §4.8).
+    /// admit them, and so does every authorization that names no network.
     #[arg(long, default_value = DEFAULT_CLUSTER_NETWORKS, value_parser = parse_cluster_networks)]
     pub cluster_networks: Networks,
 
@@ -59,7 +59,7 @@ pub struct Args {
     pub cluster_domain: String,
 
     /// Policy of ports no Server covers: all-unauthenticated, all-authenticated,
-    /// cluster-unauthenticated, cluster-authenticated, deny or audit (spec §4.4).
+    /// cluster-unauthenticated, cluster-authenticated, deny or audit.
     #[arg(long, default_value = "all-unauthenticated", value_parser = parse_default_policy)]
     pub default_policy: DefaultPolicy,
 
@@ -91,7 +91,7 @@ pub struct Args {
     pub allow_l5d_request_headers: bool,
 
     /// Namespace whose EgressNetworks apply to clients of every namespace that has none of its
-    /// own (spec §5.2).
+    /// own.
     #[arg(long, default_value = "linkerd-egress", value_parser = parse_namespace)]
     pub global_egress_network_namespace: String,
 
