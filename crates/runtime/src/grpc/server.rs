@@ -132,16 +132,25 @@ async fn serve_incoming(
     // the server drains is refused rather than left waiting.
     {
         let mut incoming = pin!(incoming);
+        let mut failed_accepts = 0u64;
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = incoming.next() => match accepted {
                     Some(Ok(tcp)) => {
+                        if failed_accepts > 0 {
+                            tracing::info!(failed = failed_accepts, "accepting connections again");
+                            failed_accepts = 0;
+                        }
                         let connection = serve_connection(tcp, routes.clone(), settings, watched.clone());
                         tokio::spawn(connection);
                     }
                     Some(Err(error)) => {
-                        tracing::warn!(%error, "failed to accept a connection");
+                        // Once per run of failures: out of file descriptors, every retry fails.
+                        if failed_accepts == 0 {
+                            tracing::warn!(%error, "failed to accept a connection; retrying every 100 ms until one succeeds");
+                        }
+                        failed_accepts += 1;
                         tokio::select! {
                             () = &mut shutdown => break,
                             () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
@@ -380,6 +389,7 @@ impl AsyncWrite for CopiedFrames {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
 
     /// A stream as h2 makes it: each time it is woken it sends, which wakes it once more.
     struct Sender {
@@ -444,6 +454,21 @@ mod tests {
         assert_eq!(streams.running.len(), 1, "the other stream goes on");
     }
 
+    /// Counts the warnings logged.
+    struct CountWarnings(Arc<AtomicUsize>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountWarnings {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            if *event.metadata().level() == tracing::Level::WARN {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
     // Two workers: a busy accept loop then fails this test instead of starving the timer.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn failed_accepts_are_retried_after_a_pause() {
@@ -453,6 +478,9 @@ mod tests {
             counted.fetch_add(1, Ordering::SeqCst);
             Err(io::Error::from_raw_os_error(24)) // EMFILE
         });
+        let warnings = Arc::new(AtomicUsize::new(0));
+        let subscriber = tracing_subscriber::registry().with(CountWarnings(warnings.clone()));
+        let _capture = tracing::subscriber::set_default(subscriber);
         serve_incoming(
             failing,
             Routes::default(),
@@ -460,6 +488,8 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(500)),
         )
         .await;
+        // One warning for the run of failures, not one per retry.
+        assert_eq!(warnings.load(Ordering::SeqCst), 1);
         // About one attempt per pause until shutdown (more if the machine stalls the timer);
         // a busy loop makes hundreds of thousands.
         let attempts = attempts.load(Ordering::SeqCst);
