@@ -259,6 +259,19 @@ impl Logs {
     }
 }
 
+/// Reads `tcp` (the server's SETTINGS, perhaps) until the server closes it (EOF or reset);
+/// fails after 5 s.
+async fn assert_closed(tcp: &mut TcpStream) {
+    let mut received = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_end(tcp, &mut received),
+    )
+    .await
+    .expect("the server closed the connection")
+    .ok();
+}
+
 #[tokio::test]
 async fn connections_still_open_after_the_drain_timeout_are_dropped() {
     let logs = Logs::default();
@@ -279,15 +292,7 @@ async fn connections_still_open_after_the_drain_timeout_are_dropped() {
         .await
         .expect("the server returned after the drain timeout")
         .unwrap();
-    // It got the server's SETTINGS, then the connection closed (EOF or reset).
-    let mut received = Vec::new();
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::io::AsyncReadExt::read_to_end(&mut silent, &mut received),
-    )
-    .await
-    .expect("the silent connection was closed")
-    .ok();
+    assert_closed(&mut silent).await;
     // Each connection is counted once.
     assert!(
         logs.text()
@@ -542,14 +547,7 @@ async fn connections_that_send_no_preface_are_closed() {
     let mut stream = open_get(addr).await;
 
     for mut idle in [silent, partial] {
-        let mut received = Vec::new();
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            tokio::io::AsyncReadExt::read_to_end(&mut idle, &mut received),
-        )
-        .await
-        .expect("the connection was closed")
-        .ok();
+        assert_closed(&mut idle).await;
     }
     // A client that sent its preface is served past the deadline.
     tokio::time::sleep(Duration::from_millis(300)).await;

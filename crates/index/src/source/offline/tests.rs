@@ -25,6 +25,14 @@ async fn next<K: Watched>(events: &mut BoxStream<'static, Event<K>>) -> Event<K>
         .expect("stream open")
 }
 
+/// The port of the Service the next event applies.
+async fn applied_port(events: &mut BoxStream<'static, Event<Service>>) -> i32 {
+    match next(events).await {
+        Event::Apply(svc) => svc.spec.unwrap().ports.unwrap()[0].port,
+        other => panic!("expected Apply, got {other:?}"),
+    }
+}
+
 fn write(dir: &Path, file: &str, text: &str) {
     let tmp = dir.join(format!(".{file}.tmp"));
     std::fs::write(&tmp, text).unwrap();
@@ -693,10 +701,7 @@ async fn a_directory_deleted_and_recreated_is_read_and_watched_again() {
     );
     // And watched again.
     write(&dir, "b.yaml", &svc_yaml("b", 81));
-    match next(&mut services).await {
-        Event::Apply(svc) => assert_eq!(svc.spec.unwrap().ports.unwrap()[0].port, 81),
-        other => panic!("expected Apply, got {other:?}"),
-    }
+    assert_eq!(applied_port(&mut services).await, 81);
 }
 
 #[tokio::test]
@@ -719,10 +724,7 @@ async fn a_config_map_volume_update_is_read() {
 
     version("..v2", 81);
     std::fs::remove_dir_all(dir.join("..v1")).unwrap();
-    match next(&mut services).await {
-        Event::Apply(svc) => assert_eq!(svc.spec.unwrap().ports.unwrap()[0].port, 81),
-        other => panic!("expected Apply, got {other:?}"),
-    }
+    assert_eq!(applied_port(&mut services).await, 81);
 }
 
 #[tokio::test]
@@ -743,8 +745,5 @@ async fn edits_to_a_directory_moved_away_withdraw_nothing() {
     assert!(quiet.is_err(), "{quiet:?}");
     // Back in place, it is listed again (a retry) and read as it is now.
     std::fs::rename(&away, &dir).unwrap();
-    match next(&mut services).await {
-        Event::Apply(svc) => assert_eq!(svc.spec.unwrap().ports.unwrap()[0].port, 81),
-        other => panic!("expected Apply, got {other:?}"),
-    }
+    assert_eq!(applied_port(&mut services).await, 81);
 }
