@@ -397,6 +397,16 @@ mod tests {
         sent: bool,
     }
 
+    impl Sender {
+        /// A stream that has not sent yet, counting its polls in `polls`.
+        fn new(polls: &Arc<AtomicUsize>) -> Self {
+            Self {
+                polls: polls.clone(),
+                sent: false,
+            }
+        }
+    }
+
     impl Future for Sender {
         type Output = ();
 
@@ -424,13 +434,7 @@ mod tests {
         let (mut streams, executor) = ConnectionStreams::new();
         let polls = Arc::new(AtomicUsize::new(0));
         for _ in 0..10 {
-            hyper::rt::Executor::execute(
-                &executor,
-                Sender {
-                    polls: polls.clone(),
-                    sent: false,
-                },
-            );
+            hyper::rt::Executor::execute(&executor, Sender::new(&polls));
         }
         poll_once(&mut streams).await;
         // Each stream: the poll that sends and the one its own wake-up causes.
@@ -442,13 +446,7 @@ mod tests {
         let (mut streams, executor) = ConnectionStreams::new();
         let polls = Arc::new(AtomicUsize::new(0));
         hyper::rt::Executor::execute(&executor, async { panic!("a handler's bug") });
-        hyper::rt::Executor::execute(
-            &executor,
-            Sender {
-                polls: polls.clone(),
-                sent: false,
-            },
-        );
+        hyper::rt::Executor::execute(&executor, Sender::new(&polls));
         poll_once(&mut streams).await;
         assert_eq!(polls.load(Ordering::SeqCst), 2);
         assert_eq!(streams.running.len(), 1, "the other stream goes on");
