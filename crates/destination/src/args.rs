@@ -4,9 +4,8 @@
 
 use clap::{Parser, ValueEnum};
 use linkerd_index::PortSet;
-use linkerd_runtime::{
-    ClusterArgs, LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace,
-};
+use linkerd_index::source::ClusterArgs;
+use linkerd_runtime::{LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace};
 use std::net::SocketAddr;
 
 use crate::translate::{TranslatorConfig, parse_http2_params};

@@ -4,8 +4,11 @@
 //! (DESIGN.md "Data flow" 1): the first event of every stream is a [`Event::Reset`] (the initial
 //! list); later a relist is another `Reset`, and everything not in it is gone.
 
+pub mod args;
 pub mod kube;
 pub mod offline;
+
+pub use args::ClusterArgs;
 
 use futures::stream::BoxStream;
 use serde::de::DeserializeOwned;

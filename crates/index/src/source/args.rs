@@ -1,10 +1,10 @@
-//! Where the cluster state comes from: a Kubernetes API server, or a directory (offline mode).
+//! Where the cluster state comes from: a Kubernetes API server, or a directory (offline mode),
+//! as the binaries that serve from the index (`destination`, `policy-controller`) choose it on
+//! their command line.
 
+use super::{ClusterSource, kube::KubeSource, offline::OfflineSource};
+use crate::IndexMetrics;
 use clap::Args;
-use linkerd_index::{
-    ClusterSource, IndexMetrics,
-    source::{kube::KubeSource, offline::OfflineSource},
-};
 use std::path::PathBuf;
 
 /// `--cluster-state DIR` (offline mode) or `--kubeconfig PATH` (else in-cluster config or
@@ -38,17 +38,17 @@ impl ClusterArgs {
         }
         let config = match &self.kubeconfig {
             Some(path) => {
-                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                let kubeconfig = ::kube::config::Kubeconfig::read_from(path)
                     .map_err(|e| anyhow::anyhow!("cannot read kubeconfig {}: {e}", path.display()))?;
-                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+                ::kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
             }
-            None => kube::Config::infer().await.map_err(|e| {
+            None => ::kube::Config::infer().await.map_err(|e| {
                 anyhow::anyhow!("no Kubernetes configuration found ({e}); use --cluster-state DIR for offline mode")
             })?,
         };
         tracing::info!(cluster_url = %config.cluster_url, "watching the Kubernetes API");
         Ok(ClusterSource::Kube(KubeSource::new(
-            kube::Client::try_from(config)?,
+            ::kube::Client::try_from(config)?,
             metrics,
         )))
     }
