@@ -41,6 +41,8 @@ mod fake_kube;
 mod inbound_gen;
 mod outbound_gen;
 mod server;
+#[cfg(test)]
+mod shim_deps;
 
 /// Workspace tasks for the linkerd-destination rebuild.
 #[derive(Debug, Parser)]
