@@ -5,7 +5,6 @@
 
 use policy::admission::{self, AdmissionResponse};
 use rustls::pki_types::{CertificateDer, ServerName};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use std::{net::SocketAddr, sync::Arc};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -102,7 +101,7 @@ impl Webhook {
 
     /// A CREATE of `object` (YAML); returns the review's `response`.
     async fn admit(&self, object: &str) -> AdmissionResponse {
-        let object: Value = serde_yaml::from_str(object).unwrap();
+        let object: Value = linkerd_k8s_api::yaml::from_str(object).unwrap();
         self.admit_object(object).await
     }
 
@@ -223,10 +222,8 @@ async fn admit_fixture_policy_objects() {
             env!("CARGO_MANIFEST_DIR")
         );
         let text = std::fs::read_to_string(&path).unwrap();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let Ok(object) = Value::deserialize(document) else {
-                continue;
-            };
+        let documents: Vec<Value> = linkerd_k8s_api::yaml::from_documents(&text).unwrap();
+        for object in documents {
             let kind = object["kind"].as_str().unwrap_or_default().to_string();
             if !kinds.contains(&kind.as_str()) {
                 continue;

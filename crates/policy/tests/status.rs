@@ -216,7 +216,7 @@ fn status_config(queue_capacity: usize) -> StatusConfig {
 }
 
 fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
-    serde_yaml::from_str(s).expect("test object decodes")
+    linkerd_k8s_api::yaml::from_str(s).expect("test object decodes")
 }
 
 /// An index with Service `emojivoto/web` (cluster IP 10.0.0.1, port 80).

@@ -191,7 +191,7 @@ impl Webhook {
 
     /// A v1 CREATE of `object` (YAML).
     pub async fn admit(&self, object: &str) -> AdmissionResponse {
-        self.admit_object(serde_yaml::from_str(object).unwrap())
+        self.admit_object(linkerd_k8s_api::yaml::from_str(object).unwrap())
             .await
     }
 }
