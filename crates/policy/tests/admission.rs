@@ -3,8 +3,9 @@
 //! client a rustls client that trusts it. Every kind has allowed and denied documents with the
 //! exact denial message; the fixture clusters' policy objects are all allowed.
 
-use policy::admission::{self, AdmissionResponse};
+use policy::admission;
 use rustls::pki_types::{CertificateDer, ServerName};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::{net::SocketAddr, sync::Arc};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,6 +16,26 @@ struct Webhook {
     ca: CertificateDer<'static>,
     _trigger: linkerd_runtime::shutdown::Trigger,
     _dir: tempfile::TempDir,
+}
+
+/// The `response` of an answer, as the API server reads it. Any other field (`patch`,
+/// `patchType`, `auditAnnotations`) fails the decoding: the webhook never sets one.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdmissionResponse {
+    uid: String,
+    allowed: bool,
+    #[serde(default)]
+    status: Option<linkerd_admission::Status>,
+    #[serde(default)]
+    warnings: Option<Vec<String>>,
+}
+
+impl AdmissionResponse {
+    /// The refusal message, if refused.
+    fn message(&self) -> Option<&str> {
+        self.status.as_ref().map(|s| s.message.as_str())
+    }
 }
 
 /// An HTTP response: status, content type and body.
