@@ -57,7 +57,7 @@ pub enum ReviewError {
 }
 
 /// An incoming review, `{apiVersion, kind, request}`; every field may be absent.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct IncomingReview {
     #[serde(default)]
@@ -136,6 +136,8 @@ pub fn to_json(answer: &AdmissionReviewResponse) -> serde_json::Result<Vec<u8>> 
 
 /// Admits `request` (its `uid` echoed, no `status`).
 pub fn allow(request: &AdmissionRequest) -> AdmissionResponse {
+    // kube-core's response is non-exhaustive: built from its one constructor that needs no
+    // kube-core request, then every field that matters is set.
     let mut response = AdmissionResponse::invalid("");
     response.uid = request.uid.clone();
     response.allowed = true;

@@ -2,10 +2,10 @@
 //! YAML 1.2 reading that `kubectl get -o yaml` output and the workspace's tests assume.
 //!
 //! serde-saphyr reads YAML 1.1 booleans by default, so an unquoted `y`, `n`, `yes`, `no`, `on`
-//! or `off` decoded without a type (into `serde_json::Value`, as the webhooks' objects and
-//! `cargo xtask check-deploy` read manifests) would become `true` or `false`. Here only `true`
-//! and `false` are booleans, as in YAML 1.2; the rest stay strings. Numbers with a leading zero
-//! are decimal (no YAML 1.1 octal), and a key repeated in one mapping is an error naming it.
+//! or `off` decoded without a type (into `serde_json::Value`, as `cargo xtask check-deploy`
+//! reads manifests and the webhooks' tests build objects) would become `true` or `false`. Here
+//! only `true` and `false` are booleans, as in YAML 1.2; the rest stay strings. A number with a
+//! leading zero is not YAML 1.1 octal, and a key repeated in one mapping is an error naming it.
 //! [`to_string`] quotes strings that a YAML 1.1 reader would take for a boolean or a number, so
 //! what is written reads back the same with either version.
 
