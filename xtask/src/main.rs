@@ -46,6 +46,8 @@ mod inbound_gen;
 mod outbound_gen;
 mod scale_gen;
 mod server;
+#[cfg(test)]
+mod shim_deps;
 mod static_kube;
 
 /// Workspace tasks for the linkerd-destination rebuild.

@@ -311,7 +311,7 @@ impl Generator {
             .step_by(per_file)
             .enumerate()
             .collect();
-        // serde_yaml writes about 10 MB/s: one thread per core, each taking every n-th file.
+        // YAML encoding is slow (about 10 MB/s): one thread per core, each taking every n-th file.
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let results: Vec<anyhow::Result<StateDir>> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
@@ -1359,8 +1359,12 @@ fn write_list(
         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     match format {
-        Format::Yaml => serde_yaml::to_writer(&mut out, &list)
-            .with_context(|| format!("cannot write {}", path.display()))?,
+        Format::Yaml => {
+            let text = linkerd_k8s_api::yaml::to_string(&list)
+                .with_context(|| format!("cannot encode {}", path.display()))?;
+            out.write_all(text.as_bytes())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
         Format::Json => {
             let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
             let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);

@@ -218,7 +218,7 @@ fn status_config(queue_capacity: usize) -> StatusConfig {
 }
 
 fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
-    serde_yaml::from_str(s).expect("test object decodes")
+    linkerd_k8s_api::yaml::from_str(s).expect("test object decodes")
 }
 
 /// A route-status index (cluster networks `10.0.0.0/8`) the test feeds.

@@ -296,7 +296,7 @@ fn the_state_directory_holds_every_object_as_kubectl_prints_it() {
         for file in &files {
             let text = std::fs::read_to_string(file).unwrap();
             let list: Value = match format {
-                Format::Yaml => serde_yaml::from_str(&text).unwrap(),
+                Format::Yaml => linkerd_k8s_api::yaml::from_str(&text).unwrap(),
                 Format::Json => serde_json::from_str(&text).unwrap(),
             };
             assert_eq!(list["kind"], "List");

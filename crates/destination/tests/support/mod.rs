@@ -328,7 +328,7 @@ impl StateDir {
     pub fn write(&self, file: &str, objects: &[Value]) {
         let text: String = objects
             .iter()
-            .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
+            .map(|o| format!("---\n{}", linkerd_k8s_api::yaml::to_string(o).unwrap()))
             .collect();
         self.write_raw(file, &text);
     }

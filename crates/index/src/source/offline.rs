@@ -889,7 +889,7 @@ pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Value>, FileErro
             .into_iter::<Value>()
             .collect::<Result<_, _>>()?
     } else {
-        serde_saphyr::from_multiple(text)?
+        linkerd_k8s_api::yaml::from_documents(text)?
     };
     let mut objects = Vec::new();
     for (index, doc) in docs.into_iter().enumerate() {
