@@ -14,11 +14,35 @@ use serde_json::Value;
 
 pub use serde_saphyr::{Error, ser::Error as SerializeError};
 
-/// The reading options: YAML 1.2 booleans, everything else serde-saphyr's defaults: duplicate
-/// keys refused, no legacy octal, and its budget against hostile input (at most 1,024 documents,
-/// 250,000 nodes, nesting 64 deep and 50,000 aliases per text).
-pub fn options() -> serde_saphyr::Options {
-    serde_saphyr::options! { strict_booleans: true }
+/// The reading options for `text`: YAML 1.2 booleans, duplicate keys refused, no legacy octal,
+/// and serde-saphyr's budget against hostile input with its counting limits scaled to the
+/// text's length.
+///
+/// serde-saphyr's default budget (250,000 nodes, 1,000,000 events, 1,024 documents per text)
+/// refuses a `kubectl get pods -A -o yaml` of a few hundred pods, which offline mode must read.
+/// The text is already in memory, so limits proportional to its length (a node, an event or a
+/// document per byte, and the default on top) cost no more than the text itself; what can
+/// make a small text expensive keeps serde-saphyr's defaults: aliases (50,000, and no more
+/// than ten per anchor), merge keys and nesting (64 levels).
+fn options_for(text: &str) -> serde_saphyr::Options {
+    let defaults = serde_saphyr::Budget::default();
+    #[allow(deprecated)] // read-only access to the defaults the macro starts from
+    let (events, nodes, documents, scalar_bytes) = (
+        defaults.max_events,
+        defaults.max_nodes,
+        defaults.max_documents,
+        defaults.max_total_scalar_bytes,
+    );
+    let len = text.len();
+    serde_saphyr::options! {
+        strict_booleans: true,
+        budget: serde_saphyr::budget! {
+            max_events: events.saturating_add(len.saturating_mul(2)),
+            max_nodes: nodes.saturating_add(len),
+            max_documents: documents.saturating_add(len),
+            max_total_scalar_bytes: scalar_bytes.saturating_add(len),
+        },
+    }
 }
 
 /// Decodes one YAML document.
@@ -26,7 +50,7 @@ pub fn options() -> serde_saphyr::Options {
 /// Errors (with the line and column) when `text` is not YAML, holds more than one document,
 /// or does not decode as `T`.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
-    serde_saphyr::from_str_with_options(text, options())
+    serde_saphyr::from_str_with_options(text, options_for(text))
 }
 
 /// Decodes every document of a multi-document (`---`) YAML text, in order. Empty documents
@@ -34,7 +58,7 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
 ///
 /// Errors on the first document that is not YAML or does not decode as `T`.
 pub fn from_documents<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, Error> {
-    serde_saphyr::from_multiple_with_options(text, options())
+    serde_saphyr::from_multiple_with_options(text, options_for(text))
 }
 
 /// Encodes `value` as one YAML document (block style, two-space indents, `{}`/`[]` for empty
@@ -112,6 +136,41 @@ mod tests {
             from_documents("---\n# only a comment\n---\na: 1\n---\n~\n---\n---\nb: 2\n").unwrap();
         assert_eq!(docs, [json!({"a": 1}), json!({"b": 2})]);
         assert!(from_documents::<Value>("").unwrap().is_empty());
+    }
+
+    /// A `kubectl get pods -A -o yaml` of a large namespace: one List document of many small
+    /// mappings, far past serde-saphyr's default 250,000 nodes and 1,024 documents.
+    #[test]
+    fn large_manifests_are_read_whole() {
+        let mut list = String::from("apiVersion: v1\nkind: List\nitems:\n");
+        for i in 0..30_000 {
+            list.push_str(&format!(
+                "- kind: Pod\n  metadata:\n    name: web-{i}\n    labels: {{app: web, n: '{i}'}}\n  spec:\n    nodeName: node-{i}\n"
+            ));
+        }
+        let value: Value = from_str(&list).unwrap();
+        let items = value["items"].as_array().unwrap();
+        assert_eq!(items.len(), 30_000);
+        assert_eq!(items[29_999]["metadata"]["name"], "web-29999");
+
+        let documents = (0..2_000).map(|i| format!("---\nname: object-{i}\n")).collect::<String>();
+        let docs: Vec<Value> = from_documents(&documents).unwrap();
+        assert_eq!(docs.len(), 2_000);
+        assert_eq!(docs[1_999], json!({"name": "object-1999"}));
+    }
+
+    /// What can make a small text expensive keeps serde-saphyr's limits: a text of aliases
+    /// that would expand exponentially is refused, not expanded.
+    #[test]
+    fn alias_bombs_are_refused() {
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        let mut previous = 'a';
+        for name in 'b'..='k' {
+            bomb.push_str(&format!("{name}: &{name} [*{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}]\n"));
+            previous = name;
+        }
+        let error = from_str::<Value>(&bomb).unwrap_err();
+        assert!(error.to_string().to_lowercase().contains("budget"), "{error}");
     }
 
     #[test]
