@@ -31,6 +31,7 @@ use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
 };
+use linkerd_k8s_api::yaml;
 use serde::{Deserialize, de::DeserializeOwned};
 use serde_json::Value;
 use std::{
@@ -105,7 +106,8 @@ pub struct Report {
     pub summary: Vec<String>,
 }
 
-/// One YAML document and where it came from (`path#index`, 1-based).
+/// One YAML document and where it came from (`path#index`, 1-based, counting the documents
+/// that are not empty).
 #[derive(Clone, Debug)]
 pub struct Doc {
     pub source: String,
@@ -329,7 +331,7 @@ fn load_kustomization(
     // The documents of this kustomization start here; its patches apply to them only.
     let first = docs.len();
     let text = read(&path)?;
-    let kustomization: Kustomization = match serde_yaml::from_str(&text) {
+    let kustomization: Kustomization = match yaml::from_str(&text) {
         Ok(k) => k,
         Err(e) => {
             report.errors.push(format!("{}: {e}", path.display()));
@@ -422,7 +424,7 @@ fn normalize(path: &Path) -> PathBuf {
 /// Errors: the patch is not a list of operations, no target is given or no document matches
 /// it, or an operation fails (a `test` that does not hold, a path that does not exist).
 fn apply_patch(text: &str, target: Option<&Value>, docs: &mut [Doc]) -> Result<(), String> {
-    let ops: json_patch::Patch = serde_yaml::from_str(text)
+    let ops: json_patch::Patch = yaml::from_str(text)
         .map_err(|e| format!("only JSON 6902 patches (a list of operations) are checked: {e}"))?;
     let target = target.ok_or("a JSON 6902 patch needs a `target`")?;
     let wanted = |field: &str| target.get(field).and_then(Value::as_str);
@@ -479,9 +481,8 @@ pub fn load_docs(path: &Path) -> anyhow::Result<Vec<Doc>> {
 
 fn parse_docs(text: &str, name: &str) -> anyhow::Result<Vec<Doc>> {
     let mut docs = Vec::new();
-    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value =
-            Value::deserialize(de).with_context(|| format!("{name}: document {}", i + 1))?;
+    let documents: Vec<Value> = yaml::from_documents(text).with_context(|| name.to_string())?;
+    for (i, value) in documents.into_iter().enumerate() {
         let source = format!("{name}#{}", i + 1);
         match value {
             Value::Null => {}

@@ -537,7 +537,7 @@ fn uid(kind: u32, n: u64) -> String {
 /// A generated-name suffix in the alphabet Kubernetes uses (no vowels, no look-alikes),
 /// distinct for distinct `n` below 27^len: `n` is scrambled by an affine bijection modulo
 /// 27^len, then written in base 27.
-fn k8s_suffix(n: u64, len: usize) -> String {
+pub(crate) fn k8s_suffix(n: u64, len: usize) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let base = ALPHABET.len() as u128;
     let modulus = base.pow(len as u32);

@@ -11,7 +11,7 @@ use kube::{CustomResourceExt, core::crd::merge_crds};
 use linkerd_k8s_api::{
     authorization_policy, egress_network, external_workload, http_local_rate_limit_policy,
     http_route, mesh_tls_authentication, network_authentication, server, server_authorization,
-    service_profile,
+    service_profile, yaml,
 };
 use std::{
     collections::BTreeMap,
@@ -159,7 +159,7 @@ pub fn render_all() -> anyhow::Result<BTreeMap<String, String>> {
     for GeneratedCrd { name, crd } in &crds {
         let file = format!("{name}.yaml");
         kustomization.push_str(&format!("- {file}\n"));
-        let yaml = serde_yaml::to_string(crd).with_context(|| format!("serializing {name}"))?;
+        let yaml = yaml::to_string(crd).with_context(|| format!("serializing {name}"))?;
         files.insert(file, format!("{HEADER}{yaml}"));
     }
     files.insert("kustomization.yaml".to_string(), kustomization);
@@ -447,5 +447,21 @@ mod tests {
                 Drift::Changed(sp)
             ]
         );
+    }
+
+    /// The YAML written (block scalars, folded long descriptions, quoting) reads back as the
+    /// very CRDs generated.
+    #[test]
+    fn rendered_files_read_back_as_the_crds() {
+        let files = render_all().unwrap();
+        for GeneratedCrd { name, crd } in generate().unwrap() {
+            let text = &files[&format!("{name}.yaml")];
+            let read: serde_json::Value = yaml::from_str(text).unwrap();
+            assert_eq!(read, serde_json::to_value(&crd).unwrap(), "{name}");
+            assert!(
+                !text.lines().any(|l| l.ends_with(' ')),
+                "{name}: trailing whitespace"
+            );
+        }
     }
 }

@@ -68,9 +68,7 @@ struct State {
     /// The cluster-wide resource version (etcd's revision).
     version: u64,
     collections: HashMap<&'static str, Collection>,
-    lease: Option<Value>,
-    /// The Lease's holder after its last successful write.
-    holder: Option<String>,
+    lease: LeaseStore,
     patches: Patches,
 }
 
@@ -98,8 +96,7 @@ impl FakeKube {
         let mut state = State {
             version: 1,
             collections: HashMap::new(),
-            lease: None,
-            holder: None,
+            lease: LeaseStore::default(),
             patches: Patches::default(),
         };
         let collections = [
@@ -190,8 +187,9 @@ impl FakeKube {
         self.state
             .lock()
             .expect("fake API state poisoned")
-            .holder
-            .clone()
+            .lease
+            .holder()
+            .map(str::to_string)
     }
 }
 
@@ -217,6 +215,81 @@ impl State {
     }
 }
 
+/// The policy controller's status-writer Lease (`coordination.k8s.io/v1`, namespace `linkerd`)
+/// and the Deployment that owns it, as both fake API servers serve them: get, create and
+/// replace of the Lease with the API's `resourceVersion` conflict checks, and `GET` of the
+/// Deployment.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseStore {
+    lease: Option<Value>,
+    /// The Lease's holder after its last successful write.
+    holder: Option<String>,
+}
+
+// === impl LeaseStore ===
+
+impl LeaseStore {
+    /// The answer to `method path` when it is a Lease or Deployment request, else `None`.
+    /// A write takes the next resource version from `version` (the cluster-wide counter).
+    pub(crate) fn handle(
+        &mut self,
+        method: &Method,
+        path: &str,
+        body: &[u8],
+        version: &mut u64,
+    ) -> Option<Response> {
+        Some(match *method {
+            Method::GET if path == DEPLOYMENT => json_response(StatusCode::OK, &deployment()),
+            Method::GET if path.starts_with(LEASES) => {
+                let name = path.trim_start_matches(LEASES).trim_start_matches('/');
+                match &self.lease {
+                    Some(lease) if lease["metadata"]["name"] == name => {
+                        json_response(StatusCode::OK, lease)
+                    }
+                    _ => failure(404, "NotFound"),
+                }
+            }
+            Method::POST if path == LEASES => self.write(body, true, version),
+            Method::PUT if path.starts_with(LEASES) => self.write(body, false, version),
+            _ => return None,
+        })
+    }
+
+    /// The Lease's holder, once one was written.
+    pub(crate) fn holder(&self) -> Option<&str> {
+        self.holder.as_deref()
+    }
+
+    /// Creates (`create`) or replaces the Lease, with the API's `resourceVersion` conflict
+    /// checks.
+    fn write(&mut self, body: &[u8], create: bool, version: &mut u64) -> Response {
+        let Ok(mut lease) = serde_json::from_slice::<Value>(body) else {
+            return failure(400, "BadRequest");
+        };
+        let current = self
+            .lease
+            .as_ref()
+            .map(|l| l["metadata"]["resourceVersion"].clone());
+        if create && current.is_some() {
+            return failure(409, "AlreadyExists");
+        }
+        if !create && current.as_ref() != Some(&lease["metadata"]["resourceVersion"]) {
+            return failure(409, "Conflict");
+        }
+        *version += 1;
+        lease["metadata"]["resourceVersion"] = json!(version.to_string());
+        lease["metadata"]["namespace"] = json!("linkerd");
+        self.holder = lease["spec"]["holderIdentity"].as_str().map(str::to_string);
+        self.lease = Some(lease.clone());
+        let code = if create {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        json_response(code, &lease)
+    }
+}
+
 /// (namespace, name) of an object.
 fn key(object: &Value) -> (String, String) {
     let field = |f: &str| {
@@ -238,19 +311,11 @@ async fn handle(
     let path = uri.path();
     let query = parse_query(uri.query().unwrap_or_default());
     let mut state = state.lock().expect("fake API state poisoned");
+    let State { lease, version, .. } = &mut *state;
+    if let Some(response) = lease.handle(&method, path, &body, version) {
+        return response;
+    }
     match method {
-        Method::GET if path == DEPLOYMENT => json_response(StatusCode::OK, &deployment()),
-        Method::GET if path.starts_with(LEASES) => {
-            let name = path.trim_start_matches(LEASES).trim_start_matches('/');
-            match &state.lease {
-                Some(lease) if lease["metadata"]["name"] == name => {
-                    json_response(StatusCode::OK, lease)
-                }
-                _ => failure(404, "NotFound"),
-            }
-        }
-        Method::POST if path == LEASES => write_lease(&mut state, &body, true),
-        Method::PUT if path.starts_with(LEASES) => write_lease(&mut state, &body, false),
         Method::PATCH if path.ends_with("/status") && path.contains("/httproutes/") => {
             patch_route_status(&mut state, path, &body)
         }
@@ -331,34 +396,6 @@ fn stream_response(body: Body) -> Response {
         .unwrap_or_else(|_| failure(500, "InternalError"))
 }
 
-/// Creates (`create`) or replaces the Lease, with the API's `resourceVersion` conflict checks.
-fn write_lease(state: &mut State, body: &[u8], create: bool) -> Response {
-    let Ok(mut lease) = serde_json::from_slice::<Value>(body) else {
-        return failure(400, "BadRequest");
-    };
-    let current = state
-        .lease
-        .as_ref()
-        .map(|l| l["metadata"]["resourceVersion"].clone());
-    if create && current.is_some() {
-        return failure(409, "AlreadyExists");
-    }
-    if !create && current.as_ref() != Some(&lease["metadata"]["resourceVersion"]) {
-        return failure(409, "Conflict");
-    }
-    state.version += 1;
-    lease["metadata"]["resourceVersion"] = json!(state.version.to_string());
-    lease["metadata"]["namespace"] = json!("linkerd");
-    state.holder = lease["spec"]["holderIdentity"].as_str().map(str::to_string);
-    state.lease = Some(lease.clone());
-    let code = if create {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    json_response(code, &lease)
-}
-
 /// `PATCH /apis/gateway.networking.k8s.io/v1/namespaces/NS/httproutes/NAME/status`: a merge
 /// patch of the stored route, counted; `MODIFIED` goes to the watches.
 fn patch_route_status(state: &mut State, path: &str, body: &[u8]) -> Response {
@@ -410,7 +447,7 @@ fn without_times(status: Option<&Value>) -> Value {
 }
 
 /// The query string's parameters, percent-decoded.
-fn parse_query(query: &str) -> HashMap<String, String> {
+pub(crate) fn parse_query(query: &str) -> HashMap<String, String> {
     query
         .split('&')
         .filter_map(|pair| pair.split_once('='))
@@ -418,7 +455,7 @@ fn parse_query(query: &str) -> HashMap<String, String> {
         .collect()
 }
 
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -445,7 +482,7 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn json_response(code: StatusCode, body: &Value) -> Response {
+pub(crate) fn json_response(code: StatusCode, body: &Value) -> Response {
     (
         code,
         [(header::CONTENT_TYPE, "application/json")],
@@ -454,10 +491,15 @@ fn json_response(code: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-fn failure(code: u16, reason: &str) -> Response {
+pub(crate) fn failure(code: u16, reason: &str) -> Response {
+    failure_because(code, reason, reason)
+}
+
+/// A `Status` answer with HTTP status `code`, as the API server sends for a failed request.
+pub(crate) fn failure_because(code: u16, reason: &str, message: &str) -> Response {
     let body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": reason, "reason": reason, "code": code,
+        "message": message, "reason": reason, "code": code,
     });
     json_response(
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),

@@ -11,6 +11,9 @@
 //! - `cargo xtask bench-outbound`: 10,000 `OutboundPolicies.Watch` streams over 500 Services
 //!   with 1,000 HTTPRoutes, served by a fake Kubernetes API server so that the route status
 //!   writer runs; route churn at 10 changes/s: delivery latency, memory, status patches sent.
+//! - `cargo xtask bench-scale`: 5,000 Services × 10 meshed pods, read from a state directory
+//!   (offline mode) and from a loopback list/watch API server (kube mode): time to ready and
+//!   the binary's memory once ready, settled, and at its peak.
 //! - `cargo xtask gen-crds [--check]`: deploy/crds/ from the Rust types of crates/k8s-api.
 //! - `cargo xtask gen-certs`: trust anchor, issuer, the pod's identity and webhook certificates,
 //!   as PEM files and a kustomize overlay of deploy/ with the Secrets and caBundles.
@@ -32,6 +35,7 @@ mod bench;
 mod bench_inbound;
 mod bench_outbound;
 mod bench_profiles;
+mod bench_scale;
 mod certs;
 mod check_deploy;
 mod cluster_gen;
@@ -40,7 +44,11 @@ mod dev;
 mod fake_kube;
 mod inbound_gen;
 mod outbound_gen;
+mod scale_gen;
 mod server;
+#[cfg(test)]
+mod shim_deps;
+mod static_kube;
 
 /// Workspace tasks for the linkerd-destination rebuild.
 #[derive(Debug, Parser)]
@@ -82,6 +90,11 @@ enum Command {
     /// and churn the routes: prints change-to-delivery latency, memory per stream, the server's
     /// CPU and the status patches it sent.
     BenchOutbound(bench_outbound::BenchOutboundArgs),
+    /// Generate N Services x M meshed pods shaped like an injected cluster, run `destination`
+    /// (or `policy-controller`) on them in offline mode (a state directory) and in kube mode (a
+    /// loopback list/watch API server): prints time to ready and RSS at ready, settled and at
+    /// its peak.
+    BenchScale(bench_scale::BenchScaleArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -96,6 +109,7 @@ fn main() -> anyhow::Result<()> {
         Command::GenCerts(args) => certs::run(&root, args),
         Command::CheckDeploy(args) => check_deploy::run(&root, args),
         Command::BenchOutbound(args) => bench_outbound::run(&root, args),
+        Command::BenchScale(args) => bench_scale::run(&root, args),
     }
 }
 

@@ -221,14 +221,34 @@ pub fn free_local_addr() -> anyhow::Result<SocketAddr> {
 
 /// Reads `VmRSS` of process `pid` from `/proc/PID/status`, in bytes.
 pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    Ok(memory(pid)?.rss)
+}
+
+/// A process's memory, from `/proc/PID/status`, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// `VmRSS`: resident now.
+    pub rss: u64,
+    /// `VmHWM`: the most that was ever resident.
+    pub peak: u64,
+}
+
+/// Reads `VmRSS` and `VmHWM` of process `pid`.
+pub fn memory(pid: u32) -> anyhow::Result<Memory> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .with_context(|| format!("no VmRSS line in {path}"))?;
-    Ok(kib * 1024)
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+            .with_context(|| format!("no {name} line in {path}"))
+    };
+    Ok(Memory {
+        rss: field("VmRSS:")?,
+        peak: field("VmHWM:")?,
+    })
 }
 
 /// CPU time (user + system) process `pid` has used so far, from `/proc/PID/stat`.

@@ -3,10 +3,9 @@
 //! `--enable-ipv6=false`.
 
 use clap::{Parser, ValueEnum};
+use linkerd_index::ClusterArgs;
 use linkerd_index::PortSet;
-use linkerd_runtime::{
-    ClusterArgs, LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace,
-};
+use linkerd_runtime::{LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace};
 use std::net::SocketAddr;
 
 use crate::translate::{TranslatorConfig, parse_http2_params};

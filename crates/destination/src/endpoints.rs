@@ -417,7 +417,6 @@ mod tests {
         Arc::new(PodInfo {
             namespace: "ns".into(),
             name: name.into(),
-            resource_version: "1".into(),
             labels: Default::default(),
             annotations: Default::default(),
             service_account: "default".into(),

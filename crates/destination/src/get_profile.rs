@@ -5,7 +5,9 @@
 use futures::{Stream, StreamExt};
 use linkerd_index::{
     ObjectRef, PortSet, Workload,
-    profiles::{EndpointProfileKey, EndpointProfileView, ServiceProfileKey, ServiceProfileView},
+    discovery::profiles::{
+        EndpointProfileKey, EndpointProfileView, ServiceProfileKey, ServiceProfileView,
+    },
 };
 use linkerd2_proxy_api::destination::{DestinationProfile, GetDestination};
 use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Instant};

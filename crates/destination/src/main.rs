@@ -5,7 +5,7 @@ use clap::Parser;
 use destination::{
     Args, DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind,
 };
-use linkerd_index::{Index, IndexMetrics};
+use linkerd_index::{DiscoveryIndex, IndexMetrics, Watches};
 use linkerd_runtime::{Admin, shutdown};
 use std::sync::Arc;
 
@@ -25,11 +25,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(trigger.on_signal());
 
-    let index = Index::new(index_metrics.clone());
+    let index = DiscoveryIndex::new();
+    let mut watches = Watches::new(index_metrics.clone());
+    index.watch(&mut watches);
     let source = args.cluster.source(index_metrics).await?;
-    let _watches = index.spawn_watches(&source);
+    let watches = watches.start(&source).await;
 
-    let (admin_addr, admin) = Admin::new(index.ready(), Arc::new(registry))
+    let (admin_addr, admin) = Admin::new(watches.ready(), Arc::new(registry))
         .bind(args.admin_addr, shutdown.clone())
         .await
         .with_context(|| format!("cannot listen on --admin-addr {}", args.admin_addr))?;

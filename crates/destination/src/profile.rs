@@ -5,7 +5,7 @@
 //! shape: refs, the default retry budget, method enums, durations and dst-override
 //! authorities. Every function is total: nothing here can fail.
 
-use linkerd_index::profile::{self, ProfileInfo};
+use linkerd_index::model::profile::{self, ProfileInfo};
 use linkerd2_proxy_api::{
     destination::{
         DestinationProfile, HttpStatusRange, PathMatch, RequestMatch, ResponseClass, ResponseMatch,

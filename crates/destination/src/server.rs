@@ -1,7 +1,7 @@
 //! The tonic service implementing `io.linkerd.proxy.destination.Destination`.
 
 use futures::{Stream, StreamExt};
-use linkerd_index::{EndpointsKey, Index, ObjectRef};
+use linkerd_index::{DiscoveryIndex, EndpointsKey, ObjectRef};
 use linkerd_runtime::{
     grpc::{Http2Settings, Shared, SmallBuffers, StreamingMethod},
     shutdown::Shutdown,
@@ -22,10 +22,10 @@ use crate::{
     translate::EndpointTranslator,
 };
 
-/// The Destination service over an [`Index`].
+/// The Destination service over a [`DiscoveryIndex`].
 #[derive(Clone)]
 pub struct DestinationService {
-    pub(crate) index: Index,
+    pub(crate) index: DiscoveryIndex,
     pub(crate) translator: Arc<EndpointTranslator>,
     /// The `Get` deltas, shared by streams that make the same transition.
     deltas: Arc<SharedDeltas>,
@@ -40,7 +40,7 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 impl DestinationService {
     /// A service answering from `index`; every stream ends with `OK` when `shutdown` fires.
     pub fn new(
-        index: Index,
+        index: DiscoveryIndex,
         translator: EndpointTranslator,
         cluster_domain: String,
         enable_ipv6: bool,

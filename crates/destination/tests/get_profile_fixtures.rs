@@ -431,7 +431,7 @@ async fn fixture_profiles_valid_served_invalid_skipped() {
     assert_eq!(files.len(), 12);
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        let raw: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let raw: serde_json::Value = linkerd_k8s_api::yaml::from_str(&text).unwrap();
         let name = raw["metadata"]["name"].as_str().unwrap().to_string();
         let service = name.split('.').next().unwrap().to_string();
         let state = StateDir::new();
@@ -445,7 +445,7 @@ async fn fixture_profiles_valid_served_invalid_skipped() {
         let file_name = file.file_name().unwrap().to_string_lossy().to_string();
         if file_name.starts_with("valid") {
             let expected: Vec<String> = raw["spec"]["routes"]
-                .as_sequence()
+                .as_array()
                 .unwrap()
                 .iter()
                 .map(|r| r["name"].as_str().unwrap().to_string())

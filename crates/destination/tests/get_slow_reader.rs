@@ -4,7 +4,7 @@
 mod support;
 
 use k8s_openapi::api::{core::v1::Pod, core::v1::Service, discovery::v1::EndpointSlice};
-use linkerd_index::{Event, Index, IndexMetrics};
+use linkerd_index::Event;
 use linkerd2_proxy_api::destination::{
     GetDestination, destination_client::DestinationClient, update::Update,
 };
@@ -59,7 +59,7 @@ async fn client(addr: SocketAddr) -> DestinationClient<tonic::transport::Channel
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_reader_does_not_delay_others_and_converges() {
-    let index = Index::new(IndexMetrics::default());
+    let index = fed_index();
     index.apply(Event::Apply(typed::<Service>(mk_service(
         NS,
         "web",
@@ -89,7 +89,7 @@ async fn slow_reader_does_not_delay_others_and_converges() {
         &eps,
     ))));
 
-    let h = Harness::serve_index(index.clone(), chart_config(), false).await;
+    let h = Harness::serve_index(index.index().clone(), chart_config(), false).await;
     let request = || GetDestination {
         scheme: "k8s".into(),
         path: PATH.into(),

@@ -4,7 +4,7 @@
 mod support;
 
 use destination::DestinationMetrics;
-use linkerd_index::{Index, IndexMetrics, source::offline::OfflineSource};
+use linkerd_index::IndexMetrics;
 use prometheus_client::registry::Registry;
 use std::time::Duration;
 use support::*;
@@ -27,9 +27,7 @@ async fn subscribers_follow_streams_and_series_go_with_the_last_one() {
     let mut registry = Registry::default();
     let index_metrics = IndexMetrics::register(&mut registry);
     let metrics = DestinationMetrics::register(&mut registry);
-    let index = Index::new(index_metrics.clone());
-    index.spawn_watches(&OfflineSource::start(fixture_dir("emojivoto"), index_metrics).unwrap());
-    index.ready().wait_for(|r| *r).await.unwrap();
+    let index = offline_index(&fixture_dir("emojivoto"), index_metrics).await;
     let mut h = Harness::serve_index_with_metrics(index, chart_config(), false, metrics).await;
 
     let mut a = h
@@ -97,9 +95,7 @@ async fn serve_emojivoto() -> (Registry, Harness) {
     let mut registry = Registry::default();
     let index_metrics = IndexMetrics::register(&mut registry);
     let metrics = DestinationMetrics::register(&mut registry);
-    let index = Index::new(index_metrics.clone());
-    index.spawn_watches(&OfflineSource::start(fixture_dir("emojivoto"), index_metrics).unwrap());
-    index.ready().wait_for(|r| *r).await.unwrap();
+    let index = offline_index(&fixture_dir("emojivoto"), index_metrics).await;
     let h = Harness::serve_index_with_metrics(index, chart_config(), false, metrics).await;
     (registry, h)
 }

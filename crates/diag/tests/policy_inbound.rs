@@ -4,8 +4,8 @@
 mod support;
 
 use linkerd_index::{
-    Index, IndexMetrics,
-    inbound::{DefaultPolicy, InboundConfig},
+    ClusterSource, IndexMetrics, Watches,
+    inbound::{DefaultPolicy, InboundConfig, InboundIndex},
     source::offline::OfflineSource,
 };
 use linkerd_runtime::shutdown;
@@ -13,7 +13,7 @@ use policy::{
     InboundPolicyService, InboundTranslator, PolicyMetrics, args::parse_networks, bind, serve,
 };
 use serde_json::{Value, json};
-use std::{net::SocketAddr, path::Path, time::Duration};
+use std::{net::SocketAddr, path::Path};
 use support::*;
 
 const VOTING: &str = "voting-qbtpmtmk74-gdg57";
@@ -42,14 +42,12 @@ async fn start_policy_server() -> (SocketAddr, shutdown::Trigger) {
     let config = chart_config();
     let metrics = IndexMetrics::default();
     let translator = InboundTranslator::new(config.cluster_networks.clone());
-    let index = Index::with_inbound(metrics.clone(), config);
-    let source = OfflineSource::start(&dir, metrics).expect("fixture dir");
-    index.spawn_policy_watches(&source);
-    let mut ready = index.ready();
-    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
-        .await
-        .expect("index ready in time")
-        .expect("ready channel");
+    let index = InboundIndex::new(config, metrics.clone());
+    let mut watches = Watches::new(metrics.clone());
+    index.watch(&mut watches);
+    let source = OfflineSource::new(&dir, metrics).expect("fixture dir");
+    // Offline mode delivers the whole directory before `start` returns.
+    watches.start(&ClusterSource::Offline(source)).await;
     let (trigger, shutdown) = shutdown::channel();
     let service = InboundPolicyService::new(
         index,

@@ -4,10 +4,9 @@
 mod support;
 
 use linkerd_index::{
-    Index, IndexMetrics,
-    inbound::{DefaultPolicy, InboundConfig},
-    outbound::OutboundConfig,
-    ports::PortSet,
+    ClusterSource, IndexMetrics, PortSet, Watches,
+    inbound::{DefaultPolicy, InboundConfig, InboundIndex},
+    outbound::{OutboundConfig, OutboundIndex},
     source::offline::OfflineSource,
 };
 use linkerd_runtime::shutdown;
@@ -16,7 +15,7 @@ use policy::{
     PolicyMetrics, args::parse_networks, bind, serve_policies,
 };
 use serde_json::{Value, json};
-use std::{net::SocketAddr, path::Path, time::Duration};
+use std::{net::SocketAddr, path::Path};
 use support::*;
 
 async fn start_policy_server() -> (SocketAddr, shutdown::Trigger) {
@@ -40,23 +39,23 @@ async fn start_policy_server() -> (SocketAddr, shutdown::Trigger) {
         global_egress_network_namespace: "linkerd-egress".into(),
     };
     let metrics = IndexMetrics::default();
-    let index = Index::with_policy(metrics.clone(), inbound, outbound);
-    let source = OfflineSource::start(&dir, metrics).expect("fixture dir");
-    index.spawn_policy_watches(&source);
-    let mut ready = index.ready();
-    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
-        .await
-        .expect("index ready in time")
-        .expect("ready channel");
+    let inbound_index = InboundIndex::new(inbound, metrics.clone());
+    let outbound_index = OutboundIndex::new(outbound, metrics.clone());
+    let mut watches = Watches::new(metrics.clone());
+    inbound_index.watch(&mut watches);
+    outbound_index.watch(&mut watches);
+    let source = OfflineSource::new(&dir, metrics).expect("fixture dir");
+    // Offline mode delivers the whole directory before `start` returns.
+    watches.start(&ClusterSource::Offline(source)).await;
     let (trigger, shutdown) = shutdown::channel();
     let inbound = InboundPolicyService::new(
-        index.clone(),
+        inbound_index,
         InboundTranslator::new(networks),
         PolicyMetrics::default(),
         shutdown.clone(),
     );
     let outbound = OutboundPolicyService::new(
-        index,
+        outbound_index,
         OutboundTranslator::new(false),
         "cluster.local".into(),
         PolicyMetrics::default(),

@@ -1,46 +1,55 @@
 //! The shared indexing library of the `linkerd-destination` pod.
 //!
-//! Data flows one way (DESIGN.md, "Data flow"):
+//! Data flows one way (DESIGN.md, "Data flow"): source → store → view → topic → stream.
 //!
-//! 1. [`source`]: a [`Source`] turns the Kubernetes API ([`source::kube::KubeSource`]) or a
-//!    directory of manifests ([`source::offline::OfflineSource`]) into typed [`Event`]s.
-//! 2. [`store`]: the [`Index`] applies those events to compact domain objects
-//!    ([`model`]) held with secondary indexes, under one lock.
-//! 3. Views computed from the stores: [`endpoints`], one [`EndpointsView`] per subscribed
-//!    (service, port[, hostname]); [`profiles`], one view per subscribed service profile or
-//!    workload address, with ServiceProfiles validated into [`profile::ProfileInfo`];
-//!    [`inbound`], one [`inbound::InboundServer`] per subscribed workload port; [`outbound`],
-//!    one [`outbound::OutboundPolicy`] per subscribed Service port and client namespace.
-//! 4. [`topic`]: views are published on `tokio::sync::watch` topics that live while
-//!    subscribed; an identical recomputation is not published.
+//! 1. [`source`]: the Kubernetes API ([`source::kube`]) or a directory of manifests
+//!    ([`source::offline`]) delivers each kind's [`Event`]s. Every document is decoded once,
+//!    as it arrives, into a compact domain object ([`model`]), and nothing else is kept of it.
+//! 2. [`watches`]: one watch per kind feeds every index that reads the kind ([`Watches`],
+//!    [`Sink`]) and says when all have their initial lists (`/ready`).
+//! 3. One index per concern, each owning its stores, lock and topics:
+//!    - [`discovery`]: a cluster's Services, EndpointSlices, Pods, Nodes, owners,
+//!      ExternalWorkloads, ServiceProfiles and opaque Servers, and the views of
+//!      `Destination.Get` and `GetProfile` ([`DiscoveryIndex`]; one per cluster);
+//!    - [`inbound`]: the inbound policy of each workload port ([`InboundIndex`]);
+//!    - [`outbound`]: the outbound policy of each Service port or address ([`OutboundIndex`]);
+//!    - [`status`]: the route statuses the Lease holder writes ([`StatusIndex`]).
+//!
+//!    [`routes`] holds what the policy indexes share about routes (their rules, and what
+//!    their parents decide).
+//! 4. Views are published on `tokio::sync::watch` topics that live while subscribed; an
+//!    identical recomputation is not published.
 //!
 //! Nothing here knows about gRPC or protobuf: the binaries translate views to their wire types.
 
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
-pub mod endpoints;
+pub mod discovery;
 pub mod inbound;
 pub mod metrics;
 pub mod model;
 pub mod outbound;
-pub mod ports;
-pub mod profile;
-pub mod profiles;
 pub mod routes;
-pub mod selector;
 pub mod source;
 pub mod status;
-pub mod store;
-pub mod topic;
+mod store;
+#[cfg(test)]
+mod testing;
+mod topic;
+pub mod watches;
 
 pub use self::{
-    endpoints::{AddressId, Endpoint, EndpointsKey, EndpointsView, Workload},
+    discovery::{
+        DiscoveryIndex,
+        endpoints::{AddressId, Endpoint, EndpointsKey, EndpointsView, Workload},
+        profiles::{EndpointProfileKey, ServiceProfileKey},
+    },
+    inbound::InboundIndex,
     metrics::IndexMetrics,
-    model::{ObjectRef, OwnerRef, PodInfo, ServiceInfo, SliceInfo},
-    ports::PortSet,
-    profile::ProfileInfo,
-    profiles::{EndpointProfileKey, ServiceProfileKey},
-    source::{ClusterSource, Event, Source},
-    store::Index,
+    model::{Kind, ObjectRef, OwnerRef, PodInfo, PortSet, ProfileInfo, ServiceInfo, SliceInfo},
+    outbound::OutboundIndex,
+    source::{ClusterArgs, ClusterSource, Event},
+    status::StatusIndex,
+    watches::{Fed, Sink, Started, Watches},
 };

@@ -3,6 +3,9 @@
 //! Names follow upstream's informer metrics (spec/destination.md §F: `<kind>_cache_size{cluster}`,
 //! `<kind>_informer_lag_seconds`) so existing dashboards keep working.
 
+use std::collections::HashMap;
+
+use crate::model::{InvalidObject, ObjectRef};
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -37,16 +40,49 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// The cache-size gauge of each kind that upstream has one for, by [`Kind::LABEL`](crate::model::Kind::LABEL).
+const CACHE_SIZE: [(&str, &str); 9] = [
+    ("Pod", "pod_cache_size"),
+    ("Service", "service_cache_size"),
+    ("EndpointSlice", "endpointslices_cache_size"),
+    ("Node", "node_cache_size"),
+    ("ReplicaSet", "replicaset_cache_size"),
+    ("Job", "job_cache_size"),
+    ("Server", "server_cache_size"),
+    ("ExternalWorkload", "externalworkload_cache_size"),
+    ("ServiceProfile", "serviceprofile_cache_size"),
+];
+
 /// Handles to the index's metrics. Cheap to clone; every clone updates the same series.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct IndexMetrics {
+    /// Cache-size gauges by kind label.
     pub(crate) cache_size: Vec<(&'static str, Family<ClusterLabels, Gauge>)>,
+    /// The `cluster` label of the cache-size gauges: `local`, or a linked cluster's name.
+    cluster: ClusterLabels,
     /// Informer-lag histograms by Kubernetes kind; empty unless registered.
     pub(crate) informer_lag: Vec<(&'static str, Histogram)>,
     pub(crate) invalid_objects: Family<KindLabels, Counter>,
     pub(crate) invalid_files: Counter,
     pub(crate) conflicting_objects: Counter,
     pub(crate) offline_reloads: Counter,
+}
+
+impl Default for IndexMetrics {
+    /// Metrics registered nowhere (tests).
+    fn default() -> Self {
+        Self {
+            cache_size: Vec::new(),
+            cluster: ClusterLabels {
+                cluster: "local".to_string(),
+            },
+            informer_lag: Vec::new(),
+            invalid_objects: Family::default(),
+            invalid_files: Counter::default(),
+            conflicting_objects: Counter::default(),
+            offline_reloads: Counter::default(),
+        }
+    }
 }
 
 impl IndexMetrics {
@@ -63,24 +99,14 @@ impl IndexMetrics {
     /// `offline_invalid_files_total` and `offline_conflicting_objects_total` (offline source).
     pub fn register(registry: &mut Registry) -> Self {
         let mut metrics = Self::default();
-        for name in [
-            "pod_cache_size",
-            "service_cache_size",
-            "endpointslices_cache_size",
-            "node_cache_size",
-            "replicaset_cache_size",
-            "job_cache_size",
-            "server_cache_size",
-            "externalworkload_cache_size",
-            "serviceprofile_cache_size",
-        ] {
+        for (kind, name) in CACHE_SIZE {
             let family = Family::<ClusterLabels, Gauge>::default();
             registry.register(
                 name,
                 "Number of objects in the index's cache",
                 family.clone(),
             );
-            metrics.cache_size.push((name, family));
+            metrics.cache_size.push((kind, family));
         }
         for (kind, name) in INFORMER_LAG {
             let histogram = Histogram::new(INFORMER_LAG_BUCKETS);
@@ -114,12 +140,21 @@ impl IndexMetrics {
         metrics
     }
 
-    pub(crate) fn set_cache_size(&self, name: &str, size: usize) {
-        if let Some((_, family)) = self.cache_size.iter().find(|(n, _)| *n == name) {
-            let labels = ClusterLabels {
-                cluster: "local".to_string(),
-            };
-            family.get_or_create(&labels).set(size as i64);
+    /// The same metrics, with the cache sizes labelled `cluster="<name>"` (a linked cluster's
+    /// discovery index).
+    pub fn for_cluster(&self, name: &str) -> Self {
+        Self {
+            cluster: ClusterLabels {
+                cluster: name.to_string(),
+            },
+            ..self.clone()
+        }
+    }
+
+    /// Sets the cache-size gauge of the kind labelled `kind`, if it has one.
+    pub(crate) fn set_cache_size(&self, kind: &str, size: usize) {
+        if let Some((_, family)) = self.cache_size.iter().find(|(k, _)| *k == kind) {
+            family.get_or_create(&self.cluster).set(size as i64);
         }
     }
 
@@ -137,5 +172,38 @@ impl IndexMetrics {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+}
+
+/// The objects an index skipped as invalid, with why, so that an object applied again
+/// unchanged (a relist, an offline re-read) is not logged and counted again.
+#[derive(Debug, Default)]
+pub(crate) struct Skipped {
+    reasons: HashMap<(&'static str, ObjectRef), String>,
+}
+
+impl Skipped {
+    /// Logs and counts `error` for the object `key` of `kind`, unless the same problem was the
+    /// last one reported for it.
+    pub(crate) fn skip(
+        &mut self,
+        metrics: &IndexMetrics,
+        kind: &'static str,
+        key: Option<ObjectRef>,
+        error: &InvalidObject,
+    ) {
+        let reason = error.to_string();
+        let repeated = key
+            .map(|key| self.reasons.insert((kind, key), reason.clone()))
+            .is_some_and(|old| old.as_deref() == Some(reason.as_str()));
+        if !repeated {
+            tracing::warn!(error = %reason, "skipping object");
+            metrics.invalid_object(kind);
+        }
+    }
+
+    /// The object `key` of `kind` is valid again, or gone.
+    pub(crate) fn clear(&mut self, kind: &'static str, key: &ObjectRef) {
+        self.reasons.remove(&(kind, key.clone()));
     }
 }

@@ -4,7 +4,15 @@
 //! never blocks the index or another stream and never needs a queue (DESIGN.md "Data flow" 4).
 //! The index drops a topic when its last receiver is gone.
 
-use std::{collections::HashMap, hash::Hash, sync::Arc};
+use parking_lot::Mutex;
+use std::{
+    collections::HashMap,
+    hash::Hash,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 use tokio::sync::watch;
 
 /// The publishing side of one topic.
@@ -58,11 +66,6 @@ impl<V: PartialEq> Topic<V> {
     /// Whether no receiver is left.
     pub fn is_idle(&self) -> bool {
         self.tx.receiver_count() == 0
-    }
-
-    /// Number of receivers (streams) subscribed.
-    pub fn subscribers(&self) -> usize {
-        self.tx.receiver_count()
     }
 
     /// What a garbage-collecting task waits on. Its sender handle keeps the channel open, so
@@ -174,6 +177,48 @@ impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq> Topics<G, K, V> {
     pub(crate) fn len(&self) -> usize {
         self.groups.values().map(HashMap::len).sum()
     }
+}
+
+/// A receiver of topic `(group, key)` among the topics `select` picks in an index's state,
+/// creating the topic with `compute` (under the state's lock) if needed. A task drops the topic
+/// when its last receiver goes (linkerd2-proxy's "tasks end with their clients").
+pub(crate) fn subscribe<S, G, K, V>(
+    state: &Arc<Mutex<S>>,
+    next_id: &AtomicU64,
+    select: fn(&mut S) -> &mut Topics<G, K, V>,
+    group: G,
+    key: K,
+    compute: impl FnOnce(&S) -> V,
+) -> watch::Receiver<Arc<V>>
+where
+    S: Send + 'static,
+    G: Hash + Eq + Clone + Send + 'static,
+    K: Hash + Eq + Clone + Send + 'static,
+    V: PartialEq + Send + Sync + 'static,
+{
+    let mut locked = state.lock();
+    if let Some(rx) = select(&mut locked).get(&group, &key) {
+        return rx;
+    }
+    let view = compute(&locked);
+    let id = next_id.fetch_add(1, Ordering::Relaxed);
+    let (rx, mut watch) = select(&mut locked).insert(group.clone(), key.clone(), id, view);
+    drop(locked);
+    let state = state.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = watch.closed.closed() => {}
+                // Removed by the index (its workload was deleted): let go of the sender so
+                // the receivers see the channel close.
+                _ = &mut watch.dropped => return,
+            }
+            if select(&mut state.lock()).drop_if_idle(&group, &key, id) {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 #[cfg(test)]

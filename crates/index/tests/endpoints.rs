@@ -7,10 +7,13 @@ use k8s_openapi::api::{
     discovery::v1::EndpointSlice,
 };
 use linkerd_index::{
-    AddressId, EndpointsKey, Event, Index, IndexMetrics, ObjectRef, Workload, model::AddressType,
+    AddressId, EndpointsKey, Event, IndexMetrics, ObjectRef, Workload, model::AddressType,
 };
+
+mod support;
 use serde_json::json;
 use std::net::SocketAddr;
+use support::Discovery;
 
 fn mk_service(name: &str, ports: &[(&str, u16)]) -> Service {
     serde_json::from_value(json!({
@@ -68,8 +71,8 @@ fn addrs(view: &linkerd_index::EndpointsView) -> Vec<SocketAddr> {
     a
 }
 
-fn index() -> Index {
-    Index::new(IndexMetrics::default())
+fn index() -> Discovery {
+    support::discovery(IndexMetrics::default())
 }
 
 #[tokio::test]
@@ -216,18 +219,6 @@ async fn reset_removes_what_is_not_listed() {
     // A relist without the service.
     index.apply(Event::Reset(Vec::<Service>::new()));
     assert!(!rx.borrow_and_update().exists());
-}
-
-#[tokio::test]
-async fn readiness_waits_for_every_required_kind() {
-    let index = index();
-    index.require::<Service>();
-    index.require::<Pod>();
-    let ready = index.ready();
-    index.apply(Event::Reset(Vec::<Service>::new()));
-    assert!(!*ready.borrow());
-    index.apply(Event::Reset(Vec::<Pod>::new()));
-    assert!(*ready.borrow());
 }
 
 #[tokio::test]

@@ -2,13 +2,17 @@
 //! fed by the offline source as the policy controller is.
 
 use linkerd_index::{
-    Index, IndexMetrics,
+    ClusterSource, IndexMetrics, Watches,
     inbound::{
         AuthorizationRef, ClientAuthentication, DefaultPolicy, IdentityMatch, InboundConfig,
-        InboundProtocol, InboundServer, RouteRef, ServerRef, WorkloadRef,
+        InboundIndex, InboundProtocol, InboundServer, RouteRef, ServerRef, WorkloadRef,
     },
     source::offline::OfflineSource,
 };
+
+mod support;
+
+type Index = InboundIndex;
 use std::{path::Path, time::Duration};
 
 fn config() -> InboundConfig {
@@ -30,10 +34,12 @@ async fn index(fixture: &str) -> Index {
         .join("../../tests/fixtures")
         .join(fixture);
     let metrics = IndexMetrics::default();
-    let index = Index::with_inbound(metrics.clone(), config());
-    let source = OfflineSource::start(&dir, metrics).unwrap();
-    index.spawn_policy_watches(&source);
-    let mut ready = index.ready();
+    let index = InboundIndex::new(config(), metrics.clone());
+    let mut watches = Watches::new(metrics.clone());
+    index.watch(&mut watches);
+    let source = OfflineSource::new(&dir, metrics).unwrap();
+    let started = watches.start(&ClusterSource::Offline(source)).await;
+    let mut ready = started.ready();
     tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
         .await
         .unwrap()
@@ -281,8 +287,12 @@ mod updates {
         }))
     }
 
-    fn start() -> Index {
-        let index = Index::with_inbound(IndexMetrics::default(), config());
+    fn start() -> support::Fed<InboundIndex> {
+        let index = support::Fed::new(
+            InboundIndex::new(config(), IndexMetrics::default()),
+            InboundIndex::watch,
+            IndexMetrics::default(),
+        );
         index.apply(Event::Reset(vec![mk_pod(meshed("web"))]));
         index.apply(Event::<Server>::Reset(vec![]));
         index
@@ -353,11 +363,7 @@ mod updates {
             current(&mut rx).reference,
             ServerRef::Server("a-tied".into())
         );
-        index.apply(Event::Delete(mk_server(
-            "a-tied",
-            "2026-01-01T00:00:00Z",
-            json!(8080),
-        )));
+        index.delete(&mk_server("a-tied", "2026-01-01T00:00:00Z", json!(8080)));
         assert_eq!(
             current(&mut rx).reference,
             ServerRef::Server("z-older".into())
@@ -410,7 +416,7 @@ mod updates {
                 .to_vec()
             )]
         );
-        index.apply(Event::Delete(mk_policy("web-clients", "web-http")));
+        index.delete(&mk_policy("web-clients", "web-http"));
         assert!(current(&mut rx).authorizations.is_empty());
     }
 
@@ -453,7 +459,7 @@ mod updates {
         let index = start();
         let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
         current(&mut rx);
-        index.apply(Event::Delete(mk_pod(meshed("web"))));
+        index.delete(&mk_pod(meshed("web")));
         assert!(rx.changed().await.is_err(), "the watch closes");
         assert!(index.inbound_server(pod("ns", "web-0"), 8080).is_err());
         assert!(index.inbound_server(pod("ns", "unmeshed"), 8080).is_err());

@@ -1,5 +1,6 @@
 //! The `kube` source end to end: kube-runtime watchers against a scripted API server
-//! (`fake_apiserver`), applied to an [`Index`], observed through an endpoints subscription.
+//! (`fake_apiserver`), applied to a discovery index, observed through an endpoints
+//! subscription.
 //!
 //! Every wait is bounded by [`TIMEOUT`], and waits are on the subscription or on the server
 //! having seen a request, never on a sleep. One fact about the index makes the server's
@@ -19,8 +20,10 @@ use hyper::StatusCode;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 use linkerd_index::{
-    EndpointsKey, EndpointsView, Event, Index, IndexMetrics, ObjectRef, Source,
-    source::{Watched, kube::KubeSource},
+    ClusterSource, DiscoveryIndex, EndpointsKey, EndpointsView, Event, IndexMetrics, Kind,
+    ObjectRef, Started, Watches,
+    model::{PodInfo, ProfileInfo, ServiceInfo},
+    source::kube::KubeSource,
 };
 use linkerd_k8s_api::{
     ServiceProfile,
@@ -45,10 +48,10 @@ async fn ready_only_after_every_initial_list() {
     let api = FakeApi::start(emojivoto()).await;
     api.hold_lists(JOBS);
     let metrics = IndexMetrics::default();
-    let index = Index::new(metrics.clone());
-    let mut ready = index.ready();
+    let index = DiscoveryIndex::new();
     let mut web = index.endpoints(web_key());
-    let _watches = index.spawn_watches(&KubeSource::new(api.client(), metrics));
+    let started = start(&index, &api, metrics).await;
+    let mut ready = started.ready();
 
     // Every kind but Job has listed and moved on to watching: their lists are applied.
     for (path, _, _) in RESOURCES.iter().filter(|(p, _, _)| *p != JOBS) {
@@ -248,9 +251,9 @@ async fn pods_listed_after_their_slice_reach_the_subscription() {
     let api = FakeApi::start(emojivoto()).await;
     api.hold_lists(PODS);
     let metrics = IndexMetrics::default();
-    let index = Index::new(metrics.clone());
+    let index = DiscoveryIndex::new();
     let mut web = index.endpoints(web_key());
-    let _watches = index.spawn_watches(&KubeSource::new(api.client(), metrics));
+    let _watches = start(&index, &api, metrics).await;
     api.wait_for_watches(SERVICES, 1).await;
     api.wait_for_watches(SLICES, 1).await;
     let view = web.borrow_and_update().clone();
@@ -357,7 +360,8 @@ async fn malformed_object_in_a_watch_is_skipped_alone() {
     );
     assert_eq!(invalid_objects(&registry, "Service"), 1);
 
-    // Its deletion still arrives, built from its metadata.
+    // Its deletion still arrives (a Delete needs only its namespace/name), and the object is
+    // not counted again.
     api.delete(SERVICES, NS, "bad-svc");
     assert_eq!(
         next_event(&mut events, "the bad Service deleted").await,
@@ -368,7 +372,7 @@ async fn malformed_object_in_a_watch_is_skipped_alone() {
         next_event(&mut events, "a good Service deleted").await,
         ("Delete", vec!["web-svc".to_string()])
     );
-    assert_eq!(invalid_objects(&registry, "Service"), 2);
+    assert_eq!(invalid_objects(&registry, "Service"), 1);
 }
 
 #[tokio::test]
@@ -714,17 +718,18 @@ async fn each_route_kind_follows_its_own_crd() {
 async fn ready_while_gateway_crds_are_absent() {
     let api = FakeApi::start(emojivoto()).await;
     let metrics = IndexMetrics::default();
-    let index = Index::new(metrics.clone());
-    let source = KubeSource::new(api.client(), metrics);
-    let _watches = [
-        index.spawn_watch::<Service, _>(&source),
-        index.spawn_watch::<HttpRoute, _>(&source),
-        index.spawn_watch::<GrpcRoute, _>(&source),
-    ];
-    tokio::time::timeout(TIMEOUT, index.ready().wait_for(|r| *r))
+    // Channels stand for the indexes: only the kinds matter here.
+    let mut watches = Watches::new(metrics.clone());
+    watches
+        .add::<Service>(mpsc::unbounded_channel().0)
+        .add::<HttpRoute>(mpsc::unbounded_channel().0)
+        .add::<GrpcRoute>(mpsc::unbounded_channel().0);
+    let source = ClusterSource::Kube(KubeSource::new(api.client(), metrics));
+    let started = watches.start(&source).await;
+    tokio::time::timeout(TIMEOUT, started.ready().wait_for(|r| *r))
         .await
         .expect("ready with the route CRDs absent")
-        .expect("the index owns the sender");
+        .expect("the watches own the sender");
     assert_eq!(route_requests(&api), Vec::<String>::new());
     let selectors: Vec<Option<String>> = api
         .requests_to(CUSTOM_RESOURCE_DEFINITIONS, false)
@@ -791,12 +796,50 @@ fn mk_route(api_version: &str, name: &str) -> Value {
     })
 }
 
+/// Names the objects a kind decodes into.
+trait Named {
+    fn name(&self) -> String;
+}
+
+impl Named for ServiceInfo {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl Named for PodInfo {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl Named for ProfileInfo {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl Named for HttpRoute {
+    fn name(&self) -> String {
+        self.name_any()
+    }
+}
+
+impl Named for GrpcRoute {
+    fn name(&self) -> String {
+        self.name_any()
+    }
+}
+
 /// Polls `source`'s events of kind `K` in a task of its own, so the watcher keeps requesting
 /// while the test waits on the server; each event is summarized by [`summary`].
-fn spawn_events<K: Watched>(
+fn spawn_events<K: Kind>(
     source: &KubeSource,
-) -> mpsc::UnboundedReceiver<(&'static str, Vec<String>)> {
-    let mut events = source.events::<K>();
+) -> mpsc::UnboundedReceiver<(&'static str, Vec<String>)>
+where
+    K::Object: Named,
+{
+    let mut events = source.events::<K>(None);
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Some(event) = events.next().await {
@@ -809,13 +852,12 @@ fn spawn_events<K: Watched>(
 }
 
 /// The event's variant and the names of its objects, sorted.
-fn summary<K: Watched>(event: &Event<K>) -> (&'static str, Vec<String>) {
-    let (variant, objs) = match event {
-        Event::Apply(obj) => ("Apply", std::slice::from_ref(obj)),
-        Event::Delete(obj) => ("Delete", std::slice::from_ref(obj)),
-        Event::Reset(objs) => ("Reset", objs.as_slice()),
+fn summary<T: Named>(event: &Event<Arc<T>>) -> (&'static str, Vec<String>) {
+    let (variant, mut names): (_, Vec<String>) = match event {
+        Event::Apply(obj) => ("Apply", vec![obj.name()]),
+        Event::Delete(key) => ("Delete", vec![key.name.clone()]),
+        Event::Reset(objs) => ("Reset", objs.iter().map(|o| o.name()).collect()),
     };
-    let mut names: Vec<String> = objs.iter().map(|o| o.name_any()).collect();
     names.sort();
     (variant, names)
 }
@@ -896,27 +938,32 @@ fn with_update_time(mut obj: Value, time: k8s_openapi::jiff::Timestamp) -> Value
     obj
 }
 
-/// The index over `api`, once every kind's initial list is applied and every built-in kind
-/// watches.
-async fn start_ready(api: &FakeApi) -> (Index, Vec<tokio::task::JoinHandle<()>>) {
+/// Starts `index`'s watches over `api`.
+async fn start(index: &DiscoveryIndex, api: &FakeApi, metrics: IndexMetrics) -> Started {
+    let mut watches = Watches::new(metrics.clone());
+    index.watch(&mut watches);
+    let source = ClusterSource::Kube(KubeSource::new(api.client(), metrics));
+    watches.start(&source).await
+}
+
+/// A discovery index over `api`, once every kind's initial list is applied and every built-in
+/// kind watches.
+async fn start_ready(api: &FakeApi) -> (DiscoveryIndex, Started) {
     start_ready_with(api, IndexMetrics::default()).await
 }
 
 /// [`start_ready`], counting in `metrics`.
-async fn start_ready_with(
-    api: &FakeApi,
-    metrics: IndexMetrics,
-) -> (Index, Vec<tokio::task::JoinHandle<()>>) {
-    let index = Index::new(metrics.clone());
-    let watches = index.spawn_watches(&KubeSource::new(api.client(), metrics));
-    tokio::time::timeout(TIMEOUT, index.ready().wait_for(|r| *r))
+async fn start_ready_with(api: &FakeApi, metrics: IndexMetrics) -> (DiscoveryIndex, Started) {
+    let index = DiscoveryIndex::new();
+    let started = start(&index, api, metrics).await;
+    tokio::time::timeout(TIMEOUT, started.ready().wait_for(|r| *r))
         .await
         .expect("ready after the initial lists")
-        .expect("the index owns the sender");
+        .expect("the watches own the sender");
     for (path, _, _) in RESOURCES {
         api.wait_for_watches(path, 1).await;
     }
-    (index, watches)
+    (index, started)
 }
 
 /// The next view published, failing the test after [`TIMEOUT`].
@@ -952,7 +999,7 @@ fn sock(ip: &str, port: u16) -> SocketAddr {
     SocketAddr::new(ip.parse().expect("IP"), port)
 }
 
-fn pod_names(index: &Index, ip: &str) -> Vec<String> {
+fn pod_names(index: &DiscoveryIndex, ip: &str) -> Vec<String> {
     let ip: IpAddr = ip.parse().expect("IP");
     index
         .pods_by_ip(ip)

@@ -3,12 +3,11 @@
 //!
 //! Alone in its test binary: it lowers the process's file-descriptor limit.
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use linkerd_index::{
-    IndexMetrics,
-    source::{Event, Source, offline::OfflineSource},
+    ClusterSource, Event, IndexMetrics, Watches, model::ServiceInfo, source::offline::OfflineSource,
 };
+use std::sync::Arc;
 use std::{fs::File, io::Write, time::Duration};
 
 fn service(port: u16) -> String {
@@ -38,9 +37,12 @@ async fn a_file_that_could_not_be_read_is_read_again() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.yaml");
     std::fs::write(&path, service(80)).unwrap();
-    let source = OfflineSource::start(dir.path(), IndexMetrics::default()).unwrap();
-    let mut services = source.events::<Service>();
-    let first = tokio::time::timeout(Duration::from_secs(5), services.next()).await;
+    let (tx, mut services) = tokio::sync::mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
+    let mut watches = Watches::new(IndexMetrics::default());
+    watches.add::<Service>(tx);
+    let source = OfflineSource::new(dir.path(), IndexMetrics::default()).unwrap();
+    let _started = watches.start(&ClusterSource::Offline(source)).await;
+    let first = tokio::time::timeout(Duration::from_secs(5), services.recv()).await;
     assert!(matches!(first, Ok(Some(Event::Reset(s))) if s.len() == 1));
 
     // Open the file for the edit first, then take every descriptor left.
@@ -56,9 +58,9 @@ async fn a_file_that_could_not_be_read_is_read_again() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     drop(held);
 
-    match tokio::time::timeout(Duration::from_secs(5), services.next()).await {
+    match tokio::time::timeout(Duration::from_secs(5), services.recv()).await {
         Ok(Some(Event::Apply(svc))) => {
-            assert_eq!(svc.spec.unwrap().ports.unwrap()[0].port, 81);
+            assert_eq!(svc.ports[0].port, 81);
         }
         other => panic!("expected the edit to be applied, got {other:?}"),
     }

@@ -3,8 +3,10 @@
 
 use k8s_openapi::api::core::v1::Service;
 use linkerd_index::{
-    Event, Index, IndexMetrics, ObjectRef, ServiceProfileKey, profiles::ServiceProfileView,
+    Event, IndexMetrics, ObjectRef, ServiceProfileKey, discovery::profiles::ServiceProfileView,
 };
+
+mod support;
 use linkerd_k8s_api::ServiceProfile;
 use prometheus_client::{encoding::text::encode, registry::Registry};
 use serde_json::json;
@@ -44,7 +46,7 @@ fn key(client: Option<&str>) -> ServiceProfileKey {
 fn route_regex(view: &ServiceProfileView) -> Option<String> {
     let route = view.profile.as_ref()?.routes.first()?;
     match &route.condition {
-        linkerd_index::profile::RequestMatch::Path(p) => Some(p.clone()),
+        linkerd_index::model::profile::RequestMatch::Path(p) => Some(p.clone()),
         other => panic!("unexpected condition {other:?}"),
     }
 }
@@ -60,7 +62,7 @@ fn invalid_count(registry: &Registry) -> String {
 
 #[tokio::test]
 async fn client_namespace_first_then_service_namespace() {
-    let index = Index::new(IndexMetrics::default());
+    let index = support::discovery(IndexMetrics::default());
     index.apply(Event::Reset(vec![service()]));
     index.apply(Event::Reset(vec![profile("ns", "/server")]));
     let mut client = index.service_profile(key(Some("client")));
@@ -76,41 +78,57 @@ async fn client_namespace_first_then_service_namespace() {
     let other = index.service_profile(key(Some("other")));
     assert_eq!(route_regex(&other.borrow()).as_deref(), Some("/server"));
 
-    index.apply(Event::Delete(profile("client", "/client")));
+    index.delete(&profile("client", "/client"));
     assert_eq!(
         route_regex(&client.borrow_and_update()).as_deref(),
         Some("/server")
     );
 }
 
+/// A state file holding the Service and, in namespace `ns`, a profile routing `path_regex`.
+fn state(path_regex: &str) -> String {
+    let svc = serde_json::to_string(&service()).unwrap();
+    let sp = serde_json::to_string(&profile("ns", path_regex)).unwrap();
+    format!("{svc}\n{sp}\n")
+}
+
 #[tokio::test]
 async fn invalid_update_falls_back_to_the_default_and_is_reported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    support::write(dir.path(), "state.json", &state("/ok"));
     let mut registry = Registry::default();
-    let index = Index::new(IndexMetrics::register(&mut registry));
-    index.apply(Event::Reset(vec![service()]));
-    index.apply(Event::Reset(vec![profile("ns", "/ok")]));
-    let rx = index.service_profile(key(None));
-    assert_eq!(route_regex(&rx.borrow()).as_deref(), Some("/ok"));
+    let metrics = IndexMetrics::register(&mut registry);
+    let (index, _watches) = support::offline(dir.path(), metrics).await;
+    let mut rx = index.service_profile(key(None));
+    assert_eq!(route_regex(&rx.borrow_and_update()).as_deref(), Some("/ok"));
 
     // An edit that does not translate removes the profile rather than keeping a stale one.
-    index.apply(Event::Apply(profile("ns", "/books/([0-9]+")));
-    assert_eq!(route_regex(&rx.borrow()), None);
+    support::write(dir.path(), "state.json", &state("/books/([0-9]+"));
+    rx.changed().await.unwrap();
+    assert_eq!(route_regex(&rx.borrow_and_update()), None);
     assert_eq!(invalid_count(&registry), "1");
-    // Relists re-apply it unchanged: not counted (or logged) again.
-    index.apply(Event::Reset(vec![profile("ns", "/books/([0-9]+")]));
-    index.apply(Event::Reset(vec![profile("ns", "/books/([0-9]+")]));
+    // Read again unchanged (a new file next to it makes the directory be read): not counted
+    // (or logged) again.
+    support::write(dir.path(), "other.json", "");
+    support::write(dir.path(), "state.json", &state("/books/([0-9]+"));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(invalid_count(&registry), "1");
     // Fixed, then broken again: a new report.
-    index.apply(Event::Apply(profile("ns", "/fixed")));
-    assert_eq!(route_regex(&rx.borrow()).as_deref(), Some("/fixed"));
-    index.apply(Event::Apply(profile("ns", "(")));
+    support::write(dir.path(), "state.json", &state("/fixed"));
+    rx.changed().await.unwrap();
+    assert_eq!(
+        route_regex(&rx.borrow_and_update()).as_deref(),
+        Some("/fixed")
+    );
+    support::write(dir.path(), "state.json", &state("("));
+    rx.changed().await.unwrap();
     assert_eq!(invalid_count(&registry), "2");
     assert!(rx.borrow().service.is_some(), "the Service is still served");
 }
 
 #[tokio::test]
 async fn external_workload_address_resolves_to_the_workload() {
-    let index = Index::new(IndexMetrics::default());
+    let index = support::discovery(IndexMetrics::default());
     let ew: linkerd_k8s_api::ExternalWorkload = serde_json::from_value(json!({
         "apiVersion": "workload.linkerd.io/v1beta1", "kind": "ExternalWorkload",
         "metadata": {"name": "vm-01", "namespace": "ns"},
@@ -132,7 +150,7 @@ async fn external_workload_address_resolves_to_the_workload() {
         "{:?}",
         rx.borrow().endpoint
     );
-    index.apply(Event::Delete(ew));
+    index.delete(&ew);
     assert!(rx.has_changed().unwrap(), "the deletion is published");
     assert!(matches!(
         rx.borrow_and_update().endpoint.workload,

@@ -38,7 +38,7 @@ mod tests {
 
     #[test]
     fn required_authentication_refs_may_be_empty_but_not_missing() {
-        let empty: AuthorizationPolicy = serde_yaml::from_str(
+        let empty: AuthorizationPolicy = crate::yaml::from_str(
             "apiVersion: policy.linkerd.io/v1alpha1\nkind: AuthorizationPolicy\nmetadata: {name: a}\nspec: {targetRef: {kind: Namespace, name: ns}, requiredAuthenticationRefs: []}\n",
         )
         .unwrap();
@@ -46,9 +46,11 @@ mod tests {
         assert_eq!(empty.spec.target_ref.group, None);
         assert!(empty.spec.required_authentication_refs.is_empty());
 
-        let missing = serde_yaml::from_str::<AuthorizationPolicy>(
+        let missing = crate::yaml::from_str::<AuthorizationPolicy>(
             "apiVersion: policy.linkerd.io/v1alpha1\nkind: AuthorizationPolicy\nmetadata: {name: a}\nspec: {targetRef: {kind: Namespace, name: ns}}\n",
-        );
-        assert!(missing.is_err());
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(missing.contains("requiredAuthenticationRefs"), "{missing}");
     }
 }

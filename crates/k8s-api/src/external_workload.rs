@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn decodes_workload_ips_and_ports_as_kubectl_prints_them() {
-        let ew: ExternalWorkload = serde_yaml::from_str(
+        let ew: ExternalWorkload = crate::yaml::from_str(
             r#"
 apiVersion: workload.linkerd.io/v1beta1
 kind: ExternalWorkload

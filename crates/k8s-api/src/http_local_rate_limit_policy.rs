@@ -72,7 +72,7 @@ mod tests {
 
     #[test]
     fn decodes_a_rate_limit_policy_with_status() {
-        let policy: HttpLocalRateLimitPolicy = serde_yaml::from_str(
+        let policy: HttpLocalRateLimitPolicy = crate::yaml::from_str(
             r#"
 apiVersion: policy.linkerd.io/v1alpha1
 kind: HTTPLocalRateLimitPolicy

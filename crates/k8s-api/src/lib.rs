@@ -22,6 +22,8 @@
 //! - [`gateway_api`]: the `gateway-api` crate (Gateway API HTTPRoute, GRPCRoute, and the
 //!   experimental TLSRoute and TCPRoute under `gateway_api::experimental`), re-exported so
 //!   every crate of the workspace uses this one version.
+//! - [`yaml`]: manifests read and written as YAML 1.2 (serde-saphyr), for the tools and tests
+//!   that handle them.
 
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
@@ -37,6 +39,7 @@ pub mod server;
 pub mod server_authorization;
 pub mod service_profile;
 pub mod shared;
+pub mod yaml;
 
 pub use gateway_api;
 

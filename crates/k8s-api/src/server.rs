@@ -140,7 +140,7 @@ mod tests {
 
     #[test]
     fn decodes_a_server_as_kubectl_prints_it() {
-        let srv: Server = serde_yaml::from_str(
+        let srv: Server = crate::yaml::from_str(
             r#"
 apiVersion: policy.linkerd.io/v1beta3
 kind: Server
@@ -156,7 +156,7 @@ spec:
         assert_eq!(srv.spec.port, IntOrString::Int(8200));
         assert_eq!(srv.spec.proxy_protocol, ProxyProtocol::Opaque);
         assert_eq!(srv.spec.access_policy.as_deref(), Some("deny"));
-        let named: Server = serde_yaml::from_str(
+        let named: Server = crate::yaml::from_str(
             "apiVersion: policy.linkerd.io/v1beta3\nkind: Server\nmetadata: {name: a}\nspec: {port: grpc, proxyProtocol: gRPC, externalWorkloadSelector: {}}\n",
         )
         .unwrap();

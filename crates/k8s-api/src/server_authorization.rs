@@ -106,7 +106,7 @@ mod tests {
 
     #[test]
     fn decodes_a_server_authorization() {
-        let saz: ServerAuthorization = serde_yaml::from_str(
+        let saz: ServerAuthorization = crate::yaml::from_str(
             r#"
 apiVersion: policy.linkerd.io/v1beta1
 kind: ServerAuthorization
@@ -139,7 +139,7 @@ spec:
         assert_eq!(sas[0].namespace, None);
         assert_eq!(sas[1].namespace.as_deref(), Some("linkerd-viz"));
 
-        let anyone: ServerAuthorization = serde_yaml::from_str(
+        let anyone: ServerAuthorization = crate::yaml::from_str(
             "apiVersion: policy.linkerd.io/v1beta1\nkind: ServerAuthorization\nmetadata: {name: a}\nspec: {server: {name: web-http}, client: {unauthenticated: true}}\n",
         )
         .unwrap();

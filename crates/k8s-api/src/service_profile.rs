@@ -172,7 +172,7 @@ mod tests {
 
     #[test]
     fn decodes_nested_conditions_and_rejects_unknown_fields() {
-        let sp: ServiceProfile = serde_yaml::from_str(
+        let sp: ServiceProfile = crate::yaml::from_str(
             r#"
 apiVersion: linkerd.io/v1alpha2
 kind: ServiceProfile
@@ -201,7 +201,7 @@ spec:
             "500m"
         );
 
-        let typo = serde_yaml::from_str::<ServiceProfile>(
+        let typo = crate::yaml::from_str::<ServiceProfile>(
             "apiVersion: linkerd.io/v1alpha2\nkind: ServiceProfile\nmetadata: {name: a}\nspec:\n  routes: [{name: r, isRetriable: true}]\n",
         )
         .unwrap_err();
@@ -210,7 +210,7 @@ spec:
 
     #[test]
     fn null_entries_decode_as_none() {
-        let sp: ServiceProfile = serde_yaml::from_str(
+        let sp: ServiceProfile = crate::yaml::from_str(
             "apiVersion: linkerd.io/v1alpha2\nkind: ServiceProfile\nmetadata: {name: a}\nspec:\n  routes: [null]\n",
         )
         .unwrap();

@@ -5,7 +5,6 @@ use linkerd_k8s_api::{
     http_route::{HttpRouteFilter, POLICY_CONTROLLER_NAME},
     shared::NamespacedTargetRef,
 };
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 const EMOJIVOTO: &str = include_str!("../../../tests/fixtures/emojivoto/cluster.yaml");
@@ -16,8 +15,9 @@ const EDGE_CASES: &str = include_str!("../../../tests/fixtures/edge-cases/cluste
 fn decode_all<T: DeserializeOwned>(group: &str, kind: &str) -> Vec<T> {
     let mut out = Vec::new();
     for file in [EMOJIVOTO, EDGE_CASES] {
-        for doc in serde_yaml::Deserializer::from_str(file) {
-            let value = serde_yaml::Value::deserialize(doc).expect("fixture YAML parses");
+        let docs: Vec<serde_json::Value> =
+            linkerd_k8s_api::yaml::from_documents(file).expect("fixture YAML parses");
+        for value in docs {
             let api_version = value["apiVersion"].as_str().unwrap_or_default();
             if value["kind"].as_str() != Some(kind)
                 || api_version.split_once('/').map(|(g, _)| g) != Some(group)
@@ -28,7 +28,7 @@ fn decode_all<T: DeserializeOwned>(group: &str, kind: &str) -> Vec<T> {
                 "{kind} {:?}/{:?}",
                 value["metadata"]["namespace"], value["metadata"]["name"]
             );
-            match serde_yaml::from_value(value) {
+            match serde_json::from_value(value) {
                 Ok(obj) => out.push(obj),
                 Err(error) => panic!("{name} does not decode: {error}"),
             }

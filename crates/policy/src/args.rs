@@ -5,13 +5,11 @@
 use clap::Parser;
 use ipnet::IpNet;
 use linkerd_index::{
-    PortSet,
+    ClusterArgs, PortSet,
     inbound::{DefaultPolicy, InboundConfig},
     outbound::OutboundConfig,
 };
-use linkerd_runtime::{
-    ClusterArgs, LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace,
-};
+use linkerd_runtime::{LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace};
 use std::{net::SocketAddr, path::PathBuf};
 
 /// The chart's (and upstream binary's) default `--cluster-networks`.

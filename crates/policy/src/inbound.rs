@@ -2,10 +2,7 @@
 //! (spec/policy.md §4.1, §4.9, §9).
 
 use futures::{Stream, StreamExt};
-use linkerd_index::{
-    Index,
-    inbound::{InboundServer, WorkloadRef},
-};
+use linkerd_index::inbound::{InboundIndex, InboundServer, WorkloadRef};
 use linkerd_runtime::{
     grpc::{Shared, StreamingMethod, WatchStreams},
     shutdown::Shutdown,
@@ -25,11 +22,10 @@ use crate::{
     workload::{parse_port, parse_workload},
 };
 
-/// `InboundServerPolicies` over an [`Index`] built with
-/// [`Index::with_inbound`](linkerd_index::Index::with_inbound).
+/// `InboundServerPolicies` over an [`InboundIndex`].
 #[derive(Clone)]
 pub struct InboundPolicyService {
-    index: Index,
+    index: InboundIndex,
     translator: Arc<InboundTranslator>,
     /// The `WatchPort` messages, shared by the streams of a topic.
     translations: Arc<SharedTranslations<InboundServer, Server>>,
@@ -75,7 +71,7 @@ impl InboundPolicyService {
     /// A service answering from `index`; every `WatchPort` stream ends with `OK` when
     /// `shutdown` fires.
     pub fn new(
-        index: Index,
+        index: InboundIndex,
         translator: InboundTranslator,
         metrics: PolicyMetrics,
         shutdown: Shutdown,

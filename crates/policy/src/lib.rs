@@ -6,6 +6,9 @@
 //! subscribed (workload, port); this crate parses requests ([`workload`]), streams the views
 //! ([`inbound`]) and translates them to the proxy API's types ([`translate`]). Route statuses
 //! are written only by the holder of a Lease ([`lease`]).
+//!
+//! [`admission`] is the validating admission webhook of the policy CRDs (spec/policy.md §6); its
+//! `AdmissionReview` envelope is [`linkerd_admission`]'s, shared with the sp-validator.
 
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]

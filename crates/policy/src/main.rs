@@ -7,7 +7,9 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
 use kube::Api;
-use linkerd_index::{ClusterSource, Index, IndexMetrics};
+use linkerd_index::{
+    ClusterSource, InboundIndex, IndexMetrics, OutboundIndex, StatusIndex, Watches,
+};
 use linkerd_runtime::{
     Admin, shutdown,
     tls::{HttpsServer, ServerTls, TlsFiles},
@@ -37,24 +39,31 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(trigger.on_signal());
 
-    let index = Index::with_policy(
-        index_metrics.clone(),
-        args.inbound_config(),
-        args.outbound_config(),
-    );
-    let source = args.cluster.source(index_metrics).await?;
-    let _watches = index.spawn_policy_watches(&source);
-
+    let source = args.cluster.source(index_metrics.clone()).await?;
+    let inbound_index = InboundIndex::new(args.inbound_config(), index_metrics.clone());
+    let outbound_index = OutboundIndex::new(args.outbound_config(), index_metrics.clone());
+    let mut watches = Watches::new(index_metrics);
+    inbound_index.watch(&mut watches);
+    outbound_index.watch(&mut watches);
     // The route status writer, behind the Lease (spec §1.4, §7); offline mode has neither:
     // there acceptance is computed in-process.
-    let status_writer = match &source {
-        ClusterSource::Kube(kube) => {
-            Some(start_status_writer(&args, kube.client(), index.clone(), status_metrics).await?)
+    let status_index = match &source {
+        ClusterSource::Kube(_) => {
+            let index = StatusIndex::new(args.cluster_networks.0.clone());
+            index.watch(&mut watches);
+            Some(index)
         }
         ClusterSource::Offline(_) => None,
     };
+    let watches = watches.start(&source).await;
+    let status_writer = match (&source, status_index) {
+        (ClusterSource::Kube(kube), Some(index)) => {
+            Some(start_status_writer(&args, kube.client(), index, status_metrics).await?)
+        }
+        _ => None,
+    };
 
-    let (admin_addr, admin) = Admin::new(index.ready(), Arc::new(registry))
+    let (admin_addr, admin) = Admin::new(watches.ready(), Arc::new(registry))
         .bind(args.admin_addr, shutdown.clone())
         .await
         .with_context(|| format!("cannot listen on --admin-addr {}", args.admin_addr))?;
@@ -84,13 +93,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(%grpc_addr, %admin_addr, "serving InboundServerPolicies and OutboundPolicies");
 
     let inbound = InboundPolicyService::new(
-        index.clone(),
+        inbound_index,
         InboundTranslator::new(args.cluster_networks.0.clone()),
         metrics.clone(),
         shutdown.clone(),
     );
     let outbound = OutboundPolicyService::new(
-        index,
+        outbound_index,
         OutboundTranslator::new(args.allow_l5d_request_headers),
         args.cluster_domain.clone(),
         metrics,
@@ -121,7 +130,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 async fn start_status_writer(
     args: &Args,
     client: kube::Client,
-    index: Index,
+    index: StatusIndex,
     metrics: StatusMetrics,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<(), StatusError>>> {
     let claimant = std::env::var("HOSTNAME")

@@ -3,7 +3,7 @@
 
 use futures::{Stream, StreamExt};
 use linkerd_index::{
-    Index, ObjectRef,
+    ObjectRef, OutboundIndex,
     outbound::{OutboundError, OutboundLookup, OutboundPolicy, OutboundTarget},
 };
 use linkerd_runtime::{
@@ -25,11 +25,10 @@ use crate::{
     workload::parse_workload,
 };
 
-/// `OutboundPolicies` over an [`Index`] built with
-/// [`Index::with_policy`](linkerd_index::Index::with_policy).
+/// `OutboundPolicies` over an [`OutboundIndex`].
 #[derive(Clone)]
 pub struct OutboundPolicyService {
-    index: Index,
+    index: OutboundIndex,
     translator: Arc<OutboundTranslator>,
     /// The `Watch` messages, shared by the streams of a topic.
     translations: Arc<SharedTranslations<OutboundPolicy, ApiPolicy>>,
@@ -74,7 +73,7 @@ impl OutboundPolicyService {
     /// A service answering from `index`; every `Watch` stream ends with `OK` when `shutdown`
     /// fires.
     pub fn new(
-        index: Index,
+        index: OutboundIndex,
         translator: OutboundTranslator,
         cluster_domain: String,
         metrics: PolicyMetrics,
@@ -142,9 +141,7 @@ impl OutboundPolicyService {
         self.index
             .outbound_policy(target, &source_namespace)
             .map_err(|e| match e {
-                OutboundError::NoSuchService | OutboundError::NotServed => {
-                    Status::not_found(e.to_string())
-                }
+                OutboundError::NoSuchService => Status::not_found(e.to_string()),
             })
     }
 

@@ -24,7 +24,7 @@ use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
 };
-use linkerd_index::{Index, status::StatusPatch};
+use linkerd_index::status::{StatusIndex, StatusPatch};
 use prometheus_client::{
     metrics::{counter::Counter, histogram::Histogram},
     registry::Registry,
@@ -223,7 +223,7 @@ impl StatusMetrics {
 /// [`StatusError::LeaseEnded`] if the Lease task does (the writer ends with it). Must be called
 /// within a Tokio runtime.
 pub fn spawn(
-    index: Index,
+    index: StatusIndex,
     client: Client,
     leadership: Leadership,
     config: StatusConfig,
@@ -253,14 +253,14 @@ pub fn spawn(
 /// status is already in flight; on index changes, every `period`, and when leadership is
 /// gained.
 async fn reconcile(
-    index: Index,
+    index: StatusIndex,
     mut leadership: Leadership,
     tx: mpsc::Sender<StatusPatch>,
     period: Duration,
     metrics: StatusMetrics,
     in_flight: InFlight,
 ) -> Result<(), StatusError> {
-    let mut changes = index.status_changes();
+    let mut changes = index.changes();
     let mut timer = tokio::time::interval(period);
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

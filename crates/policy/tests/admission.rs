@@ -3,7 +3,7 @@
 //! client a rustls client that trusts it. Every kind has allowed and denied documents with the
 //! exact denial message; the fixture clusters' policy objects are all allowed.
 
-use policy::admission::{self, AdmissionResponse};
+use policy::admission;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -16,6 +16,26 @@ struct Webhook {
     ca: CertificateDer<'static>,
     _trigger: linkerd_runtime::shutdown::Trigger,
     _dir: tempfile::TempDir,
+}
+
+/// The `response` of an answer, as the API server reads it. Any other field (`patch`,
+/// `patchType`, `auditAnnotations`) fails the decoding: the webhook never sets one.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdmissionResponse {
+    uid: String,
+    allowed: bool,
+    #[serde(default)]
+    status: Option<linkerd_admission::Status>,
+    #[serde(default)]
+    warnings: Option<Vec<String>>,
+}
+
+impl AdmissionResponse {
+    /// The refusal message, if refused.
+    fn message(&self) -> Option<&str> {
+        self.status.as_ref().map(|s| s.message.as_str())
+    }
 }
 
 /// An HTTP response: status, content type and body.
@@ -102,7 +122,7 @@ impl Webhook {
 
     /// A CREATE of `object` (YAML); returns the review's `response`.
     async fn admit(&self, object: &str) -> AdmissionResponse {
-        let object: Value = serde_yaml::from_str(object).unwrap();
+        let object: Value = linkerd_k8s_api::yaml::from_str(object).unwrap();
         self.admit_object(object).await
     }
 
@@ -223,10 +243,8 @@ async fn admit_fixture_policy_objects() {
             env!("CARGO_MANIFEST_DIR")
         );
         let text = std::fs::read_to_string(&path).unwrap();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let Ok(object) = Value::deserialize(document) else {
-                continue;
-            };
+        let documents: Vec<Value> = linkerd_k8s_api::yaml::from_documents(&text).unwrap();
+        for object in documents {
             let kind = object["kind"].as_str().unwrap_or_default().to_string();
             if !kinds.contains(&kind.as_str()) {
                 continue;

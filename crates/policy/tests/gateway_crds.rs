@@ -9,7 +9,7 @@ mod fake_apiserver;
 mod support;
 
 use fake_apiserver::{FakeApi, HTTP_ROUTES_V1, HTTP_ROUTES_V1BETA1, TIMEOUT, mk_gateway_crd};
-use linkerd_index::{Index, IndexMetrics, source::kube::KubeSource};
+use linkerd_index::{ClusterSource, IndexMetrics, source::kube::KubeSource};
 use linkerd2_proxy_api::{
     http_route, meta,
     outbound::{self as api, OutboundPolicy, TrafficSpec, proxy_protocol, traffic_spec::Target},
@@ -94,13 +94,14 @@ async fn start(api: &FakeApi) -> support::outbound::Outbound {
     // As in kube mode: acceptance is read from the routes' status.
     inbound.compute_route_acceptance = false;
     let outbound = support::outbound::outbound_config(false);
-    let index = Index::with_policy(index_metrics.clone(), inbound, outbound);
-    index.spawn_policy_watches(&KubeSource::new(api.client(), index_metrics));
-    tokio::time::timeout(TIMEOUT, index.ready().wait_for(|r| *r))
+    let indexes = support::outbound::indexes(inbound, outbound);
+    let source = ClusterSource::Kube(KubeSource::new(api.client(), index_metrics));
+    let started = indexes.watches.start(&source).await;
+    tokio::time::timeout(TIMEOUT, started.ready().wait_for(|r| *r))
         .await
         .expect("ready with the Gateway API CRDs absent")
-        .expect("the index owns the sender");
-    support::outbound::serve(index).await
+        .expect("the watches own the sender");
+    support::outbound::serve(indexes.inbound, indexes.outbound, started).await
 }
 
 /// The next policy on `stream`, failing the test after [`TIMEOUT`].

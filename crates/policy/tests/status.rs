@@ -14,7 +14,9 @@ use axum::{
 };
 use k8s_openapi::{api::coordination::v1::Lease, api::core::v1::Service, jiff::Timestamp};
 use kube::Api;
-use linkerd_index::{Event, Index, IndexMetrics};
+use linkerd_index::{Event, Fed, IndexMetrics, StatusIndex};
+
+type Index = Fed<StatusIndex>;
 use linkerd_k8s_api::gateway_api::httproutes::HttpRoute;
 use policy::{
     lease::{self, Leadership, LeaseConfig},
@@ -216,12 +218,21 @@ fn status_config(queue_capacity: usize) -> StatusConfig {
 }
 
 fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
-    serde_yaml::from_str(s).expect("test object decodes")
+    linkerd_k8s_api::yaml::from_str(s).expect("test object decodes")
+}
+
+/// A route-status index (cluster networks `10.0.0.0/8`) the test feeds.
+fn status_index() -> Index {
+    Fed::new(
+        StatusIndex::new(vec!["10.0.0.0/8".parse().unwrap()]),
+        StatusIndex::watch,
+        IndexMetrics::default(),
+    )
 }
 
 /// An index with Service `emojivoto/web` (cluster IP 10.0.0.1, port 80).
 fn index() -> Index {
-    let index = Index::new(IndexMetrics::default());
+    let index = status_index();
     let web: Service = yaml(
         "metadata: {name: web, namespace: emojivoto}\nspec: {clusterIP: 10.0.0.1, ports: [{port: 80}]}\n",
     );
@@ -324,7 +335,7 @@ async fn writes_only_once_the_lease_is_ours() {
         lease_config("pod-a"),
     );
     let _writer = status::spawn(
-        index.clone(),
+        index.index().clone(),
         client(addr),
         leadership.clone(),
         status_config(100),
@@ -394,7 +405,7 @@ async fn a_status_in_place_is_not_sent_again_and_other_controllers_entries_survi
     );
     apply_route(&index, "b", json!([theirs()]));
     let _writer = status::spawn(
-        index,
+        index.index().clone(),
         client(addr),
         Leadership::fixed(true),
         status_config(100),
@@ -421,7 +432,7 @@ async fn writes_stop_when_the_lease_is_lost() {
         lease_config("pod-a"),
     );
     let _writer = status::spawn(
-        index.clone(),
+        index.index().clone(),
         client(addr),
         leadership.clone(),
         status_config(100),
@@ -475,7 +486,7 @@ async fn queue_overflows_are_counted() {
     // One slot: on this single-threaded runtime the writer cannot run while the controller
     // enqueues, so one patch fits and three overflow.
     let _writer = status::spawn(
-        index,
+        index.index().clone(),
         client(addr),
         Leadership::fixed(true),
         status_config(1),
@@ -502,24 +513,7 @@ async fn queue_overflows_are_counted() {
 #[tokio::test]
 async fn egress_network_statuses_are_written() {
     let (addr, api) = start_api().await;
-    let index = Index::with_policy(
-        IndexMetrics::default(),
-        linkerd_index::inbound::InboundConfig {
-            cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
-            default_policy: linkerd_index::inbound::DefaultPolicy::AllUnauthenticated,
-            probe_networks: vec![],
-            identity_domain: "cluster.local".into(),
-            control_plane_namespace: "linkerd".into(),
-            compute_route_acceptance: false,
-        },
-        linkerd_index::outbound::OutboundConfig {
-            cluster_domain: "cluster.local".into(),
-            cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
-            default_opaque_ports: Default::default(),
-            compute_route_acceptance: false,
-            global_egress_network_namespace: "linkerd-egress".into(),
-        },
-    );
+    let index = status_index();
     let egress: linkerd_k8s_api::EgressNetwork = yaml(
         r#"
 metadata: {name: internet, namespace: linkerd-egress}
@@ -531,7 +525,7 @@ status:
     );
     index.apply(Event::Apply(egress));
     let _writer = status::spawn(
-        index,
+        index.index().clone(),
         client(addr),
         Leadership::fixed(true),
         status_config(100),
@@ -581,7 +575,7 @@ async fn tls_and_tcp_route_statuses_are_patched() {
     index.apply(Event::Apply(tls));
     index.apply(Event::Apply(tcp));
     let _writer = status::spawn(
-        index,
+        index.index().clone(),
         client(addr),
         Leadership::fixed(true),
         status_config(100),
@@ -660,7 +654,7 @@ async fn statuses_in_flight_are_not_sent_again() {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = StatusMetrics::register(&mut registry);
     let _writer = status::spawn(
-        index.clone(),
+        index.index().clone(),
         client(addr),
         Leadership::fixed(true),
         status_config(100),
@@ -697,7 +691,7 @@ async fn a_status_observed_and_then_reset_is_sent_again() {
     let index = index();
     apply_route(&index, "r", json!([theirs()]));
     let _writer = status::spawn(
-        index.clone(),
+        index.index().clone(),
         client(addr),
         Leadership::fixed(true),
         status_config(100),
@@ -724,7 +718,7 @@ async fn a_failed_patch_is_retried() {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = StatusMetrics::register(&mut registry);
     let _writer = status::spawn(
-        index.clone(),
+        index.index().clone(),
         client(addr),
         Leadership::fixed(true),
         status_config(100),
@@ -758,7 +752,7 @@ async fn a_status_never_observed_is_sent_again_each_period() {
         ..status_config(100)
     };
     let _writer = status::spawn(
-        index.clone(),
+        index.index().clone(),
         client(addr),
         Leadership::fixed(true),
         config,

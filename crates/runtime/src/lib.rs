@@ -1,16 +1,18 @@
 //! Process plumbing shared by every binary of the pod: the flags they all take, logging, the admin
-//! HTTP server (`/live`, `/ready`, `/metrics`), the choice between a cluster and offline mode,
-//! graceful shutdown, the gRPC server and its watch streams' shared messages and small encode
-//! buffers ([`grpc`]), and the HTTPS server of the admission webhooks ([`tls`]) with the
-//! `AdmissionReview` envelope they speak ([`admission`]).
+//! HTTP server (`/live`, `/ready`, `/metrics`), graceful shutdown, the gRPC server and its watch
+//! streams' shared messages and small encode buffers ([`grpc`]), and the HTTPS server of the
+//! admission webhooks ([`tls`]).
+//!
+//! It depends on neither the index nor kube, so the `mtls-shim` sidecar, which needs only this
+//! plumbing, builds no Kubernetes client: the choice between a cluster and offline mode
+//! (`--cluster-state` / `--kubeconfig`) is `linkerd_index::source::ClusterArgs`, and the
+//! webhooks' `AdmissionReview` envelope, on kube-core's types, is the `linkerd-admission` crate.
 
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod admission;
 pub mod args;
-pub mod cluster;
 pub mod grpc;
 pub mod log;
 pub mod shutdown;
@@ -19,6 +21,5 @@ pub mod tls;
 pub use self::{
     admin::Admin,
     args::{parse_bool, parse_domain, parse_listen_addr, parse_namespace},
-    cluster::ClusterArgs,
     log::{LogArgs, LogFormat, exit_code},
 };

@@ -30,7 +30,7 @@
 //! Field names match exactly, where Go's decoder ignores case (`PathRegex`); in a cluster the
 //! CRD schema prunes such keys before the webhook sees them (§a.6).
 
-use linkerd_index::profile::{
+use linkerd_index::model::profile::{
     DurationError, QuantityError, parse_go_duration, quantity_decimillis,
 };
 use linkerd_k8s_api::service_profile::{

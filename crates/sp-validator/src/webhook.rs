@@ -2,7 +2,7 @@
 //! served over HTTPS by [`linkerd_runtime::tls::HttpsServer`].
 //!
 //! Every method and path is handled alike (the API server POSTs to `/`). The body is an
-//! `AdmissionReview` of `admission.k8s.io/v1` or `v1beta1` ([`linkerd_runtime::admission`]):
+//! `AdmissionReview` of `admission.k8s.io/v1` or `v1beta1` ([`linkerd_admission`]):
 //!
 //! | body | answer |
 //! |---|---|
@@ -27,10 +27,7 @@ use axum::{
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
-use linkerd_runtime::admission::{
-    AdmissionRequest, AdmissionResponse, AdmissionReview, AdmissionReviewResponse,
-    DEFAULT_API_VERSION,
-};
+use linkerd_admission::{AdmissionRequest, AdmissionResponse, AdmissionReviewResponse};
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue},
     metrics::{counter::Counter, family::Family},
@@ -40,14 +37,7 @@ use prometheus_client::{
 /// The largest body read, as upstream's.
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
-/// Why a body is not a review to answer; both are answered `400 text/plain` with this text.
-#[derive(Debug, thiserror::Error)]
-pub enum ReviewError {
-    #[error("failed to decode admission review request: {0}")]
-    Decode(#[from] serde_json::Error),
-    #[error("invalid admission review request")]
-    Invalid,
-}
+pub use linkerd_admission::ReviewError;
 
 /// The webhook's metrics: `sp_validator_admission_reviews_total{result}`, where `result` is
 /// `allowed`, `denied` or `invalid` (a body answered 400 or 413).
@@ -98,18 +88,7 @@ pub fn router(metrics: WebhookMetrics) -> Router {
 
 /// Answers a non-empty review body (see the module docs).
 pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
-    let review: AdmissionReview = serde_json::from_slice(body)?;
-    let request = review
-        .request
-        .filter(|r| !r.uid.is_empty())
-        .ok_or(ReviewError::Invalid)?;
-    Ok(AdmissionReviewResponse {
-        api_version: review
-            .api_version
-            .unwrap_or_else(|| DEFAULT_API_VERSION.to_string()),
-        kind: "AdmissionReview",
-        response: admit(&request),
-    })
+    linkerd_admission::review(body, admit)
 }
 
 /// Judges one request (§b.5):
@@ -124,15 +103,11 @@ pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
 /// - otherwise `request.object` goes through [`validate`], and the first broken rule is the
 ///   denial message.
 pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
-    let validated = request
-        .operation
-        .as_deref()
-        .is_none_or(|op| op.eq_ignore_ascii_case("CREATE") || op.eq_ignore_ascii_case("UPDATE"));
-    if !validated || !is_service_profile(request) {
-        return AdmissionResponse::allow(&request.uid);
+    if !request.creates_or_updates() || !is_service_profile(request) {
+        return linkerd_admission::allow(request);
     }
     match validate(request.object.as_ref()) {
-        Ok(()) => AdmissionResponse::allow(&request.uid),
+        Ok(()) => linkerd_admission::allow(request),
         Err(invalid) => {
             let message = invalid.to_string();
             tracing::info!(
@@ -141,7 +116,7 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
                 %message,
                 "denied a ServiceProfile"
             );
-            AdmissionResponse::deny(&request.uid, message)
+            linkerd_admission::deny(request, message)
         }
     }
 }
@@ -211,12 +186,13 @@ async fn handle(
             return text(StatusCode::BAD_REQUEST, error.to_string());
         }
     };
-    metrics.count(if answer.response.allowed {
+    let allowed = answer.response.as_ref().is_some_and(|r| r.allowed);
+    metrics.count(if allowed {
         Verdict::allowed
     } else {
         Verdict::denied
     });
-    match serde_json::to_vec(&answer) {
+    match linkerd_admission::to_json(&answer) {
         Ok(json) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],

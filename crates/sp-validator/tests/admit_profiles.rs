@@ -3,7 +3,6 @@
 
 mod support;
 
-use serde::Deserialize;
 use serde_json::Value;
 use std::path::PathBuf;
 use support::*;
@@ -89,8 +88,8 @@ async fn emojivoto_profiles_are_allowed() {
     let webhook = mk_webhook().await;
     let text = std::fs::read_to_string(fixtures().join("emojivoto/cluster.yaml")).unwrap();
     let mut names = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(&text) {
-        let object = Value::deserialize(document).unwrap();
+    let documents: Vec<Value> = linkerd_k8s_api::yaml::from_documents(&text).unwrap();
+    for object in documents {
         if object["kind"] != "ServiceProfile" {
             continue;
         }

@@ -5,7 +5,6 @@ use rustls::{
     pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject},
     server::WebPkiClientVerifier,
 };
-use serde::Deserialize;
 use std::sync::Arc;
 use x509_parser::{extensions::GeneralName, prelude::*};
 
@@ -257,9 +256,7 @@ fn rendered_overlay() {
         ]
     );
 
-    let secrets: Vec<Secret> = serde_yaml::Deserializer::from_str(&files["secrets.yaml"])
-        .map(|doc| Secret::deserialize(doc).unwrap())
-        .collect();
+    let secrets: Vec<Secret> = yaml::from_documents(&files["secrets.yaml"]).unwrap();
     let summary: Vec<_> = secrets
         .iter()
         .map(|s| {
@@ -293,8 +290,7 @@ fn rendered_overlay() {
         certs.webhooks[0].serving.cert_pem.as_bytes()
     );
 
-    let kustomization: serde_json::Value =
-        serde_yaml::from_str(&files["kustomization.yaml"]).unwrap();
+    let kustomization: serde_json::Value = yaml::from_str(&files["kustomization.yaml"]).unwrap();
     assert_eq!(
         kustomization["resources"],
         serde_json::json!(["../base", "secrets.yaml"])
@@ -303,24 +299,24 @@ fn rendered_overlay() {
     assert_eq!(patches.len(), 2);
     for (patch, wh) in patches.iter().zip(&certs.webhooks) {
         assert_eq!(patch["target"]["name"], wh.webhook.configuration);
-        let ops: serde_json::Value =
-            serde_yaml::from_str(patch["patch"].as_str().unwrap()).unwrap();
+        let ops: serde_json::Value = yaml::from_str(patch["patch"].as_str().unwrap()).unwrap();
         assert_eq!(ops[0]["path"], "/webhooks/0/clientConfig/caBundle");
         let bundle: ByteString = serde_json::from_value(ops[0]["value"].clone()).unwrap();
         assert_eq!(bundle.0, wh.ca_pem.as_bytes());
     }
 
     // The Certify overlay: deploy/certify, the webhooks' Secrets only, the same caBundles.
-    let certify: serde_json::Value =
-        serde_yaml::from_str(&files["certify/kustomization.yaml"]).unwrap();
+    let certify: serde_json::Value = yaml::from_str(&files["certify/kustomization.yaml"]).unwrap();
     assert_eq!(
         certify["resources"],
         serde_json::json!(["../../certify", "secrets.yaml"])
     );
     assert_eq!(certify["patches"], kustomization["patches"]);
     let certify_secrets: Vec<String> =
-        serde_yaml::Deserializer::from_str(&files["certify/secrets.yaml"])
-            .map(|doc| Secret::deserialize(doc).unwrap().metadata.name.unwrap())
+        yaml::from_documents::<Secret>(&files["certify/secrets.yaml"])
+            .unwrap()
+            .into_iter()
+            .map(|secret| secret.metadata.name.unwrap())
             .collect();
     assert_eq!(
         certify_secrets,

@@ -3,6 +3,7 @@
 
 use super::{Doc, OLDEST_KUBERNETES, Report, parse_docs};
 use anyhow::Context;
+use linkerd_k8s_api::yaml;
 use serde_json::Value;
 use std::{collections::BTreeSet, path::Path, process::Command};
 
@@ -81,7 +82,7 @@ pub(super) fn run_external(
         let mut all = String::new();
         for doc in docs {
             all.push_str("---\n");
-            all.push_str(&serde_yaml::to_string(&doc.value)?);
+            all.push_str(&yaml::to_string(&doc.value)?);
         }
         to_validate = tmp.path().join("documents.yaml");
         std::fs::write(&to_validate, all)?;

@@ -1,24 +1,25 @@
 use super::*;
 use linkerd_k8s_api::service_profile::v1alpha2::ServiceProfile;
-use serde::Deserialize;
 
 const EMOJIVOTO: &str = include_str!("../../../../tests/fixtures/emojivoto/cluster.yaml");
 
 /// The ServiceProfile of that name in a multi-document `kubectl get -o yaml` snapshot.
 fn cluster_profile(yaml: &str, name: &str) -> ProfileInfo {
-    let value = serde_yaml::Deserializer::from_str(yaml)
-        .map(|doc| serde_yaml::Value::deserialize(doc).expect("document decodes"))
+    let docs: Vec<serde_json::Value> =
+        linkerd_k8s_api::yaml::from_documents(yaml).expect("documents decode");
+    let value = docs
+        .into_iter()
         .find(|v| {
             v.get("kind").and_then(|k| k.as_str()) == Some("ServiceProfile")
                 && v["metadata"]["name"].as_str() == Some(name)
         })
         .expect("profile is in the snapshot");
-    let sp: ServiceProfile = serde_yaml::from_value(value).expect("profile decodes");
+    let sp: ServiceProfile = serde_json::from_value(value).expect("profile decodes");
     ProfileInfo::from_service_profile(&sp).expect("profile is valid")
 }
 
 fn fixture_profile(yaml: &str) -> ProfileInfo {
-    let sp: ServiceProfile = serde_yaml::from_str(yaml).expect("fixture decodes");
+    let sp: ServiceProfile = linkerd_k8s_api::yaml::from_str(yaml).expect("fixture decodes");
     ProfileInfo::from_service_profile(&sp).expect("profile is valid")
 }
 

@@ -7,7 +7,9 @@ use destination::{
     DestinationMetrics, DestinationService, EndpointTranslator, TranslatorConfig, serve,
     server::bind,
 };
-use linkerd_index::{Index, IndexMetrics, PortSet, source::offline::OfflineSource};
+use linkerd_index::{
+    ClusterSource, DiscoveryIndex, IndexMetrics, PortSet, Watches, source::offline::OfflineSource,
+};
 use linkerd_runtime::shutdown;
 use linkerd2_proxy_api::destination::{
     DestinationProfile, GetDestination, Update, WeightedAddr,
@@ -36,7 +38,7 @@ pub fn chart_config() -> TranslatorConfig {
 pub struct Harness {
     pub addr: SocketAddr,
     pub client: DestinationClient<Channel>,
-    pub index: Index,
+    pub index: DiscoveryIndex,
     _trigger: shutdown::Trigger,
 }
 
@@ -46,6 +48,30 @@ pub fn fixture_dir(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// A discovery index fed from the state directory `dir`, once its initial read is applied.
+pub async fn offline_index(dir: &Path, metrics: IndexMetrics) -> DiscoveryIndex {
+    let index = DiscoveryIndex::new();
+    let mut watches = Watches::new(metrics.clone());
+    index.watch(&mut watches);
+    let source = OfflineSource::new(dir, metrics).expect("state dir");
+    let started = watches.start(&ClusterSource::Offline(source)).await;
+    let mut ready = started.ready();
+    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
+        .await
+        .expect("index ready in time")
+        .expect("ready channel");
+    index
+}
+
+/// A discovery index the test feeds itself, with typed objects.
+pub fn fed_index() -> linkerd_index::Fed<DiscoveryIndex> {
+    linkerd_index::Fed::new(
+        DiscoveryIndex::new(),
+        DiscoveryIndex::watch,
+        IndexMetrics::default(),
+    )
+}
+
 impl Harness {
     /// Serves the manifests in `dir` with the chart-default flags (IPv6 disabled).
     pub async fn start(dir: &Path) -> Self {
@@ -53,26 +79,22 @@ impl Harness {
     }
 
     pub async fn start_with(dir: &Path, config: TranslatorConfig, enable_ipv6: bool) -> Self {
-        let metrics = IndexMetrics::default();
-        let index = Index::new(metrics.clone());
-        let source = OfflineSource::start(dir, metrics).expect("state dir");
-        index.spawn_watches(&source);
-        let mut ready = index.ready();
-        tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
-            .await
-            .expect("index ready in time")
-            .expect("ready channel");
+        let index = offline_index(dir, IndexMetrics::default()).await;
         Self::serve_index(index, config, enable_ipv6).await
     }
 
-    /// Serves an index the test feeds itself (with `Index::apply`).
-    pub async fn serve_index(index: Index, config: TranslatorConfig, enable_ipv6: bool) -> Self {
+    /// Serves an index the test feeds itself (a [`linkerd_index::Fed`] index).
+    pub async fn serve_index(
+        index: DiscoveryIndex,
+        config: TranslatorConfig,
+        enable_ipv6: bool,
+    ) -> Self {
         Self::serve_index_with_metrics(index, config, enable_ipv6, DestinationMetrics::default())
             .await
     }
 
     pub async fn serve_index_with_metrics(
-        index: Index,
+        index: DiscoveryIndex,
         config: TranslatorConfig,
         enable_ipv6: bool,
         metrics: DestinationMetrics,
@@ -306,7 +328,7 @@ impl StateDir {
     pub fn write(&self, file: &str, objects: &[Value]) {
         let text: String = objects
             .iter()
-            .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
+            .map(|o| format!("---\n{}", linkerd_k8s_api::yaml::to_string(o).unwrap()))
             .collect();
         self.write_raw(file, &text);
     }

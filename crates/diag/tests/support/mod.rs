@@ -7,7 +7,9 @@ use destination::{
     DestinationMetrics, DestinationService, EndpointTranslator, TranslatorConfig, serve,
     server::bind, translate::parse_http2_params,
 };
-use linkerd_index::{Index, IndexMetrics, PortSet, source::offline::OfflineSource};
+use linkerd_index::{
+    ClusterSource, DiscoveryIndex, IndexMetrics, PortSet, Watches, source::offline::OfflineSource,
+};
 use linkerd_runtime::shutdown;
 use std::{net::SocketAddr, path::Path, process::Stdio, time::Duration};
 use tokio::{
@@ -40,14 +42,12 @@ pub fn chart_config() -> TranslatorConfig {
 pub async fn start_server() -> (SocketAddr, shutdown::Trigger) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/emojivoto");
     let metrics = IndexMetrics::default();
-    let index = Index::new(metrics.clone());
-    let source = OfflineSource::start(&dir, metrics).expect("fixture dir");
-    index.spawn_watches(&source);
-    let mut ready = index.ready();
-    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
-        .await
-        .expect("index ready in time")
-        .expect("ready channel");
+    let index = DiscoveryIndex::new();
+    let mut watches = Watches::new(metrics.clone());
+    index.watch(&mut watches);
+    let source = OfflineSource::new(&dir, metrics).expect("fixture dir");
+    // Offline mode delivers the whole directory before `start` returns.
+    watches.start(&ClusterSource::Offline(source)).await;
     let (trigger, shutdown) = shutdown::channel();
     let service = DestinationService::new(
         index,

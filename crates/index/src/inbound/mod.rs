@@ -1,34 +1,86 @@
-//! Inbound policy: per (workload, port), the Server that covers it (or the default server) with
-//! its authorizations, routes and rate limit (spec/policy.md §4).
+//! The inbound-policy index: per (workload, port), the Server that covers it (or the default
+//! server) with its authorizations, routes and rate limit (spec/policy.md §4).
 //!
-//! The stores of the policy kinds live in [`PolicyStores`] inside the index's cluster state;
-//! [`InboundServer`]s are computed from them for subscribed (workload, port) pairs and
-//! recomputed when anything in the workload's namespace changes (§4.3).
+//! - [`view`]: the [`InboundServer`] served, protocol-agnostic.
+//! - [`policy`]: the policy kinds in the compact form this index keeps.
+//! - [`objects`]: how each kind converts into that form and updates the stores.
+//! - this module: [`InboundIndex`], its stores, and the computation of an [`InboundServer`]:
+//!   published on one topic per subscribed (workload, port) and recomputed when anything in the
+//!   workload's namespace changes (§4.3).
 
 pub mod objects;
+pub mod policy;
 pub mod view;
 
 use ipnet::IpNet;
+use parking_lot::Mutex;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     str::FromStr,
-    sync::Arc,
+    sync::{Arc, atomic::AtomicU64},
 };
+use tokio::sync::watch;
 
+use self::policy::{
+    AuthenticationRef, AuthorizationPolicyInfo, InboundRouteInfo, MeshTlsAuthenticationInfo,
+    NetworkAuthenticationInfo, PolicyTarget, RateLimitPolicyInfo, RouteRules,
+    ServerAuthorizationInfo, ServerSelection,
+};
 use crate::{
-    model::{
-        AuthenticationRef, AuthorizationPolicyInfo, ExternalWorkloadInfo, InboundRouteInfo,
-        MeshTlsAuthenticationInfo, NetworkAuthenticationInfo, ObjectRef, PodInfo, PolicyTarget,
-        RateLimitPolicyInfo, RouteRules, ServerAuthorizationInfo, ServerInfo, ServerPort,
-        ServerSelection,
+    metrics::{IndexMetrics, Skipped},
+    model::{ExternalWorkloadInfo, ObjectRef, PodInfo, PortSet, ServerInfo, ServerPort},
+    routes::{
+        GATEWAY_GROUP, GrpcRouteMatch, GrpcRule, HttpRouteMatch, HttpRule, POLICY_GROUP, PathMatch,
+        RouteKey,
+        parents::{ParentKey, ParentKind, ParentLookup, ParentState, StatusRoutes},
     },
-    ports::PortSet,
-    routes::{GrpcRouteMatch, GrpcRule, HttpRouteMatch, HttpRule, PathMatch},
-    store::Cluster,
+    topic::{Topics, subscribe},
+    watches::Watches,
 };
 use linkerd_k8s_api::server::ProxyProtocol;
 
 pub use self::view::*;
+
+/// The inbound-policy index. Cheap to clone; every clone is the same index.
+#[derive(Clone)]
+pub struct InboundIndex {
+    state: Arc<Mutex<Inbound>>,
+    next_topic_id: Arc<AtomicU64>,
+}
+
+/// The stores and topics of the inbound index. Only its watches mutate them, under its lock.
+pub(crate) struct Inbound {
+    pub(crate) config: InboundConfig,
+    /// Meshed pods (label `linkerd.io/control-plane-ns`); other pods have no inbound policy.
+    pub(crate) pods: HashMap<ObjectRef, Arc<PodInfo>>,
+    pub(crate) external_workloads: HashMap<ObjectRef, Arc<ExternalWorkloadInfo>>,
+    pub(crate) servers: HashMap<ObjectRef, Arc<ServerInfo>>,
+    /// Namespace → its Servers (a Server only reaches workloads of its own namespace).
+    pub(crate) servers_by_namespace: HashMap<String, BTreeSet<ObjectRef>>,
+    /// Namespace → its Servers, oldest first then by name: the order in which they claim ports
+    /// (spec/policy.md §4.3), sorted once per change rather than once per lookup.
+    pub(crate) servers_by_age: HashMap<String, Vec<Arc<ServerInfo>>>,
+    /// The policy kinds (ServerAuthorization, AuthorizationPolicy, ...).
+    pub(crate) policy: PolicyStores,
+    /// Every HTTP and gRPC route's parents, whether or not it converts: offline mode's route
+    /// acceptance (a route that does not convert still conflicts others).
+    pub(crate) route_parents: StatusRoutes,
+    topics: Topics<WorkloadRef, u16, InboundServer>,
+    /// Objects skipped as invalid, so that a re-applied one is not logged again.
+    pub(crate) skipped: Skipped,
+    pub(crate) metrics: IndexMetrics,
+}
+
+/// What a batch of changes touched: the inbound servers to recompute.
+#[derive(Debug, Default)]
+pub(crate) struct Touched {
+    /// Namespaces whose inbound servers must be recomputed (§4.3).
+    pub(crate) namespaces: BTreeSet<String>,
+    /// An authentication changed: every inbound server is recomputed.
+    pub(crate) all: bool,
+    /// Namespaces whose Servers changed: their age order is sorted again.
+    pub(crate) server_namespaces: BTreeSet<String>,
+}
 
 /// Pod and ExternalWorkload annotation overriding the default inbound policy.
 pub const DEFAULT_INBOUND_POLICY_ANNOTATION: &str = "config.linkerd.io/default-inbound-policy";
@@ -92,7 +144,7 @@ pub struct UnknownWorkload;
 
 /// The stores of the policy kinds, by namespace then name.
 #[derive(Debug, Default)]
-pub struct PolicyStores {
+pub(crate) struct PolicyStores {
     pub(crate) server_authorizations: NamespacedStore<ServerAuthorizationInfo>,
     pub(crate) authorization_policies: NamespacedStore<AuthorizationPolicyInfo>,
     pub(crate) mesh_tls_authentications: NamespacedStore<MeshTlsAuthenticationInfo>,
@@ -106,12 +158,14 @@ pub struct PolicyStores {
 #[derive(Debug)]
 pub(crate) struct NamespacedStore<T> {
     by_namespace: HashMap<String, BTreeMap<String, Arc<T>>>,
+    len: usize,
 }
 
 impl<T> Default for NamespacedStore<T> {
     fn default() -> Self {
         Self {
             by_namespace: HashMap::new(),
+            len: 0,
         }
     }
 }
@@ -123,7 +177,9 @@ impl<T: PartialEq> NamespacedStore<T> {
         if ns.get(&name).is_some_and(|old| **old == obj) {
             return false;
         }
-        ns.insert(name, Arc::new(obj));
+        if ns.insert(name, Arc::new(obj)).is_none() {
+            self.len += 1;
+        }
         true
     }
 
@@ -132,6 +188,9 @@ impl<T: PartialEq> NamespacedStore<T> {
             return false;
         };
         let removed = ns.remove(name).is_some();
+        if removed {
+            self.len -= 1;
+        }
         if ns.is_empty() {
             self.by_namespace.remove(namespace);
         }
@@ -149,6 +208,10 @@ impl<T: PartialEq> NamespacedStore<T> {
             .flat_map(|ns| ns.values().map(|t| &**t))
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     pub(crate) fn keys(&self) -> Vec<ObjectRef> {
         self.by_namespace
             .iter()
@@ -159,6 +222,77 @@ impl<T: PartialEq> NamespacedStore<T> {
                 })
             })
             .collect()
+    }
+}
+
+// === impl InboundIndex ===
+
+impl InboundIndex {
+    /// An empty index serving inbound policy with `config`; objects it skips as invalid are
+    /// counted in `metrics`.
+    pub fn new(config: InboundConfig, metrics: IndexMetrics) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(Inbound {
+                config,
+                pods: HashMap::new(),
+                external_workloads: HashMap::new(),
+                servers: HashMap::new(),
+                servers_by_namespace: HashMap::new(),
+                servers_by_age: HashMap::new(),
+                policy: PolicyStores::default(),
+                route_parents: StatusRoutes::default(),
+                topics: Topics::default(),
+                skipped: Skipped::default(),
+                metrics,
+            })),
+            next_topic_id: Arc::default(),
+        }
+    }
+
+    /// Feeds the index from `watches`: meshed Pods, ExternalWorkloads, Servers,
+    /// ServerAuthorizations, AuthorizationPolicies, MeshTLS and Network authentications,
+    /// HTTPLocalRateLimitPolicies, and HTTPRoutes (both groups) and GRPCRoutes.
+    pub fn watch(&self, watches: &mut Watches) {
+        objects::watch(self, watches);
+    }
+
+    /// Runs `change` on the stores, then republishes every subscribed server it touched.
+    pub(crate) fn update<R>(&self, change: impl FnOnce(&mut Inbound, &mut Touched) -> R) -> R {
+        let mut state = self.state.lock();
+        let mut touched = Touched::default();
+        let out = change(&mut state, &mut touched);
+        state.sort_servers(&touched.server_namespaces);
+        state.publish(&touched);
+        out
+    }
+
+    /// Subscribes to the inbound policy of `workload`'s `port` (spec/policy.md §4.9). The
+    /// receiver closes when the workload is deleted. Errors when the workload is not indexed
+    /// (unknown, or an unmeshed pod).
+    pub fn inbound_server(
+        &self,
+        workload: WorkloadRef,
+        port: u16,
+    ) -> Result<watch::Receiver<Arc<InboundServer>>, UnknownWorkload> {
+        let initial = self
+            .state
+            .lock()
+            .inbound_server(&workload, port)
+            .ok_or(UnknownWorkload)?;
+        Ok(subscribe(
+            &self.state,
+            &self.next_topic_id,
+            |i| &mut i.topics,
+            workload,
+            port,
+            // Computed just above; recomputing under the same lock would give the same value.
+            move |_| initial,
+        ))
+    }
+
+    /// The number of inbound topics alive (one per subscribed workload port).
+    pub fn topic_count(&self) -> usize {
+        self.state.lock().topics.len()
     }
 }
 
@@ -316,7 +450,65 @@ impl Workload<'_> {
     }
 }
 
-impl Cluster {
+impl ParentLookup for Inbound {
+    /// Servers only: the parents inbound policy attaches routes to.
+    fn parent_state(&self, parent: &ParentKey) -> ParentState {
+        let exists =
+            parent.kind == ParentKind::Server && self.servers.contains_key(&parent.object());
+        if exists {
+            ParentState::Exists
+        } else {
+            ParentState::Missing
+        }
+    }
+}
+
+impl Inbound {
+    /// Re-sorts the Servers of `namespaces` by age (see `servers_by_age`).
+    fn sort_servers(&mut self, namespaces: &BTreeSet<String>) {
+        for ns in namespaces {
+            let mut servers: Vec<Arc<ServerInfo>> = self
+                .servers_by_namespace
+                .get(ns)
+                .into_iter()
+                .flatten()
+                .filter_map(|k| self.servers.get(k).cloned())
+                .collect();
+            if servers.is_empty() {
+                self.servers_by_age.remove(ns);
+                continue;
+            }
+            // A missing timestamp sorts first.
+            servers.sort_by(|a, b| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
+            self.servers_by_age.insert(ns.clone(), servers);
+        }
+    }
+
+    /// Recomputes the subscribed servers `touched` reaches; a deleted workload's topics are
+    /// dropped, which ends the streams watching it (§4.2).
+    fn publish(&mut self, touched: &Touched) {
+        if !touched.all && touched.namespaces.is_empty() {
+            return;
+        }
+        let mut topics = std::mem::take(&mut self.topics);
+        let workloads: Vec<WorkloadRef> = topics
+            .groups()
+            .filter(|w| touched.all || touched.namespaces.contains(w.namespace()))
+            .cloned()
+            .collect();
+        for workload in workloads {
+            if self.inbound_workload(&workload).is_none() {
+                topics.remove_group(&workload);
+                continue;
+            }
+            topics.republish(&workload, |port| {
+                self.inbound_server(&workload, *port)
+                    .unwrap_or_else(|| unreachable_default(&self.config))
+            });
+        }
+        self.topics = topics;
+    }
+
     /// The pod or ExternalWorkload `workload`, if indexed for inbound policy (pods must be
     /// meshed).
     fn inbound_workload(&self, workload: &WorkloadRef) -> Option<Workload<'_>> {
@@ -339,18 +531,13 @@ impl Cluster {
         }
     }
 
-    /// Whether `workload` is indexed.
-    pub(crate) fn has_inbound_workload(&self, workload: &WorkloadRef) -> bool {
-        self.inbound_workload(workload).is_some()
-    }
-
     /// The server of `workload`'s `port`, or `None` when the workload is not indexed.
     pub(crate) fn inbound_server(
         &self,
-        config: &InboundConfig,
         workload: &WorkloadRef,
         port: u16,
     ) -> Option<InboundServer> {
+        let config = &self.config;
         let workload = self.inbound_workload(workload)?;
         // Oldest first (a missing timestamp sorts first), then by name (§4.3).
         let server = self
@@ -492,7 +679,7 @@ impl Cluster {
         server: &str,
     ) -> bool {
         if config.compute_route_acceptance {
-            accepted_by_server(self, route, server)
+            self.accepted_by_server(route, server)
         } else {
             route.accepted.contains(server)
         }
@@ -521,6 +708,34 @@ impl Cluster {
                 ))
             })
             .collect()
+    }
+
+    /// Whether the status controller accepts `route` for Server `server` (offline mode's
+    /// acceptance): the route names it as a parent, it exists in the route's namespace, and no
+    /// more specific route kind claims it (spec/policy.md §7.2, the status writer's own rules).
+    fn accepted_by_server(&self, route: &InboundRouteInfo, server: &str) -> bool {
+        let group = [POLICY_GROUP, GATEWAY_GROUP]
+            .into_iter()
+            .find(|g| *g == route.group);
+        let kind = ["HTTPRoute", "GRPCRoute"]
+            .into_iter()
+            .find(|k| *k == route.kind);
+        let (Some(group), Some(kind)) = (group, kind) else {
+            return false;
+        };
+        let key = RouteKey {
+            group,
+            kind,
+            namespace: route.namespace.clone(),
+            name: route.name.clone(),
+        };
+        let parent = ParentKey {
+            kind: ParentKind::Server,
+            namespace: route.namespace.clone(),
+            name: server.to_string(),
+            port: None,
+        };
+        route.parents.contains(server) && self.route_parents.accepts(&key, &parent, self)
     }
 
     /// What an AuthorizationPolicy admits, or `None` while a referenced authentication is
@@ -565,39 +780,19 @@ impl Cluster {
     }
 }
 
-/// Whether the status controller accepts `route` for Server `server` (offline mode's
-/// acceptance): the route names it as a parent, it exists in the route's namespace, and no
-/// more specific route kind claims it (spec/policy.md §7.2, the status writer's own rules).
-pub(crate) fn accepted_by_server(
-    cluster: &Cluster,
-    route: &InboundRouteInfo,
-    server: &str,
-) -> bool {
-    let group = [
-        crate::outbound::routes::POLICY_GROUP,
-        crate::outbound::routes::GATEWAY_GROUP,
-    ]
-    .into_iter()
-    .find(|g| *g == route.group);
-    let kind = ["HTTPRoute", "GRPCRoute"]
-        .into_iter()
-        .find(|k| *k == route.kind);
-    let (Some(group), Some(kind)) = (group, kind) else {
-        return false;
-    };
-    let key = crate::outbound::routes::RouteKey {
-        group,
-        kind,
-        namespace: route.namespace.clone(),
-        name: route.name.clone(),
-    };
-    let parent = crate::status::ParentKey {
-        kind: crate::status::ParentKind::Server,
-        namespace: route.namespace.clone(),
-        name: server.to_string(),
-        port: None,
-    };
-    route.parents.contains(server) && cluster.status_accepts(&key, &parent)
+/// Never used: a workload checked to exist always has a server. Kept total rather than
+/// panicking inside the index lock.
+fn unreachable_default(config: &InboundConfig) -> InboundServer {
+    InboundServer {
+        reference: ServerRef::Default(config.default_policy.name().into()),
+        protocol: InboundProtocol::Detect {
+            timeout: DETECT_TIMEOUT,
+        },
+        authorizations: config.default_policy.authorizations(config),
+        http_routes: Vec::new(),
+        grpc_routes: Vec::new(),
+        rate_limit: None,
+    }
 }
 
 /// The server of a port no Server covers (§4.4).

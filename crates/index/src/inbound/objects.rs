@@ -1,44 +1,43 @@
-//! The policy kinds in the index: conversion of each CRD into its domain form
-//! (spec/policy.md §4.5–§4.7, references per §3.1, identities §3.2, networks §3.3) and how it is
-//! stored. A resource that cannot be used is an [`InvalidObject`]: logged, counted, skipped.
+//! The kinds of the inbound index: conversion of each policy CRD into the compact form the
+//! index keeps ([`super::policy`]; spec/policy.md §4.5–§4.7, references per §3.1, identities
+//! §3.2, networks §3.3), and how each kind's events update the stores. A resource that cannot
+//! be used is an [`InvalidObject`]: logged, counted, skipped; an invalid update removes the
+//! version it replaces.
 
-use ipnet::IpNet;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use k8s_openapi::{
+    api::core::v1::Pod,
+    apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta},
+};
 use linkerd_k8s_api::{
-    AuthorizationPolicy, HttpLocalRateLimitPolicy, HttpRoute as PolicyHttpRoute,
-    MeshTlsAuthentication, NetworkAuthentication, ServerAuthorization,
+    AuthorizationPolicy, ExternalWorkload, HttpLocalRateLimitPolicy, HttpRoute as PolicyHttpRoute,
+    MeshTlsAuthentication, NetworkAuthentication, Server, ServerAuthorization,
     gateway_api::{grpcroutes::GrpcRoute, httproutes::HttpRoute as GatewayHttpRoute},
     http_route::{HttpRouteFilter, POLICY_CONTROLLER_NAME},
 };
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::Arc};
 
-use super::{ClientAuthentication, ClientAuthorization, IdentityMatch, InboundConfig, Network};
+use super::{
+    ClientAuthentication, ClientAuthorization, IdentityMatch, Inbound, InboundConfig, InboundIndex,
+    Touched,
+    policy::{
+        AuthenticationRef, AuthorizationPolicyInfo, InboundRouteInfo, MeshTlsAuthenticationInfo,
+        NetworkAuthenticationInfo, PolicyTarget, RateLimitPolicyInfo, RouteRules,
+        ServerAuthorizationInfo, ServerSelection,
+    },
+};
 use crate::{
     model::{
-        AuthenticationRef, AuthorizationPolicyInfo, InboundRouteInfo, InvalidObject,
-        MeshTlsAuthenticationInfo, NetworkAuthenticationInfo, ObjectRef, PolicyTarget,
-        RateLimitPolicyInfo, RouteRules, ServerAuthorizationInfo, ServerSelection, invalid, names,
+        CONTROL_PLANE_NS_LABEL, ExternalWorkloadInfo, InvalidObject, Kind, Network, ObjectRef,
+        PodInfo, Selector, ServerInfo, invalid, names_of, parse_network,
     },
-    routes::{GrpcRule, HostMatch, HttpRule, convert},
-    selector::Selector,
-    store::{Cluster, IndexedKind, Touched},
+    routes::{
+        GATEWAY_GROUP, GrpcRule, HostMatch, HttpRule, POLICY_GROUP, RouteKey, convert,
+        parents::StatusSource, ref_is,
+    },
+    source::Event,
+    store::{apply_event, index_insert, index_remove},
+    watches::{Sink, Watches},
 };
-
-const POLICY_GROUP: &str = "policy.linkerd.io";
-const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
-
-/// Whether a reference `(group?, kind)` names the type `(group, kind)`: groups compare with
-/// absent or empty meaning `core`, both case-insensitively (§3.1).
-pub fn ref_is(ref_group: Option<&str>, ref_kind: &str, group: &str, kind: &str) -> bool {
-    let norm = |g: &str| {
-        if g.is_empty() {
-            "core".to_string()
-        } else {
-            g.to_ascii_lowercase()
-        }
-    };
-    norm(ref_group.unwrap_or("")) == norm(group) && ref_kind.eq_ignore_ascii_case(kind)
-}
 
 /// A client identity pattern (§3.2): `*` any identity, `*.a.b` a suffix, else exact.
 pub fn parse_identity(id: &str) -> IdentityMatch {
@@ -51,35 +50,12 @@ pub fn parse_identity(id: &str) -> IdentityMatch {
     }
 }
 
-/// A CIDR or a bare IP (a /32 or /128).
-pub fn parse_net(s: &str) -> Result<IpNet, String> {
-    s.parse::<IpNet>()
-        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
-        .map_err(|_| format!("invalid CIDR {s:?}"))
-}
-
-fn parse_network(n: &linkerd_k8s_api::Network) -> Result<Network, String> {
-    Ok(Network {
-        net: parse_net(&n.cidr)?,
-        except: n
-            .except
-            .iter()
-            .flatten()
-            .map(|e| parse_net(e))
-            .collect::<Result<_, _>>()?,
-    })
-}
-
-fn identity_config(cluster: &Cluster) -> (String, String) {
-    cluster.inbound_config.as_ref().map_or_else(
-        || ("linkerd".to_string(), "cluster.local".to_string()),
-        |c: &InboundConfig| (c.control_plane_namespace.clone(), c.identity_domain.clone()),
+/// The mesh identity of ServiceAccount `sa` of `namespace` (§3.2).
+fn sa_identity(config: &InboundConfig, sa: &str, namespace: &str) -> String {
+    format!(
+        "{sa}.{namespace}.serviceaccount.identity.{}.{}",
+        config.control_plane_namespace, config.identity_domain
     )
-}
-
-fn sa_identity(cluster: &Cluster, sa: &str, namespace: &str) -> String {
-    let (cp, domain) = identity_config(cluster);
-    format!("{sa}.{namespace}.serviceaccount.identity.{cp}.{domain}")
 }
 
 fn accepted(conditions: &[Condition]) -> bool {
@@ -91,10 +67,10 @@ fn accepted(conditions: &[Condition]) -> bool {
 // === ServerAuthorization ===
 
 fn server_authorization(
-    cluster: &Cluster,
+    config: &InboundConfig,
     saz: &ServerAuthorization,
 ) -> Result<ServerAuthorizationInfo, InvalidObject> {
-    let (namespace, name) = names("ServerAuthorization", &saz.metadata)?;
+    let (namespace, name) = names_of("ServerAuthorization", &saz.metadata)?;
     let bad = |reason: String| invalid("ServerAuthorization", &namespace, &name, reason);
     let servers = match (&saz.spec.server.name, &saz.spec.server.selector) {
         (Some(n), _) => ServerSelection::Name(n.clone()),
@@ -124,7 +100,7 @@ fn server_authorization(
                 .collect();
             ids.extend(mtls.service_accounts.iter().flatten().map(|sa| {
                 IdentityMatch::Exact(sa_identity(
-                    cluster,
+                    config,
                     &sa.name,
                     sa.namespace.as_deref().unwrap_or(&namespace),
                 ))
@@ -151,10 +127,10 @@ fn server_authorization(
 // === AuthorizationPolicy ===
 
 fn authorization_policy(
-    cluster: &Cluster,
+    config: &InboundConfig,
     ap: &AuthorizationPolicy,
 ) -> Result<AuthorizationPolicyInfo, InvalidObject> {
-    let (namespace, name) = names("AuthorizationPolicy", &ap.metadata)?;
+    let (namespace, name) = names_of("AuthorizationPolicy", &ap.metadata)?;
     let bad = |reason: String| invalid("AuthorizationPolicy", &namespace, &name, reason);
     let t = &ap.spec.target_ref;
     let group = t.group.as_deref();
@@ -193,7 +169,7 @@ fn authorization_policy(
                 })
             } else if ref_is(g, &r.kind, "core", "ServiceAccount") {
                 Ok(AuthenticationRef::ServiceAccount {
-                    identity: sa_identity(cluster, &r.name, &ns),
+                    identity: sa_identity(config, &r.name, &ns),
                 })
             } else {
                 Err(bad(format!("unsupported authentication kind {}", r.kind)))
@@ -211,11 +187,11 @@ fn authorization_policy(
 // === MeshTLSAuthentication / NetworkAuthentication ===
 
 fn mesh_tls_authentication(
-    cluster: &Cluster,
+    config: &InboundConfig,
     m: &MeshTlsAuthentication,
 ) -> Result<MeshTlsAuthenticationInfo, InvalidObject> {
-    let (namespace, name) = names("MeshTLSAuthentication", &m.metadata)?;
-    let (cp, domain) = identity_config(cluster);
+    let (namespace, name) = names_of("MeshTLSAuthentication", &m.metadata)?;
+    let (cp, domain) = (&config.control_plane_namespace, &config.identity_domain);
     let mut identities: Vec<IdentityMatch> = m
         .spec
         .identities
@@ -227,7 +203,7 @@ fn mesh_tls_authentication(
         let g = r.group.as_deref();
         if ref_is(g, &r.kind, "core", "ServiceAccount") {
             let ns = r.namespace.as_deref().unwrap_or(&namespace);
-            identities.push(IdentityMatch::Exact(sa_identity(cluster, &r.name, ns)));
+            identities.push(IdentityMatch::Exact(sa_identity(config, &r.name, ns)));
         } else if ref_is(g, &r.kind, "core", "Namespace") {
             let mut parts = vec![
                 r.name.clone(),
@@ -262,9 +238,10 @@ fn mesh_tls_authentication(
 }
 
 fn network_authentication(
+    _: &InboundConfig,
     n: &NetworkAuthentication,
 ) -> Result<NetworkAuthenticationInfo, InvalidObject> {
-    let (namespace, name) = names("NetworkAuthentication", &n.metadata)?;
+    let (namespace, name) = names_of("NetworkAuthentication", &n.metadata)?;
     let networks: Vec<Network> = n
         .spec
         .networks
@@ -290,10 +267,10 @@ fn network_authentication(
 // === HTTPLocalRateLimitPolicy ===
 
 fn rate_limit(
-    cluster: &Cluster,
+    config: &InboundConfig,
     r: &HttpLocalRateLimitPolicy,
 ) -> Result<RateLimitPolicyInfo, InvalidObject> {
-    let (namespace, name) = names("HTTPLocalRateLimitPolicy", &r.metadata)?;
+    let (namespace, name) = names_of("HTTPLocalRateLimitPolicy", &r.metadata)?;
     let bad = |reason: String| invalid("HTTPLocalRateLimitPolicy", &namespace, &name, reason);
     let t = &r.spec.target_ref;
     if !ref_is(t.group.as_deref(), &t.kind, POLICY_GROUP, "Server") {
@@ -311,7 +288,7 @@ fn rate_limit(
                 .map(|c| {
                     if ref_is(c.group.as_deref(), &c.kind, "core", "ServiceAccount") {
                         let ns = c.namespace.as_deref().unwrap_or(&namespace);
-                        Ok(sa_identity(cluster, &c.name, ns))
+                        Ok(sa_identity(config, &c.name, ns))
                     } else {
                         Err(bad(
                             "overrides.clientRefs must target a ServiceAccount".into()
@@ -392,7 +369,7 @@ fn route_info(
     hostnames: Option<&Vec<String>>,
     rules: Result<RouteRules, convert::RouteError>,
 ) -> Result<InboundRouteInfo, InvalidObject> {
-    let (namespace, name) = names(kind, meta)?;
+    let (namespace, name) = names_of(kind, meta)?;
     let parents = parents.map_err(|r| invalid(kind, &namespace, &name, r))?;
     let rules = rules.map_err(|e| invalid(kind, &namespace, &name, e.to_string()))?;
     Ok(InboundRouteInfo {
@@ -442,7 +419,10 @@ macro_rules! route_parents {
     }};
 }
 
-fn policy_http_route(r: &PolicyHttpRoute) -> Result<InboundRouteInfo, InvalidObject> {
+fn policy_http_route(
+    _: &InboundConfig,
+    r: &PolicyHttpRoute,
+) -> Result<InboundRouteInfo, InvalidObject> {
     let (parents, accepted) = route_parents!(r);
     let rules = r
         .spec
@@ -491,7 +471,10 @@ fn policy_http_route(r: &PolicyHttpRoute) -> Result<InboundRouteInfo, InvalidObj
     )
 }
 
-fn gateway_http_route(r: &GatewayHttpRoute) -> Result<InboundRouteInfo, InvalidObject> {
+fn gateway_http_route(
+    _: &InboundConfig,
+    r: &GatewayHttpRoute,
+) -> Result<InboundRouteInfo, InvalidObject> {
     let (parents, accepted) = route_parents!(r);
     let rules = r
         .spec
@@ -527,7 +510,7 @@ fn gateway_http_route(r: &GatewayHttpRoute) -> Result<InboundRouteInfo, InvalidO
     )
 }
 
-fn grpc_route(r: &GrpcRoute) -> Result<InboundRouteInfo, InvalidObject> {
+fn grpc_route(_: &InboundConfig, r: &GrpcRoute) -> Result<InboundRouteInfo, InvalidObject> {
     let (parents, accepted) = route_parents!(r);
     let rules = r
         .spec
@@ -563,234 +546,331 @@ fn grpc_route(r: &GrpcRoute) -> Result<InboundRouteInfo, InvalidObject> {
     )
 }
 
-// === IndexedKind impls ===
+// === how each kind's events update the stores ===
 
-/// Implements [`IndexedKind`] for a policy kind stored in one of [`super::PolicyStores`]:
-/// `$store` picks the store, `$convert` builds the domain form, `$key` its name in the store,
-/// and a change touches its namespace (`$all` true: every namespace).
-///
-/// Route kinds also name `outbound = ($group, $kind, $convert)`: the route is then stored in
-/// outbound form too (spec/policy.md §5.4), and an error of either form is reported. Kinds with
-/// a status of their own name `status = ($apply, $delete, $keys)`: its inputs are stored
-/// whether or not the object converts (§7).
+/// Feeds `index` from `watches` (see [`InboundIndex::watch`]).
+pub(super) fn watch(index: &InboundIndex, watches: &mut Watches) {
+    watches
+        .add_selected::<Pod>(index.clone(), Some(CONTROL_PLANE_NS_LABEL))
+        .add::<ExternalWorkload>(index.clone())
+        .add::<Server>(index.clone())
+        .add::<ServerAuthorization>(index.clone())
+        .add::<AuthorizationPolicy>(index.clone())
+        .add::<MeshTlsAuthentication>(index.clone())
+        .add::<NetworkAuthentication>(index.clone())
+        .add::<HttpLocalRateLimitPolicy>(index.clone())
+        .add::<PolicyHttpRoute>(index.clone())
+        .add::<GatewayHttpRoute>(index.clone())
+        .add::<GrpcRoute>(index.clone());
+}
+
+impl Sink<Pod> for InboundIndex {
+    /// Only meshed pods (label `linkerd.io/control-plane-ns`) are kept: others have no inbound
+    /// policy, and a pod that loses the label is removed.
+    fn apply(&self, events: &[Event<Arc<PodInfo>>]) -> usize {
+        self.update(|state, touched| {
+            apply_event(
+                state,
+                events,
+                touched,
+                PodInfo::object_ref,
+                |s| s.pods.keys().cloned().collect(),
+                |s, pod, touched| {
+                    let key = pod.object_ref();
+                    if !pod.labels.contains_key(CONTROL_PLANE_NS_LABEL) {
+                        if s.pods.remove(&key).is_some() {
+                            touched.namespaces.insert(key.namespace);
+                        }
+                        return;
+                    }
+                    if s.pods.get(&key).is_some_and(|old| old == pod) {
+                        return;
+                    }
+                    touched.namespaces.insert(key.namespace.clone());
+                    s.pods.insert(key, pod.clone());
+                },
+                |s, key, touched| {
+                    if s.pods.remove(key).is_some() {
+                        touched.namespaces.insert(key.namespace.clone());
+                    }
+                },
+            );
+            state.pods.len()
+        })
+    }
+}
+
+impl Sink<ExternalWorkload> for InboundIndex {
+    fn apply(&self, events: &[Event<Arc<ExternalWorkloadInfo>>]) -> usize {
+        self.update(|state, touched| {
+            apply_event(
+                state,
+                events,
+                touched,
+                ExternalWorkloadInfo::object_ref,
+                |s| s.external_workloads.keys().cloned().collect(),
+                |s, ew, touched| {
+                    let key = ew.object_ref();
+                    if s.external_workloads.get(&key).is_some_and(|old| old == ew) {
+                        return;
+                    }
+                    touched.namespaces.insert(key.namespace.clone());
+                    s.external_workloads.insert(key, ew.clone());
+                },
+                |s, key, touched| {
+                    if s.external_workloads.remove(key).is_some() {
+                        touched.namespaces.insert(key.namespace.clone());
+                    }
+                },
+            );
+            state.external_workloads.len()
+        })
+    }
+}
+
+impl Sink<Server> for InboundIndex {
+    fn apply(&self, events: &[Event<Arc<ServerInfo>>]) -> usize {
+        self.update(|state, touched| {
+            apply_event(
+                state,
+                events,
+                touched,
+                ServerInfo::object_ref,
+                |s| s.servers.keys().cloned().collect(),
+                |s, srv, touched| {
+                    let key = srv.object_ref();
+                    if s.servers.get(&key).is_some_and(|old| old == srv) {
+                        return;
+                    }
+                    index_insert(&mut s.servers_by_namespace, key.namespace.clone(), &key);
+                    touched.namespaces.insert(key.namespace.clone());
+                    touched.server_namespaces.insert(key.namespace.clone());
+                    s.servers.insert(key, srv.clone());
+                },
+                |s, key, touched| {
+                    if s.servers.remove(key).is_some() {
+                        index_remove(&mut s.servers_by_namespace, &key.namespace, key);
+                        touched.namespaces.insert(key.namespace.clone());
+                        touched.server_namespaces.insert(key.namespace.clone());
+                    }
+                },
+            );
+            state.servers.len()
+        })
+    }
+}
+
+/// A policy kind the inbound index keeps in one of its [`super::PolicyStores`].
+trait PolicyKind: Kind<Object = Self> {
+    /// Its compact form.
+    type Info: PartialEq;
+    /// A change reaches every namespace (authentications are referenced across namespaces).
+    const EVERY_NAMESPACE: bool = false;
+    /// A route kind: its parents are kept for offline acceptance.
+    const ROUTE: Option<(&'static str, &'static str)> = None;
+
+    fn store(stores: &mut super::PolicyStores) -> &mut super::NamespacedStore<Self::Info>;
+    fn stored(stores: &super::PolicyStores) -> &super::NamespacedStore<Self::Info>;
+    fn convert(config: &InboundConfig, obj: &Self) -> Result<Self::Info, InvalidObject>;
+
+    /// The object's name in its store: routes of the three kinds share one, so their names
+    /// are prefixed by group and kind.
+    fn store_name(name: &str) -> String {
+        match Self::ROUTE {
+            Some((group, kind)) => format!("{group}/{kind}/{name}"),
+            None => name.to_string(),
+        }
+    }
+
+    /// The route's parents, for a route kind.
+    fn parents(_: &Self) -> Option<crate::routes::parents::StatusRoute> {
+        None
+    }
+}
+
+fn object_key(meta: &ObjectMeta) -> ObjectRef {
+    ObjectRef {
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
+}
+
+fn touch<K: PolicyKind>(touched: &mut Touched, namespace: &str) {
+    if K::EVERY_NAMESPACE {
+        touched.all = true;
+    } else {
+        touched.namespaces.insert(namespace.to_string());
+    }
+}
+
+/// Stores the compact form of `obj`, or removes the version it replaces when it does not
+/// convert (the last good version must not outlive an invalid update).
+fn apply_policy<K: PolicyKind>(state: &mut Inbound, obj: &Arc<K>, touched: &mut Touched) {
+    let key = object_key(obj.meta());
+    if let Some(route) = K::parents(obj) {
+        for parent in state.route_parents.apply(route).into_iter().flatten() {
+            touched.namespaces.insert(parent.namespace);
+        }
+    }
+    let name = K::store_name(&key.name);
+    match K::convert(&state.config, obj) {
+        Ok(info) => {
+            state.skipped.clear(K::LABEL, &key);
+            if K::store(&mut state.policy).insert(&key.namespace, name, info) {
+                touch::<K>(touched, &key.namespace);
+            }
+        }
+        Err(error) => {
+            state
+                .skipped
+                .skip(&state.metrics, K::LABEL, Some(key.clone()), &error);
+            if K::store(&mut state.policy).remove(&key.namespace, &name) {
+                touch::<K>(touched, &key.namespace);
+            }
+        }
+    }
+}
+
+fn delete_policy<K: PolicyKind>(state: &mut Inbound, key: &ObjectRef, touched: &mut Touched) {
+    if let Some((group, kind)) = K::ROUTE {
+        let route = RouteKey {
+            group,
+            kind,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        };
+        for parent in state.route_parents.delete(&route).into_iter().flatten() {
+            touched.namespaces.insert(parent.namespace);
+        }
+    }
+    state.skipped.clear(K::LABEL, key);
+    if K::store(&mut state.policy).remove(&key.namespace, &K::store_name(&key.name)) {
+        touch::<K>(touched, &key.namespace);
+    }
+}
+
+/// The objects of kind `K` the index holds: converted, or (routes) with parents kept.
+fn stored_policies<K: PolicyKind>(state: &Inbound) -> Vec<ObjectRef> {
+    let prefix = K::store_name("");
+    let mut keys: Vec<ObjectRef> = K::stored(&state.policy)
+        .keys()
+        .into_iter()
+        .filter_map(|k| {
+            Some(ObjectRef {
+                name: k.name.strip_prefix(prefix.as_str())?.to_string(),
+                namespace: k.namespace,
+            })
+        })
+        .collect();
+    if let Some((group, kind)) = K::ROUTE {
+        keys.extend(state.route_parents.keys_of(group, kind));
+        keys.sort();
+        keys.dedup();
+    }
+    keys
+}
+
+fn apply_policy_event<K: PolicyKind>(index: &InboundIndex, events: &[Event<Arc<K>>]) -> usize {
+    index.update(|state, touched| {
+        apply_event(
+            state,
+            events,
+            touched,
+            |obj: &K| object_key(obj.meta()),
+            stored_policies::<K>,
+            apply_policy::<K>,
+            delete_policy::<K>,
+        );
+        K::stored(&state.policy).len()
+    })
+}
+
 macro_rules! policy_kind {
-    ($ty:ty, $kind:literal, $metric:literal, $store:ident, $key:expr, $all:expr, $convert:expr
-     $(, outbound = ($ogroup:expr, $okind:expr, $oconvert:expr))?
-     $(, status = ($sapply:expr, $sdelete:expr, $skeys:expr))?) => {
-        impl IndexedKind for $ty {
-            const KIND: &'static str = $kind;
-            const CACHE_METRIC: &'static str = $metric;
+    ($ty:ty, $info:ty, $store:ident, $convert:expr $(, every_namespace = $all:expr)?
+     $(, route = ($group:expr, $kind:expr))?) => {
+        impl PolicyKind for $ty {
+            type Info = $info;
+            $(const EVERY_NAMESPACE: bool = $all;)?
+            $(const ROUTE: Option<(&'static str, &'static str)> = Some(($group, $kind));)?
 
-            fn apply(
-                cluster: &mut Cluster,
-                obj: &Self,
-                touched: &mut Touched,
-            ) -> Result<(), InvalidObject> {
-                $( ($sapply)(cluster, obj, touched); )?
-                #[allow(unused_mut)]
-                let mut outbound: Result<(), InvalidObject> = Ok(());
-                $(
-                    if let Some(key) = crate::store::object_ref(obj) {
-                        let key = crate::outbound::routes::RouteKey {
-                            group: $ogroup,
-                            kind: $okind,
-                            namespace: key.namespace,
-                            name: key.name,
-                        };
-                        crate::status::apply_route(cluster, &key, obj, touched);
-                        outbound = crate::outbound::routes::apply_route(
-                            cluster,
-                            key,
-                            ($oconvert)(obj),
-                            touched,
-                        );
-                    }
-                )?
-                let convert: fn(&Cluster, &Self) -> Result<_, InvalidObject> = $convert;
-                let inbound = match convert(cluster, obj) {
-                    Ok(info) => {
-                        let namespace = info.namespace.clone();
-                        let name = ($key)(&info.name);
-                        if cluster.policy.$store.insert(&namespace, name, info) {
-                            touch(touched, namespace, $all);
-                        }
-                        Ok(())
-                    }
-                    Err(error) => {
-                        // The last good version must not outlive an invalid update.
-                        if let Some(key) = crate::store::object_ref(obj) {
-                            if cluster.policy.$store.remove(&key.namespace, &($key)(&key.name)) {
-                                touch(touched, key.namespace.clone(), $all);
-                            }
-                        }
-                        Err(error)
-                    }
-                };
-                inbound.and(outbound)
+            fn store(stores: &mut super::PolicyStores) -> &mut super::NamespacedStore<$info> {
+                &mut stores.$store
             }
 
-            fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
-                $( ($sdelete)(cluster, key, touched); )?
-                $(
-                    let route = crate::outbound::routes::RouteKey {
-                        group: $ogroup,
-                        kind: $okind,
-                        namespace: key.namespace.clone(),
-                        name: key.name.clone(),
-                    };
-                    crate::status::delete_route(cluster, &route, touched);
-                    crate::outbound::routes::delete_route(cluster, &route, touched);
-                )?
-                if cluster
-                    .policy
-                    .$store
-                    .remove(&key.namespace, &($key)(&key.name))
-                {
-                    touch(touched, key.namespace.clone(), $all);
+            fn stored(stores: &super::PolicyStores) -> &super::NamespacedStore<$info> {
+                &stores.$store
+            }
+
+            fn convert(config: &InboundConfig, obj: &Self) -> Result<$info, InvalidObject> {
+                ($convert)(config, obj)
+            }
+
+            $(
+                fn parents(obj: &Self) -> Option<crate::routes::parents::StatusRoute> {
+                    let _ = ($group, $kind);
+                    obj.status_route()
                 }
-            }
+            )?
+        }
 
-            fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
-                #[allow(unused_mut)]
-                let mut keys: Vec<ObjectRef> = cluster
-                    .policy
-                    .$store
-                    .keys()
-                    .into_iter()
-                    .filter_map(|k| {
-                        let name = ($key)("");
-                        let name = k.name.strip_prefix(name.as_str())?.to_string();
-                        Some(ObjectRef {
-                            namespace: k.namespace,
-                            name,
-                        })
-                    })
-                    .collect();
-                $(
-                    // A route that failed conversion is still stored for its status.
-                    let outbound = cluster.outbound_routes.by_key.keys();
-                    let status = cluster.status_routes.by_key.keys();
-                    keys.extend(crate::outbound::routes::route_names(
-                        outbound.chain(status),
-                        $ogroup,
-                        $okind,
-                    ));
-                    keys.sort();
-                    keys.dedup();
-                )?
-                $(
-                    keys.extend(($skeys)(cluster));
-                    keys.sort();
-                    keys.dedup();
-                )?
-                keys
+        impl Sink<$ty> for InboundIndex {
+            fn apply(&self, events: &[Event<Arc<$ty>>]) -> usize {
+                apply_policy_event::<$ty>(self, events)
             }
         }
     };
 }
 
-fn touch(touched: &mut Touched, namespace: String, all: bool) {
-    if all {
-        touched.inbound_all = true;
-    } else {
-        touched.inbound_namespaces.insert(namespace);
-    }
-}
-
-fn plain(name: &str) -> String {
-    name.to_string()
-}
-
 policy_kind!(
     ServerAuthorization,
-    "ServerAuthorization",
-    "serverauthorization_cache_size",
+    ServerAuthorizationInfo,
     server_authorizations,
-    plain,
-    false,
     server_authorization
 );
 policy_kind!(
     AuthorizationPolicy,
-    "AuthorizationPolicy",
-    "authorizationpolicy_cache_size",
+    AuthorizationPolicyInfo,
     authorization_policies,
-    plain,
-    false,
     authorization_policy
 );
 policy_kind!(
     MeshTlsAuthentication,
-    "MeshTLSAuthentication",
-    "meshtlsauthentication_cache_size",
+    MeshTlsAuthenticationInfo,
     mesh_tls_authentications,
-    plain,
-    true,
-    mesh_tls_authentication
+    mesh_tls_authentication,
+    every_namespace = true
 );
 policy_kind!(
     NetworkAuthentication,
-    "NetworkAuthentication",
-    "networkauthentication_cache_size",
+    NetworkAuthenticationInfo,
     network_authentications,
-    plain,
-    true,
-    |_, n| network_authentication(n)
+    network_authentication,
+    every_namespace = true
 );
 policy_kind!(
     HttpLocalRateLimitPolicy,
-    "HTTPLocalRateLimitPolicy",
-    "httplocalratelimitpolicy_cache_size",
+    RateLimitPolicyInfo,
     rate_limits,
-    plain,
-    false,
-    rate_limit,
-    status = (
-        crate::status::apply_rate_limit,
-        crate::status::delete_rate_limit,
-        crate::status::rate_limit_keys
-    )
+    rate_limit
 );
-// Routes of the three kinds share a store; their names are prefixed by group and kind.
 policy_kind!(
     PolicyHttpRoute,
-    "HTTPRoute.policy.linkerd.io",
-    "httproute_cache_size",
+    InboundRouteInfo,
     routes,
-    |n: &str| format!("policy.linkerd.io/HTTPRoute/{n}"),
-    false,
-    |_, r| policy_http_route(r),
-    outbound = (
-        POLICY_GROUP,
-        "HTTPRoute",
-        crate::outbound::routes::policy_http_route
-    )
+    policy_http_route,
+    route = (POLICY_GROUP, "HTTPRoute")
 );
 policy_kind!(
     GatewayHttpRoute,
-    "HTTPRoute.gateway.networking.k8s.io",
-    "gateway_httproute_cache_size",
+    InboundRouteInfo,
     routes,
-    |n: &str| format!("gateway.networking.k8s.io/HTTPRoute/{n}"),
-    false,
-    |_, r| gateway_http_route(r),
-    outbound = (
-        GATEWAY_GROUP,
-        "HTTPRoute",
-        crate::outbound::routes::gateway_http_route
-    )
+    gateway_http_route,
+    route = (GATEWAY_GROUP, "HTTPRoute")
 );
 policy_kind!(
     GrpcRoute,
-    "GRPCRoute",
-    "grpcroute_cache_size",
+    InboundRouteInfo,
     routes,
-    |n: &str| format!("gateway.networking.k8s.io/GRPCRoute/{n}"),
-    false,
-    |_, r| grpc_route(r),
-    outbound = (
-        GATEWAY_GROUP,
-        "GRPCRoute",
-        crate::outbound::routes::grpc_route
-    )
+    grpc_route,
+    route = (GATEWAY_GROUP, "GRPCRoute")
 );

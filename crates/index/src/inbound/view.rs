@@ -2,9 +2,9 @@
 //! protocol-agnostic form: the policy binary turns an [`InboundServer`] into the proxy API's
 //! `inbound.Server`.
 
-use ipnet::IpNet;
 use std::{collections::BTreeMap, time::Duration};
 
+pub use crate::model::Network;
 use crate::routes::{GrpcRule, HostMatch, HttpRule};
 
 /// The protocol-detection timeout of `Detect` servers (§1.2 constants).
@@ -78,13 +78,6 @@ pub enum IdentityMatch {
     Exact(String),
     /// `*.a.b` → `["a", "b"]`; `*` → `[]` (any identity).
     Suffix(Vec<String>),
-}
-
-/// A client network with exceptions (§3.3).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Network {
-    pub net: IpNet,
-    pub except: Vec<IpNet>,
 }
 
 /// A route attached to a server, with its own authorizations.

@@ -3,8 +3,10 @@
 use linkerd_k8s_api::ExternalWorkload;
 use std::{collections::BTreeMap, net::IpAddr};
 
-use super::{InvalidObject, OPAQUE_PORTS_ANNOTATION, ObjectRef, OwnerRef, names, single_owner};
-use crate::ports::PortSet;
+use super::{
+    InvalidObject, Kind, OPAQUE_PORTS_ANNOTATION, ObjectRef, OwnerRef, linkerd_annotations,
+    names_of, ports::PortSet, single_owner_of,
+};
 
 /// The port name that marks an ExternalWorkload's proxy inbound port.
 pub const PROXY_PORT_NAME: &str = "linkerd-proxy";
@@ -16,8 +18,8 @@ pub const DEFAULT_PROXY_INBOUND_PORT: u16 = 4143;
 pub struct ExternalWorkloadInfo {
     pub namespace: String,
     pub name: String,
-    pub resource_version: String,
     pub labels: BTreeMap<String, String>,
+    /// The `*.linkerd.io/` annotations; the others are not kept.
     pub annotations: BTreeMap<String, String>,
     /// `spec.meshTLS.identity`: a URI such as `spiffe://root.linkerd.cluster.local/vm-01`.
     pub identity: String,
@@ -44,11 +46,21 @@ pub struct WorkloadPort {
     pub protocol: String,
 }
 
+impl Kind for ExternalWorkload {
+    type Wire = ExternalWorkload;
+    type Object = ExternalWorkloadInfo;
+    const LABEL: &'static str = "ExternalWorkload";
+
+    fn from_wire(ew: ExternalWorkload) -> Result<ExternalWorkloadInfo, InvalidObject> {
+        ExternalWorkloadInfo::from_external_workload(&ew)
+    }
+}
+
 impl ExternalWorkloadInfo {
     /// Builds the domain form of an ExternalWorkload. Ports outside 1..=65535 and IPs that do
     /// not parse are dropped (logged); only a missing name is an error.
     pub fn from_external_workload(ew: &ExternalWorkload) -> Result<Self, InvalidObject> {
-        let (namespace, name) = names("ExternalWorkload", &ew.metadata)?;
+        let (namespace, name) = names_of("ExternalWorkload", &ew.metadata)?;
         let ports: Vec<WorkloadPort> = ew
             .spec
             .ports
@@ -66,7 +78,7 @@ impl ExternalWorkloadInfo {
                 })
             })
             .collect();
-        let annotations = ew.metadata.annotations.clone().unwrap_or_default();
+        let annotations = linkerd_annotations(&ew.metadata);
         let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
             let (set, bad) = PortSet::parse_with_names(list, |n| {
                 ports
@@ -87,7 +99,6 @@ impl ExternalWorkloadInfo {
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         Ok(Self {
-            resource_version: ew.metadata.resource_version.clone().unwrap_or_default(),
             labels: ew.metadata.labels.clone().unwrap_or_default(),
             annotations,
             identity: ew.spec.mesh_tls.identity.clone(),
@@ -100,7 +111,7 @@ impl ExternalWorkloadInfo {
                 .filter_map(|ip| ip.ip.parse().ok())
                 .collect(),
             ready,
-            owner: single_owner(&ew.metadata),
+            owner: single_owner_of(&ew.metadata),
             ports,
             opaque_ports,
             namespace,

@@ -6,9 +6,9 @@ use linkerd_k8s_api::{Server, server::ProxyProtocol};
 use std::collections::BTreeMap;
 
 use super::{
-    ContainerPort, ExternalWorkloadInfo, InvalidObject, ObjectRef, PodInfo, invalid, names,
+    ContainerPort, ExternalWorkloadInfo, InvalidObject, Kind, ObjectRef, PodInfo, invalid,
+    names_of, selector::Selector,
 };
-use crate::selector::Selector;
 
 /// A Server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,11 +35,21 @@ pub enum ServerPort {
     Name(String),
 }
 
+impl Kind for Server {
+    type Wire = Server;
+    type Object = ServerInfo;
+    const LABEL: &'static str = "Server";
+
+    fn from_wire(srv: Server) -> Result<ServerInfo, InvalidObject> {
+        ServerInfo::from_server(&srv)
+    }
+}
+
 impl ServerInfo {
     /// Builds the domain form of a Server. Errors when it has no name or a numeric port outside
     /// 1..=65535.
     pub fn from_server(srv: &Server) -> Result<Self, InvalidObject> {
-        let (namespace, name) = names("Server", &srv.metadata)?;
+        let (namespace, name) = names_of("Server", &srv.metadata)?;
         let port = match &srv.spec.port {
             IntOrString::Int(n) => match u16::try_from(*n) {
                 Ok(p) if p != 0 => ServerPort::Number(p),

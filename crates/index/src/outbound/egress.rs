@@ -11,9 +11,6 @@
 //! - resolution ignores the global EgressNetworks whenever the client's namespace has any,
 //!   as the EgressNetwork documentation describes (namespace-local networks take over).
 
-use ipnet::IpNet;
-use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
-use linkerd_k8s_api::{EgressNetwork, egress_network::TrafficPolicy as ApiTrafficPolicy};
 use std::{
     collections::BTreeMap,
     net::{IpAddr, SocketAddr},
@@ -21,159 +18,16 @@ use std::{
 };
 
 use super::{
-    AttachedRoutes, OutboundConfig, OutboundPolicy, OutboundProtocol, RouteTimeouts, RuleContext,
-    annotations,
+    AttachedRoutes, Outbound, OutboundConfig, OutboundPolicy, OutboundProtocol, RouteTimeouts,
+    RuleContext, annotations,
     routes::OutboundRouteInfo,
-    view::{DETECT_TIMEOUT, EgressPolicy, TrafficPolicy},
+    view::{DETECT_TIMEOUT, EgressPolicy},
 };
-use crate::{
-    inbound::{Network, objects::parse_net},
-    model::{InvalidObject, OPAQUE_PORTS_ANNOTATION, ObjectRef, invalid, names},
-    ports::PortSet,
-    store::{Cluster, IndexedKind, Touched},
-};
+use crate::model::{ObjectRef, TrafficPolicy};
 
-/// What the index keeps of an EgressNetwork.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EgressNetworkInfo {
-    pub namespace: String,
-    pub name: String,
-    pub created: Option<Timestamp>,
-    pub traffic_policy: TrafficPolicy,
-    /// `spec.networks`; `None` when absent (see [`EgressNetworkInfo::networks`]).
-    pub networks: Option<Vec<Network>>,
-    pub annotations: BTreeMap<String, String>,
-    /// `config.linkerd.io/opaque-ports`; `None` without the annotation.
-    pub opaque_ports: Option<PortSet>,
-    /// The observed `status.conditions`.
-    pub conditions: Vec<Condition>,
-}
+// === impl Outbound ===
 
-// === impl EgressNetworkInfo ===
-
-impl EgressNetworkInfo {
-    /// Converts an EgressNetwork. Errors: no name, or a CIDR (or exception) that is neither a
-    /// CIDR nor an IP.
-    pub fn from_egress_network(obj: &EgressNetwork) -> Result<Self, InvalidObject> {
-        const KIND: &str = "EgressNetwork";
-        let (namespace, name) = names(KIND, &obj.metadata)?;
-        let networks = obj
-            .spec
-            .networks
-            .as_ref()
-            .map(|nets| {
-                nets.iter()
-                    .map(|n| {
-                        Ok(Network {
-                            net: parse_net(&n.cidr)?,
-                            except: n
-                                .except
-                                .iter()
-                                .flatten()
-                                .map(|e| parse_net(e))
-                                .collect::<Result<_, String>>()?,
-                        })
-                    })
-                    .collect::<Result<Vec<_>, String>>()
-            })
-            .transpose()
-            .map_err(|e| invalid(KIND, &namespace, &name, e))?;
-        let annotations = obj.metadata.annotations.clone().unwrap_or_default();
-        let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
-            let (set, bad) = PortSet::parse(list);
-            for item in bad {
-                tracing::warn!(egress_network = %format!("{namespace}/{name}"), %item, "ignoring invalid {OPAQUE_PORTS_ANNOTATION} item");
-            }
-            set
-        });
-        Ok(Self {
-            created: obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            traffic_policy: match obj.spec.traffic_policy {
-                ApiTrafficPolicy::Allow => TrafficPolicy::Allow,
-                ApiTrafficPolicy::Deny => TrafficPolicy::Deny,
-            },
-            networks,
-            annotations,
-            opaque_ports,
-            conditions: obj
-                .status
-                .as_ref()
-                .map(|s| s.conditions.clone())
-                .unwrap_or_default(),
-            namespace,
-            name,
-        })
-    }
-
-    pub fn object_ref(&self) -> ObjectRef {
-        ObjectRef {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-        }
-    }
-
-    /// The networks it covers: `spec.networks`, or when absent `0.0.0.0/0` except the IPv4
-    /// cluster networks and `::/0` except the IPv6 ones (§5.2).
-    pub fn networks(&self, cluster_networks: &[IpNet]) -> Vec<Network> {
-        if let Some(networks) = &self.networks {
-            return networks.clone();
-        }
-        let (v4, v6): (Vec<IpNet>, Vec<IpNet>) = cluster_networks
-            .iter()
-            .partition(|n| matches!(n, IpNet::V4(_)));
-        vec![
-            Network {
-                net: IpNet::V4(Default::default()),
-                except: v4,
-            },
-            Network {
-                net: IpNet::V6(Default::default()),
-                except: v6,
-            },
-        ]
-    }
-
-    /// The size (§3.3) of the smallest of its networks containing `ip`, if any does.
-    fn smallest_match(&self, cluster_networks: &[IpNet], ip: IpAddr) -> Option<u128> {
-        self.networks(cluster_networks)
-            .iter()
-            .filter(|n| n.net.contains(&ip) && !n.except.iter().any(|e| e.contains(&ip)))
-            .map(network_size)
-            .min()
-    }
-
-    /// Whether the observed status says `Accepted=True`.
-    fn observed_accepted(&self) -> bool {
-        self.conditions
-            .iter()
-            .any(|c| c.type_ == "Accepted" && c.status == "True")
-    }
-
-    /// Whether one of its networks intersects one of `cluster_networks` (§7.4): either
-    /// contains the other, and the cluster network is not inside one of its exceptions.
-    pub fn overlaps_cluster_networks(&self, cluster_networks: &[IpNet]) -> bool {
-        self.networks(cluster_networks).iter().any(|n| {
-            cluster_networks.iter().any(|c| {
-                (n.net.contains(c) || c.contains(&n.net)) && !n.except.iter().any(|e| e.contains(c))
-            })
-        })
-    }
-}
-
-/// Host count of a network minus those of its exceptions; `/0` of IPv6 saturates.
-fn network_size(n: &Network) -> u128 {
-    fn hosts(net: &IpNet) -> u128 {
-        let bits = u32::from(net.max_prefix_len() - net.prefix_len());
-        1u128.checked_shl(bits).unwrap_or(u128::MAX)
-    }
-    n.except
-        .iter()
-        .fold(hosts(&n.net), |size, e| size.saturating_sub(hosts(e)))
-}
-
-// === impl Cluster ===
-
-impl Cluster {
+impl Outbound {
     /// The EgressNetwork `ip` belongs to for clients in `source_namespace` (§5.2): among the
     /// source namespace's EgressNetworks if it has any, else the global namespace's, the one
     /// whose smallest network containing `ip` is smallest; ties go to the older (no creation
@@ -206,11 +60,10 @@ impl Cluster {
     /// observed status, or in offline mode by the status controller's rule (§7.4).
     pub(crate) fn egress_network_accepted(&self, key: &ObjectRef) -> Option<bool> {
         let en = self.egress_networks.get(key)?;
-        Some(match &self.outbound_config {
-            Some(config) if config.compute_route_acceptance => {
-                !en.overlaps_cluster_networks(&config.cluster_networks)
-            }
-            _ => en.observed_accepted(),
+        Some(if self.config.compute_route_acceptance {
+            !en.overlaps_cluster_networks(&self.config.cluster_networks)
+        } else {
+            en.observed_accepted()
         })
     }
 
@@ -350,13 +203,13 @@ impl Cluster {
                 return false;
             }
             if config.compute_route_acceptance {
-                let parent = crate::status::ParentKey {
-                    kind: crate::status::ParentKind::EgressNetwork,
+                let parent = crate::routes::parents::ParentKey {
+                    kind: crate::routes::parents::ParentKind::EgressNetwork,
                     namespace: p.namespace.clone(),
                     name: p.name.clone(),
                     port: p.port,
                 };
-                return self.status_accepts(&route.key, &parent);
+                return self.route_parents.accepts(&route.key, &parent, self);
             }
             route.egress_accepted.iter().any(|a| {
                 a.name == network.name
@@ -366,77 +219,6 @@ impl Cluster {
                     }
             })
         })
-    }
-}
-
-// === impl IndexedKind ===
-
-impl IndexedKind for EgressNetwork {
-    const KIND: &'static str = "EgressNetwork";
-    const CACHE_METRIC: &'static str = "egressnetwork_cache_size";
-
-    /// Any change, status included, ends the egress watches of its namespace (§5.8) and is an
-    /// input of the statuses (§7.1).
-    fn apply(
-        cluster: &mut Cluster,
-        obj: &Self,
-        touched: &mut Touched,
-    ) -> Result<(), InvalidObject> {
-        let converted = EgressNetworkInfo::from_egress_network(obj);
-        let info = match converted {
-            Ok(info) => info,
-            Err(error) => {
-                let key = ObjectRef {
-                    namespace: error.namespace.clone(),
-                    name: error.name.clone(),
-                };
-                Self::delete(cluster, &key, touched);
-                return Err(error);
-            }
-        };
-        let key = info.object_ref();
-        if cluster
-            .egress_networks
-            .get(&key)
-            .is_some_and(|old| **old == info)
-        {
-            return Ok(());
-        }
-        let existed = cluster.egress_networks.contains_key(&key);
-        cluster
-            .egress_by_namespace
-            .entry(key.namespace.clone())
-            .or_default()
-            .insert(key.clone());
-        cluster.egress_networks.insert(key.clone(), Arc::new(info));
-        touched.egress_namespaces.insert(key.namespace.clone());
-        touched.status = true;
-        if existed {
-            touched.outbound_egress_networks.insert(key);
-        } else {
-            // Routes anywhere may name it as a backend (`exists`).
-            touched.outbound_all = true;
-        }
-        Ok(())
-    }
-
-    fn delete(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
-        if cluster.egress_networks.remove(key).is_none() {
-            return;
-        }
-        if let Some(keys) = cluster.egress_by_namespace.get_mut(&key.namespace) {
-            keys.remove(key);
-            if keys.is_empty() {
-                cluster.egress_by_namespace.remove(&key.namespace);
-            }
-        }
-        touched.egress_namespaces.insert(key.namespace.clone());
-        touched.status = true;
-        touched.outbound_all = true;
-    }
-
-    fn keys(cluster: &Cluster) -> Vec<ObjectRef> {
-        cluster.egress_networks.keys().cloned().collect()
     }
 }
 

@@ -11,18 +11,21 @@
 
 pub mod annotations;
 pub mod egress;
+mod index;
 pub mod routes;
-mod tls_tcp;
 pub mod view;
 
 use ipnet::IpNet;
 use std::{net::SocketAddr, sync::Arc};
 
+pub(crate) use self::index::Outbound;
+pub use self::index::OutboundIndex;
 use crate::{
-    model::ObjectRef,
-    ports::PortSet,
-    routes::{HttpRouteMatch, PathMatch},
-    store::Cluster,
+    model::{ObjectRef, PortSet},
+    routes::{
+        HttpRouteMatch, PathMatch,
+        parents::{ParentKey, ParentKind},
+    },
 };
 
 use self::routes::{BackendSpec, OutboundRouteInfo, OutboundRules, RuleSpec};
@@ -39,8 +42,8 @@ pub struct OutboundConfig {
     /// `--default-opaque-ports`: opaque ports of Services without the annotation.
     pub default_opaque_ports: PortSet,
     /// Offline mode: route acceptance is computed in-process by the status writer's rules
-    /// (spec §7.2, `crate::status`) instead of read from `status.parents` (no status writer
-    /// runs there).
+    /// (spec §7.2, [`crate::routes::parents`]) instead of read from `status.parents` (no
+    /// status writer runs there).
     pub compute_route_acceptance: bool,
     /// `--global-egress-network-namespace`: its EgressNetworks apply to clients of every
     /// namespace that has none of its own (§5.2).
@@ -71,9 +74,6 @@ pub enum OutboundError {
     /// An address inside the cluster networks that no Service claims.
     #[error("No such service")]
     NoSuchService,
-    /// The index was not built for outbound policy.
-    #[error("unknown target")]
-    NotServed,
 }
 
 /// What an address target resolves to (§5.1 step 4).
@@ -113,9 +113,9 @@ impl AppProtocol {
     }
 }
 
-// === impl Cluster ===
+// === impl Outbound ===
 
-impl Cluster {
+impl Outbound {
     /// Resolves an address target of a client in `source_namespace` (§5.1 step 4): a Service
     /// cluster IP (with a declared port, or the undefined-port policy), else an EgressNetwork
     /// (§5.2), else the fallback outside the cluster networks.
@@ -309,13 +309,13 @@ impl Cluster {
                 return false;
             }
             if config.compute_route_acceptance {
-                let parent = crate::status::ParentKey {
-                    kind: crate::status::ParentKind::Service,
+                let parent = ParentKey {
+                    kind: ParentKind::Service,
                     namespace: p.namespace.clone(),
                     name: p.name.clone(),
                     port: p.port,
                 };
-                return self.status_accepts(&route.key, &parent);
+                return self.route_parents.accepts(&route.key, &parent, self);
             }
             route.accepted.iter().any(|a| {
                 a.name == service.name
@@ -402,7 +402,7 @@ impl AttachedRoutes {
 
 /// What turning a stored route into a served one needs.
 struct RuleContext<'a> {
-    cluster: &'a Cluster,
+    cluster: &'a Outbound,
     config: &'a OutboundConfig,
     parent_timeouts: &'a RouteTimeouts,
     parent_retry: Option<&'a RouteRetry>,
@@ -570,3 +570,6 @@ impl RuleContext<'_> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tls_tcp_tests;

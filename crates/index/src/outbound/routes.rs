@@ -23,30 +23,15 @@ use super::{
     annotations,
     view::{NoMatch, RouteRetry, RouteTimeouts},
 };
+pub use crate::routes::{GATEWAY_GROUP, POLICY_GROUP, RouteKey};
 use crate::{
-    inbound::objects::ref_is,
-    model::{InvalidObject, ObjectRef, invalid, names},
-    profile::parse_go_duration,
+    model::{InvalidObject, ObjectRef, invalid, names_of, profile::parse_go_duration},
     routes::{
         Filter, GrpcRouteMatch, HostMatch, HttpRouteMatch, PathMatch,
         convert::{self, RouteError},
+        ref_is,
     },
-    store::{Cluster, Touched},
 };
-
-/// The API group of Linkerd's policy resources.
-pub const POLICY_GROUP: &str = "policy.linkerd.io";
-/// The API group of the Gateway API.
-pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
-
-/// Identifies a route across kinds: a policy and a Gateway HTTPRoute may share a name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RouteKey {
-    pub group: &'static str,
-    pub kind: &'static str,
-    pub namespace: String,
-    pub name: String,
-}
 
 /// A route in outbound form.
 #[derive(Clone, Debug, PartialEq)]
@@ -170,90 +155,85 @@ impl OutboundRouteInfo {
 
 // === store updates ===
 
-/// Stores `converted` under `key`, or removes the route when it failed conversion (§12: no
-/// stale version survives an invalid update). Touches the parent Services of the old and new
-/// versions.
-pub(crate) fn apply_route(
-    cluster: &mut Cluster,
-    key: RouteKey,
-    converted: Result<OutboundRouteInfo, InvalidObject>,
-    touched: &mut Touched,
-) -> Result<(), InvalidObject> {
-    match converted {
-        Ok(route) => {
-            if cluster
-                .outbound_routes
-                .by_key
-                .get(&key)
-                .is_some_and(|old| **old == route)
-            {
-                return Ok(());
-            }
-            delete_route(cluster, &key, touched);
-            for parent in route.parent_services() {
-                touched.outbound_services.insert(parent.clone());
-                cluster
-                    .outbound_routes
-                    .by_parent
-                    .entry(parent)
-                    .or_default()
-                    .insert(key.clone());
-            }
-            for parent in route.parent_egress_networks() {
-                touched.outbound_egress_networks.insert(parent.clone());
-                cluster
-                    .outbound_routes
-                    .by_egress_parent
-                    .entry(parent)
-                    .or_default()
-                    .insert(key.clone());
-            }
-            cluster.outbound_routes.by_key.insert(key, Arc::new(route));
-            Ok(())
-        }
-        Err(error) => {
-            delete_route(cluster, &key, touched);
-            Err(error)
-        }
-    }
+/// What a route change touched: the parents whose policies must be recomputed.
+#[derive(Debug, Default)]
+pub(crate) struct TouchedParents {
+    pub(crate) services: Vec<ObjectRef>,
+    pub(crate) egress_networks: Vec<ObjectRef>,
 }
 
-/// Removes the route `key`, touching its parents.
-pub(crate) fn delete_route(cluster: &mut Cluster, key: &RouteKey, touched: &mut Touched) {
-    let Some(old) = cluster.outbound_routes.by_key.remove(key) else {
-        return;
-    };
-    for parent in old.parent_services() {
-        if let Some(keys) = cluster.outbound_routes.by_parent.get_mut(&parent) {
-            keys.remove(key);
-            if keys.is_empty() {
-                cluster.outbound_routes.by_parent.remove(&parent);
-            }
+impl OutboundRoutes {
+    /// Stores `route` under its key (replacing the previous version); returns the parents of
+    /// the old and new versions when it changed.
+    pub(crate) fn apply(&mut self, route: OutboundRouteInfo) -> TouchedParents {
+        if self
+            .by_key
+            .get(&route.key)
+            .is_some_and(|old| **old == route)
+        {
+            return TouchedParents::default();
         }
-        touched.outbound_services.insert(parent);
-    }
-    for parent in old.parent_egress_networks() {
-        if let Some(keys) = cluster.outbound_routes.by_egress_parent.get_mut(&parent) {
-            keys.remove(key);
-            if keys.is_empty() {
-                cluster.outbound_routes.by_egress_parent.remove(&parent);
-            }
+        let key = route.key.clone();
+        let mut touched = self.delete(&key);
+        for parent in route.parent_services() {
+            touched.services.push(parent.clone());
+            self.by_parent
+                .entry(parent)
+                .or_default()
+                .insert(key.clone());
         }
-        touched.outbound_egress_networks.insert(parent);
+        for parent in route.parent_egress_networks() {
+            touched.egress_networks.push(parent.clone());
+            self.by_egress_parent
+                .entry(parent)
+                .or_default()
+                .insert(key.clone());
+        }
+        self.by_key.insert(key, Arc::new(route));
+        touched
     }
-}
 
-/// The names of the routes of one kind among `keys` (a route store's keys).
-pub(crate) fn route_names<'a>(
-    keys: impl Iterator<Item = &'a RouteKey> + 'a,
-    group: &'a str,
-    kind: &'a str,
-) -> impl Iterator<Item = ObjectRef> + 'a {
-    keys.filter(move |k| k.group == group && k.kind == kind)
-        .map(|k| ObjectRef {
-            namespace: k.namespace.clone(),
-            name: k.name.clone(),
-        })
+    /// Removes the route `key`; returns its parents.
+    pub(crate) fn delete(&mut self, key: &RouteKey) -> TouchedParents {
+        let mut touched = TouchedParents::default();
+        let Some(old) = self.by_key.remove(key) else {
+            return touched;
+        };
+        for parent in old.parent_services() {
+            if let Some(keys) = self.by_parent.get_mut(&parent) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.by_parent.remove(&parent);
+                }
+            }
+            touched.services.push(parent);
+        }
+        for parent in old.parent_egress_networks() {
+            if let Some(keys) = self.by_egress_parent.get_mut(&parent) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.by_egress_parent.remove(&parent);
+                }
+            }
+            touched.egress_networks.push(parent);
+        }
+        touched
+    }
+
+    /// The names of the routes of one kind.
+    pub(crate) fn keys_of<'a>(
+        &'a self,
+        group: &'a str,
+        kind: &'a str,
+    ) -> impl Iterator<Item = ObjectRef> + 'a {
+        self.by_key
+            .keys()
+            .filter(move |k| k.group == group && k.kind == kind)
+            .map(|k| ObjectRef {
+                namespace: k.namespace.clone(),
+                name: k.name.clone(),
+            })
+    }
 }
 
 // === conversion ===
@@ -534,7 +514,7 @@ fn key(group: &'static str, kind: &'static str, namespace: &str, name: &str) -> 
 /// A policy.linkerd.io HTTPRoute; rule `timeouts.request` is a Go-style duration (§3.6).
 pub fn policy_http_route(r: &PolicyHttpRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     const KIND: &str = "HTTPRoute.policy.linkerd.io";
-    let (namespace, name) = names(KIND, &r.metadata)?;
+    let (namespace, name) = names_of(KIND, &r.metadata)?;
     let bad = |e: String| invalid(KIND, &namespace, &name, e);
     let (timeouts, retry) = route_annotations(KIND, &r.metadata, false);
     let rules = r
@@ -591,7 +571,7 @@ pub fn policy_http_route(r: &PolicyHttpRoute) -> Result<OutboundRouteInfo, Inval
 /// and ignored when it does not parse (§5.4).
 pub fn gateway_http_route(r: &GatewayHttpRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     const KIND: &str = "HTTPRoute.gateway.networking.k8s.io";
-    let (namespace, name) = names(KIND, &r.metadata)?;
+    let (namespace, name) = names_of(KIND, &r.metadata)?;
     let bad = |e: RouteError| invalid(KIND, &namespace, &name, e.to_string());
     let (timeouts, retry) = route_annotations(KIND, &r.metadata, false);
     let rules = r
@@ -634,7 +614,7 @@ pub fn gateway_http_route(r: &GatewayHttpRoute) -> Result<OutboundRouteInfo, Inv
 /// A GRPCRoute; timeouts come from annotations only (§5.4).
 pub fn grpc_route(r: &GrpcRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     const KIND: &str = "GRPCRoute";
-    let (namespace, name) = names(KIND, &r.metadata)?;
+    let (namespace, name) = names_of(KIND, &r.metadata)?;
     let bad = |e: RouteError| invalid(KIND, &namespace, &name, e.to_string());
     let (timeouts, retry) = route_annotations(KIND, &r.metadata, true);
     let rules = r
@@ -700,7 +680,7 @@ fn plain_rule(backends: Vec<BackendSpec>) -> RuleSpec<NoMatch> {
 /// become SNI matches (§5.4).
 pub fn tls_route(r: &TlsRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     const KIND: &str = "TLSRoute";
-    let (namespace, name) = names(KIND, &r.metadata)?;
+    let (namespace, name) = names_of(KIND, &r.metadata)?;
     let rule = single_rule(&r.spec.rules).map_err(|e| invalid(KIND, &namespace, &name, e))?;
     let backends = backends!(Some(&rule.backend_refs), namespace);
     Ok(info(
@@ -715,7 +695,7 @@ pub fn tls_route(r: &TlsRoute) -> Result<OutboundRouteInfo, InvalidObject> {
 /// A TCPRoute (v1alpha2, §2.3): exactly one rule (§5.4).
 pub fn tcp_route(r: &TcpRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     const KIND: &str = "TCPRoute";
-    let (namespace, name) = names(KIND, &r.metadata)?;
+    let (namespace, name) = names_of(KIND, &r.metadata)?;
     let rule = single_rule(&r.spec.rules).map_err(|e| invalid(KIND, &namespace, &name, e))?;
     let backends = backends!(Some(&rule.backend_refs), namespace);
     Ok(info(

@@ -1,10 +1,9 @@
 use super::*;
 use crate::{
-    IndexMetrics,
     inbound::{DefaultPolicy, InboundConfig},
     routes::{Filter, HeaderModifier},
     source::Event,
-    store::Index,
+    testing::Policy as Index,
 };
 use k8s_openapi::api::core::v1::Service;
 use linkerd_k8s_api::{
@@ -14,8 +13,7 @@ use linkerd_k8s_api::{
 use std::time::Duration;
 
 fn index() -> Index {
-    Index::with_policy(
-        IndexMetrics::default(),
+    Index::new(
         InboundConfig {
             cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
             default_policy: DefaultPolicy::AllUnauthenticated,
@@ -35,7 +33,7 @@ fn index() -> Index {
 }
 
 fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
-    serde_yaml::from_str(s).expect("test object decodes")
+    serde_saphyr::from_str(s).expect("test object decodes")
 }
 
 fn mk_service(ns: &str, name: &str, ip: &str, extra: &str) -> Service {
@@ -273,12 +271,10 @@ async fn routes_backends_and_updates() {
     ));
 
     // Deleting the route brings the default route back.
-    index.apply(Event::Delete(mk_route(
-        "emojivoto",
-        "split",
-        "2026-01-01T00:00:00Z",
-        "[]",
-    )));
+    index.apply(Event::<HttpRoute>::Delete(ObjectRef {
+        namespace: "emojivoto".into(),
+        name: "split".into(),
+    }));
     let p = service_policy((**rx.borrow_and_update()).clone());
     let OutboundProtocol::Detect { http_routes, .. } = &p.protocol else {
         panic!()

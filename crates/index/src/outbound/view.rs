@@ -49,12 +49,7 @@ pub struct EgressPolicy {
     pub default_retry: Option<RouteRetry>,
 }
 
-/// `spec.trafficPolicy` of an EgressNetwork: what traffic that no route matches gets.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum TrafficPolicy {
-    Allow,
-    Deny,
-}
+pub use crate::model::TrafficPolicy;
 
 /// The policy of one Service port for clients of one namespace.
 #[derive(Clone, Debug, PartialEq)]

@@ -21,20 +21,26 @@ use futures::{StreamExt, stream::BoxStream};
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Client,
-    api::{ApiResource, DynamicObject},
-    core::ObjectMeta,
+    api::ApiResource,
+    core::{DynamicResourceScope, ObjectMeta},
     runtime::{WatchStreamExt, utils::Backoff, watcher},
 };
 use prometheus_client::metrics::histogram::Histogram;
-use serde_json::{Map, Value};
+use serde::{Deserialize, Deserializer, de::Error as _};
+use serde_json::value::RawValue;
 use std::{
-    collections::HashSet,
+    borrow::Cow,
+    collections::{HashMap, HashSet},
     hash::{BuildHasher, RandomState},
+    sync::Arc,
     time::Duration,
 };
 
-use super::{Event, Source, Watched};
-use crate::metrics::IndexMetrics;
+use super::Event;
+use crate::{
+    metrics::IndexMetrics,
+    model::{DecodeError, Kind, ObjectRef, decode_json},
+};
 
 mod crd;
 
@@ -43,6 +49,41 @@ mod crd;
 pub struct KubeSource {
     client: Client,
     metrics: IndexMetrics,
+}
+
+/// One object as the API server sent it, decoded into its kind's object as it arrives: the
+/// document itself is dropped at once, whatever the rest of its page holds.
+///
+/// It stands for the kind in kube-runtime's watcher, which needs a [`kube::Resource`] with
+/// metadata: that is the object's namespace, name and resource version only.
+struct Received<K: Kind> {
+    metadata: ObjectMeta,
+    /// When the object was last updated: the latest `managedFields` entry of an `Update`.
+    updated: Option<Timestamp>,
+    decoded: Result<Arc<K::Object>, DecodeError>,
+}
+
+/// What is read of every received document besides its kind's fields.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Header {
+    metadata: HeaderMetadata,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct HeaderMetadata {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+    managed_fields: Option<Vec<ManagedField>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ManagedField {
+    operation: Option<String>,
+    time: Option<Timestamp>,
 }
 
 /// Whether the API server serves a kind, as far as its last list or watch request showed.
@@ -56,14 +97,16 @@ enum Served {
 }
 
 /// The state a kind's event stream carries between watcher events.
-struct WatchState<K> {
+struct WatchState<K: Kind> {
     /// The objects of a relist in progress (between `Init` and `InitDone`).
-    relist: Option<Vec<K>>,
+    relist: Option<Vec<Arc<K::Object>>>,
     served: Served,
     /// Whether a `404` while `served` is `Unknown` yields nothing instead of an empty `Reset`.
     keep_until_listed: bool,
     /// For a kind with an informer-lag histogram: what it takes to observe it.
     lag: Option<LagTracker>,
+    /// Objects skipped as invalid, with why, so that a relist does not log them again.
+    invalid: HashMap<ObjectRef, DecodeError>,
 }
 
 /// The informer-lag histogram of one kind and the objects its watch has delivered, so that an
@@ -100,17 +143,17 @@ impl KubeSource {
     pub fn client(&self) -> Client {
         self.client.clone()
     }
-}
 
-impl Source for KubeSource {
-    /// The events of kind `K`, decoded object by object.
+    /// The events of kind `K` (only objects matching `label_selector`, when given), decoded
+    /// object by object.
     ///
-    /// - An object that does not decode into `K` is logged (kind, namespace/name, the decode
-    ///   error), counted and skipped: a relist's `Reset` carries the others, so an earlier good
-    ///   version of it is dropped; an `Apply` of it is dropped, so the index keeps the earlier
-    ///   version. A `Delete` of it is still delivered, as a `K` built from its metadata alone
-    ///   when `K` allows that (every k8s-openapi kind, whose absent fields default); otherwise
-    ///   (a CRD kind, whose `spec` is required) it is skipped and the next relist removes it.
+    /// - An object that does not decode or convert is logged (kind, namespace/name, why),
+    ///   counted and skipped: a relist's `Reset` carries the others, so an earlier good version
+    ///   of it is dropped; an `Apply` of it is dropped, so the index keeps the earlier version,
+    ///   except for kinds whose invalid updates remove ([`Kind::INVALID_REMOVES`]), which get a
+    ///   `Delete`. A `Delete` needs only the namespace/name, so it is always delivered.
+    /// - Kinds that only feed owner and zone lookups ([`Kind::METADATA_ONLY`]) are listed and
+    ///   watched as `PartialObjectMetadata`: the API server sends their metadata only.
     /// - A `404` on a list or watch (a CRD not installed, or removed) yields one
     ///   `Reset(vec![])`, so the index counts the kind as synced and empty; the watcher keeps
     ///   retrying within 30 s, and the first successful list yields the usual `Reset`. Each
@@ -120,34 +163,49 @@ impl Source for KubeSource {
     ///   CustomResourceDefinition instead (spec/policy.md "Project decisions" 2): it is listed
     ///   and watched at the version the CRD serves, from when the CRD appears, again from the
     ///   first list when the version changes, and served empty at once when the CRD goes.
-    fn events<K: Watched>(&self) -> BoxStream<'static, Event<K>> {
+    pub fn events<K: Kind>(
+        &self,
+        label_selector: Option<&str>,
+    ) -> BoxStream<'static, Event<Arc<K::Object>>> {
         if K::group(&()) == crd::GATEWAY_GROUP {
             return crd::follow::<K>(self.client.clone(), self.metrics.clone());
         }
         let resource = ApiResource::erase::<K>(&());
-        watch_resource::<K>(&self.client, resource, self.metrics.clone(), false)
+        watch_resource::<K>(
+            &self.client,
+            resource,
+            label_selector,
+            self.metrics.clone(),
+            false,
+        )
     }
 }
 
 /// The events of kind `K` listed and watched at `resource` (the kind's group, plural and one
-/// of its served versions), decoded into `K` as [`KubeSource::events`] describes.
+/// of its served versions), decoded as [`KubeSource::events`] describes.
 ///
 /// With `keep_until_listed`, a `404` before the first successful list yields nothing (the
 /// consumer keeps what it has, e.g. the objects of the version watched before) rather than an
 /// empty `Reset`; the list is retried with the same backoff.
-fn watch_resource<K: Watched>(
+fn watch_resource<K: Kind>(
     client: &Client,
     resource: ApiResource,
+    label_selector: Option<&str>,
     metrics: IndexMetrics,
     keep_until_listed: bool,
-) -> BoxStream<'static, Event<K>> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-    let events = watcher(api, watcher::Config::default()).backoff(WatchBackoff::new());
-    let state = WatchState {
+) -> BoxStream<'static, Event<Arc<K::Object>>> {
+    let api = Api::<Received<K>>::all_with(client.clone(), &resource);
+    let mut config = watcher::Config::default();
+    if let Some(selector) = label_selector {
+        config = config.labels(selector);
+    }
+    let events = watcher(api, config).backoff(WatchBackoff::new());
+    let state = WatchState::<K> {
         relist: None,
         served: Served::Unknown,
         keep_until_listed,
-        lag: metrics.informer_lag(&K::kind(&())).map(LagTracker::new),
+        lag: metrics.informer_lag(K::LABEL).map(LagTracker::new),
+        invalid: HashMap::new(),
     };
     events
         .scan(state, move |state, event| {
@@ -158,18 +216,115 @@ fn watch_resource<K: Watched>(
         .boxed()
 }
 
+// === impl Received ===
+
+impl<K: Kind> Received<K> {
+    fn key(&self) -> Option<ObjectRef> {
+        Some(ObjectRef {
+            namespace: self.metadata.namespace.clone().unwrap_or_default(),
+            name: self.metadata.name.clone()?,
+        })
+    }
+}
+
+impl<K: Kind> Clone for Received<K> {
+    fn clone(&self) -> Self {
+        Self {
+            metadata: self.metadata.clone(),
+            updated: self.updated,
+            decoded: self.decoded.clone(),
+        }
+    }
+}
+
+impl<K: Kind> std::fmt::Debug for Received<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Received")
+            .field("kind", &K::LABEL)
+            .field("namespace", &self.metadata.namespace)
+            .field("name", &self.metadata.name)
+            .field("decoded", &self.decoded.as_ref().map(|_| ()))
+            .finish()
+    }
+}
+
+impl<'de, K: Kind> Deserialize<'de> for Received<K> {
+    /// Takes the document as text (serde_json's `RawValue`), reads its header, and decodes it
+    /// into `K`'s object: a document that does not fit its kind fails alone, not its page.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let document = Box::<RawValue>::deserialize(deserializer)?;
+        let header: Header = serde_json::from_str(document.get()).map_err(D::Error::custom)?;
+        let metadata = header.metadata;
+        let updated = metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|entry| entry.operation.as_deref() == Some("Update"))
+            .filter_map(|entry| entry.time)
+            .max();
+        let decoded = decode_json::<K>(document.get()).map(Arc::new);
+        Ok(Self {
+            metadata: ObjectMeta {
+                name: metadata.name,
+                namespace: metadata.namespace,
+                resource_version: metadata.resource_version,
+                ..ObjectMeta::default()
+            },
+            updated,
+            decoded,
+        })
+    }
+}
+
+impl<K: Kind> kube::Resource for Received<K> {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn metadata_api() -> bool {
+        K::METADATA_ONLY
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 // === impl WatchState ===
 
-impl<K: Watched> WatchState<K> {
+impl<K: Kind> WatchState<K> {
     /// Folds one watcher event into at most one [`Event`]. A relist arrives as `Init`,
     /// `InitApply`..., `InitDone`: it is buffered into one `Reset` so the index can tell what
     /// vanished while the watch was down.
     fn step(
         &mut self,
-        event: Result<watcher::Event<DynamicObject>, watcher::Error>,
+        event: Result<watcher::Event<Received<K>>, watcher::Error>,
         metrics: &IndexMetrics,
-    ) -> Option<Event<K>> {
-        let kind = K::kind(&());
+    ) -> Option<Event<Arc<K::Object>>> {
+        let kind = K::LABEL;
         let event = match event {
             Ok(event) => event,
             Err(error) if is_not_found(&error) => {
@@ -217,30 +372,63 @@ impl<K: Watched> WatchState<K> {
                 }
                 None
             }
-            watcher::Event::InitApply(DynamicObject { metadata, data, .. }) => {
+            watcher::Event::InitApply(obj) => {
                 if let Some(lag) = &mut self.lag {
-                    lag.seen.insert(lag.key(&metadata));
+                    lag.seen.insert(lag.key(&obj.metadata));
                 }
-                if let Some(obj) = decode(&metadata, data, metrics) {
-                    self.relist.get_or_insert_with(Vec::new).push(obj);
+                if let Some(decoded) = self.decoded(obj, metrics) {
+                    self.relist.get_or_insert_with(Vec::new).push(decoded);
                 }
                 None
             }
-            watcher::Event::InitDone => Some(Event::Reset(self.relist.take().unwrap_or_default())),
-            watcher::Event::Apply(DynamicObject { metadata, data, .. }) => {
-                if let Some(lag) = &mut self.lag {
-                    lag.applied(&metadata, Timestamp::now());
-                }
-                decode(&metadata, data, metrics).map(Event::Apply)
+            watcher::Event::InitDone => {
+                let objects = self.relist.take().unwrap_or_default();
+                Some(Event::Reset(objects))
             }
-            watcher::Event::Delete(DynamicObject { metadata, data, .. }) => {
+            watcher::Event::Apply(obj) => {
                 if let Some(lag) = &mut self.lag {
-                    lag.seen.remove(&lag.key(&metadata));
+                    lag.applied(&obj.metadata, obj.updated, Timestamp::now());
                 }
-                // The index deletes by namespace/name, so metadata alone is enough.
-                decode(&metadata, data, metrics)
-                    .or_else(|| from_parts(&metadata, Value::Object(Map::new())).ok())
-                    .map(Event::Delete)
+                let key = obj.key();
+                match self.decoded(obj, metrics) {
+                    Some(decoded) => Some(Event::Apply(decoded)),
+                    None if K::INVALID_REMOVES => key.map(Event::Delete),
+                    None => None,
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                if let Some(lag) = &mut self.lag {
+                    lag.seen.remove(&lag.key(&obj.metadata));
+                }
+                let key = obj.key()?;
+                self.invalid.remove(&key);
+                Some(Event::Delete(key))
+            }
+        }
+    }
+
+    /// The object `obj` decoded into, or `None` when it did not: then it is logged and counted,
+    /// once per distinct problem (a relist delivers it again unchanged).
+    fn decoded(&mut self, obj: Received<K>, metrics: &IndexMetrics) -> Option<Arc<K::Object>> {
+        let key = obj.key();
+        match obj.decoded {
+            Ok(decoded) => {
+                if let Some(key) = key {
+                    self.invalid.remove(&key);
+                }
+                Some(decoded)
+            }
+            Err(error) => {
+                let namespace = obj.metadata.namespace.as_deref().unwrap_or_default();
+                let name = obj.metadata.name.as_deref().unwrap_or_default();
+                let repeated = key
+                    .map(|key| self.invalid.insert(key, error.clone()))
+                    .is_some_and(|old| old.as_ref() == Some(&error));
+                if !repeated {
+                    tracing::warn!(kind = %K::LABEL, %namespace, %name, %error, "skipping object");
+                    metrics.invalid_object(K::LABEL);
+                }
+                None
             }
         }
     }
@@ -262,11 +450,11 @@ impl LagTracker {
             .hash_one((metadata.namespace.as_deref(), metadata.name.as_deref()))
     }
 
-    /// A watch `Apply` at `now`: observed when the object was already seen (an update) and says
-    /// when it was last updated; a creation is only remembered.
-    fn applied(&mut self, metadata: &ObjectMeta, now: Timestamp) {
+    /// A watch `Apply` at `now` of an object last updated at `updated`: observed when the
+    /// object was already seen (an update); a creation is only remembered.
+    fn applied(&mut self, metadata: &ObjectMeta, updated: Option<Timestamp>, now: Timestamp) {
         if !self.seen.insert(self.key(metadata))
-            && let Some(lag) = informer_lag(metadata, now)
+            && let Some(lag) = informer_lag(updated, now)
         {
             self.histogram.observe(lag);
         }
@@ -299,19 +487,11 @@ impl Backoff for WatchBackoff {
     }
 }
 
-/// Seconds from the latest `metadata.managedFields[]` entry whose `operation` is `Update` to
-/// `now`: how late the watch delivers the update. `None` when no such entry has a `time`.
-/// A timestamp ahead of `now` (clock skew with the API server) counts as no lag.
-fn informer_lag(metadata: &ObjectMeta, now: Timestamp) -> Option<f64> {
-    let latest = metadata
-        .managed_fields
-        .as_deref()?
-        .iter()
-        .filter(|entry| entry.operation.as_deref() == Some("Update"))
-        .filter_map(|entry| entry.time.as_ref())
-        .map(|time| time.0)
-        .max()?;
-    Some(now.duration_since(latest).as_secs_f64().max(0.0))
+/// Seconds from `updated` (an object's latest `managedFields` `Update`) to `now`: how late the
+/// watch delivers the update. `None` without an update time. A time ahead of `now` (clock skew
+/// with the API server) counts as no lag.
+fn informer_lag(updated: Option<Timestamp>, now: Timestamp) -> Option<f64> {
+    Some(now.duration_since(updated?).as_secs_f64().max(0.0))
 }
 
 /// Whether a watcher error is the API server answering `404 Not Found` for the kind's
@@ -333,92 +513,88 @@ fn status_code(error: &watcher::Error) -> Option<u16> {
     }
 }
 
-/// Decodes one untyped object (its metadata and other fields) into `K`; one that does not
-/// decode is logged and counted.
-fn decode<K: Watched>(metadata: &ObjectMeta, fields: Value, metrics: &IndexMetrics) -> Option<K> {
-    match from_parts::<K>(metadata, fields) {
-        Ok(obj) => Some(obj),
-        Err(error) => {
-            let kind = K::kind(&());
-            let namespace = metadata.namespace.as_deref().unwrap_or_default();
-            let name = metadata.name.as_deref().unwrap_or_default();
-            tracing::warn!(%kind, %namespace, %name, %error, "object does not decode as its kind; skipped");
-            metrics.invalid_object(&kind);
-            None
-        }
-    }
-}
-
-/// `K` from its metadata and its other fields. List items come without `apiVersion`/`kind`,
-/// so both are set from `K`.
-fn from_parts<K: Watched>(metadata: &ObjectMeta, fields: Value) -> Result<K, serde_json::Error> {
-    let mut fields = match fields {
-        Value::Object(fields) => fields,
-        _ => Map::new(),
-    };
-    fields.insert("apiVersion".into(), K::api_version(&()).into());
-    fields.insert("kind".into(), K::kind(&()).into());
-    fields.insert("metadata".into(), serde_json::to_value(metadata)?);
-    let mut object = Value::Object(fields);
-    super::fill_defaults::<K>(&mut object);
-    serde_json::from_value(object)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
 
     fn at(time: &str) -> Timestamp {
         time.parse().expect("an RFC 3339 timestamp")
     }
 
-    fn entry(operation: &str, time: Option<&str>) -> ManagedFieldsEntry {
-        ManagedFieldsEntry {
-            manager: Some("kubectl".into()),
-            operation: Some(operation.into()),
-            time: time.map(|t| Time(at(t))),
-            ..ManagedFieldsEntry::default()
-        }
+    /// A pod document with these `managedFields` entries, received.
+    fn received(entries: serde_json::Value) -> Received<Pod> {
+        let pod = json!({
+            "metadata": {
+                "namespace": "emojivoto",
+                "name": "web",
+                "resourceVersion": "42",
+                "managedFields": entries,
+            },
+        });
+        serde_json::from_value(pod).expect("a received document")
     }
 
-    fn meta(entries: Vec<ManagedFieldsEntry>) -> ObjectMeta {
-        ObjectMeta {
-            namespace: Some("emojivoto".into()),
-            name: Some("web".into()),
-            managed_fields: Some(entries),
-            ..ObjectMeta::default()
-        }
+    fn entry(operation: &str, time: Option<&str>) -> serde_json::Value {
+        json!({"manager": "kubectl", "operation": operation, "time": time})
     }
 
     #[test]
     fn lag_is_from_the_latest_update_entry() {
         let now = at("2026-11-02T10:00:30Z");
-        let metadata = meta(vec![
+        let pod = received(json!([
             entry("Update", Some("2026-11-02T10:00:00Z")),
             entry("Update", Some("2026-11-02T10:00:27Z")),
             // Server-side apply is not an informer's `Update`.
             entry("Apply", Some("2026-11-02T10:00:29Z")),
             entry("Update", None),
-        ]);
-        assert_eq!(informer_lag(&metadata, now), Some(3.0));
+        ]));
+        assert_eq!(informer_lag(pod.updated, now), Some(3.0));
+        assert_eq!(pod.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(pod.key().unwrap().name, "web");
+        assert_eq!(pod.decoded.unwrap().name, "web");
     }
 
     #[test]
     fn no_lag_without_an_update_time() {
         let now = at("2026-11-02T10:00:30Z");
-        assert_eq!(informer_lag(&ObjectMeta::default(), now), None);
-        assert_eq!(informer_lag(&meta(vec![]), now), None);
-        let only_apply = meta(vec![entry("Apply", Some("2026-11-02T10:00:00Z"))]);
-        assert_eq!(informer_lag(&only_apply, now), None);
-        assert_eq!(informer_lag(&meta(vec![entry("Update", None)]), now), None);
+        assert_eq!(informer_lag(received(json!(null)).updated, now), None);
+        assert_eq!(informer_lag(received(json!([])).updated, now), None);
+        let only_apply = received(json!([entry("Apply", Some("2026-11-02T10:00:00Z"))]));
+        assert_eq!(informer_lag(only_apply.updated, now), None);
+        let no_time = received(json!([entry("Update", None)]));
+        assert_eq!(informer_lag(no_time.updated, now), None);
     }
 
     #[test]
     fn a_future_update_time_is_no_lag() {
         let now = at("2026-11-02T10:00:30Z");
-        let skewed = meta(vec![entry("Update", Some("2026-11-02T10:00:40Z"))]);
-        assert_eq!(informer_lag(&skewed, now), Some(0.0));
+        let skewed = received(json!([entry("Update", Some("2026-11-02T10:00:40Z"))]));
+        assert_eq!(informer_lag(skewed.updated, now), Some(0.0));
+    }
+
+    #[test]
+    fn a_document_that_does_not_decode_fails_alone() {
+        let list = r#"{"metadata": {"resourceVersion": "7"}, "items": [
+            {"metadata": {"name": "good", "namespace": "ns"}, "spec": {"nodeName": "n1"}},
+            {"metadata": {"name": "bad", "namespace": "ns"}, "spec": {"containers": [{"name": "app", "ports": [{"containerPort": "eighty"}]}]}}
+        ]}"#;
+        let list: kube::core::ObjectList<Received<Pod>> =
+            serde_json::from_str(list).expect("the list decodes");
+        assert_eq!(list.items.len(), 2);
+        let good = list.items[0].decoded.as_ref().expect("the good pod");
+        assert_eq!(good.node_name.as_deref(), Some("n1"));
+        match &list.items[1].decoded {
+            Err(DecodeError::Malformed(why)) => {
+                assert!(
+                    why.contains("spec.containers[0].ports[0].containerPort"),
+                    "{why}"
+                )
+            }
+            other => panic!("expected a decode error, got {other:?}"),
+        }
+        assert_eq!(list.items[1].key().unwrap().name, "bad");
     }
 
     #[test]
@@ -436,10 +612,10 @@ mod tests {
         };
         let mut lag = LagTracker::new(histogram.clone());
         let now = at("2026-11-02T10:00:30Z");
-        let metadata = meta(vec![entry("Update", Some("2026-11-02T10:00:28Z"))]);
-        lag.applied(&metadata, now);
+        let pod = received(json!([entry("Update", Some("2026-11-02T10:00:28Z"))]));
+        lag.applied(&pod.metadata, pod.updated, now);
         assert_eq!(observed(), ["lag_sum 0.0", "lag_count 0"], "a creation");
-        lag.applied(&metadata, now);
+        lag.applied(&pod.metadata, pod.updated, now);
         assert_eq!(observed(), ["lag_sum 2.0", "lag_count 1"], "an update");
     }
 }

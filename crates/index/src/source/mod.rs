@@ -1,71 +1,33 @@
-//! Where Kubernetes objects come from: one interface, two implementations.
+//! Where Kubernetes objects come from: a cluster's API server ([`kube`]) or a directory of
+//! manifests ([`offline`]), delivered kind by kind as [`Event`]s of decoded objects.
 //!
-//! A [`Source`] produces, per kind, a stream of [`Event`]s shaped like kube-runtime's watcher
-//! (DESIGN.md "Data flow" 1): the first event of every stream is a [`Event::Reset`] (the initial
-//! list); later a relist is another `Reset`, and everything not in it is gone.
+//! Events are shaped like kube-runtime's watcher (DESIGN.md "Data flow" 1): the first event of
+//! every kind is a [`Event::Reset`] (the initial list); later a relist is another `Reset`, and
+//! everything not in it is gone. Each document is decoded once, as it arrives, into its kind's
+//! object ([`Kind`]); a document that does not decode or convert is logged with its
+//! namespace/name, counted in `index_invalid_objects_total{kind}` and skipped, and nothing else
+//! is affected. The source keeps no decoded object, raw document or typed object afterwards:
+//! the kube source keeps nothing per object but an 8-byte hash (informer lag), the offline
+//! source a digest of each definition (to see what an edit changed).
 
+pub mod args;
 pub mod kube;
 pub mod offline;
 
-use futures::stream::BoxStream;
-use serde::de::DeserializeOwned;
-use std::fmt::Debug;
+use std::{any::Any, sync::Arc};
+
+pub use self::args::ClusterArgs;
+use crate::model::{DecodeError, Kind, ObjectRef};
 
 /// One change to the objects of one kind.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Event<K> {
+pub enum Event<T> {
     /// The object was created or changed.
-    Apply(K),
-    /// The object was deleted (the last state known of it).
-    Delete(K),
+    Apply(T),
+    /// The object was deleted.
+    Delete(ObjectRef),
     /// A full list: every object of the kind that exists now; any other is gone.
-    Reset(Vec<K>),
-}
-
-/// The bound every watched kind meets: a typed Kubernetes object kube can list and watch.
-pub trait Watched:
-    ::kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
-{
-}
-
-impl<K> Watched for K where
-    K: ::kube::Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static
-{
-}
-
-/// Fills in, on an object of kind `K` about to be decoded, the fields that older served
-/// versions leave out but `K`'s generated type requires: a TLSRoute read at v1alpha2 may have no
-/// `spec.hostnames` (required from v1 on, which the `gateway-api` type follows), meaning "any
-/// SNI". Other kinds are left as they are.
-pub(crate) fn fill_defaults<K: Watched>(object: &mut serde_json::Value) {
-    if !has_defaults::<K>() {
-        return;
-    }
-    if let Some(spec) = object.get_mut("spec").and_then(|s| s.as_object_mut())
-        && spec.get("hostnames").is_none_or(|h| h.is_null())
-    {
-        spec.insert("hostnames".into(), serde_json::Value::Array(Vec::new()));
-    }
-}
-
-/// Whether [`fill_defaults`] may change an object of kind `K`.
-pub(crate) fn has_defaults<K: Watched>() -> bool {
-    K::group(&()) == "gateway.networking.k8s.io" && K::kind(&()) == "TLSRoute"
-}
-
-/// A producer of watch events for any [`Watched`] kind.
-///
-/// Streams never end while the source runs; errors (a failed watch, a file that does not parse)
-/// are logged and retried by the source itself, so consumers only ever see events.
-pub trait Source: Send + Sync + 'static {
-    /// The events of kind `K`, starting with a [`Event::Reset`] of the initial list.
-    fn events<K: Watched>(&self) -> BoxStream<'static, Event<K>>;
+    Reset(Vec<T>),
 }
 
 /// The source chosen at start-up: a cluster (`--kubeconfig` / in-cluster) or a directory
@@ -76,11 +38,28 @@ pub enum ClusterSource {
     Offline(offline::OfflineSource),
 }
 
-impl Source for ClusterSource {
-    fn events<K: Watched>(&self) -> BoxStream<'static, Event<K>> {
-        match self {
-            Self::Kube(s) => s.events(),
-            Self::Offline(s) => s.events(),
-        }
-    }
+/// A decoded object whose kind is known only at run time: how the offline source, which reads
+/// every kind from the same files, hands objects to each kind's indexes.
+pub type AnyObject = Arc<dyn Any + Send + Sync>;
+
+/// One watched kind, as a source that serves every kind through one reader (offline mode)
+/// sees it: it decodes the kind's documents and delivers their events.
+pub trait KindFeed: Send + Sync + 'static {
+    /// `(group, kind)` of the documents it takes (`("discovery.k8s.io", "EndpointSlice")`).
+    fn type_key(&self) -> (&str, &str);
+    /// The kind's name in logs and metrics ([`Kind::LABEL`]).
+    fn label(&self) -> &'static str;
+    /// Whether an invalid update removes the version delivered before ([`Kind::INVALID_REMOVES`]).
+    fn invalid_removes(&self) -> bool;
+    /// Decodes one document of the kind.
+    fn decode(&self, document: &serde_json::Value) -> Result<AnyObject, DecodeError>;
+    /// Decodes one document of the kind from JSON text.
+    fn decode_json(&self, document: &str) -> Result<AnyObject, DecodeError>;
+    /// Delivers events of objects this feed decoded, as one batch.
+    fn deliver(&self, events: Vec<Event<AnyObject>>);
+}
+
+/// `(group, kind)` of `K`: how documents name their kind (`apiVersion`'s group, `kind`).
+pub(crate) fn type_key<K: Kind>() -> (String, String) {
+    (K::group(&()).into_owned(), K::kind(&()).into_owned())
 }

@@ -1,29 +1,34 @@
 //! The `offline` source: a directory of manifests as `kubectl get -o yaml` prints them.
 //!
 //! Every `*.yaml`, `*.yml` and `*.json` file directly in the directory is read, whether it holds
-//! one object, several YAML documents, or a `kind: List`. When files change (inotify through
-//! `notify`), only those files are re-read, and each kind's stream emits the `Apply`/`Delete`
-//! events a watch would have, for the objects whose contents changed. A file that does not parse
-//! is logged by name and counted; its last good contents (if any) keep being served, so a
-//! half-saved edit loses nothing. An object defined identically in two files is one object;
-//! differently, the first file (by path) wins and the conflict is logged and counted. Files
-//! larger than [`MAX_FILE_BYTES`] or nested deeper than [`MAX_NESTING`] are refused.
+//! one object, several YAML documents, or a `kind: List`. Each document of a watched kind is
+//! decoded once, when its file is read, into the kind's object ([`crate::model::Kind`]), and
+//! delivered to the kind's indexes; the source keeps no document, only a digest of each
+//! definition, to see what an edit changed and to tell identical definitions from conflicting
+//! ones. When files change (inotify through `notify`), only those files are re-read, and each
+//! kind gets the `Apply`/`Delete` events a watch would have, for the objects whose served
+//! definition changed. A file that does not parse is logged by name and counted; its last good
+//! contents (if any) keep being served, so a half-saved edit loses nothing. An object defined
+//! identically in two files is one object; differently, the first file (by path) wins and the
+//! conflict is logged and counted. Files larger than [`MAX_FILE_BYTES`] or nested deeper than
+//! [`MAX_NESTING`] are refused.
 
-use futures::{StreamExt, stream::BoxStream};
-use serde::Deserialize;
 use serde_json::Value;
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap},
     hash::{Hash, Hasher},
     io::Read,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::Duration,
 };
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
-use super::{Event, Source, Watched};
-use crate::metrics::IndexMetrics;
+use super::{AnyObject, Event, KindFeed};
+use crate::{
+    metrics::IndexMetrics,
+    model::{DecodeError, ObjectRef},
+};
 
 /// After a change notification, the directory is read once no notification came for this long:
 /// an editor that truncates then writes a file is read once, not as an empty file first.
@@ -36,9 +41,6 @@ const MAX_SETTLE: Duration = Duration::from_millis(50);
 /// [`RETRY_MAX`].
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
-/// Changes kept per kind for streams that have not caught up; one further behind re-diffs the
-/// whole kind.
-const LOG_CAPACITY: usize = 16_384;
 
 /// The largest state file read, in bytes (64 MiB); a larger one is refused as a whole.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
@@ -66,7 +68,7 @@ pub enum FileError {
     #[error("cannot read: {0}")]
     Read(#[from] std::io::Error),
     #[error("invalid YAML: {0}")]
-    Yaml(#[from] serde_yaml::Error),
+    Yaml(#[from] serde_saphyr::Error),
     #[error("invalid JSON: {0}")]
     Json(#[from] serde_json::Error),
     /// Document `index` (0-based; the message counts from 1, as an editor shows them).
@@ -83,32 +85,15 @@ pub enum FileError {
 type TypeKey = (String, String);
 /// `(namespace, name)`; namespace is `""` for cluster-scoped objects.
 type ObjectKey = (String, String);
+/// A digest of one definition of an object: equal definitions have equal digests.
+type Digest = u64;
 
-/// A watched state directory feeding any number of per-kind event streams.
+/// A state directory, ready to be read and followed once the kinds to serve are known
+/// ([`OfflineSource::start`]).
 #[derive(Clone)]
 pub struct OfflineSource {
-    shared: Arc<Mutex<Shared>>,
-    /// The generation of `shared`; also keeps the reading task alive while a stream lives.
-    generation: watch::Receiver<u64>,
+    dir: PathBuf,
     metrics: IndexMetrics,
-}
-
-/// The objects the directory defines now, and per kind the keys that changed recently, for the
-/// streams to catch up from.
-#[derive(Debug, Default)]
-struct Shared {
-    /// Bumped once per read that changed anything.
-    generation: u64,
-    kinds: HashMap<TypeKey, KindObjects>,
-}
-
-#[derive(Debug, Default)]
-struct KindObjects {
-    objects: BTreeMap<ObjectKey, Served>,
-    /// `(generation, key)` of every change, oldest first, at most [`LOG_CAPACITY`].
-    log: VecDeque<(u64, ObjectKey)>,
-    /// The newest generation dropped from `log`: a stream that has not seen it re-diffs all.
-    trimmed: u64,
 }
 
 /// What the notification callback collected for the next read.
@@ -119,8 +104,8 @@ struct Pending {
     rescan: bool,
 }
 
-/// The files of the directory, with the parse of each kept until its contents change, and every
-/// definition of every object.
+/// The files of the directory, the definitions each makes, and what each watched kind was
+/// delivered.
 struct StateDir {
     dir: PathBuf,
     files: BTreeMap<PathBuf, LoadedFile>,
@@ -136,6 +121,12 @@ struct StateDir {
     inode: Option<u64>,
     /// Every definition of each object, in file path order: the first one is served.
     defs: HashMap<(TypeKey, ObjectKey), Definitions>,
+    /// The watched kinds, by `(group, kind)`.
+    feeds: HashMap<TypeKey, Arc<dyn KindFeed>>,
+    /// Per object of a watched kind, the digest of the definition its indexes were given.
+    delivered: HashMap<(TypeKey, ObjectKey), Digest>,
+    /// Definitions that did not decode, so each bad version is logged and counted once.
+    invalid: HashMap<(TypeKey, ObjectKey), Digest>,
     metrics: IndexMetrics,
 }
 
@@ -144,37 +135,30 @@ struct LoadedFile {
     /// re-hashing) a large file on a re-list.
     stamp: Option<Stamp>,
     content_hash: u64,
-    objects: Vec<(TypeKey, ObjectKey, Arc<Value>)>,
+    objects: Vec<(TypeKey, ObjectKey, Digest)>,
 }
 
 /// A file's size, modification time and inode. The inode tells a symlink that now points
 /// to another file (a ConfigMap volume's update) even when size and time match.
 type Stamp = (u64, std::time::SystemTime, u64);
 
-/// The files defining one object and their definition of it, in path order.
-type Definitions = Vec<(PathBuf, Arc<Value>)>;
-/// Objects whose served definition changed: the new one, or `None` when none is left.
-type Changes = Vec<(TypeKey, ObjectKey, Option<Served>)>;
-
-/// The definition of an object that is served, and the file it is from (for log messages).
-#[derive(Clone, Debug)]
-struct Served {
-    value: Arc<Value>,
-    file: Arc<Path>,
-}
+/// The files defining one object and the digest of their definition of it, in path order.
+type Definitions = Vec<(PathBuf, Digest)>;
 /// Objects whose definitions were touched during one read, with the definition served before:
 /// an object moved from one file to another within a read is no change.
-type Touched = HashMap<(TypeKey, ObjectKey), Option<Arc<Value>>>;
+type Touched = HashMap<(TypeKey, ObjectKey), Option<Digest>>;
+/// Objects whose served definition changed during one read: the file and digest of the new
+/// one, or `None` when none is left.
+type Changes = Vec<(TypeKey, ObjectKey, Option<(PathBuf, Digest)>)>;
+/// The objects of watched kinds decoded during one read, by key and digest.
+type Decoded = HashMap<(TypeKey, ObjectKey, Digest), Result<AnyObject, DecodeError>>;
 
 // === impl OfflineSource ===
 
 impl OfflineSource {
-    /// Reads `dir` and starts watching it for changes. Must be called within a Tokio runtime.
-    ///
-    /// Errors only when `dir` cannot be read as a directory; bad files inside it are skipped.
-    /// When the file-change watcher cannot be set up (inotify limits), the directory is served
-    /// as first read and a warning is logged.
-    pub fn start(dir: impl Into<PathBuf>, metrics: IndexMetrics) -> Result<Self, OfflineError> {
+    /// The state directory `dir`. Errors when it is not a directory that can be read; bad files
+    /// inside it are skipped when it is read.
+    pub fn new(dir: impl Into<PathBuf>, metrics: IndexMetrics) -> Result<Self, OfflineError> {
         let dir = dir.into();
         let meta = std::fs::metadata(&dir).map_err(|source| OfflineError::Dir {
             path: dir.clone(),
@@ -183,11 +167,37 @@ impl OfflineSource {
         if !meta.is_dir() {
             return Err(OfflineError::NotADirectory(dir));
         }
-        let mut state = StateDir::new(dir.clone(), metrics.clone());
-        let shared = Arc::new(Mutex::new(Shared::default()));
-        let changes = state.rescan();
-        publish(&shared, changes);
-        let (tx, rx) = watch::channel(0);
+        Ok(Self { dir, metrics })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Reads the directory and delivers every kind of `feeds` its initial `Reset` before
+    /// returning, then follows the directory in a task (the handle) that delivers the changes
+    /// of each later read. Must be called within a Tokio runtime.
+    ///
+    /// When the file-change watcher cannot be set up (inotify limits), the directory is served
+    /// as first read and a warning is logged.
+    pub async fn start(&self, feeds: Vec<Arc<dyn KindFeed>>) -> tokio::task::JoinHandle<()> {
+        let dir = self.dir.clone();
+        let mut state = StateDir::new(dir.clone(), feeds, self.metrics.clone());
+        // Reading and parsing block: a huge or hostile file must not stall the runtime.
+        let state = tokio::task::spawn_blocking(move || {
+            let (changes, decoded) = state.rescan();
+            state.deliver_initial(changes, decoded);
+            state
+        })
+        .await;
+        let state = match state {
+            Ok(state) => state,
+            Err(error) => {
+                tracing::error!(%error, "reading the cluster state directory failed; nothing is served");
+                return tokio::spawn(async {});
+            }
+        };
 
         let changed = Arc::new(Notify::new());
         let pending = Arc::new(Mutex::new(Pending::default()));
@@ -228,9 +238,8 @@ impl OfflineSource {
                 .inspect_err(|error| tracing::warn!(%error, "cannot watch the cluster state directory; changes will not be seen"))
                 .ok()
         };
-        let task_shared = shared.clone();
         tokio::spawn(async move {
-            // The watcher lives as long as this task, which ends when every stream is gone.
+            // The watcher lives as long as this task.
             let mut watcher = watcher;
             let mut watched = dir_inode(&dir);
             let mut state = state;
@@ -239,7 +248,6 @@ impl OfflineSource {
                 let retry = !state.retry.is_empty() || state.relist;
                 tokio::select! {
                     _ = changed.notified() => {}
-                    _ = tx.closed() => return,
                     () = tokio::time::sleep(retry_after), if retry => {
                         let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
                         p.paths.extend(state.retry.iter().cloned());
@@ -254,251 +262,78 @@ impl OfflineSource {
                         .is_ok()
                 {}
                 let todo = std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
-                let shared = task_shared.clone();
-                // Reading and parsing block: a huge or hostile file must not stall the runtime
-                // (and with it `/ready` and every stream).
                 let read = tokio::task::spawn_blocking(move || {
-                    let changes = if todo.rescan {
+                    let (changes, decoded) = if todo.rescan {
                         state.rescan()
                     } else {
                         state.refresh(&todo.paths)
                     };
                     state.metrics.offline_reloads.inc();
                     tracing::debug!(dir = %state.dir.display(), changed = changes.len(), "cluster state directory re-read");
-                    let generation = publish(&shared, changes);
-                    (state, generation)
+                    (state, changes, decoded)
                 })
                 .await;
-                match read {
-                    Ok((next, generation)) => {
-                        state = next;
-                        if state.retry.is_empty() && !state.relist {
-                            retry_after = RETRY_MIN;
-                        }
-                        // A directory deleted and recreated, or moved away and replaced, is a
-                        // new inode: the watch went with the old one.
-                        if !state.relist
-                            && let Some(w) = watcher.as_mut()
-                        {
-                            let now = state.inode;
-                            if now != watched {
-                                use notify::Watcher;
-                                let _ = w.unwatch(&state.dir);
-                                match w.watch(&state.dir, notify::RecursiveMode::NonRecursive) {
-                                    Ok(()) => watched = now,
-                                    Err(error) => {
-                                        tracing::warn!(dir = %state.dir.display(), %error, "cannot watch the cluster state directory again; changes will not be seen")
-                                    }
-                                }
-                            }
-                        }
-                        if let Some(generation) = generation {
-                            tx.send_replace(generation);
-                        }
-                    }
+                let (next, changes, decoded) = match read {
+                    Ok(read) => read,
                     Err(error) => {
                         tracing::error!(%error, "reading the cluster state directory failed; changes will not be seen");
                         return;
                     }
+                };
+                state = next;
+                if state.retry.is_empty() && !state.relist {
+                    retry_after = RETRY_MIN;
                 }
-            }
-        });
-        Ok(Self {
-            shared,
-            generation: rx,
-            metrics,
-        })
-    }
-}
-
-/// Applies `changes` to the shared objects; returns the new generation, if anything changed.
-fn publish(shared: &Mutex<Shared>, changes: Changes) -> Option<u64> {
-    if changes.is_empty() {
-        return None;
-    }
-    let mut shared = shared.lock().unwrap_or_else(|e| e.into_inner());
-    shared.generation += 1;
-    let generation = shared.generation;
-    for (type_key, key, value) in changes {
-        let kind = shared.kinds.entry(type_key).or_default();
-        match value {
-            Some(value) => kind.objects.insert(key.clone(), value),
-            None => kind.objects.remove(&key),
-        };
-        kind.log.push_back((generation, key));
-        if kind.log.len() > LOG_CAPACITY
-            && let Some((dropped, _)) = kind.log.pop_front()
-        {
-            kind.trimmed = dropped;
-        }
-    }
-    Some(generation)
-}
-
-impl Source for OfflineSource {
-    fn events<K: Watched>(&self) -> BoxStream<'static, Event<K>> {
-        let type_key = (K::group(&()).into_owned(), K::kind(&()).into_owned());
-        let metrics = self.metrics.clone();
-        let decoder = Decoder::<K> {
-            type_key,
-            metrics,
-            known: None,
-            seen: 0,
-            rejected: BTreeMap::new(),
-            _kind: std::marker::PhantomData,
-        };
-        futures::stream::unfold(
-            (self.generation.clone(), self.shared.clone(), decoder),
-            |(mut rx, shared, mut decoder)| async move {
-                if decoder.known.is_none() {
-                    rx.borrow_and_update();
-                    let events = decoder.next_events(&shared);
-                    return Some((events, (rx, shared, decoder)));
-                }
-                loop {
-                    rx.changed().await.ok()?;
-                    rx.borrow_and_update();
-                    let events = decoder.next_events(&shared);
-                    if !events.is_empty() {
-                        return Some((events, (rx, shared, decoder)));
-                    }
-                }
-            },
-        )
-        .flat_map(futures::stream::iter)
-        .boxed()
-    }
-}
-
-/// Per-stream state: what has been emitted for one kind, to diff the next changes against.
-struct Decoder<K> {
-    type_key: TypeKey,
-    metrics: IndexMetrics,
-    /// Objects emitted so far; `None` before the initial `Reset`.
-    known: Option<BTreeMap<ObjectKey, Arc<Value>>>,
-    /// The generation of the shared objects last read.
-    seen: u64,
-    /// Objects that did not decode, so each bad version is logged once.
-    rejected: BTreeMap<ObjectKey, Arc<Value>>,
-    _kind: std::marker::PhantomData<fn() -> K>,
-}
-
-impl<K: Watched> Decoder<K> {
-    /// The events that take this stream from what it emitted to the shared objects now: a
-    /// `Reset` the first time, then `Apply`s and `Delete`s of the keys changed since.
-    fn next_events(&mut self, shared: &Mutex<Shared>) -> Vec<Event<K>> {
-        let (changed, full) = {
-            let shared = shared.lock().unwrap_or_else(|e| e.into_inner());
-            let kind = shared.kinds.get(&self.type_key);
-            let full = self.known.is_none() || kind.is_some_and(|k| k.trimmed > self.seen);
-            let mut changed: BTreeMap<ObjectKey, Option<Served>> = BTreeMap::new();
-            if let Some(kind) = kind {
-                if full {
-                    for (key, value) in &kind.objects {
-                        changed.insert(key.clone(), Some(value.clone()));
-                    }
-                } else {
-                    let since = kind.log.iter().rev().take_while(|(g, _)| *g > self.seen);
-                    for (_, key) in since {
-                        if !changed.contains_key(key) {
-                            changed.insert(key.clone(), kind.objects.get(key).cloned());
+                // A directory deleted and recreated, or moved away and replaced, is a new
+                // inode: the watch went with the old one. Watched again before the indexes
+                // hear of what was read, so that no edit made after that is missed.
+                if !state.relist
+                    && let Some(w) = watcher.as_mut()
+                {
+                    let now = state.inode;
+                    if now != watched {
+                        use notify::Watcher;
+                        let _ = w.unwatch(&state.dir);
+                        match w.watch(&state.dir, notify::RecursiveMode::NonRecursive) {
+                            Ok(()) => watched = now,
+                            Err(error) => {
+                                tracing::warn!(dir = %state.dir.display(), %error, "cannot watch the cluster state directory again; changes will not be seen")
+                            }
                         }
                     }
                 }
-            }
-            self.seen = shared.generation;
-            (changed, full)
-        };
-        let Some(mut known) = self.known.take() else {
-            let mut known = BTreeMap::new();
-            let mut objects = Vec::new();
-            for (key, served) in changed {
-                if let Some(served) = served
-                    && let Some(obj) = self.decode(&key, &served)
-                {
-                    known.insert(key, served.value);
-                    objects.push(obj);
+                if changes.is_empty() {
+                    continue;
                 }
-            }
-            self.known = Some(known);
-            return vec![Event::Reset(objects)];
-        };
-        let mut changed = changed;
-        if full {
-            for key in known.keys() {
-                changed.entry(key.clone()).or_insert(None);
-            }
-        }
-        let mut applied = Vec::new();
-        let mut deleted = Vec::new();
-        for (key, served) in changed {
-            match served {
-                Some(served) => {
-                    let unchanged = known.get(&key).is_some_and(|old| {
-                        Arc::ptr_eq(old, &served.value) || **old == *served.value
-                    });
-                    if unchanged {
-                        // Back to the version emitted: a bad version seen meanwhile is news again.
-                        self.rejected.remove(&key);
-                        continue;
-                    }
-                    // A bad new version keeps the last good one.
-                    if let Some(obj) = self.decode(&key, &served) {
-                        known.insert(key, served.value);
-                        applied.push(Event::Apply(obj));
-                    }
-                }
-                None => {
-                    self.rejected.remove(&key);
-                    if let Some(old) = known.remove(&key)
-                        && let Ok(obj) = decode::<K>(&old)
-                    {
-                        deleted.push(Event::Delete(obj));
+                // Applying the changes recomputes the views they touch: not on a runtime thread.
+                let delivered = tokio::task::spawn_blocking(move || {
+                    state.deliver_changes(changes, decoded);
+                    state
+                })
+                .await;
+                match delivered {
+                    Ok(next) => state = next,
+                    Err(error) => {
+                        tracing::error!(%error, "applying the cluster state directory failed; changes will not be seen");
+                        return;
                     }
                 }
             }
-        }
-        self.known = Some(known);
-        applied.extend(deleted);
-        applied
+        })
     }
-
-    /// Decodes the served definition of `key`; one that does not decode is logged, with its
-    /// file, and counted once per version.
-    fn decode(&mut self, key: &ObjectKey, served: &Served) -> Option<K> {
-        match decode::<K>(&served.value) {
-            Ok(obj) => {
-                self.rejected.remove(key);
-                Some(obj)
-            }
-            Err(error) => {
-                let seen = self.rejected.get(key).is_some_and(|v| *v == served.value);
-                if !seen {
-                    tracing::warn!(file = %served.file.display(), kind = %self.type_key.1, namespace = %key.0, name = %key.1, %error, "skipping object that does not decode");
-                    self.metrics.invalid_object(&self.type_key.1);
-                    self.rejected.insert(key.clone(), served.value.clone());
-                }
-                None
-            }
-        }
-    }
-}
-
-/// Decodes one object, with the defaults older versions of its kind leave out
-/// ([`super::fill_defaults`]); an error names the field it is about (`spec.ports[0].port: ...`).
-fn decode<K: Watched>(value: &Value) -> Result<K, serde_path_to_error::Error<serde_json::Error>> {
-    if super::has_defaults::<K>() {
-        let mut value = value.clone();
-        super::fill_defaults::<K>(&mut value);
-        return serde_path_to_error::deserialize(&value);
-    }
-    serde_path_to_error::deserialize(value)
 }
 
 // === impl StateDir ===
 
 impl StateDir {
-    fn new(dir: PathBuf, metrics: IndexMetrics) -> Self {
+    fn new(dir: PathBuf, feeds: Vec<Arc<dyn KindFeed>>, metrics: IndexMetrics) -> Self {
+        let feeds = feeds
+            .into_iter()
+            .map(|feed| {
+                let (group, kind) = feed.type_key();
+                ((group.to_string(), kind.to_string()), feed)
+            })
+            .collect();
         Self {
             dir,
             files: BTreeMap::new(),
@@ -508,14 +343,18 @@ impl StateDir {
             relist: false,
             inode: None,
             defs: HashMap::new(),
+            feeds,
+            delivered: HashMap::new(),
+            invalid: HashMap::new(),
             metrics,
         }
     }
 
     /// Re-lists the directory and re-reads the files whose size or modification time changed.
-    /// Returns the objects whose served definition changed.
-    fn rescan(&mut self) -> Changes {
+    /// Returns the objects whose served definition changed, and the documents decoded.
+    fn rescan(&mut self) -> (Changes, Decoded) {
         let mut changes = Touched::new();
+        let mut decoded = Decoded::new();
         let (paths, unreadable) = match manifest_paths(&self.dir) {
             Ok(listed) => listed,
             Err(error) => {
@@ -525,7 +364,7 @@ impl StateDir {
                     tracing::warn!(dir = %self.dir.display(), %error, "cannot list the cluster state directory; keeping what was read before until it can be");
                 }
                 self.relist = true;
-                return Changes::new();
+                return (Changes::new(), decoded);
             }
         };
         if std::mem::take(&mut self.relist) {
@@ -547,14 +386,15 @@ impl StateDir {
             self.mark_unreadable(path, &mut changes);
         }
         for path in &paths {
-            self.read_file(path, true, &mut changes);
+            self.read_file(path, true, &mut changes, &mut decoded);
         }
-        self.changes(changes)
+        (self.changes(changes), decoded)
     }
 
     /// Re-reads the files at `paths` (created, changed, removed or renamed; paths that are not
-    /// manifests are ignored). Returns the objects whose served definition changed.
-    fn refresh(&mut self, paths: &BTreeSet<PathBuf>) -> Changes {
+    /// manifests are ignored). Returns the objects whose served definition changed, and the
+    /// documents decoded.
+    fn refresh(&mut self, paths: &BTreeSet<PathBuf>) -> (Changes, Decoded) {
         // Moved away, deleted or replaced since it was listed: notifications from the old
         // directory name files that are not (or no longer) at these paths, and forgetting them
         // would withdraw objects the directory still defines.
@@ -562,9 +402,12 @@ impl StateDir {
             return self.rescan();
         }
         let mut changes = Touched::new();
+        let mut decoded = Decoded::new();
         for path in paths.iter().filter(|p| is_manifest_name(p)) {
             match std::fs::metadata(path) {
-                Ok(meta) if meta.is_file() => self.read_file(path, false, &mut changes),
+                Ok(meta) if meta.is_file() => {
+                    self.read_file(path, false, &mut changes, &mut decoded)
+                }
                 // A dangling or looping symlink, or a directory.
                 Ok(_) => self.mark_unreadable(path, &mut changes),
                 Err(_) if std::fs::symlink_metadata(path).is_ok() => {
@@ -573,27 +416,15 @@ impl StateDir {
                 Err(_) => self.forget(&path.clone(), &mut changes),
             }
         }
-        self.changes(changes)
+        (self.changes(changes), decoded)
     }
 
     /// The touched objects whose served definition differs from the one served before.
     fn changes(&self, touched: Touched) -> Changes {
         let mut changes = Changes::new();
         for (key, before) in touched {
-            let after = self
-                .defs
-                .get(&key)
-                .and_then(|defs| defs.first())
-                .map(|(file, value)| Served {
-                    value: value.clone(),
-                    file: file.as_path().into(),
-                });
-            let same = match (&before, &after) {
-                (Some(b), Some(a)) => Arc::ptr_eq(b, &a.value) || **b == *a.value,
-                (None, None) => true,
-                _ => false,
-            };
-            if !same {
+            let after = self.defs.get(&key).and_then(|defs| defs.first()).cloned();
+            if before != after.as_ref().map(|(_, digest)| *digest) {
                 changes.push((key.0, key.1, after));
             }
         }
@@ -603,7 +434,15 @@ impl StateDir {
     /// Reads one regular file and serves its objects, unless its contents did not change.
     /// `trust_stamp`: an unchanged size, modification time and inode mean unchanged contents (on a
     /// re-list; a file named by a notification is read, as its time may not have ticked).
-    fn read_file(&mut self, path: &Path, trust_stamp: bool, changes: &mut Touched) {
+    /// Documents of watched kinds that the file did not define before are decoded into
+    /// `decoded`.
+    fn read_file(
+        &mut self,
+        path: &Path,
+        trust_stamp: bool,
+        changes: &mut Touched,
+        decoded: &mut Decoded,
+    ) {
         self.unreadable.remove(path);
         self.retry.remove(path);
         let stamp = std::fs::metadata(path)
@@ -657,15 +496,33 @@ impl StateDir {
             return;
         }
         match parse_manifests(path, &bytes) {
-            Ok(objects) => {
+            Ok(documents) => {
                 self.rejected.remove(path);
-                let objects = objects
+                let before: HashMap<(&TypeKey, &ObjectKey), Digest> = self
+                    .files
+                    .get(path)
                     .into_iter()
-                    .filter_map(|obj| {
-                        let (type_key, obj_key) = object_keys(&obj)?;
-                        Some((type_key, obj_key, Arc::new(obj)))
-                    })
+                    .flat_map(|f| &f.objects)
+                    .map(|(t, k, d)| ((t, k), *d))
                     .collect();
+                let mut objects = Vec::with_capacity(documents.len());
+                let mut fresh = Vec::new();
+                for document in documents {
+                    let Some((type_key, obj_key)) = object_keys(&document) else {
+                        continue;
+                    };
+                    let digest = digest(&document);
+                    // Only what the file did not define before may change what is served.
+                    if before.get(&(&type_key, &obj_key)) != Some(&digest)
+                        && let Some(feed) = self.feeds.get(&type_key)
+                    {
+                        let object = feed.decode(&document);
+                        fresh.push(((type_key.clone(), obj_key.clone(), digest), object));
+                    }
+                    objects.push((type_key, obj_key, digest));
+                }
+                drop(before);
+                decoded.extend(fresh);
                 let file = LoadedFile {
                     stamp,
                     content_hash,
@@ -703,40 +560,24 @@ impl StateDir {
     /// the directory holds.
     fn replace(&mut self, path: &Path, file: Option<LoadedFile>, changes: &mut Touched) {
         let old = self.files.remove(path);
-        let old_objects = old.as_ref().map_or(&[][..], |f| &f.objects[..]);
-        let mut old_by_key: HashMap<(&TypeKey, &ObjectKey), Vec<&Arc<Value>>> = HashMap::new();
-        for (type_key, obj_key, value) in old_objects {
+        let mut old_by_key: HashMap<(&TypeKey, &ObjectKey), Vec<Digest>> = HashMap::new();
+        for (type_key, obj_key, digest) in old.iter().flat_map(|f| &f.objects) {
             old_by_key
                 .entry((type_key, obj_key))
                 .or_default()
-                .push(value);
+                .push(*digest);
         }
-        let mut file = file;
-        let mut new_by_key: HashMap<(TypeKey, ObjectKey), Vec<Arc<Value>>> = HashMap::new();
-        if let Some(file) = file.as_mut() {
-            for (type_key, obj_key, value) in &mut file.objects {
-                // An unchanged object keeps its `Arc`, so every later comparison is a pointer's.
-                if let Some(same) = old_by_key
-                    .get(&(&*type_key, &*obj_key))
-                    .and_then(|olds| olds.iter().find(|o| **o == value))
-                {
-                    *value = Arc::clone(same);
-                }
-                new_by_key
-                    .entry((type_key.clone(), obj_key.clone()))
-                    .or_default()
-                    .push(value.clone());
-            }
+        let mut new_by_key: HashMap<(TypeKey, ObjectKey), Vec<Digest>> = HashMap::new();
+        for (type_key, obj_key, digest) in file.iter().flat_map(|f| &f.objects) {
+            new_by_key
+                .entry((type_key.clone(), obj_key.clone()))
+                .or_default()
+                .push(*digest);
         }
-        let same_defs = |olds: Option<&Vec<&Arc<Value>>>, news: Option<&Vec<Arc<Value>>>| {
-            let olds = olds.map_or(&[][..], |v| &v[..]);
-            let news = news.map_or(&[][..], |v| &v[..]);
-            olds.len() == news.len() && olds.iter().zip(news).all(|(o, n)| Arc::ptr_eq(o, n))
-        };
         let mut touched: Vec<(TypeKey, ObjectKey)> = Vec::new();
-        for &(type_key, obj_key) in old_by_key.keys() {
+        for (&(type_key, obj_key), olds) in &old_by_key {
             let key = (type_key.clone(), obj_key.clone());
-            if !same_defs(old_by_key.get(&(type_key, obj_key)), new_by_key.get(&key)) {
+            if new_by_key.get(&key) != Some(olds) {
                 touched.push(key);
             }
         }
@@ -748,15 +589,15 @@ impl StateDir {
         drop(old_by_key);
         for key in touched {
             let defs = self.defs.entry(key.clone()).or_default();
-            let before = defs.first().map(|(_, v)| v.clone());
+            let before = defs.first().map(|(_, d)| *d);
             defs.retain(|(p, _)| p != path);
             if let Some(news) = new_by_key.remove(&key) {
                 // Definitions stay in path order; several in one file keep their file order.
                 let at = defs.partition_point(|(p, _)| p.as_path() < path);
-                defs.splice(at..at, news.into_iter().map(|v| (path.to_path_buf(), v)));
+                defs.splice(at..at, news.into_iter().map(|d| (path.to_path_buf(), d)));
             }
             if let Some((first_path, first)) = defs.first()
-                && let Some((ignored, _)) = defs.iter().find(|(_, v)| v != first)
+                && let Some((ignored, _)) = defs.iter().find(|(_, d)| d != first)
             {
                 tracing::warn!(
                     kind = %key.0.1, namespace = %key.1.0, name = %key.1.1,
@@ -780,6 +621,175 @@ impl StateDir {
         tracing::warn!(file = %path.display(), %error, kept_previous = kept, "skipping cluster state file");
         self.metrics.invalid_files.inc();
     }
+
+    /// Delivers the first read: a `Reset` of every watched kind, with the objects whose served
+    /// definition decodes.
+    fn deliver_initial(&mut self, changes: Changes, mut decoded: Decoded) {
+        let mut resets: HashMap<TypeKey, Vec<AnyObject>> =
+            self.feeds.keys().map(|k| (k.clone(), Vec::new())).collect();
+        for (type_key, obj_key, served) in changes {
+            let Some((path, digest)) = served else {
+                continue;
+            };
+            if !self.feeds.contains_key(&type_key) {
+                continue;
+            }
+            if let Some(object) =
+                self.served_object(&mut decoded, &type_key, &obj_key, &path, digest)
+            {
+                self.delivered.insert((type_key.clone(), obj_key), digest);
+                resets.entry(type_key).or_default().push(object);
+            }
+        }
+        for (type_key, objects) in resets {
+            if let Some(feed) = self.feeds.get(&type_key) {
+                feed.deliver(vec![Event::Reset(objects)]);
+            }
+        }
+    }
+
+    /// Delivers the changes of a later read: an `Apply` of each object of a watched kind whose
+    /// served definition changed and decodes, a `Delete` of each one no longer defined (or, for
+    /// kinds whose invalid updates remove, no longer valid). Kinds are delivered one after
+    /// another, as a cluster's watches would.
+    fn deliver_changes(&mut self, changes: Changes, mut decoded: Decoded) {
+        let mut events: BTreeMap<TypeKey, Vec<Event<AnyObject>>> = BTreeMap::new();
+        for (type_key, obj_key, served) in changes {
+            let Some(feed) = self.feeds.get(&type_key).cloned() else {
+                continue;
+            };
+            let key = (type_key.clone(), obj_key.clone());
+            let event = match served {
+                Some((_, digest)) if self.delivered.get(&key) == Some(&digest) => {
+                    // Back to the version delivered: a bad version seen meanwhile is news again.
+                    self.invalid.remove(&key);
+                    None
+                }
+                Some((path, digest)) => {
+                    match self.served_object(&mut decoded, &type_key, &obj_key, &path, digest) {
+                        Some(object) => {
+                            self.delivered.insert(key, digest);
+                            Some(Event::Apply(object))
+                        }
+                        None if feed.invalid_removes() && self.delivered.remove(&key).is_some() => {
+                            Some(Event::Delete(object_ref(&obj_key)))
+                        }
+                        // A bad new version keeps the last good one.
+                        None => None,
+                    }
+                }
+                None => {
+                    self.invalid.remove(&key);
+                    self.delivered
+                        .remove(&key)
+                        .map(|_| Event::Delete(object_ref(&obj_key)))
+                }
+            };
+            if let Some(event) = event {
+                events.entry(type_key).or_default().push(event);
+            }
+        }
+        for (type_key, events) in events {
+            let Some(feed) = self.feeds.get(&type_key) else {
+                continue;
+            };
+            // Applies first, then deletes: an object moved between keys is never missing in
+            // between. The kind's indexes apply the whole batch at once.
+            let (deletes, applies): (Vec<_>, Vec<_>) = events
+                .into_iter()
+                .partition(|e| matches!(e, Event::Delete(_)));
+            feed.deliver(applies.into_iter().chain(deletes).collect());
+        }
+    }
+
+    /// The object of the served definition `(path, digest)` of `obj_key`: decoded during this
+    /// read, else decoded again from its file (a conflict's next definition, now served). One
+    /// that does not decode is logged, with its file, and counted once per version.
+    fn served_object(
+        &mut self,
+        decoded: &mut Decoded,
+        type_key: &TypeKey,
+        obj_key: &ObjectKey,
+        path: &Path,
+        digest: Digest,
+    ) -> Option<AnyObject> {
+        let feed = self.feeds.get(type_key)?.clone();
+        let result = match decoded.remove(&(type_key.clone(), obj_key.clone(), digest)) {
+            Some(result) => result,
+            None => decode_from_file(&*feed, path, type_key, obj_key, digest)?,
+        };
+        let key = (type_key.clone(), obj_key.clone());
+        match result {
+            Ok(object) => {
+                self.invalid.remove(&key);
+                Some(object)
+            }
+            Err(error) => {
+                if self.invalid.insert(key, digest) != Some(digest) {
+                    tracing::warn!(file = %path.display(), kind = %feed.label(), namespace = %obj_key.0, name = %obj_key.1, %error, "skipping object");
+                    self.metrics.invalid_object(feed.label());
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Decodes the definition of `obj_key` with `digest` in the file at `path` again; `None` when
+/// the file no longer holds it (it changed since, and a notification is on its way).
+fn decode_from_file(
+    feed: &dyn KindFeed,
+    path: &Path,
+    type_key: &TypeKey,
+    obj_key: &ObjectKey,
+    digest: Digest,
+) -> Option<Result<AnyObject, DecodeError>> {
+    let bytes = read_limited(path).ok()?;
+    let documents = parse_manifests(path, &bytes).ok()?;
+    documents
+        .iter()
+        .find(|d| {
+            object_keys(d).is_some_and(|(t, k)| t == *type_key && k == *obj_key)
+                && self::digest(d) == digest
+        })
+        .map(|d| feed.decode(d))
+}
+
+fn object_ref((namespace, name): &ObjectKey) -> ObjectRef {
+    ObjectRef {
+        namespace: namespace.clone(),
+        name: name.clone(),
+    }
+}
+
+/// A digest of a document's contents: equal for equal documents, whatever their key order or
+/// formatting (maps are sorted in [`Value`]).
+fn digest(document: &Value) -> Digest {
+    fn feed(value: &Value, h: &mut impl Hasher) {
+        std::mem::discriminant(value).hash(h);
+        match value {
+            Value::Null => {}
+            Value::Bool(b) => b.hash(h),
+            Value::Number(n) => n.to_string().hash(h),
+            Value::String(s) => s.hash(h),
+            Value::Array(items) => {
+                items.len().hash(h);
+                for item in items {
+                    feed(item, h);
+                }
+            }
+            Value::Object(map) => {
+                map.len().hash(h);
+                for (k, v) in map {
+                    k.hash(h);
+                    feed(v, h);
+                }
+            }
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    feed(document, &mut h);
+    h.finish()
 }
 
 /// Reads at most [`MAX_FILE_BYTES`] of `path`; a longer file is an error, not a truncation.
@@ -874,45 +884,37 @@ pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Value>, FileErro
     if nesting_exceeds(bytes, MAX_NESTING) {
         return Err(FileError::TooDeep { limit: MAX_NESTING });
     }
-    let mut docs = Vec::new();
-    if path.extension().and_then(|e| e.to_str()) == Some("json") {
-        for value in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
-            docs.push(value?);
-        }
+    let docs: Vec<Value> = if path.extension().and_then(|e| e.to_str()) == Some("json") {
+        serde_json::Deserializer::from_str(text)
+            .into_iter::<Value>()
+            .collect::<Result<_, _>>()?
     } else {
-        for doc in serde_yaml::Deserializer::from_str(text) {
-            let value = serde_yaml::Value::deserialize(doc)?;
-            let json = serde_json::to_value(&value).map_err(|e| FileError::Document {
-                index: docs.len(),
-                reason: e.to_string(),
-            })?;
-            docs.push(json);
-        }
-    }
+        linkerd_k8s_api::yaml::from_documents(text)?
+    };
     let mut objects = Vec::new();
     for (index, doc) in docs.into_iter().enumerate() {
         match doc {
             Value::Null => {}
-            Value::Object(ref map) => {
+            Value::Object(mut map) => {
                 let is_list = map
                     .get("kind")
                     .and_then(Value::as_str)
                     .is_some_and(|k| k == "List" || k.ends_with("List"))
-                    && map.get("items").is_some();
-                if is_list {
-                    match map.get("items") {
-                        Some(Value::Array(items)) => objects.extend(items.iter().cloned()),
-                        Some(Value::Null) => {}
-                        _ => {
-                            tracing::warn!(
-                                file = %path.display(),
-                                document = index + 1,
-                                "skipping a List whose `items` is not a sequence"
-                            );
-                        }
+                    && map.contains_key("items");
+                if !is_list {
+                    objects.push(Value::Object(map));
+                    continue;
+                }
+                match map.remove("items") {
+                    Some(Value::Array(items)) => objects.extend(items),
+                    Some(Value::Null) | None => {}
+                    Some(_) => {
+                        tracing::warn!(
+                            file = %path.display(),
+                            document = index + 1,
+                            "skipping a List whose `items` is not a sequence"
+                        );
                     }
-                } else {
-                    objects.push(doc);
                 }
             }
             // Valid YAML that is no object (a stray scalar or sequence) goes alone, as a bad

@@ -9,9 +9,14 @@
 //! here too.
 //!
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use ipnet::IpNet;
+use k8s_openapi::{
+    api::core::v1::Service,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
 use linkerd_k8s_api::{
-    HttpLocalRateLimitPolicy, HttpRoute as PolicyHttpRoute,
+    EgressNetwork, HttpLocalRateLimitPolicy, HttpRoute as PolicyHttpRoute, Server,
     gateway_api::{
         experimental::{tcproutes::TcpRoute, tlsroutes::TlsRoute},
         grpcroutes::GrpcRoute,
@@ -19,28 +24,55 @@ use linkerd_k8s_api::{
     },
     http_route::POLICY_CONTROLLER_NAME,
 };
-use serde::Serialize;
+use parking_lot::Mutex;
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
 };
+use tokio::sync::watch;
 
-use crate::{
-    inbound::objects::ref_is,
-    model::ObjectRef,
-    outbound::routes::{GATEWAY_GROUP, POLICY_GROUP, RouteKey},
-    store::{Cluster, Touched},
+pub use crate::routes::parents::{
+    ACCEPTED, BackendRef, EGRESS_NOT_ACCEPTED, NO_CLUSTER_IP, NO_MATCHING_PARENT, ParentKey,
+    ParentKind, ParentStatus, ROUTE_REASON_CONFLICTED, RouteKind, StatusParentRef, StatusRoute,
+    StatusRoutes, StatusSource,
 };
-use k8s_openapi::jiff::Timestamp;
+use crate::{
+    model::{EgressNetworkInfo, Kind, ObjectRef, ServerInfo, ServiceInfo},
+    routes::{
+        GATEWAY_GROUP, POLICY_GROUP, RouteKey,
+        parents::{ParentLookup, ParentState},
+        ref_is,
+    },
+    source::Event,
+    store::apply_event,
+    watches::{Sink, Watches},
+};
 
-/// The `Accepted` condition type.
-pub const ACCEPTED: &str = "Accepted";
+/// The route-status index: what the status controller writes, computed from routes, the
+/// Services, Servers and EgressNetworks they name, and HTTPLocalRateLimitPolicies. Cheap to
+/// clone; every clone is the same index.
+#[derive(Clone)]
+pub struct StatusIndex {
+    state: Arc<Mutex<Status>>,
+    /// Bumped whenever an input of the statuses changes (§7.1).
+    changes: watch::Sender<u64>,
+}
+
+/// The status index's stores.
+struct Status {
+    /// `--cluster-networks`: an EgressNetwork overlapping them is not accepted (§7.4).
+    cluster_networks: Vec<IpNet>,
+    /// Every route's status inputs (§7), whether or not it converts for policy.
+    routes: StatusRoutes,
+    /// Every HTTPLocalRateLimitPolicy's status inputs (§7.3).
+    rate_limits: HashMap<ObjectRef, Arc<StatusRateLimit>>,
+    services: HashMap<ObjectRef, Arc<ServiceInfo>>,
+    servers: HashSet<ObjectRef>,
+    egress_networks: HashMap<ObjectRef, Arc<EgressNetworkInfo>>,
+}
+
 /// The `ResolvedRefs` condition type and reason.
 pub const RESOLVED_REFS: &str = "ResolvedRefs";
-/// Reason: the parent does not exist or cannot take routes.
-pub const NO_MATCHING_PARENT: &str = "NoMatchingParent";
-/// Reason: a route of a more specific kind has the same parent (GEP-1426).
-pub const ROUTE_REASON_CONFLICTED: &str = "RouteReasonConflicted";
 /// Reason: a Service backend that is not indexed.
 pub const BACKEND_NOT_FOUND: &str = "BackendNotFound";
 /// Reason: a backend of a kind no proxy can reach.
@@ -49,10 +81,6 @@ pub const INVALID_KIND: &str = "InvalidKind";
 pub const NO_MATCHING_TARGET: &str = "NoMatchingTarget";
 /// Reason: an older rate limit targets the same Server (§7.3).
 pub const RATE_LIMIT_ALREADY_EXISTS: &str = "RateLimitReasonAlreadyExists";
-/// The message of a Service parent without a cluster IP (headless or ExternalName).
-pub const NO_CLUSTER_IP: &str = "parent service must have a ClusterIP";
-/// The message of an EgressNetwork parent whose status is not `Accepted=True`.
-pub const EGRESS_NOT_ACCEPTED: &str = "EgressNetwork parent has not been accepted";
 /// The message of an EgressNetwork backend on a route without that EgressNetwork as parent.
 pub const EGRESS_BACKEND_WRONG_PARENT: &str =
     "EgressNetwork backend needs to be on a route that has an EgressNetwork parent";
@@ -60,95 +88,6 @@ pub const EGRESS_BACKEND_WRONG_PARENT: &str =
 pub const EGRESS_NETWORK_OVERLAP: &str = "EgressReasonNetworkOverlap";
 /// The message of [`EGRESS_NETWORK_OVERLAP`].
 pub const EGRESS_NETWORK_OVERLAP_MESSAGE: &str = "networks overlap with clusterNetworks";
-
-/// The route kinds the index holds, most specific first: a route is conflicted by a route of
-/// an earlier kind on the identical parent (GEP-1426: GRPCRoute over HTTPRoute over TLSRoute
-/// over TCPRoute).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum RouteKind {
-    Grpc,
-    /// A Gateway API HTTPRoute.
-    GatewayHttp,
-    /// A policy.linkerd.io HTTPRoute.
-    PolicyHttp,
-    Tls,
-    Tcp,
-}
-
-/// The parent kinds that get an entry from this controller (§7.2).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ParentKind {
-    Server,
-    Service,
-    EgressNetwork,
-}
-
-/// A supported parent reference: kind, namespace (the route's when absent), name and port.
-/// Two routes conflict only on the identical `ParentKey`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ParentKey {
-    pub kind: ParentKind,
-    pub namespace: String,
-    pub name: String,
-    /// Always `None` for Servers.
-    pub port: Option<u16>,
-}
-
-/// A backendRef as the status reads it (namespace defaults to the route's).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BackendRef {
-    Service(ObjectRef),
-    EgressNetwork(ObjectRef),
-    /// Any other group/kind.
-    Other,
-}
-
-/// One `status.parents[]` entry, serialized as the API has it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ParentStatus {
-    pub parent_ref: StatusParentRef,
-    pub controller_name: String,
-    pub conditions: Vec<Condition>,
-}
-
-/// `status.parents[].parentRef`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StatusParentRef {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub port: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub section_name: Option<String>,
-}
-
-/// What the status computation keeps of a route: its supported parents, its backends (all
-/// rules, in order) and the `status.parents` it carries now.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StatusRoute {
-    pub key: RouteKey,
-    pub kind: RouteKind,
-    /// Supported parent refs in spec order; refs of other kinds, or with a port outside
-    /// 1..=65535, are left out.
-    pub parents: Vec<ParentKey>,
-    pub backends: Vec<BackendRef>,
-    /// The observed `status.parents`, every controller's.
-    pub observed: Vec<ParentStatus>,
-}
-
-/// The routes the status computation reads, by key and by parent.
-#[derive(Debug, Default)]
-pub struct StatusRoutes {
-    pub(crate) by_key: BTreeMap<RouteKey, Arc<StatusRoute>>,
-    pub(crate) by_parent: BTreeMap<ParentKey, BTreeSet<RouteKey>>,
-}
 
 /// What the status computation keeps of an HTTPLocalRateLimitPolicy (§7.3).
 #[derive(Clone, Debug, PartialEq)]
@@ -184,73 +123,6 @@ pub struct StatusPatch {
     pub status: serde_json::Value,
 }
 
-// === impl RouteKind ===
-
-impl RouteKind {
-    /// The kind of a stored route key; `None` for kinds the status does not cover.
-    pub fn of(key: &RouteKey) -> Option<Self> {
-        match (key.group, key.kind) {
-            (GATEWAY_GROUP, "GRPCRoute") => Some(Self::Grpc),
-            (GATEWAY_GROUP, "HTTPRoute") => Some(Self::GatewayHttp),
-            (POLICY_GROUP, "HTTPRoute") => Some(Self::PolicyHttp),
-            (GATEWAY_GROUP, "TLSRoute") => Some(Self::Tls),
-            (GATEWAY_GROUP, "TCPRoute") => Some(Self::Tcp),
-            _ => None,
-        }
-    }
-
-    /// Whether a route of this kind is conflicted by a route of `other` kind on the same
-    /// parent (GEP-1426): GRPCRoutes never; HTTPRoutes (both groups) by GRPCRoutes;
-    /// TLSRoutes by GRPCRoutes and HTTPRoutes; TCPRoutes by any of those and TLSRoutes.
-    pub fn conflicted_by(self, other: RouteKind) -> bool {
-        let rank = |k: RouteKind| match k {
-            RouteKind::Grpc => 0,
-            RouteKind::GatewayHttp | RouteKind::PolicyHttp => 1,
-            RouteKind::Tls => 2,
-            RouteKind::Tcp => 3,
-        };
-        rank(other) < rank(self)
-    }
-
-    fn api(self) -> (&'static str, &'static str, &'static str, &'static str) {
-        match self {
-            Self::Grpc => (GATEWAY_GROUP, "v1", "GRPCRoute", "grpcroutes"),
-            Self::GatewayHttp => (GATEWAY_GROUP, "v1", "HTTPRoute", "httproutes"),
-            Self::PolicyHttp => (POLICY_GROUP, "v1beta3", "HTTPRoute", "httproutes"),
-            Self::Tls => (GATEWAY_GROUP, "v1alpha2", "TLSRoute", "tlsroutes"),
-            Self::Tcp => (GATEWAY_GROUP, "v1alpha2", "TCPRoute", "tcproutes"),
-        }
-    }
-}
-
-// === impl ParentKey ===
-
-impl ParentKey {
-    /// The entry's `parentRef` as this controller writes it (§7.2).
-    fn status_ref(&self) -> StatusParentRef {
-        let (group, kind) = match self.kind {
-            ParentKind::Server => (POLICY_GROUP, "Server"),
-            ParentKind::Service => ("core", "Service"),
-            ParentKind::EgressNetwork => (POLICY_GROUP, "EgressNetwork"),
-        };
-        StatusParentRef {
-            group: Some(group.to_string()),
-            kind: Some(kind.to_string()),
-            namespace: Some(self.namespace.clone()),
-            name: self.name.clone(),
-            port: self.port.map(i32::from),
-            section_name: None,
-        }
-    }
-
-    fn object(&self) -> ObjectRef {
-        ObjectRef {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-        }
-    }
-}
-
 // === impl StatusPatch ===
 
 impl StatusPatch {
@@ -265,229 +137,61 @@ impl StatusPatch {
     }
 }
 
-// === conversion ===
+// === impl StatusIndex ===
 
-fn port(port: Option<i32>) -> Result<Option<u16>, ()> {
-    match port {
-        None => Ok(None),
-        Some(p) => u16::try_from(p)
-            .ok()
-            .filter(|p| *p != 0)
-            .map(Some)
-            .ok_or(()),
-    }
-}
-
-/// The route kinds' generated types differ but share the fields read here.
-macro_rules! status_route {
-    ($r:expr, $kind:expr) => {{
-        let r = $r;
-        let kind: RouteKind = $kind;
-        let (group, _, kind_name, _) = kind.api();
-        let namespace = r.metadata.namespace.clone().unwrap_or_default();
-        let name = r.metadata.name.clone().filter(|n| !n.is_empty())?;
-        let parents = r
-            .spec
-            .parent_refs
-            .iter()
-            .flatten()
-            .filter_map(|p| {
-                let k = p.kind.as_deref()?;
-                let kind = if ref_is(p.group.as_deref(), k, POLICY_GROUP, "Server") {
-                    ParentKind::Server
-                } else if ref_is(p.group.as_deref(), k, "core", "Service") {
-                    ParentKind::Service
-                } else if ref_is(p.group.as_deref(), k, POLICY_GROUP, "EgressNetwork") {
-                    ParentKind::EgressNetwork
-                } else {
-                    return None;
-                };
-                let port = match kind {
-                    ParentKind::Server => None,
-                    _ => port(p.port).ok()?,
-                };
-                Some(ParentKey {
-                    kind,
-                    namespace: p.namespace.clone().unwrap_or_else(|| namespace.clone()),
-                    name: p.name.clone(),
-                    port,
-                })
-            })
-            .collect();
-        let backends = r
-            .spec
-            .rules
-            .items()
-            .iter()
-            .flat_map(|rule| rule.backend_refs.items())
-            .map(|b| {
-                let object = ObjectRef {
-                    namespace: b.namespace.clone().unwrap_or_else(|| namespace.clone()),
-                    name: b.name.clone(),
-                };
-                let k = b.kind.as_deref().unwrap_or("Service");
-                if ref_is(b.group.as_deref(), k, "core", "Service") {
-                    BackendRef::Service(object)
-                } else if ref_is(b.group.as_deref(), k, POLICY_GROUP, "EgressNetwork") {
-                    BackendRef::EgressNetwork(object)
-                } else {
-                    BackendRef::Other
-                }
-            })
-            .collect();
-        let observed = r
-            .status
-            .iter()
-            .flat_map(|s| &s.parents)
-            .map(|s| ParentStatus {
-                parent_ref: StatusParentRef {
-                    group: s.parent_ref.group.clone(),
-                    kind: s.parent_ref.kind.clone(),
-                    namespace: s.parent_ref.namespace.clone(),
-                    name: s.parent_ref.name.clone(),
-                    port: s.parent_ref.port,
-                    section_name: s.parent_ref.section_name.clone(),
-                },
-                controller_name: s.controller_name.clone(),
-                conditions: s.conditions.clone(),
-            })
-            .collect();
-        Some(StatusRoute {
-            key: RouteKey {
-                group,
-                kind: kind_name,
-                namespace,
-                name,
-            },
-            kind,
-            parents,
-            backends,
-            observed,
-        })
-    }};
-}
-
-/// A list field that is optional in some route kinds' generated types and required in others
-/// (TLSRoute and TCPRoute rules and backendRefs).
-trait Items<T> {
-    fn items(&self) -> &[T];
-}
-
-impl<T> Items<T> for Vec<T> {
-    fn items(&self) -> &[T] {
-        self
-    }
-}
-
-impl<T> Items<T> for Option<Vec<T>> {
-    fn items(&self) -> &[T] {
-        self.as_deref().unwrap_or_default()
-    }
-}
-
-/// A route kind the status computation reads.
-pub trait StatusSource {
-    /// The route's status inputs; `None` without a name.
-    fn status_route(&self) -> Option<StatusRoute>;
-}
-
-impl StatusSource for PolicyHttpRoute {
-    fn status_route(&self) -> Option<StatusRoute> {
-        status_route!(self, RouteKind::PolicyHttp)
-    }
-}
-
-impl StatusSource for GatewayHttpRoute {
-    fn status_route(&self) -> Option<StatusRoute> {
-        status_route!(self, RouteKind::GatewayHttp)
-    }
-}
-
-impl StatusSource for GrpcRoute {
-    fn status_route(&self) -> Option<StatusRoute> {
-        status_route!(self, RouteKind::Grpc)
-    }
-}
-
-impl StatusSource for TlsRoute {
-    fn status_route(&self) -> Option<StatusRoute> {
-        status_route!(self, RouteKind::Tls)
-    }
-}
-
-impl StatusSource for TcpRoute {
-    fn status_route(&self) -> Option<StatusRoute> {
-        status_route!(self, RouteKind::Tcp)
-    }
-}
-
-// === store updates ===
-
-/// Stores `obj`'s status inputs under `key` (replacing the previous ones); marks the status
-/// as touched, and the parents' inbound namespaces and outbound Services, when they changed,
-/// since acceptance (and so offline policy) may follow.
-pub(crate) fn apply_route<R: StatusSource>(
-    cluster: &mut Cluster,
-    key: &RouteKey,
-    obj: &R,
-    touched: &mut Touched,
-) {
-    let Some(route) = obj.status_route() else {
-        return;
-    };
-    if cluster
-        .status_routes
-        .by_key
-        .get(key)
-        .is_some_and(|old| **old == route)
-    {
-        return;
-    }
-    delete_route(cluster, key, touched);
-    for parent in &route.parents {
-        touch_parent(touched, parent);
-        cluster
-            .status_routes
-            .by_parent
-            .entry(parent.clone())
-            .or_default()
-            .insert(key.clone());
-    }
-    touched.status = true;
-    cluster
-        .status_routes
-        .by_key
-        .insert(key.clone(), Arc::new(route));
-}
-
-/// Drops route `key` from the status inputs.
-pub(crate) fn delete_route(cluster: &mut Cluster, key: &RouteKey, touched: &mut Touched) {
-    let Some(old) = cluster.status_routes.by_key.remove(key) else {
-        return;
-    };
-    for parent in &old.parents {
-        touch_parent(touched, parent);
-        if let Some(keys) = cluster.status_routes.by_parent.get_mut(parent) {
-            keys.remove(key);
-            if keys.is_empty() {
-                cluster.status_routes.by_parent.remove(parent);
-            }
+impl StatusIndex {
+    /// An empty index; EgressNetworks overlapping `cluster_networks` are not accepted.
+    pub fn new(cluster_networks: Vec<IpNet>) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(Status {
+                cluster_networks,
+                routes: StatusRoutes::default(),
+                rate_limits: HashMap::new(),
+                services: HashMap::new(),
+                servers: HashSet::new(),
+                egress_networks: HashMap::new(),
+            })),
+            changes: watch::channel(0).0,
         }
     }
-    touched.status = true;
-}
 
-fn touch_parent(touched: &mut Touched, parent: &ParentKey) {
-    match parent.kind {
-        ParentKind::Server => {
-            touched.inbound_namespaces.insert(parent.namespace.clone());
+    /// Feeds the index from `watches`: the route kinds, HTTPLocalRateLimitPolicies, Services,
+    /// Servers and EgressNetworks.
+    pub fn watch(&self, watches: &mut Watches) {
+        watches
+            .add::<PolicyHttpRoute>(self.clone())
+            .add::<GatewayHttpRoute>(self.clone())
+            .add::<GrpcRoute>(self.clone())
+            .add::<TlsRoute>(self.clone())
+            .add::<TcpRoute>(self.clone())
+            .add::<HttpLocalRateLimitPolicy>(self.clone())
+            .add::<Service>(self.clone())
+            .add::<Server>(self.clone())
+            .add::<EgressNetwork>(self.clone());
+    }
+
+    /// Changes whenever an input of the statuses does (a route, rate limit, Service, Server
+    /// or EgressNetwork); the value is a counter with no meaning of its own. For the status
+    /// controller (§7.1).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// A patch for every indexed route whose desired `status.parents` (spec/policy.md §7.2,
+    /// condition times `now`) differs from the status it carries, in (group, kind, namespace,
+    /// name) order; then the same for HTTPLocalRateLimitPolicies (§7.3), by namespace/name,
+    /// and EgressNetworks (§7.4).
+    pub fn status_patches(&self, now: &Time) -> Vec<StatusPatch> {
+        self.state.lock().status_patches(now)
+    }
+
+    /// Runs `change` on the stores; when it says it changed something, the statuses may have.
+    fn update(&self, change: impl FnOnce(&mut Status) -> (bool, usize)) -> usize {
+        let (changed, count) = change(&mut self.state.lock());
+        if changed {
+            self.changes.send_modify(|n| *n = n.wrapping_add(1));
         }
-        ParentKind::Service => {
-            touched.outbound_services.insert(parent.object());
-        }
-        ParentKind::EgressNetwork => {
-            touched.outbound_egress_networks.insert(parent.object());
-        }
+        count
     }
 }
 
@@ -504,46 +208,37 @@ fn condition(type_: &str, accepted: bool, reason: &str, message: &str, now: &Tim
     }
 }
 
-impl Cluster {
-    /// The `Accepted` condition of `route` for `parent` as (status, reason, message) (§7.2);
-    /// `None` when it cannot be decided (never, today).
+impl ParentLookup for Status {
+    fn parent_state(&self, parent: &ParentKey) -> ParentState {
+        match parent.kind {
+            ParentKind::Server if self.servers.contains(&parent.object()) => ParentState::Exists,
+            ParentKind::Server => ParentState::Missing,
+            ParentKind::Service => match self.services.get(&parent.object()) {
+                None => ParentState::Missing,
+                Some(svc) if svc.cluster_ips.is_empty() || svc.external_name => {
+                    ParentState::NoClusterIp
+                }
+                Some(_) => ParentState::Exists,
+            },
+            // The status controller reads an EgressNetwork's acceptance from its status, as it
+            // reads it from the Lease holder's own earlier patch.
+            ParentKind::EgressNetwork => match self.egress_networks.get(&parent.object()) {
+                None => ParentState::Missing,
+                Some(en) if !en.observed_accepted() => ParentState::EgressNetworkNotAccepted,
+                Some(_) => ParentState::Exists,
+            },
+        }
+    }
+}
+
+impl Status {
+    /// The `Accepted` condition of `route` for `parent` as (status, reason, message) (§7.2).
     fn parent_acceptance(
         &self,
         route: &StatusRoute,
         parent: &ParentKey,
-    ) -> Option<(bool, &'static str, &'static str)> {
-        let exists = match parent.kind {
-            ParentKind::Server => self.servers.contains_key(&parent.object()),
-            ParentKind::Service => match self.services.get(&parent.object()) {
-                None => false,
-                Some(svc) if svc.cluster_ips.is_empty() || svc.external_name => {
-                    return Some((false, NO_MATCHING_PARENT, NO_CLUSTER_IP));
-                }
-                Some(_) => true,
-            },
-            ParentKind::EgressNetwork => match self.egress_network_accepted(&parent.object()) {
-                None => false,
-                Some(false) => return Some((false, NO_MATCHING_PARENT, EGRESS_NOT_ACCEPTED)),
-                Some(true) => true,
-            },
-        };
-        if !exists {
-            return Some((false, NO_MATCHING_PARENT, ""));
-        }
-        let conflicted = self
-            .status_routes
-            .by_parent
-            .get(parent)
-            .into_iter()
-            .flatten()
-            .filter(|k| **k != route.key)
-            .filter_map(RouteKind::of)
-            .any(|other| route.kind.conflicted_by(other));
-        Some(if conflicted {
-            (false, ROUTE_REASON_CONFLICTED, "")
-        } else {
-            (true, ACCEPTED, "")
-        })
+    ) -> (bool, &'static str, &'static str) {
+        self.routes.acceptance(route, parent, self)
     }
 
     /// The `ResolvedRefs` condition of `route` for `parent` as (status, reason, message)
@@ -588,7 +283,7 @@ impl Cluster {
             .cloned()
             .collect();
         for parent in &route.parents {
-            let (accepted, reason, message) = self.parent_acceptance(route, parent)?;
+            let (accepted, reason, message) = self.parent_acceptance(route, parent);
             let mut conditions = vec![condition(ACCEPTED, accepted, reason, message, now)];
             if parent.kind != ParentKind::Server {
                 let (ok, reason, message) = self.resolved_refs(route, parent);
@@ -601,18 +296,6 @@ impl Cluster {
             });
         }
         Some(parents)
-    }
-
-    /// Whether the status controller accepts route `key` for `parent` (offline mode's
-    /// acceptance, spec §11): the parent is one of its refs and its `Accepted` would be True.
-    pub(crate) fn status_accepts(&self, key: &RouteKey, parent: &ParentKey) -> bool {
-        let Some(route) = self.status_routes.by_key.get(key) else {
-            return false;
-        };
-        route.parents.contains(parent)
-            && self
-                .parent_acceptance(route, parent)
-                .is_some_and(|(accepted, _, _)| accepted)
     }
 
     /// A patch for every route whose desired `status.parents` differs from the observed one
@@ -628,9 +311,6 @@ impl Cluster {
     /// `Accepted`: False/EgressReasonNetworkOverlap when one of its (defaulted) networks
     /// overlaps the cluster networks, else True/Accepted. By namespace/name.
     fn egress_network_status_patches(&self, now: &Time) -> Vec<StatusPatch> {
-        let Some(config) = &self.outbound_config else {
-            return Vec::new();
-        };
         let mut patches: Vec<StatusPatch> = self
             .egress_networks
             .values()
@@ -641,7 +321,7 @@ impl Cluster {
                     .filter(|c| c.type_ != ACCEPTED)
                     .cloned()
                     .collect();
-                desired.push(if en.overlaps_cluster_networks(&config.cluster_networks) {
+                desired.push(if en.overlaps_cluster_networks(&self.cluster_networks) {
                     condition(
                         ACCEPTED,
                         false,
@@ -671,7 +351,7 @@ impl Cluster {
     }
 
     fn route_status_patches(&self, now: &Time) -> Vec<StatusPatch> {
-        self.status_routes
+        self.routes
             .by_key
             .values()
             .filter_map(|route| {
@@ -698,7 +378,7 @@ impl Cluster {
     /// refuses all. Only the conditions are compared with the observed status.
     fn rate_limit_status_patches(&self, now: &Time) -> Vec<StatusPatch> {
         let mut by_server: BTreeMap<ObjectRef, Vec<&StatusRateLimit>> = BTreeMap::new();
-        for rl in self.status_rate_limits.values() {
+        for rl in self.rate_limits.values() {
             if let Some(server) = &rl.server {
                 let target = ObjectRef {
                     namespace: rl.key.namespace.clone(),
@@ -716,7 +396,7 @@ impl Cluster {
                     &b.key.name,
                 ))
             });
-            let exists = self.servers.contains_key(&server);
+            let exists = self.servers.contains(&server);
             for (i, rl) in policies.into_iter().enumerate() {
                 let (accepted, reason) = match (exists, i) {
                     (false, _) => (false, NO_MATCHING_TARGET),
@@ -760,23 +440,19 @@ fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| key(a) == key(b))
 }
 
-// === rate limit store updates ===
+// === how each kind's events update the stores ===
 
-/// Stores the status inputs of an HTTPLocalRateLimitPolicy (§7.3).
-pub(crate) fn apply_rate_limit(
-    cluster: &mut Cluster,
-    obj: &HttpLocalRateLimitPolicy,
-    touched: &mut Touched,
-) {
-    let Some(name) = obj.metadata.name.clone().filter(|n| !n.is_empty()) else {
-        return;
-    };
-    let key = ObjectRef {
-        namespace: obj.metadata.namespace.clone().unwrap_or_default(),
-        name,
-    };
+fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ObjectRef {
+    ObjectRef {
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
+}
+
+/// What the status computation keeps of an HTTPLocalRateLimitPolicy (§7.3).
+fn status_rate_limit(obj: &HttpLocalRateLimitPolicy) -> StatusRateLimit {
     let target = &obj.spec.target_ref;
-    let rl = StatusRateLimit {
+    StatusRateLimit {
         created: obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
         server: ref_is(
             target.group.as_deref(),
@@ -790,30 +466,150 @@ pub(crate) fn apply_rate_limit(
             .as_ref()
             .map(|s| s.conditions.clone())
             .unwrap_or_default(),
-        key: key.clone(),
+        key: object_key(&obj.metadata),
+    }
+}
+
+/// Stores `value` under `key`; whether that changed the store.
+fn put<V: PartialEq>(map: &mut HashMap<ObjectRef, V>, key: ObjectRef, value: V) -> bool {
+    if map.get(&key) == Some(&value) {
+        return false;
+    }
+    map.insert(key, value);
+    true
+}
+
+impl Sink<Service> for StatusIndex {
+    fn apply(&self, events: &[Event<Arc<ServiceInfo>>]) -> usize {
+        self.update(|s| {
+            let mut changed = false;
+            apply_event(
+                s,
+                events,
+                &mut changed,
+                ServiceInfo::object_ref,
+                |s| s.services.keys().cloned().collect(),
+                |s, svc, changed| *changed |= put(&mut s.services, svc.object_ref(), svc.clone()),
+                |s, key, changed| *changed |= s.services.remove(key).is_some(),
+            );
+            (changed, s.services.len())
+        })
+    }
+}
+
+impl Sink<Server> for StatusIndex {
+    fn apply(&self, events: &[Event<Arc<ServerInfo>>]) -> usize {
+        self.update(|s| {
+            let mut changed = false;
+            apply_event(
+                s,
+                events,
+                &mut changed,
+                ServerInfo::object_ref,
+                |s| s.servers.iter().cloned().collect(),
+                |s, srv, changed| *changed |= s.servers.insert(srv.object_ref()),
+                |s, key, changed| *changed |= s.servers.remove(key),
+            );
+            (changed, s.servers.len())
+        })
+    }
+}
+
+impl Sink<EgressNetwork> for StatusIndex {
+    fn apply(&self, events: &[Event<Arc<EgressNetworkInfo>>]) -> usize {
+        self.update(|s| {
+            let mut changed = false;
+            apply_event(
+                s,
+                events,
+                &mut changed,
+                EgressNetworkInfo::object_ref,
+                |s| s.egress_networks.keys().cloned().collect(),
+                |s, en, changed| {
+                    *changed |= put(&mut s.egress_networks, en.object_ref(), en.clone())
+                },
+                |s, key, changed| *changed |= s.egress_networks.remove(key).is_some(),
+            );
+            (changed, s.egress_networks.len())
+        })
+    }
+}
+
+impl Sink<HttpLocalRateLimitPolicy> for StatusIndex {
+    fn apply(&self, events: &[Event<Arc<HttpLocalRateLimitPolicy>>]) -> usize {
+        self.update(|s| {
+            let mut changed = false;
+            apply_event(
+                s,
+                events,
+                &mut changed,
+                |rl: &HttpLocalRateLimitPolicy| object_key(&rl.metadata),
+                |s| s.rate_limits.keys().cloned().collect(),
+                |s, rl, changed| {
+                    let rl = status_rate_limit(rl);
+                    *changed |= put(&mut s.rate_limits, rl.key.clone(), Arc::new(rl))
+                },
+                |s, key, changed| *changed |= s.rate_limits.remove(key).is_some(),
+            );
+            (changed, s.rate_limits.len())
+        })
+    }
+}
+
+/// A route kind whose statuses the index computes.
+trait StatusRouteKind: Kind<Object = Self> + StatusSource {
+    const GROUP: &'static str;
+    const KIND: &'static str;
+}
+
+fn apply_route_event<K: StatusRouteKind>(index: &StatusIndex, events: &[Event<Arc<K>>]) -> usize {
+    let route_key = |key: &ObjectRef| RouteKey {
+        group: K::GROUP,
+        kind: K::KIND,
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
     };
-    if cluster
-        .status_rate_limits
-        .get(&key)
-        .is_some_and(|old| **old == rl)
-    {
-        return;
-    }
-    cluster.status_rate_limits.insert(key, Arc::new(rl));
-    touched.status = true;
+    index.update(|s| {
+        let mut changed = false;
+        apply_event(
+            s,
+            events,
+            &mut changed,
+            |r: &K| object_key(r.meta()),
+            |s| s.routes.keys_of(K::GROUP, K::KIND).collect(),
+            |s, route, changed| match route.status_route() {
+                Some(route) => *changed |= s.routes.apply(route).is_some(),
+                None => {
+                    let key = route_key(&object_key(route.meta()));
+                    *changed |= s.routes.delete(&key).is_some();
+                }
+            },
+            |s, key, changed| *changed |= s.routes.delete(&route_key(key)).is_some(),
+        );
+        (changed, s.routes.by_key.len())
+    })
 }
 
-/// The names of the rate limits with status inputs.
-pub(crate) fn rate_limit_keys(cluster: &Cluster) -> Vec<ObjectRef> {
-    cluster.status_rate_limits.keys().cloned().collect()
+macro_rules! status_route_kind {
+    ($ty:ty, $group:expr, $kind:literal) => {
+        impl StatusRouteKind for $ty {
+            const GROUP: &'static str = $group;
+            const KIND: &'static str = $kind;
+        }
+
+        impl Sink<$ty> for StatusIndex {
+            fn apply(&self, events: &[Event<Arc<$ty>>]) -> usize {
+                apply_route_event::<$ty>(self, events)
+            }
+        }
+    };
 }
 
-/// Drops a rate limit's status inputs.
-pub(crate) fn delete_rate_limit(cluster: &mut Cluster, key: &ObjectRef, touched: &mut Touched) {
-    if cluster.status_rate_limits.remove(key).is_some() {
-        touched.status = true;
-    }
-}
+status_route_kind!(PolicyHttpRoute, POLICY_GROUP, "HTTPRoute");
+status_route_kind!(GatewayHttpRoute, GATEWAY_GROUP, "HTTPRoute");
+status_route_kind!(GrpcRoute, GATEWAY_GROUP, "GRPCRoute");
+status_route_kind!(TlsRoute, GATEWAY_GROUP, "TLSRoute");
+status_route_kind!(TcpRoute, GATEWAY_GROUP, "TCPRoute");
 
 /// Whether two `status.parents` lists say the same, ignoring entry order and condition times
 /// (conditions compare type, status, reason, message and observedGeneration, in order).

@@ -3,15 +3,14 @@
 
 use super::*;
 use crate::{
-    IndexMetrics,
     inbound::{DefaultPolicy, InboundConfig},
+    model::PortSet,
     outbound::{
         OutboundConfig, OutboundLookup, OutboundPolicy, OutboundProtocol, OutboundRouteRef,
         OutboundTarget,
     },
-    ports::PortSet,
     source::Event,
-    store::Index,
+    testing::Policy as Index,
 };
 use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
 use linkerd_k8s_api::Server;
@@ -20,8 +19,7 @@ use serde_json::{Value, json};
 const NOW: &str = "2026-12-01T00:00:00Z";
 
 fn index(offline: bool) -> Index {
-    Index::with_policy(
-        IndexMetrics::default(),
+    Index::new(
         InboundConfig {
             cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
             default_policy: DefaultPolicy::AllUnauthenticated,
@@ -41,7 +39,7 @@ fn index(offline: bool) -> Index {
 }
 
 fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
-    serde_yaml::from_str(s).expect("test object decodes")
+    serde_saphyr::from_str(s).expect("test object decodes")
 }
 
 /// Service `ns/name` with `spec` (e.g. `clusterIP: 10.0.0.1`), port 80 speaking HTTP/1.
@@ -294,11 +292,12 @@ fn a_grpc_route_conflicts_http_routes_on_the_identical_parent() {
         json!([service_entry("web", Some(81), accepted(), resolved())])
     );
     // The GRPCRoute goes: the HTTPRoute is accepted again.
-    index.apply(Event::Delete(yaml::<
-        linkerd_k8s_api::gateway_api::grpcroutes::GrpcRoute,
-    >(
-        "metadata: {name: g, namespace: emojivoto}\nspec: {}\n",
-    )));
+    index.apply(
+        Event::<linkerd_k8s_api::gateway_api::grpcroutes::GrpcRoute>::Delete(ObjectRef {
+            namespace: "emojivoto".into(),
+            name: "g".into(),
+        }),
+    );
     assert_eq!(
         parents_of(&index, "h"),
         json!([service_entry("web", Some(80), accepted(), resolved())])
@@ -347,7 +346,10 @@ fn server_parents_get_only_accepted() {
         )
     );
     // The Server goes: NoMatchingParent for every route on it.
-    index.apply(Event::Delete(mk_server("emojivoto", "web-http")));
+    index.apply(Event::<Server>::Delete(crate::testing::key(&mk_server(
+        "emojivoto",
+        "web-http",
+    ))));
     assert_eq!(
         parents_of(&index, "g"),
         json!([server(

@@ -714,10 +714,12 @@ fn object_key(obj: &Value) -> (String, String) {
     (namespace, name)
 }
 
+/// One watch event, `type` first as the API server writes it (the object is then decoded as it
+/// streams in, whatever its size).
 fn watch_line(kind: &str, object: Value) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("JSON");
-    line.push(b'\n');
-    Bytes::from(line)
+    let kind = serde_json::to_string(kind).expect("JSON");
+    let object = serde_json::to_string(&object).expect("JSON");
+    Bytes::from(format!("{{\"type\":{kind},\"object\":{object}}}\n"))
 }
 
 fn expired_status(version: u64) -> Value {

@@ -6,7 +6,9 @@
 #![allow(dead_code)]
 
 use destination::{DestinationMetrics, DestinationService, EndpointTranslator, TranslatorConfig};
-use linkerd_index::{Index, IndexMetrics, PortSet, source::offline::OfflineSource};
+use linkerd_index::{
+    ClusterSource, DiscoveryIndex, IndexMetrics, PortSet, Watches, source::offline::OfflineSource,
+};
 use linkerd_runtime::{
     shutdown,
     tls::{ClientAuth, TlsFiles},
@@ -334,10 +336,13 @@ fn chart_config() -> TranslatorConfig {
 pub async fn start_destination() -> (SocketAddr, shutdown::Trigger) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/emojivoto");
     let metrics = IndexMetrics::default();
-    let index = Index::new(metrics.clone());
-    let source = OfflineSource::start(dir, metrics).expect("the fixture");
-    index.spawn_watches(&source);
-    tokio::time::timeout(Duration::from_secs(10), index.ready().wait_for(|r| *r))
+    let index = DiscoveryIndex::new();
+    let mut watches = Watches::new(metrics.clone());
+    index.watch(&mut watches);
+    let source = OfflineSource::new(&dir, metrics).expect("the fixture");
+    let started = watches.start(&ClusterSource::Offline(source)).await;
+    let mut ready = started.ready();
+    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
         .await
         .expect("index ready in time")
         .expect("ready channel");

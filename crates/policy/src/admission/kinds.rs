@@ -3,7 +3,7 @@
 
 use linkerd_k8s_api::shared::kind_matches;
 
-use super::review::GroupVersionKind;
+use linkerd_admission::GroupVersionKind;
 
 /// The Linkerd policy API group.
 pub const POLICY_GROUP: &str = "policy.linkerd.io";

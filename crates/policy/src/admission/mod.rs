@@ -4,8 +4,8 @@
 //! # Protocol
 //!
 //! Only `POST /` is handled; any other method or path is `404`. The body is an
-//! `AdmissionReview` ([`review`]) of `admission.k8s.io/v1` or `v1beta1`; the answer is a review
-//! of the same `apiVersion` whose `response` carries the request's `uid`:
+//! `AdmissionReview` ([`linkerd_admission`]) of `admission.k8s.io/v1` or `v1beta1`; the answer
+//! is a review of the same `apiVersion` whose `response` carries the request's `uid`:
 //!
 //! - a body that does not decode as a review (not JSON, wrong field types) is answered
 //!   `400 text/plain` `failed to decode admission review request: <error>`, and a review without
@@ -34,7 +34,6 @@ mod decode;
 pub mod identity;
 pub mod kinds;
 mod policy;
-pub mod review;
 mod routes;
 
 use axum::{
@@ -60,25 +59,13 @@ use linkerd_k8s_api::{
     server_authorization::v1beta1::ServerAuthorizationSpec,
 };
 
-pub use self::{
-    kinds::Kind,
-    review::{
-        AdmissionRequest, AdmissionResponse, AdmissionReview, AdmissionReviewResponse,
-        DEFAULT_API_VERSION, GroupVersionKind, Status,
-    },
+pub use self::kinds::Kind;
+pub use linkerd_admission::{
+    AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, GroupVersionKind, ReviewError,
 };
 
 /// The largest request body read (as the sp-validator's); larger ones are answered `413`.
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
-
-/// Why a body is not a review to answer; both are answered `400 text/plain`.
-#[derive(Debug, thiserror::Error)]
-pub enum ReviewError {
-    #[error("failed to decode admission review request: {0}")]
-    Decode(#[from] serde_json::Error),
-    #[error("invalid admission review request")]
-    Invalid,
-}
 
 /// The webhook's routes: `POST /` reviews; everything else is `404`.
 pub fn router() -> Router {
@@ -90,18 +77,7 @@ pub fn router() -> Router {
 
 /// Answers a review body (see the module docs for the protocol).
 pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
-    let review: AdmissionReview = serde_json::from_slice(body)?;
-    let request = review
-        .request
-        .filter(|r| !r.uid.is_empty())
-        .ok_or(ReviewError::Invalid)?;
-    Ok(AdmissionReviewResponse {
-        api_version: review
-            .api_version
-            .unwrap_or_else(|| DEFAULT_API_VERSION.to_string()),
-        kind: "AdmissionReview",
-        response: admit(&request),
-    })
+    linkerd_admission::review(body, admit)
 }
 
 /// Judges one request: dispatch by `request.kind`, then the rules of spec §6 for the kind
@@ -122,7 +98,6 @@ pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
 /// - HTTPLocalRateLimitPolicy: targets a Server; rates positive and within the total;
 ///   overrides name ServiceAccounts.
 pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
-    let uid = request.uid.as_str();
     let gvk = &request.kind;
     let Some(kind) = Kind::of(gvk) else {
         // A review without `request.kind` would otherwise read "unsupported resource type: ..".
@@ -134,14 +109,10 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
                 gvk.group, gvk.version, gvk.kind
             )
         };
-        return AdmissionResponse::invalid(uid, message);
+        return linkerd_admission::invalid(request, message);
     };
-    let validated = request
-        .operation
-        .as_deref()
-        .is_none_or(|op| op.eq_ignore_ascii_case("CREATE") || op.eq_ignore_ascii_case("UPDATE"));
-    if !validated {
-        return AdmissionResponse::allow(uid);
+    if !request.creates_or_updates() {
+        return linkerd_admission::allow(request);
     }
 
     let Some(object) = &request.object else {
@@ -178,10 +149,12 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
                     %error,
                     "admitted a Gateway API resource whose spec does not decode"
                 );
-                return AdmissionResponse::allow(uid).with_warning(format!(
+                let mut response = linkerd_admission::allow(request);
+                response.warnings = Some(vec![format!(
                     "{} admitted without validation: its spec does not decode: {error}",
                     gvk.kind
-                ));
+                )]);
+                return response;
             }
         }
     } else {
@@ -205,7 +178,7 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
         }
     };
     match verdict {
-        Ok(()) => AdmissionResponse::allow(uid),
+        Ok(()) => linkerd_admission::allow(request),
         Err(message) => deny(request, message),
     }
 }
@@ -218,7 +191,7 @@ fn deny(request: &AdmissionRequest, message: String) -> AdmissionResponse {
         %message,
         "denied"
     );
-    AdmissionResponse::deny(&request.uid, message)
+    linkerd_admission::deny(request, message)
 }
 
 async fn handle(body: Bytes) -> Response {
@@ -226,7 +199,7 @@ async fn handle(body: Bytes) -> Response {
         tracing::info!(%error, "bad admission review");
         error
     });
-    match answer.map(|answer| serde_json::to_vec(&answer)) {
+    match answer.map(|answer| linkerd_admission::to_json(&answer)) {
         Ok(Ok(json)) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],

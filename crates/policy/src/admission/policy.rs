@@ -4,7 +4,7 @@
 //! first rule that fails.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use linkerd_index::inbound::{DefaultPolicy, objects::parse_net};
+use linkerd_index::{inbound::DefaultPolicy, model::parse_net};
 use linkerd_k8s_api::{
     Network, authorization_policy::v1alpha1::AuthorizationPolicySpec,
     egress_network::v1alpha1::EgressNetworkSpec,

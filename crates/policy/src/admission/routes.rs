@@ -3,7 +3,7 @@
 //! converting them as the indexes do ([`linkerd_index::routes::convert`], §3.5).
 
 use linkerd_index::{
-    profile::{DurationError, parse_go_duration},
+    model::profile::{DurationError, parse_go_duration},
     routes::convert,
 };
 use linkerd_k8s_api::{

@@ -6,8 +6,8 @@
 pub mod outbound;
 
 use linkerd_index::{
-    Index, IndexMetrics,
-    inbound::{DefaultPolicy, InboundConfig},
+    ClusterSource, IndexMetrics, Started, Watches,
+    inbound::{DefaultPolicy, InboundConfig, InboundIndex},
     source::offline::OfflineSource,
 };
 use linkerd_runtime::shutdown;
@@ -58,11 +58,21 @@ pub fn fixture_dir(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// Waits until `started` has delivered every kind's initial list.
+pub async fn ready(started: Started) -> Started {
+    let mut ready = started.ready();
+    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
+        .await
+        .expect("index ready in time")
+        .expect("ready channel");
+    started
+}
+
 /// A running server and a client connected to it.
 pub struct Harness {
     pub addr: SocketAddr,
     pub client: InboundServerPoliciesClient<Channel>,
-    pub index: Index,
+    pub index: InboundIndex,
     pub metrics: PolicyMetrics,
     trigger: Option<shutdown::Trigger>,
 }
@@ -84,14 +94,11 @@ impl Harness {
     ) -> Self {
         let index_metrics = IndexMetrics::default();
         let cluster_networks = config.cluster_networks.clone();
-        let index = Index::with_inbound(index_metrics.clone(), config);
-        let source = OfflineSource::start(dir, index_metrics).expect("state dir");
-        index.spawn_policy_watches(&source);
-        let mut ready = index.ready();
-        tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
-            .await
-            .expect("index ready in time")
-            .expect("ready channel");
+        let index = InboundIndex::new(config, index_metrics.clone());
+        let mut watches = Watches::new(index_metrics.clone());
+        index.watch(&mut watches);
+        let source = OfflineSource::new(dir, index_metrics).expect("state dir");
+        ready(watches.start(&ClusterSource::Offline(source)).await).await;
 
         let (trigger, shutdown) = shutdown::channel();
         let service = InboundPolicyService::new(
@@ -412,7 +419,7 @@ impl StateDir {
     pub fn write(&self, file: &str, objects: &[Value]) {
         let text: String = objects
             .iter()
-            .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
+            .map(|o| format!("---\n{}", linkerd_k8s_api::yaml::to_string(o).unwrap()))
             .collect();
         let tmp = self.dir.path().join(format!(".{file}.tmp"));
         std::fs::write(&tmp, text).unwrap();

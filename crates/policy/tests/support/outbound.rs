@@ -2,7 +2,10 @@
 //! them) on `127.0.0.1:0` over an index, and a generated client.
 
 use linkerd_index::{
-    Index, IndexMetrics, outbound::OutboundConfig, ports::PortSet, source::offline::OfflineSource,
+    ClusterSource, IndexMetrics, PortSet, Started, Watches,
+    inbound::{InboundConfig, InboundIndex},
+    outbound::{OutboundConfig, OutboundIndex},
+    source::offline::OfflineSource,
 };
 use linkerd_runtime::shutdown;
 use linkerd2_proxy_api::outbound::outbound_policies_client::OutboundPoliciesClient;
@@ -10,13 +13,14 @@ use policy::{
     InboundPolicyService, InboundTranslator, OutboundPolicyService, OutboundTranslator,
     PolicyMetrics, bind, serve_policies,
 };
-use std::{path::Path, time::Duration};
+use std::path::Path;
 use tonic::transport::Channel;
 
 /// A running server's client; the server stops when this is dropped.
 pub struct Outbound {
     pub client: OutboundPoliciesClient<Channel>,
     _trigger: shutdown::Trigger,
+    _started: Started,
 }
 
 /// The chart's outbound settings (cluster domain, `--cluster-networks`,
@@ -32,25 +36,46 @@ pub fn outbound_config(compute_route_acceptance: bool) -> OutboundConfig {
     }
 }
 
-/// The server over the state directory `dir` in offline mode, once the index is ready.
-pub async fn start_offline(dir: &Path) -> Outbound {
-    let index_metrics = IndexMetrics::default();
-    let index = Index::with_policy(
-        index_metrics.clone(),
-        super::chart_config(),
-        outbound_config(true),
-    );
-    let source = OfflineSource::start(dir, index_metrics).expect("state dir");
-    index.spawn_policy_watches(&source);
-    tokio::time::timeout(Duration::from_secs(10), index.ready().wait_for(|r| *r))
-        .await
-        .expect("index ready in time")
-        .expect("ready channel");
-    serve(index).await
+/// The policy controller's indexes, fed by one set of watches (not started).
+pub struct Indexes {
+    pub inbound: InboundIndex,
+    pub outbound: OutboundIndex,
+    pub watches: Watches,
 }
 
-/// The server over `index`, which the caller feeds.
-pub async fn serve(index: Index) -> Outbound {
+/// The inbound and outbound indexes with these settings, fed by one set of watches.
+pub fn indexes(inbound: InboundConfig, outbound: OutboundConfig) -> Indexes {
+    let metrics = IndexMetrics::default();
+    let inbound = InboundIndex::new(inbound, metrics.clone());
+    let outbound = OutboundIndex::new(outbound, metrics.clone());
+    let mut watches = Watches::new(metrics);
+    inbound.watch(&mut watches);
+    outbound.watch(&mut watches);
+    Indexes {
+        inbound,
+        outbound,
+        watches,
+    }
+}
+
+/// The server over the state directory `dir` in offline mode, once the index is ready.
+pub async fn start_offline(dir: &Path) -> Outbound {
+    let Indexes {
+        inbound,
+        outbound,
+        watches,
+    } = indexes(super::chart_config(), outbound_config(true));
+    let source = OfflineSource::new(dir, IndexMetrics::default()).expect("state dir");
+    let started = super::ready(watches.start(&ClusterSource::Offline(source)).await).await;
+    serve(inbound, outbound, started).await
+}
+
+/// The server over the indexes, which `started` feeds.
+pub async fn serve(
+    index: InboundIndex,
+    outbound_index: OutboundIndex,
+    started: Started,
+) -> Outbound {
     let (trigger, shutdown) = shutdown::channel();
     let metrics = PolicyMetrics::default();
     let inbound = InboundPolicyService::new(
@@ -60,7 +85,7 @@ pub async fn serve(index: Index) -> Outbound {
         shutdown.clone(),
     );
     let outbound = OutboundPolicyService::new(
-        index,
+        outbound_index,
         OutboundTranslator::new(false),
         "cluster.local".into(),
         metrics,
@@ -76,5 +101,6 @@ pub async fn serve(index: Index) -> Outbound {
     Outbound {
         client,
         _trigger: trigger,
+        _started: started,
     }
 }

@@ -3,7 +3,7 @@ use serde_json::json;
 
 /// The denial message for a profile named `web.ns.svc.cluster.local` with `spec` (YAML).
 fn denial(spec: &str) -> Option<String> {
-    let spec: Value = serde_yaml::from_str(spec).unwrap();
+    let spec: Value = linkerd_k8s_api::yaml::from_str(spec).unwrap();
     let object = json!({
         "apiVersion": "linkerd.io/v1alpha2",
         "kind": "ServiceProfile",

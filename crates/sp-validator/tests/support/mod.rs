@@ -4,8 +4,8 @@
 
 #![allow(dead_code)]
 
-use linkerd_runtime::admission::AdmissionResponse;
 use rustls::pki_types::{CertificateDer, ServerName};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use sp_validator::WebhookMetrics;
 use std::{net::SocketAddr, sync::Arc};
@@ -21,6 +21,26 @@ pub struct Webhook {
     pub registry: prometheus_client::registry::Registry,
     _trigger: linkerd_runtime::shutdown::Trigger,
     _dir: tempfile::TempDir,
+}
+
+/// The `response` of an answer, as the API server reads it. Any other field (`patch`,
+/// `patchType`, `auditAnnotations`) fails the decoding: the webhook never sets one.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionResponse {
+    pub uid: String,
+    pub allowed: bool,
+    #[serde(default)]
+    pub status: Option<linkerd_admission::Status>,
+    #[serde(default)]
+    pub warnings: Option<Vec<String>>,
+}
+
+impl AdmissionResponse {
+    /// The refusal message, if refused.
+    pub fn message(&self) -> Option<&str> {
+        self.status.as_ref().map(|s| s.message.as_str())
+    }
 }
 
 /// An HTTP response: status, content type and body.
@@ -191,7 +211,7 @@ impl Webhook {
 
     /// A v1 CREATE of `object` (YAML).
     pub async fn admit(&self, object: &str) -> AdmissionResponse {
-        self.admit_object(serde_yaml::from_str(object).unwrap())
+        self.admit_object(linkerd_k8s_api::yaml::from_str(object).unwrap())
             .await
     }
 }

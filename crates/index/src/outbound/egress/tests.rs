@@ -2,17 +2,18 @@
 
 use super::*;
 use crate::{
-    IndexMetrics,
     inbound::{DefaultPolicy, InboundConfig},
+    model::{EgressNetworkInfo, Network, PortSet},
     outbound::{
         Backend, OutboundLookup, OutboundRoute, OutboundRouteRef, OutboundRule, OutboundTarget,
         RouteRetry,
     },
     routes::{HttpRouteMatch, PathMatch},
     source::Event,
-    store::Index,
+    testing::Policy as Index,
 };
-use linkerd_k8s_api::gateway_api::httproutes::HttpRoute;
+use ipnet::IpNet;
+use linkerd_k8s_api::{EgressNetwork, gateway_api::httproutes::HttpRoute};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -23,8 +24,7 @@ pub(super) const GLOBAL: &str = "linkerd-egress";
 pub(super) fn index(offline: bool) -> Index {
     let cluster_networks: Vec<IpNet> =
         vec!["10.0.0.0/8".parse().unwrap(), "fd00::/8".parse().unwrap()];
-    Index::with_policy(
-        IndexMetrics::default(),
+    Index::new(
         InboundConfig {
             cluster_networks: cluster_networks.clone(),
             default_policy: DefaultPolicy::AllUnauthenticated,
@@ -286,7 +286,7 @@ fn egress(index: &Index, source: &str, addr: &str) -> EgressPolicy {
 /// A Gateway HTTPRoute in `linkerd-egress` with parent EgressNetwork `internet` port 443,
 /// accepted by its status, with `backends`.
 fn mk_egress_route(name: &str, backends: &str) -> HttpRoute {
-    serde_yaml::from_str(&format!(
+    serde_saphyr::from_str(&format!(
         r#"
 metadata: {{name: {name}, namespace: linkerd-egress, creationTimestamp: "2026-01-01T00:00:00Z"}}
 spec:
@@ -412,12 +412,12 @@ async fn egress_backends_on_a_service_parent_are_invalid() {
         json!({}),
         json!({}),
     )));
-    let svc: k8s_openapi::api::core::v1::Service = serde_yaml::from_str(
+    let svc: k8s_openapi::api::core::v1::Service = serde_saphyr::from_str(
         "metadata: {name: web, namespace: linkerd-egress}\nspec: {clusterIP: 10.96.0.1, ports: [{port: 80, appProtocol: http}]}\n",
     )
     .unwrap();
     index.apply(Event::Apply(svc));
-    let route: HttpRoute = serde_yaml::from_str(
+    let route: HttpRoute = serde_saphyr::from_str(
         r#"
 metadata: {name: r, namespace: linkerd-egress}
 spec:
@@ -542,7 +542,7 @@ async fn offline_routes_attach_to_egress_networks_without_overlap() {
         networks(&["192.0.2.0/24", "10.0.0.0/16"]),
     )));
     let route = |name: &str, parent: &str| -> HttpRoute {
-        serde_yaml::from_str(&format!(
+        serde_saphyr::from_str(&format!(
             "metadata: {{name: {name}, namespace: linkerd-egress}}\nspec:\n  parentRefs: [{{group: policy.linkerd.io, kind: EgressNetwork, name: {parent}, port: 443}}]\n  rules: [{{}}]\n"
         ))
         .unwrap()
@@ -581,7 +581,7 @@ async fn quirk_egress_network_deletion_drops_its_parent_info() {
     );
     index.apply(Event::Apply(internet.clone()));
     let mut rx = watch(&index, "app", "8.8.8.8:443");
-    index.apply(Event::Delete(internet));
+    index.delete(&internet);
     // Decided: nothing of it stays; its watches end and the address falls back.
     assert!(ends(&mut rx).await);
     assert_eq!(resolve(&index, "app", "8.8.8.8:443"), "fallback");

@@ -9,18 +9,21 @@ use crate::{
     },
     routes::HostMatch,
     source::Event,
-    store::Index,
+    testing::Policy as Index,
 };
-use linkerd_k8s_api::gateway_api::{
-    experimental::{tcproutes::TcpRoute, tlsroutes::TlsRoute},
-    grpcroutes::GrpcRoute,
-    httproutes::HttpRoute,
+use linkerd_k8s_api::{
+    EgressNetwork,
+    gateway_api::{
+        experimental::{tcproutes::TcpRoute, tlsroutes::TlsRoute},
+        grpcroutes::GrpcRoute,
+        httproutes::HttpRoute,
+    },
 };
 
 use super::tests::{GLOBAL, index};
 
 fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
-    serde_yaml::from_str(s).expect("test object decodes")
+    serde_saphyr::from_str(s).expect("test object decodes")
 }
 
 /// EgressNetworks `linkerd-egress/internet` (everything outside the cluster, Deny) and

@@ -18,22 +18,22 @@ use kube::{
     core::Version,
     runtime::{WatchStreamExt, watcher},
 };
-use std::cmp::Reverse;
+use std::{cmp::Reverse, sync::Arc};
 
-use super::{WatchBackoff, decode, status_code, watch_resource};
-use crate::{
-    metrics::IndexMetrics,
-    source::{Event, Watched},
-};
+use super::{WatchBackoff, status_code, watch_resource};
+use crate::{metrics::IndexMetrics, model::Kind, source::Event};
 
 /// The API group whose kinds follow their CRDs.
 pub(super) const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
+/// The object events of the version watched.
+type ObjectEvents<T> = BoxStream<'static, Event<Arc<T>>>;
 
 /// The events of the CRD watch: one CRD at most, selected by name.
 type CrdEvents = BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>;
 
 /// The state of one kind that follows its CRD, between the events it yields.
-struct Follower<K> {
+struct Follower<K: Kind> {
     client: Client,
     metrics: IndexMetrics,
     /// `<plural>.<group>`: the CRD's name.
@@ -42,7 +42,7 @@ struct Follower<K> {
     /// The CRD of a CRD relist in progress (between `Init` and `InitDone`), if it is listed.
     relist: Option<Option<CustomResourceDefinition>>,
     /// The version watched and its object events; `None` while the CRD is absent.
-    watching: Option<(String, BoxStream<'static, Event<K>>)>,
+    watching: Option<(String, ObjectEvents<K::Object>)>,
     /// Whether any event was yielded yet: the first one must be a `Reset`, so that the index
     /// counts the kind as synced (and empty) while its CRD is absent.
     started: bool,
@@ -51,9 +51,9 @@ struct Follower<K> {
 /// What woke the follower.
 // Lives on the stack for one wake-up and is matched at once: boxing would only add allocations.
 #[allow(clippy::large_enum_variant)]
-enum Step<K> {
+enum Step<T> {
     Crd(Option<Result<watcher::Event<DynamicObject>, watcher::Error>>),
-    Objects(Option<Event<K>>),
+    Objects(Option<Event<T>>),
 }
 
 /// The events of Gateway API kind `K`, following its CRD:
@@ -70,10 +70,10 @@ enum Step<K> {
 /// If the CRDs cannot be listed (`403`: RBAC without `customresourcedefinitions`; `404`: an API
 /// server without `apiextensions.k8s.io/v1`), the kind is watched at `K`'s own version instead,
 /// served empty while that answers `404`, as before CRDs were followed.
-pub(super) fn follow<K: Watched>(
+pub(super) fn follow<K: Kind>(
     client: Client,
     metrics: IndexMetrics,
-) -> BoxStream<'static, Event<K>> {
+) -> BoxStream<'static, Event<Arc<K::Object>>> {
     let crd_name = format!("{}.{}", K::plural(&()), K::group(&()));
     let crds = Api::<DynamicObject>::all_with(
         client.clone(),
@@ -81,7 +81,7 @@ pub(super) fn follow<K: Watched>(
     );
     let config = watcher::Config::default().fields(&format!("metadata.name={crd_name}"));
     let crds = watcher(crds, config).backoff(WatchBackoff::new()).boxed();
-    let follower = Follower {
+    let follower = Follower::<K> {
         client,
         metrics,
         crd_name,
@@ -98,7 +98,7 @@ pub(super) fn follow<K: Watched>(
 }
 
 /// The version of `K` to watch as `crd` defines it, or why there is none.
-fn served_version<K: Watched>(crd: &CustomResourceDefinition) -> Result<String, String> {
+fn served_version<K: Kind>(crd: &CustomResourceDefinition) -> Result<String, String> {
     let spec = &crd.spec;
     if spec.group != K::group(&()) || spec.names.kind != K::kind(&()) {
         return Err(format!(
@@ -137,10 +137,10 @@ fn served_version<K: Watched>(crd: &CustomResourceDefinition) -> Result<String, 
 
 // === impl Follower ===
 
-impl<K: Watched> Follower<K> {
+impl<K: Kind> Follower<K> {
     /// The next event of `K`. CRD events are handled first, so that a removal stops the
     /// object watch before anything more of it is delivered.
-    async fn next(&mut self) -> Event<K> {
+    async fn next(&mut self) -> Event<Arc<K::Object>> {
         loop {
             let step = match &mut self.watching {
                 Some((_, objects)) => tokio::select! {
@@ -164,7 +164,7 @@ impl<K: Watched> Follower<K> {
                     return event;
                 }
                 Step::Objects(None) => {
-                    tracing::warn!(kind = %K::kind(&()), "object watch ended");
+                    tracing::warn!(kind = %K::LABEL, "object watch ended");
                     self.watching = None;
                 }
             }
@@ -175,8 +175,8 @@ impl<K: Watched> Follower<K> {
     fn crd_event(
         &mut self,
         event: Result<watcher::Event<DynamicObject>, watcher::Error>,
-    ) -> Option<Event<K>> {
-        let kind = K::kind(&());
+    ) -> Option<Event<Arc<K::Object>>> {
+        let kind = K::LABEL;
         match event {
             Err(error) if matches!(status_code(&error), Some(403 | 404)) => {
                 tracing::warn!(
@@ -212,18 +212,29 @@ impl<K: Watched> Follower<K> {
         }
     }
 
-    /// The CRD of the kind's own name, if it is one and decodes.
+    /// The CRD of the kind's own name, if it is one and decodes; one that does not is logged
+    /// and counted, and treated as absent.
     fn decode(&self, crd: DynamicObject) -> Option<CustomResourceDefinition> {
         if crd.metadata.name.as_deref() != Some(self.crd_name.as_str()) {
             return None;
         }
-        let DynamicObject { metadata, data, .. } = crd;
-        decode::<CustomResourceDefinition>(&metadata, data, &self.metrics)
+        let document = serde_json::to_value(&crd).ok()?;
+        match serde_path_to_error::deserialize::<_, CustomResourceDefinition>(&document) {
+            Ok(crd) => Some(crd),
+            Err(error) => {
+                tracing::warn!(crd = %self.crd_name, %error, "CRD does not decode; treating it as absent");
+                self.metrics.invalid_object("CustomResourceDefinition");
+                None
+            }
+        }
     }
 
     /// Starts, restarts or stops the object watch for the CRD as it is now (`None`: absent).
-    fn crd_changed(&mut self, crd: Option<&CustomResourceDefinition>) -> Option<Event<K>> {
-        let kind = K::kind(&());
+    fn crd_changed(
+        &mut self,
+        crd: Option<&CustomResourceDefinition>,
+    ) -> Option<Event<Arc<K::Object>>> {
+        let kind = K::LABEL;
         let crd_name = &self.crd_name;
         let version = match crd.map(served_version::<K>) {
             Some(Ok(version)) => Some(version),
@@ -274,6 +285,7 @@ impl<K: Watched> Follower<K> {
         let objects = watch_resource::<K>(
             &self.client,
             resource,
+            None,
             self.metrics.clone(),
             keep_until_listed,
         );

@@ -1,8 +1,36 @@
-//! HTTP and gRPC route rules in domain form, shared by inbound policy, outbound policy and the
-//! admission webhook (spec/policy.md §3.4, §3.5): the validated results, and their conversion
-//! from the Kubernetes types ([`convert`]).
+//! Routes, shared by inbound policy, outbound policy, route status and the admission webhook
+//! (spec/policy.md §3.4, §3.5): HTTP and gRPC route rules in domain form, their conversion from
+//! the Kubernetes types ([`convert`]), and what a route's parents decide ([`parents`]).
 
 pub mod convert;
+pub mod parents;
+
+/// The API group of Linkerd's policy resources.
+pub const POLICY_GROUP: &str = "policy.linkerd.io";
+/// The API group of the Gateway API.
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
+/// Identifies a route across kinds: a policy and a Gateway HTTPRoute may share a name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteKey {
+    pub group: &'static str,
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Whether a reference `(group?, kind)` names the type `(group, kind)`: groups compare with
+/// absent or empty meaning `core`, both case-insensitively (§3.1).
+pub fn ref_is(ref_group: Option<&str>, ref_kind: &str, group: &str, kind: &str) -> bool {
+    let norm = |g: &str| {
+        if g.is_empty() {
+            "core".to_string()
+        } else {
+            g.to_ascii_lowercase()
+        }
+    };
+    norm(ref_group.unwrap_or("")) == norm(group) && ref_kind.eq_ignore_ascii_case(kind)
+}
 
 /// A request path match. Paths are absolute (start with `/`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

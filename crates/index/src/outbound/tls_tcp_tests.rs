@@ -2,16 +2,16 @@
 //! conversion (§5.4) and the resolved view (§5.6).
 
 use crate::{
-    IndexMetrics, ObjectRef,
+    ObjectRef,
     inbound::{DefaultPolicy, InboundConfig},
+    model::PortSet,
     outbound::{
         Backend, NoMatch, OutboundConfig, OutboundLookup, OutboundPolicy, OutboundProtocol,
         OutboundRoute, OutboundRouteRef, OutboundRule, OutboundTarget, RouteTimeouts,
     },
-    ports::PortSet,
     routes::HostMatch,
     source::Event,
-    store::Index,
+    testing::Policy as Index,
 };
 use k8s_openapi::api::core::v1::Service;
 use linkerd_k8s_api::gateway_api::{
@@ -21,8 +21,7 @@ use linkerd_k8s_api::gateway_api::{
 };
 
 fn index() -> Index {
-    Index::with_policy(
-        IndexMetrics::default(),
+    Index::new(
         InboundConfig {
             cluster_networks: vec!["10.0.0.0/8".parse().unwrap()],
             default_policy: DefaultPolicy::AllUnauthenticated,
@@ -42,7 +41,7 @@ fn index() -> Index {
 }
 
 fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {
-    serde_yaml::from_str(s).expect("test object decodes")
+    serde_saphyr::from_str(s).expect("test object decodes")
 }
 
 /// Service `emojivoto/web`: 8443 and 3306 (a default opaque port) without appProtocol, 80
@@ -350,6 +349,6 @@ async fn tls_and_tcp_routes_attach_only_when_accepted_and_leave_when_deleted() {
     assert_eq!(summary(&index, 5432), "Opaque", "no status yet");
     index.apply(Event::Apply(accepted.clone()));
     assert_eq!(summary(&index, 5432), r#"OpaqueRoute["TCPRoute c"]"#);
-    index.apply(Event::Delete(accepted));
+    index.delete(&accepted);
     assert_eq!(summary(&index, 5432), "Opaque");
 }

@@ -12,10 +12,23 @@
 use linkerd_k8s_api::service_profile::{self as k8s, v1alpha2::ServiceProfile};
 use std::time::Duration;
 
-use crate::model::InvalidObject;
+use super::{InvalidObject, Kind};
 
 #[cfg(test)]
 mod tests;
+
+impl Kind for ServiceProfile {
+    type Wire = ServiceProfile;
+    type Object = ProfileInfo;
+    const LABEL: &'static str = "ServiceProfile";
+    /// Issue 3 item 5: an invalid update removes the profile it replaces, so the service is
+    /// served the default profile rather than a stale one.
+    const INVALID_REMOVES: bool = true;
+
+    fn from_wire(sp: ServiceProfile) -> Result<ProfileInfo, InvalidObject> {
+        ProfileInfo::from_service_profile(&sp)
+    }
+}
 
 /// A ServiceProfile that passed validation: what a `GetProfile` answer is built from.
 #[derive(Clone, Debug, PartialEq)]

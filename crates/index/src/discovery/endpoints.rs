@@ -11,11 +11,9 @@ use std::{
     sync::Arc,
 };
 
-use crate::{
-    model::{
-        AddressType, ExternalWorkloadInfo, ObjectRef, OwnerRef, PodInfo, ServiceInfo, SliceInfo,
-    },
-    store::Cluster,
+use super::Discovery;
+use crate::model::{
+    AddressType, ExternalWorkloadInfo, ObjectRef, OwnerRef, PodInfo, ServiceInfo, SliceInfo,
 };
 
 /// What a topic of endpoints is keyed by.
@@ -100,7 +98,7 @@ impl EndpointsView {
     }
 
     /// Computes the view for `key` from the stores.
-    pub(crate) fn compute(cluster: &Cluster, key: &EndpointsKey) -> Self {
+    pub(crate) fn compute(cluster: &Discovery, key: &EndpointsKey) -> Self {
         let Some(svc) = cluster.services.get(&key.service) else {
             return Self::default();
         };

@@ -1,16 +1,15 @@
 use super::*;
-use serde::Deserialize;
 
 macro_rules! fixture {
     ($file:literal) => {
-        include_str!(concat!("../../../../tests/fixtures/profiles/", $file))
+        include_str!(concat!("../../../../../tests/fixtures/profiles/", $file))
     };
 }
 
-const EMOJIVOTO: &str = include_str!("../../../../tests/fixtures/emojivoto/cluster.yaml");
+const EMOJIVOTO: &str = include_str!("../../../../../tests/fixtures/emojivoto/cluster.yaml");
 
 fn mk_sp(yaml: &str) -> ServiceProfile {
-    serde_yaml::from_str(yaml).expect("fixture decodes")
+    serde_saphyr::from_str(yaml).expect("fixture decodes")
 }
 
 fn convert(yaml: &str) -> ProfileInfo {
@@ -25,13 +24,12 @@ fn reason(yaml: &str) -> String {
 
 /// The ServiceProfiles of a multi-document `kubectl get -o yaml` snapshot, by name.
 fn cluster_profiles(yaml: &str) -> Vec<ProfileInfo> {
-    serde_yaml::Deserializer::from_str(yaml)
-        .filter_map(|doc| {
-            let value = serde_yaml::Value::deserialize(doc).expect("document decodes");
-            (value.get("kind")?.as_str()? == "ServiceProfile").then_some(value)
-        })
+    serde_saphyr::from_multiple::<serde_json::Value>(yaml)
+        .expect("documents decode")
+        .into_iter()
+        .filter(|value| value.get("kind").and_then(|k| k.as_str()) == Some("ServiceProfile"))
         .map(|value| {
-            let sp: ServiceProfile = serde_yaml::from_value(value).expect("profile decodes");
+            let sp: ServiceProfile = serde_json::from_value(value).expect("profile decodes");
             ProfileInfo::from_service_profile(&sp).expect("profile is valid")
         })
         .collect()
@@ -269,7 +267,7 @@ fn invalid_fixtures_name_the_problem() {
 
 #[test]
 fn invalid_03_fails_at_strict_decode() {
-    let err = serde_yaml::from_str::<ServiceProfile>(fixture!("invalid-03-unknown-field.yaml"))
+    let err = serde_saphyr::from_str::<ServiceProfile>(fixture!("invalid-03-unknown-field.yaml"))
         .expect_err("unknown field");
     assert!(
         err.to_string().contains("unknown field `isRetriable`"),

@@ -1,12 +1,12 @@
-//! Policy objects as the inbound index reads them (spec/policy.md §2.1, §4.5–§4.7): each
+//! The policy kinds as the inbound index keeps them (spec/policy.md §2.1, §4.5–§4.7): each
 //! resolved once per watch event into what server computation needs.
 
 use std::collections::BTreeSet;
 
+use super::view::{ClientAuthorization, IdentityMatch, Network};
 use crate::{
-    inbound::view::{ClientAuthorization, IdentityMatch, Network},
+    model::Selector,
     routes::{GrpcRule, HostMatch, HttpRule},
-    selector::Selector,
 };
 
 /// A ServerAuthorization: which Servers of its namespace it applies to, and whom it admits.

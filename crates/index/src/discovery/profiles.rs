@@ -6,12 +6,11 @@ use std::{
     sync::Arc,
 };
 
-use crate::{
+use super::{
+    Discovery,
     endpoints::{Endpoint, Workload},
-    model::{ObjectRef, PodInfo, ServiceInfo},
-    profile::ProfileInfo,
-    store::Cluster,
 };
+use crate::model::{ObjectRef, PodInfo, ProfileInfo, ServiceInfo};
 
 /// What a service-profile topic is keyed by.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -63,7 +62,7 @@ pub enum AddressConflict {
 }
 
 impl ServiceProfileView {
-    pub(crate) fn compute(cluster: &Cluster, key: &ServiceProfileKey) -> Self {
+    pub(crate) fn compute(cluster: &Discovery, key: &ServiceProfileKey) -> Self {
         let service = cluster.services.get(&key.service).cloned();
         let lookup = |namespace: &str| {
             cluster
@@ -87,7 +86,7 @@ impl EndpointProfileView {
     /// Resolves the address as §D.5 does: a pod with that pod IP, else a pod with that host
     /// IP and host port, else an ExternalWorkload with that IP and port. A pod is attached only
     /// while `Running` (§H.3); with several candidates none is.
-    pub(crate) fn compute(cluster: &Cluster, key: &EndpointProfileKey) -> Self {
+    pub(crate) fn compute(cluster: &Discovery, key: &EndpointProfileKey) -> Self {
         let addr = SocketAddr::new(key.ip, key.port);
         let running = |pods: Vec<Arc<PodInfo>>| match pods.as_slice() {
             [pod] if pod.phase.as_deref() == Some("Running") => Some(pod.clone()),
@@ -140,7 +139,7 @@ impl EndpointProfileView {
 
 /// Whether several workloads claim `ip:port` (checked when a GetProfile stream starts, §D.5).
 pub(crate) fn address_conflict(
-    cluster: &Cluster,
+    cluster: &Discovery,
     key: &EndpointProfileKey,
 ) -> Result<(), AddressConflict> {
     let addr = SocketAddr::new(key.ip, key.port);

@@ -1,0 +1,226 @@
+use super::*;
+use serde_json::{Value, json};
+
+const UID: &str = "5d1e0c2a-0000-4000-8000-0000000000a1";
+
+/// Answers `body` with `admit`, as the JSON the API server receives.
+fn answer(body: Value, admit: impl FnOnce(&AdmissionRequest) -> AdmissionResponse) -> Value {
+    let answer = review(&serde_json::to_vec(&body).unwrap(), admit).unwrap();
+    serde_json::from_slice(&to_json(&answer).unwrap()).unwrap()
+}
+
+/// A review as the API server sends it (every field kube-core's types require, and more).
+fn mk_review(api_version: &str) -> Value {
+    json!({
+        "apiVersion": api_version,
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": UID,
+            "kind": {"group": "policy.linkerd.io", "version": "v1beta3", "kind": "Server"},
+            "resource": {"group": "policy.linkerd.io", "version": "v1beta3", "resource": "servers"},
+            "requestKind": {"group": "policy.linkerd.io", "version": "v1beta3", "kind": "Server"},
+            "name": "web",
+            "namespace": "emojivoto",
+            "operation": "CREATE",
+            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
+            "object": {
+                "apiVersion": "policy.linkerd.io/v1beta3",
+                "kind": "Server",
+                "metadata": {"name": "web", "namespace": "emojivoto", "annotations": {"a": "b"}},
+                "spec": {"port": 80},
+            },
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    })
+}
+
+#[test]
+fn answers_in_the_version_asked() {
+    for version in ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"] {
+        assert_eq!(
+            answer(mk_review(version), |r| deny(r, "no")),
+            json!({
+                "apiVersion": version,
+                "kind": "AdmissionReview",
+                "response": {
+                    "uid": UID,
+                    "allowed": false,
+                    "status": {
+                        "metadata": {},
+                        "status": "Failure",
+                        "message": "no",
+                        "reason": "BadRequest",
+                        "code": 400,
+                    },
+                },
+            })
+        );
+        // Allowed: the uid and nothing else (kube-core's empty `status: {}` is left out).
+        assert_eq!(
+            answer(mk_review(version), allow),
+            json!({
+                "apiVersion": version,
+                "kind": "AdmissionReview",
+                "response": {"uid": UID, "allowed": true},
+            })
+        );
+    }
+    // Hand-made, without apiVersion: answered in v1.
+    let mut review = mk_review("x");
+    review.as_object_mut().unwrap().remove("apiVersion");
+    assert_eq!(answer(review, allow)["apiVersion"], "admission.k8s.io/v1");
+}
+
+#[test]
+fn refusals_and_warnings() {
+    let response = answer(mk_review("admission.k8s.io/v1"), |r| {
+        invalid(r, "unsupported resource type: .v1.ConfigMap")
+    })["response"]
+        .clone();
+    assert_eq!(response["allowed"], false);
+    assert_eq!(
+        response["status"],
+        json!({
+            "metadata": {},
+            "status": "Failure",
+            "message": "unsupported resource type: .v1.ConfigMap",
+            "reason": "InvalidRequest",
+            "code": 400,
+        })
+    );
+
+    let response = answer(mk_review("admission.k8s.io/v1"), |r| {
+        let mut response = allow(r);
+        response.warnings = Some(vec!["spec does not decode".to_string()]);
+        response
+    })["response"]
+        .clone();
+    assert_eq!(
+        response,
+        json!({"uid": UID, "allowed": true, "warnings": ["spec does not decode"]})
+    );
+}
+
+#[test]
+fn the_request_as_read() {
+    let mut seen = None;
+    answer(mk_review("admission.k8s.io/v1"), |r| {
+        seen = Some(r.clone());
+        allow(r)
+    });
+    let request = seen.unwrap();
+    assert_eq!(request.uid, UID);
+    assert_eq!(
+        request.kind,
+        GroupVersionKind::gvk("policy.linkerd.io", "v1beta3", "Server")
+    );
+    assert!(request.creates_or_updates());
+    assert_eq!(
+        (request.object_namespace(), request.object_name()),
+        ("emojivoto", "web")
+    );
+    assert_eq!(
+        request.object_annotations(),
+        BTreeMap::from([("a".to_string(), "b".to_string())])
+    );
+    assert_eq!(request.object.unwrap()["spec"], json!({"port": 80}));
+}
+
+#[test]
+fn reviews_are_read_leniently() {
+    // Only a uid: every other field of kube-core's request is absent.
+    let mut seen = None;
+    let body = json!({"request": {"uid": UID, "kind": {"kind": "Server"}, "operation": "update"}});
+    let response = answer(body, |r| {
+        seen = Some(r.clone());
+        allow(r)
+    });
+    assert_eq!(response["response"], json!({"uid": UID, "allowed": true}));
+    let request = seen.unwrap();
+    assert_eq!(request.kind, GroupVersionKind::gvk("", "", "Server"));
+    assert!(request.creates_or_updates(), "a lower-case UPDATE");
+    assert_eq!(
+        (request.object_namespace(), request.object_name()),
+        ("", "")
+    );
+
+    // Fields the webhooks do not read never fail a review, whatever their shape; an absent or
+    // null kind is empty.
+    for extra in [
+        json!({"userInfo": 5, "resource": "x", "dryRun": "maybe", "kind": null}),
+        json!({"newField": {"a": [1]}, "options": []}),
+    ] {
+        let mut review = mk_review("admission.k8s.io/v1");
+        let request = review["request"].as_object_mut().unwrap();
+        request.remove("kind");
+        request.extend(extra.as_object().unwrap().clone());
+        let mut kind = None;
+        answer(review, |r| {
+            kind = Some(r.kind.clone());
+            allow(r)
+        });
+        assert_eq!(kind, Some(GroupVersionKind::gvk("", "", "")), "{extra}");
+    }
+
+    // The operations whose object is not judged.
+    for (operation, judged) in [
+        (Some("DELETE"), false),
+        (Some("CONNECT"), false),
+        (Some("PATCH?"), false),
+        (Some("Create"), true),
+        (None, true),
+    ] {
+        let request = AdmissionRequest {
+            operation: operation.map(String::from),
+            ..Default::default()
+        };
+        assert_eq!(request.creates_or_updates(), judged, "{operation:?}");
+    }
+
+    // The request's namespace and name, when the object has none.
+    let request = AdmissionRequest {
+        namespace: Some("ns".into()),
+        name: Some("n".into()),
+        object: Some(json!({"metadata": {"annotations": {"a": "b", "n": 5}}})),
+        ..Default::default()
+    };
+    assert_eq!(
+        (request.object_namespace(), request.object_name()),
+        ("ns", "n")
+    );
+    assert_eq!(request.object_annotations().len(), 1);
+}
+
+#[test]
+fn bodies_that_are_not_reviews() {
+    let error = |body: &[u8]| review(body, allow).unwrap_err().to_string();
+    assert_eq!(
+        error(b"not json"),
+        "failed to decode admission review request: expected ident at line 1 column 2"
+    );
+    assert_eq!(
+        error(br#"{"request": "x"}"#),
+        "failed to decode admission review request: invalid type: string \"x\", expected struct AdmissionRequest at line 1 column 15"
+    );
+    assert_eq!(
+        error(br#"{"request": {"uid": 5}}"#),
+        "failed to decode admission review request: invalid type: integer `5`, expected a string at line 1 column 21"
+    );
+    assert_eq!(
+        error(br#"{"request": {"uid": "u", "kind": "Server"}}"#),
+        "failed to decode admission review request: invalid type: string \"Server\", expected struct GroupVersionKind at line 1 column 41"
+    );
+    for body in [
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+        json!({"request": {"uid": "", "object": {}}}),
+        json!({"request": {"object": {}}}),
+    ] {
+        assert_eq!(
+            error(&serde_json::to_vec(&body).unwrap()),
+            "invalid admission review request",
+            "{body}"
+        );
+    }
+}

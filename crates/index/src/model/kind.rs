@@ -1,0 +1,83 @@
+//! [`Kind`]: what the index watches of each Kubernetes kind, and how one document of it is
+//! decoded, once, into the object every index that reads the kind shares.
+
+use serde::de::DeserializeOwned;
+
+use super::InvalidObject;
+
+/// A Kubernetes kind the index watches. The implementing type names the kind (a k8s-openapi,
+/// Gateway API or Linkerd CRD type, which carry its group, version and plural); its objects
+/// are decoded from [`Kind::Wire`] into [`Kind::Object`] as they arrive, once, and every index
+/// that reads the kind gets the same `Arc` of it.
+///
+/// The numerous kinds (Pods, Services, EndpointSlices, Nodes, ReplicaSets, Jobs, Servers,
+/// ExternalWorkloads, ServiceProfiles) decode into compact domain objects holding only what a
+/// view reads. The policy kinds that one concern owns (authorizations, authentications,
+/// routes, EgressNetworks) are handed over in their typed form, from which each index that
+/// reads them keeps its own compact form; no index keeps the typed object.
+pub trait Kind: kube::Resource<DynamicType = ()> + Send + Sync + 'static {
+    /// What a document is decoded from: only the fields [`Kind::from_wire`] reads.
+    type Wire: DeserializeOwned;
+    /// What the indexes receive.
+    type Object: Send + Sync + 'static;
+
+    /// The name of the kind in logs and in `index_invalid_objects_total{kind}`; it tells apart
+    /// kinds of the same name in two groups (`HTTPRoute.policy.linkerd.io`).
+    const LABEL: &'static str;
+    /// Kube mode lists and watches the kind as `PartialObjectMetadata` ([`Kind::Wire`] then
+    /// reads `metadata` only): the kinds that only feed owner and zone lookups.
+    const METADATA_ONLY: bool = false;
+    /// An update that does not convert ([`DecodeError::Invalid`]) removes the version indexed
+    /// before (`true`, ServiceProfiles: a stale profile must not outlive an invalid edit), or
+    /// leaves it (`false`).
+    const INVALID_REMOVES: bool = false;
+
+    /// The object of a decoded document; an object that cannot be used is an
+    /// [`InvalidObject`] naming the problem.
+    fn from_wire(wire: Self::Wire) -> Result<Self::Object, InvalidObject>;
+
+    /// Fills in, on a document about to be decoded, fields older served versions leave out but
+    /// [`Kind::Wire`] requires. Called only when [`Kind::HAS_DEFAULTS`].
+    fn fill_defaults(_document: &mut serde_json::Value) {}
+
+    /// Whether [`Kind::fill_defaults`] may change a document.
+    const HAS_DEFAULTS: bool = false;
+}
+
+/// Why a document of a kind was not indexed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// It does not have the shape of its kind; the message names the field
+    /// (`spec.ports[0].port: invalid type: string "eighty", expected i64`).
+    #[error("does not decode: {0}")]
+    Malformed(String),
+    /// It decodes but cannot be used (a bad regex, an out-of-range port).
+    #[error("{0}")]
+    Invalid(InvalidObject),
+}
+
+/// Decodes one document, as a JSON value, into `K`'s object.
+pub fn decode_value<K: Kind>(document: &serde_json::Value) -> Result<K::Object, DecodeError> {
+    let wire = if K::HAS_DEFAULTS {
+        let mut document = document.clone();
+        K::fill_defaults(&mut document);
+        serde_path_to_error::deserialize::<_, K::Wire>(&document)
+    } else {
+        serde_path_to_error::deserialize::<_, K::Wire>(document)
+    };
+    let wire = wire.map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    K::from_wire(wire).map_err(DecodeError::Invalid)
+}
+
+/// Decodes one document, as JSON text, into `K`'s object.
+pub fn decode_json<K: Kind>(document: &str) -> Result<K::Object, DecodeError> {
+    if K::HAS_DEFAULTS {
+        let value: serde_json::Value =
+            serde_json::from_str(document).map_err(|e| DecodeError::Malformed(e.to_string()))?;
+        return decode_value::<K>(&value);
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(document);
+    let wire = serde_path_to_error::deserialize::<_, K::Wire>(&mut deserializer)
+        .map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    K::from_wire(wire).map_err(DecodeError::Invalid)
+}

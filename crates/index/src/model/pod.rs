@@ -1,0 +1,268 @@
+//! Pod, as discovery and inbound policy read it (spec/destination.md §B.2, spec/policy.md §4.2).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
+
+use super::{
+    CONTROL_PLANE_NS_LABEL, InvalidObject, Kind, OPAQUE_PORTS_ANNOTATION, ObjectRef, OwnerRef,
+    PROXY_CONTAINER_NAME, SKIP_INBOUND_PORTS_ANNOTATION, names, ports::PortSet, single_owner, wire,
+};
+
+/// A Pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodInfo {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// The `*.linkerd.io/` annotations (`config.linkerd.io/default-inbound-policy`, …); the
+    /// others are not kept.
+    pub annotations: BTreeMap<String, String>,
+    /// `spec.serviceAccountName`, `default` when empty.
+    pub service_account: String,
+    pub node_name: Option<String>,
+    pub host_network: bool,
+    pub phase: Option<String>,
+    /// `metadata.deletionTimestamp` is set.
+    pub terminating: bool,
+    /// `status.podIPs`, falling back to `status.podIP`.
+    pub ips: Vec<IpAddr>,
+    /// `status.hostIPs`, falling back to `status.hostIP`.
+    pub host_ips: Vec<IpAddr>,
+    /// The single owner reference; `None` with zero or several.
+    pub owner: Option<OwnerRef>,
+    /// Ports declared by `initContainers` then `containers`.
+    pub container_ports: Vec<ContainerPort>,
+    /// What the `linkerd-proxy` container's environment says; `None` without a proxy container.
+    pub proxy: Option<ProxyPorts>,
+    /// `config.linkerd.io/opaque-ports`, parsed once (names resolved against container ports);
+    /// `None` when the annotation is absent, so the default opaque ports apply.
+    pub opaque_ports: Option<PortSet>,
+    /// `config.linkerd.io/skip-inbound-ports`, parsed once (no names allowed there).
+    pub skip_inbound_ports: PortSet,
+    /// Paths of `httpGet` liveness, readiness and startup probes, by port (spec/policy.md
+    /// §4.2): inbound policy adds a `probe` route for them.
+    pub probe_paths: BTreeMap<u16, BTreeSet<String>>,
+}
+
+/// One declared container port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerPort {
+    pub name: Option<String>,
+    pub container_port: u16,
+    pub host_port: Option<u16>,
+    /// `protocol` is absent or TCP (only TCP ports can be named by a Server).
+    pub tcp: bool,
+}
+
+/// Ports read from the proxy container's environment (spec §B.2); `None` when the variable is
+/// absent or its value is not an `ip:port` literal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProxyPorts {
+    /// `LINKERD2_PROXY_INBOUND_LISTEN_ADDR`: the opaque-transport port (4143).
+    pub inbound: Option<u16>,
+    /// `LINKERD2_PROXY_ADMIN_LISTEN_ADDR` (4191).
+    pub admin: Option<u16>,
+    /// `LINKERD2_PROXY_CONTROL_LISTEN_ADDR` (4190).
+    pub control: Option<u16>,
+}
+
+impl Kind for k8s_openapi::api::core::v1::Pod {
+    type Wire = wire::Pod;
+    type Object = PodInfo;
+    const LABEL: &'static str = "Pod";
+
+    fn from_wire(pod: wire::Pod) -> Result<PodInfo, InvalidObject> {
+        PodInfo::from_wire(pod)
+    }
+}
+
+impl PodInfo {
+    /// Builds the domain form of a Pod. Unparsable IPs and out-of-range ports are dropped.
+    pub fn from_wire(pod: wire::Pod) -> Result<Self, InvalidObject> {
+        let (namespace, name) = names("Pod", &pod.metadata)?;
+        let wire::Pod {
+            metadata,
+            spec,
+            status,
+        } = pod;
+        let containers: Vec<&wire::Container> = spec
+            .init_containers
+            .iter()
+            .chain(spec.containers.iter())
+            .collect();
+        let container_ports: Vec<ContainerPort> = containers
+            .iter()
+            .flat_map(|c| c.ports.iter())
+            .filter_map(|p| {
+                Some(ContainerPort {
+                    name: p.name.clone(),
+                    container_port: u16::try_from(p.container_port).ok()?,
+                    host_port: p
+                        .host_port
+                        .and_then(|h| u16::try_from(h).ok())
+                        .filter(|h| *h != 0),
+                    tcp: p
+                        .protocol
+                        .as_deref()
+                        .is_none_or(|p| p.eq_ignore_ascii_case("TCP")),
+                })
+            })
+            .collect();
+        let proxy = containers
+            .iter()
+            .find(|c| c.name == PROXY_CONTAINER_NAME)
+            .map(|c| {
+                let env = |var: &str| {
+                    c.env
+                        .iter()
+                        .find(|e| e.name == var)
+                        .and_then(|e| e.value.as_deref())
+                        .and_then(|v| v.parse::<std::net::SocketAddr>().ok())
+                        .map(|a| a.port())
+                };
+                ProxyPorts {
+                    inbound: env("LINKERD2_PROXY_INBOUND_LISTEN_ADDR"),
+                    admin: env("LINKERD2_PROXY_ADMIN_LISTEN_ADDR"),
+                    control: env("LINKERD2_PROXY_CONTROL_LISTEN_ADDR"),
+                }
+            });
+        let ips = if status.pod_ips.is_empty() {
+            status.pod_ip.into_iter().collect()
+        } else {
+            status.pod_ips.into_iter().map(|i| i.ip).collect::<Vec<_>>()
+        };
+        let host_ips = if status.host_ips.is_empty() {
+            status.host_ip.into_iter().collect()
+        } else {
+            status
+                .host_ips
+                .into_iter()
+                .map(|i| i.ip)
+                .collect::<Vec<_>>()
+        };
+        let owner = single_owner(&metadata);
+        let annotations = metadata.annotations.0;
+        let named_port = |name: &str| {
+            container_ports
+                .iter()
+                .find(|p: &&ContainerPort| p.name.as_deref() == Some(name))
+                .map(|p| p.container_port)
+        };
+        let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
+            let (set, invalid) = PortSet::parse_with_names(list, named_port);
+            for item in invalid {
+                tracing::warn!(pod = %format!("{namespace}/{name}"), %item, "ignoring invalid {OPAQUE_PORTS_ANNOTATION} item");
+            }
+            set
+        });
+        let skip_inbound_ports = annotations
+            .get(SKIP_INBOUND_PORTS_ANNOTATION)
+            .map(|list| PortSet::parse(list).0)
+            .unwrap_or_default();
+        let probe_paths = probe_paths(&containers);
+        let mut ips: Vec<IpAddr> = ips.iter().filter_map(|ip| ip.parse().ok()).collect();
+        ips.shrink_to_fit();
+        Ok(Self {
+            probe_paths,
+            labels: metadata.labels,
+            annotations,
+            opaque_ports,
+            skip_inbound_ports,
+            service_account: spec
+                .service_account_name
+                .filter(|sa| !sa.is_empty())
+                .unwrap_or_else(|| "default".to_string()),
+            node_name: spec.node_name,
+            host_network: spec.host_network.unwrap_or(false),
+            phase: status.phase,
+            terminating: metadata.deletion_timestamp.is_some(),
+            ips,
+            host_ips: host_ips.iter().filter_map(|ip| ip.parse().ok()).collect(),
+            owner,
+            container_ports,
+            proxy,
+            namespace,
+            name,
+        })
+    }
+
+    pub fn object_ref(&self) -> ObjectRef {
+        ObjectRef {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    /// The control-plane namespace of a meshed pod (label `linkerd.io/control-plane-ns`, non-empty).
+    pub fn control_plane_ns(&self) -> Option<&str> {
+        self.labels
+            .get(CONTROL_PLANE_NS_LABEL)
+            .map(String::as_str)
+            .filter(|ns| !ns.is_empty())
+    }
+
+    /// The container port named `name` (init containers included), by its `containerPort`.
+    pub fn named_port(&self, name: &str) -> Option<u16> {
+        self.container_ports
+            .iter()
+            .find(|p| p.name.as_deref() == Some(name))
+            .map(|p| p.container_port)
+    }
+
+    /// Whether `port` is opaque for this pod: listed in its `config.linkerd.io/opaque-ports`
+    /// annotation (ports, ranges, container-port names; an empty value means none), or in
+    /// `defaults` when the pod has no such annotation (spec §B.2).
+    pub fn is_opaque_port(&self, port: u16, defaults: &PortSet) -> bool {
+        self.opaque_ports
+            .as_ref()
+            .unwrap_or(defaults)
+            .contains(port)
+    }
+
+    /// Whether index lookups should still find this pod: not being deleted, not finished.
+    pub fn is_live(&self) -> bool {
+        !self.terminating && !matches!(self.phase.as_deref(), Some("Succeeded" | "Failed"))
+    }
+}
+
+/// The `httpGet` probe paths of `containers` by port: a numeric port, or a name resolved
+/// against the same container's TCP ports (case-insensitively); the path's query is dropped
+/// and a path that is not absolute is skipped.
+fn probe_paths(containers: &[&wire::Container]) -> BTreeMap<u16, BTreeSet<String>> {
+    let mut paths: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
+    for c in containers {
+        let probes = [&c.liveness_probe, &c.readiness_probe, &c.startup_probe];
+        for get in probes
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.http_get.as_ref())
+        {
+            let port = match &get.port {
+                Some(wire::IntOrString::Int(n)) => u16::try_from(*n).ok().filter(|p| *p != 0),
+                Some(wire::IntOrString::String(name)) => c.ports.iter().find_map(|p| {
+                    let tcp = p
+                        .protocol
+                        .as_deref()
+                        .is_none_or(|p| p.eq_ignore_ascii_case("TCP"));
+                    (tcp && p
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.eq_ignore_ascii_case(name)))
+                    .then(|| u16::try_from(p.container_port).ok())
+                    .flatten()
+                }),
+                None => None,
+            };
+            let path = get.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("/");
+            let path = path.split(['?', '#']).next().unwrap_or_default();
+            if let Some(port) = port
+                && path.starts_with('/')
+            {
+                paths.entry(port).or_default().insert(path.to_string());
+            }
+        }
+    }
+    paths
+}

@@ -1,0 +1,111 @@
+//! Service, as discovery and outbound policy read it (spec/destination.md §B.2, spec/policy.md
+//! §5.3).
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use super::{
+    InvalidObject, Kind, OPAQUE_PORTS_ANNOTATION, ObjectRef, invalid, names, ports::PortSet, wire,
+};
+
+/// A Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceInfo {
+    pub namespace: String,
+    pub name: String,
+    /// `spec.type` is `ExternalName`: not a valid `Get` target (spec §E).
+    pub external_name: bool,
+    /// `spec.internalTrafficPolicy: Local`.
+    pub internal_traffic_local: bool,
+    /// `spec.clusterIPs` (or `spec.clusterIP`), without `None`.
+    pub cluster_ips: Vec<IpAddr>,
+    pub ports: Vec<ServicePort>,
+    /// The `*.linkerd.io/` annotations (timeouts, retries, failure accrual, opaque ports,
+    /// multicluster); the others are not kept.
+    pub annotations: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    /// `config.linkerd.io/opaque-ports`, parsed once (service port names resolved to their
+    /// `port`); `None` when absent, so the default opaque ports apply (spec §B.2). Only
+    /// `GetProfile.opaque_protocol` of service profiles reads it.
+    pub opaque_ports: Option<PortSet>,
+}
+
+/// One `spec.ports[]` entry of a Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePort {
+    pub port: u16,
+    /// The port's name; `""` when unnamed (matches unnamed slice ports).
+    pub name: String,
+    /// `appProtocol`, as written (outbound protocol selection, spec/policy.md §5.3).
+    pub app_protocol: Option<String>,
+}
+
+impl Kind for k8s_openapi::api::core::v1::Service {
+    type Wire = wire::Service;
+    type Object = ServiceInfo;
+    const LABEL: &'static str = "Service";
+
+    fn from_wire(svc: wire::Service) -> Result<ServiceInfo, InvalidObject> {
+        ServiceInfo::from_wire(svc)
+    }
+}
+
+impl ServiceInfo {
+    /// Builds the domain form of a Service. Errors when it has no name or a port outside
+    /// 1..=65535.
+    pub fn from_wire(svc: wire::Service) -> Result<Self, InvalidObject> {
+        let (namespace, name) = names("Service", &svc.metadata)?;
+        let spec = svc.spec;
+        let mut ports = Vec::with_capacity(spec.ports.len());
+        for p in spec.ports {
+            let port = u16::try_from(p.port)
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| {
+                    invalid(
+                        "Service",
+                        &namespace,
+                        &name,
+                        format!("port {} out of range", p.port),
+                    )
+                })?;
+            ports.push(ServicePort {
+                port,
+                name: p.name.unwrap_or_default(),
+                app_protocol: p.app_protocol,
+            });
+        }
+        let ips = if spec.cluster_ips.is_empty() {
+            spec.cluster_ip.into_iter().collect()
+        } else {
+            spec.cluster_ips
+        };
+        let annotations = svc.metadata.annotations.0;
+        let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
+            let (set, bad) = PortSet::parse_with_names(list, |n| {
+                ports.iter().find(|p| p.name == n).map(|p| p.port)
+            });
+            for item in bad {
+                tracing::warn!(service = %format!("{namespace}/{name}"), %item, "ignoring invalid {OPAQUE_PORTS_ANNOTATION} item");
+            }
+            set
+        });
+        Ok(Self {
+            external_name: spec.type_.as_deref() == Some("ExternalName"),
+            internal_traffic_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
+            cluster_ips: ips.iter().filter_map(|ip| ip.parse().ok()).collect(),
+            ports,
+            opaque_ports,
+            annotations,
+            labels: svc.metadata.labels,
+            namespace,
+            name,
+        })
+    }
+
+    pub fn object_ref(&self) -> ObjectRef {
+        ObjectRef {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}

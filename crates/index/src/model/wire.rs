@@ -1,0 +1,334 @@
+//! The shapes the index decodes the numerous built-in kinds from: Pods, Services,
+//! EndpointSlices, and the metadata of Nodes, ReplicaSets and Jobs.
+//!
+//! Each names only the fields a view reads, so decoding skips the rest of a document (a meshed
+//! pod's proxy environment, `managedFields`, its status conditions) without allocating it: on
+//! a cluster of tens of thousands of pods, this is most of the index's decode time and of the
+//! memory it churns. Every field is optional and defaults when absent or `null`; what a field
+//! must hold to be usable is checked by the compact object built from it ([`super`]).
+
+use serde::{Deserialize, Deserializer, de};
+use std::{collections::BTreeMap, fmt};
+
+/// `metadata`, as far as the index reads it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Metadata {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    #[serde(deserialize_with = "null_default")]
+    pub labels: BTreeMap<String, String>,
+    pub annotations: LinkerdAnnotations,
+    #[serde(deserialize_with = "null_default")]
+    pub owner_references: Vec<OwnerReference>,
+    /// Set while the object is being deleted; only its presence is read.
+    pub deletion_timestamp: Option<de::IgnoredAny>,
+    /// RFC 3339.
+    pub creation_timestamp: Option<String>,
+}
+
+/// Annotations whose key is in a subdomain of `linkerd.io` (`config.linkerd.io/…`,
+/// `retry.linkerd.io/…`, `mirror.linkerd.io/…`, `balancer.alpha.linkerd.io/…`): the only ones
+/// any view reads. Others (`kubectl.kubernetes.io/last-applied-configuration` can hold a
+/// whole manifest; injected pods carry `linkerd.io/proxy-version` and friends) are skipped
+/// while decoding, never allocated.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkerdAnnotations(pub BTreeMap<String, String>);
+
+/// One `ownerReferences[]` entry.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct OwnerReference {
+    pub kind: String,
+    pub name: String,
+}
+
+/// An object of which only `metadata` is read (Nodes, ReplicaSets, Jobs). In kube mode these
+/// kinds are listed and watched as `PartialObjectMetadata`, which has this shape.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct MetadataOnly {
+    pub metadata: Metadata,
+}
+
+/// A Pod.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Pod {
+    pub metadata: Metadata,
+    #[serde(deserialize_with = "null_default")]
+    pub spec: PodSpec,
+    #[serde(deserialize_with = "null_default")]
+    pub status: PodStatus,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodSpec {
+    pub service_account_name: Option<String>,
+    pub node_name: Option<String>,
+    pub host_network: Option<bool>,
+    #[serde(deserialize_with = "null_default")]
+    pub init_containers: Vec<Container>,
+    #[serde(deserialize_with = "null_default")]
+    pub containers: Vec<Container>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Container {
+    pub name: String,
+    #[serde(deserialize_with = "null_default")]
+    pub ports: Vec<ContainerPort>,
+    /// Read only for the proxy container: the other containers' variables are skipped.
+    #[serde(deserialize_with = "null_default")]
+    pub env: Vec<EnvVar>,
+    pub liveness_probe: Option<Probe>,
+    pub readiness_probe: Option<Probe>,
+    pub startup_probe: Option<Probe>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ContainerPort {
+    pub name: Option<String>,
+    pub container_port: i64,
+    pub host_port: Option<i64>,
+    pub protocol: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Probe {
+    pub http_get: Option<HttpGetAction>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct HttpGetAction {
+    pub path: Option<String>,
+    pub port: Option<IntOrString>,
+}
+
+/// A Kubernetes `IntOrString`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum IntOrString {
+    Int(i64),
+    String(String),
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodStatus {
+    pub phase: Option<String>,
+    #[serde(rename = "podIP")]
+    pub pod_ip: Option<String>,
+    #[serde(rename = "podIPs", deserialize_with = "null_default")]
+    pub pod_ips: Vec<PodIp>,
+    #[serde(rename = "hostIP")]
+    pub host_ip: Option<String>,
+    #[serde(rename = "hostIPs", deserialize_with = "null_default")]
+    pub host_ips: Vec<PodIp>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PodIp {
+    pub ip: String,
+}
+
+/// A Service.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Service {
+    pub metadata: Metadata,
+    #[serde(deserialize_with = "null_default")]
+    pub spec: ServiceSpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServiceSpec {
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    #[serde(rename = "clusterIP")]
+    pub cluster_ip: Option<String>,
+    #[serde(rename = "clusterIPs", deserialize_with = "null_default")]
+    pub cluster_ips: Vec<String>,
+    #[serde(deserialize_with = "null_default")]
+    pub ports: Vec<ServicePort>,
+    pub internal_traffic_policy: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServicePort {
+    pub name: Option<String>,
+    pub port: i64,
+    pub app_protocol: Option<String>,
+}
+
+/// An EndpointSlice.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EndpointSlice {
+    pub metadata: Metadata,
+    pub address_type: String,
+    /// `None` when absent or `null` (placeholder slices), unlike an empty list.
+    pub ports: Option<Vec<EndpointPort>>,
+    #[serde(deserialize_with = "null_default")]
+    pub endpoints: Vec<Endpoint>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct EndpointPort {
+    pub name: Option<String>,
+    pub port: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Endpoint {
+    #[serde(deserialize_with = "null_default")]
+    pub addresses: Vec<String>,
+    pub conditions: Option<EndpointConditions>,
+    pub hostname: Option<String>,
+    pub zone: Option<String>,
+    pub node_name: Option<String>,
+    pub hints: Option<EndpointHints>,
+    pub target_ref: Option<ObjectReference>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct EndpointConditions {
+    pub ready: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EndpointHints {
+    #[serde(deserialize_with = "null_default")]
+    pub for_zones: Vec<ForZone>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ForZone {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ObjectReference {
+    pub kind: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+// === impl LinkerdAnnotations ===
+
+impl LinkerdAnnotations {
+    /// Whether `key` is kept: its prefix (before `/`) is a subdomain of `linkerd.io`.
+    pub fn keeps(key: &str) -> bool {
+        key.split_once('/')
+            .is_some_and(|(prefix, _)| prefix.ends_with(".linkerd.io"))
+    }
+}
+
+impl<'de> Deserialize<'de> for LinkerdAnnotations {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+
+        impl<'de> de::Visitor<'de> for Visitor {
+            type Value = LinkerdAnnotations;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of annotations")
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(LinkerdAnnotations::default())
+            }
+
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(LinkerdAnnotations::default())
+            }
+
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut kept = BTreeMap::new();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if LinkerdAnnotations::keeps(&key) {
+                        kept.insert(key.into_owned(), map.next_value::<String>()?);
+                    } else {
+                        map.next_value::<de::IgnoredAny>()?;
+                    }
+                }
+                Ok(LinkerdAnnotations(kept))
+            }
+        }
+
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// Decodes `T`, with `null` read as `T::default()` (the API omits empty lists, but hand-written
+/// manifests write `ports: null` or `labels:` with no value).
+fn null_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_linkerd_subdomain_annotations_are_kept() {
+        let meta: Metadata = serde_json::from_value(serde_json::json!({
+            "name": "web",
+            "annotations": {
+                "config.linkerd.io/opaque-ports": "3306",
+                "balancer.alpha.linkerd.io/load-biaser-penalty": "10",
+                "linkerd.io/proxy-version": "edge-26.4.4",
+                "kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}",
+                "nolinkerd.io/x": "y",
+            },
+            "labels": null,
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "web-5f7b", "uid": "u", "controller": true}],
+        }))
+        .unwrap();
+        assert_eq!(
+            meta.annotations.0.keys().collect::<Vec<_>>(),
+            [
+                "balancer.alpha.linkerd.io/load-biaser-penalty",
+                "config.linkerd.io/opaque-ports"
+            ]
+        );
+        assert!(meta.labels.is_empty());
+        assert_eq!(meta.owner_references[0].kind, "ReplicaSet");
+        assert_eq!(meta.owner_references[0].name, "web-5f7b");
+    }
+
+    #[test]
+    fn a_port_of_the_wrong_type_is_an_error_naming_it() {
+        let error = serde_json::from_value::<Service>(serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {"ports": [{"port": "eighty"}]},
+        }))
+        .unwrap_err();
+        assert!(error.to_string().contains("invalid type"), "{error}");
+    }
+}

@@ -1,0 +1,143 @@
+//! YAML manifests read and written with `serde-saphyr` (the YAML crate kube builds), with the
+//! YAML 1.2 reading that `kubectl get -o yaml` output and the workspace's tests assume.
+//!
+//! serde-saphyr reads YAML 1.1 booleans by default, so an unquoted `y`, `n`, `yes`, `no`, `on`
+//! or `off` decoded without a type (into `serde_json::Value`, as `cargo xtask check-deploy`
+//! reads manifests and the webhooks' tests build objects) would become `true` or `false`. Here
+//! only `true` and `false` are booleans, as in YAML 1.2; the rest stay strings. A number with a
+//! leading zero is not YAML 1.1 octal, and a key repeated in one mapping is an error naming it.
+//! [`to_string`] quotes strings that a YAML 1.1 reader would take for a boolean or a number, so
+//! what is written reads back the same with either version.
+
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+
+pub use serde_saphyr::{Error, ser::Error as SerializeError};
+
+/// The reading options: YAML 1.2 booleans, everything else serde-saphyr's defaults: duplicate
+/// keys refused, no legacy octal, and its budget against hostile input (at most 1,024 documents,
+/// 250,000 nodes, nesting 64 deep and 50,000 aliases per text).
+pub fn options() -> serde_saphyr::Options {
+    serde_saphyr::options! { strict_booleans: true }
+}
+
+/// Decodes one YAML document.
+///
+/// Errors (with the line and column) when `text` is not YAML, holds more than one document,
+/// or does not decode as `T`.
+pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
+    serde_saphyr::from_str_with_options(text, options())
+}
+
+/// Decodes every document of a multi-document (`---`) YAML text, in order. Empty documents
+/// (nothing, `~` or only comments between two `---`) are skipped, as kubectl skips them.
+///
+/// Errors on the first document that is not YAML or does not decode as `T`.
+pub fn from_documents<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, Error> {
+    serde_saphyr::from_multiple_with_options(text, options())
+}
+
+/// Encodes `value` as one YAML document (block style, two-space indents, `{}`/`[]` for empty
+/// collections, multi-line strings as literal `|` blocks and long ones folded with `>`).
+///
+/// serde-saphyr indents the empty lines of a literal block, which leaves trailing whitespace
+/// in generated files; those lines are written empty instead, which reads the same. (A line of
+/// spaces deeper than the line before it is content and is kept; should the text ever read
+/// differently without them, it is returned as serde-saphyr wrote it.)
+///
+/// Errors when `value` cannot be represented (a map whose keys are not scalars).
+pub fn to_string<T: Serialize>(value: &T) -> Result<String, SerializeError> {
+    let text = serde_saphyr::to_string(value)?;
+    let indent = |line: &str| line.len() - line.trim_start_matches(' ').len();
+    let mut changed = false;
+    let mut previous_indent = 0;
+    let mut trimmed = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let content = line.strip_suffix('\n').unwrap_or(line);
+        if !content.is_empty() && indent(content) == content.len() {
+            if content.len() <= previous_indent {
+                trimmed.push_str(&line[content.len()..]);
+                changed = true;
+                continue;
+            }
+        } else if !content.is_empty() {
+            previous_indent = indent(content);
+        }
+        trimmed.push_str(line);
+    }
+    if !changed {
+        return Ok(text);
+    }
+    let reads_the_same = matches!(
+        (from_str::<Value>(&trimmed), from_str::<Value>(&text)),
+        (Ok(a), Ok(b)) if a == b
+    );
+    Ok(if reads_the_same { trimmed } else { text })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn yaml_1_1_booleans_are_strings() {
+        let value: Value = from_str("a: yes\nb: on\nc: n\nd: true\ne: False\nf: 'no'\n").unwrap();
+        assert_eq!(
+            value,
+            json!({"a": "yes", "b": "on", "c": "n", "d": true, "e": false, "f": "no"})
+        );
+    }
+
+    #[test]
+    fn numbers() {
+        let value: Value = from_str("a: 0o17\nb: 0x1F\nc: 8080\nd: '0755'\ne: 1.5\n").unwrap();
+        assert_eq!(
+            value,
+            json!({"a": 15, "b": 31, "c": 8080, "d": "0755", "e": 1.5})
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused() {
+        let error = from_str::<Value>("a: 1\nb: 2\na: 3\n").unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("duplicate mapping key: a"), "{message}");
+        assert!(message.contains("line 3 column 1"), "{message}");
+    }
+
+    #[test]
+    fn empty_documents_are_skipped() {
+        let docs: Vec<Value> =
+            from_documents("---\n# only a comment\n---\na: 1\n---\n~\n---\n---\nb: 2\n").unwrap();
+        assert_eq!(docs, [json!({"a": 1}), json!({"b": 2})]);
+        assert!(from_documents::<Value>("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn written_strings_read_back_as_strings() {
+        let value = json!({
+            "bools": ["yes", "No", "on", "OFF", "y", "n", "true"],
+            "numbers": ["0755", "8080", "1e3", ".inf", "0x1F"],
+            "other": ["", "~", "null", "- a", "a: b", "#x", "multi\nline\n"],
+            "paragraphs": "one\n\ntwo\n   \nthree",
+            "long": "a description that is longer than eighty characters, so that it is written as a block scalar",
+        });
+        let text = to_string(&value).unwrap();
+        assert_eq!(from_str::<Value>(&text).unwrap(), value, "{text}");
+        // The empty line between paragraphs is written empty; the one of three spaces is kept.
+        assert!(text.contains("  one\n\n  two\n     \n  three\n"), "{text}");
+        // A line of spaces after a deeper line is content too: the text stays as written.
+        let code = json!({"code": "if x:\n    y\n   \nz"});
+        let code_text = to_string(&code).unwrap();
+        assert_eq!(from_str::<Value>(&code_text).unwrap(), code, "{code_text}");
+        // A YAML 1.1 reader must not see booleans either: those spellings are quoted.
+        for spelling in ["yes", "No", "on", "OFF", "y", "n"] {
+            assert!(
+                text.contains(&format!("'{spelling}'"))
+                    || text.contains(&format!("\"{spelling}\"")),
+                "{spelling} unquoted in\n{text}"
+            );
+        }
+    }
+}
