@@ -348,14 +348,7 @@ impl ServerProcess {
         let name = exe
             .file_name()
             .map_or_else(|| "server".into(), |n| n.to_string_lossy().into_owned());
-        let mut cmd = match std::env::var_os("XTASK_WRAP") {
-            Some(wrapper) => {
-                let mut cmd = Command::new(wrapper);
-                cmd.arg("-o").arg(std::env::var_os("XTASK_WRAP_OUT").unwrap()).arg(exe);
-                cmd
-            }
-            None => Command::new(exe),
-        };
+        let mut cmd = Command::new(exe);
         cmd.args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())

@@ -189,7 +189,9 @@ fn version_of(update: Update) -> usize {
 
 /// A read as a proxy makes it: it takes every message its stream has received, which releases
 /// the window they held. Returns their versions, in order.
-fn take_received(stream: &mut tonic::Streaming<linkerd2_proxy_api::destination::Update>) -> Vec<usize> {
+fn take_received(
+    stream: &mut tonic::Streaming<linkerd2_proxy_api::destination::Update>,
+) -> Vec<usize> {
     use futures::FutureExt;
     let mut versions = Vec::new();
     while let Some(message) = stream.message().now_or_never() {
@@ -208,7 +210,7 @@ fn take_received(stream: &mut tonic::Streaming<linkerd2_proxy_api::destination::
 /// that stale one too.) A fast stream on the same connection sees every change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_gets_the_newest_state_once_its_window_opens() {
-    let index = Index::new(IndexMetrics::default());
+    let index = fed_index();
     index.apply(Event::Apply(typed::<Service>(mk_service(
         NS,
         "web",
@@ -223,7 +225,7 @@ async fn a_slow_reader_gets_the_newest_state_once_its_window_opens() {
         ))));
     }
     index.apply(Event::Apply(zoned_slice(0)));
-    let h = Harness::serve_index(index.clone(), chart_config(), false).await;
+    let h = Harness::serve_index(index.index().clone(), chart_config(), false).await;
     // One connection, as a proxy has; its window large enough that the slow stream's unread
     // messages never hold up the fast one.
     let channel = Endpoint::from_shared(format!("http://{}", h.addr))
@@ -246,7 +248,11 @@ async fn a_slow_reader_gets_the_newest_state_once_its_window_opens() {
 
     for version in 1..=REWRITES {
         index.apply(Event::Apply(zoned_slice(version)));
-        assert_eq!(version_of(next(&mut fast).await), version, "the fast stream");
+        assert_eq!(
+            version_of(next(&mut fast).await),
+            version,
+            "the fast stream"
+        );
         if version % READ_EVERY == 0 {
             take_received(&mut slow);
         }
@@ -254,7 +260,11 @@ async fn a_slow_reader_gets_the_newest_state_once_its_window_opens() {
 
     // Reads a second apart, as a slow proxy makes them.
     let mut reads = Vec::new();
-    while reads.len() < 3 && reads.last().is_none_or(|r: &Vec<usize>| r.last() != Some(&REWRITES)) {
+    while reads.len() < 3
+        && reads
+            .last()
+            .is_none_or(|r: &Vec<usize>| r.last() != Some(&REWRITES))
+    {
         tokio::time::sleep(Duration::from_secs(1)).await;
         reads.push(take_received(&mut slow));
     }
@@ -265,7 +275,10 @@ async fn a_slow_reader_gets_the_newest_state_once_its_window_opens() {
     );
     assert!(reads.len() <= 2, "reads after the changes: {reads:?}");
     if let [_, after_window_opened] = &reads[..] {
-        let stale = after_window_opened.iter().filter(|v| **v != REWRITES).count();
+        let stale = after_window_opened
+            .iter()
+            .filter(|v| **v != REWRITES)
+            .count();
         assert!(
             stale <= 1,
             "after its window opened, the slow stream got {stale} stale messages: {reads:?}"

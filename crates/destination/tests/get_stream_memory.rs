@@ -11,7 +11,7 @@ use destination::{DestinationMetrics, DestinationService, EndpointTranslator};
 use futures::FutureExt;
 use http_body_util::{BodyExt, Full};
 use k8s_openapi::api::{core::v1::Pod, core::v1::Service, discovery::v1::EndpointSlice};
-use linkerd_index::{Event, Index, IndexMetrics};
+use linkerd_index::Event;
 use linkerd_runtime::shutdown;
 use linkerd2_proxy_api::destination::{GetDestination, Update, update};
 use prost::Message;
@@ -110,9 +110,7 @@ fn get_request() -> http::Request<Full<Bytes>> {
     frame.extend(message);
     http::Request::builder()
         .method("POST")
-        .uri(format!(
-            "http://destination/io.linkerd.proxy.destination.Destination/Get"
-        ))
+        .uri("http://destination/io.linkerd.proxy.destination.Destination/Get")
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .body(Full::new(frame.into()))
@@ -143,7 +141,7 @@ fn a_get_stream_holds_as_much_on_a_service_of_2000_endpoints_as_of_10() {
         .build()
         .unwrap();
     let _entered = runtime.enter();
-    let index = Index::new(IndexMetrics::default());
+    let index = fed_index();
     index.apply(Event::Apply(typed::<Service>(mk_service(
         NS,
         "web",
@@ -157,7 +155,7 @@ fn a_get_stream_holds_as_much_on_a_service_of_2000_endpoints_as_of_10() {
     index.apply(Event::Apply(slice(SIZES[0])));
     let (_trigger, shutdown) = shutdown::channel();
     let mut service = DestinationService::new(
-        index.clone(),
+        index.index().clone(),
         EndpointTranslator::new(chart_config()),
         "cluster.local".into(),
         false,

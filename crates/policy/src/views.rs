@@ -25,11 +25,14 @@ pub(crate) struct DistinctViews<V> {
 /// A view is keyed by its address, so the translation must depend on the view alone (and on
 /// the translator, one per service).
 pub(crate) struct SharedTranslations<V: Send + Sync, M: Send + Sync> {
-    recent: ThreadLocal<RefCell<VecDeque<(Arc<V>, Shared<M>)>>>,
+    recent: ThreadLocal<RefCell<Recent<V, M>>>,
     /// Translations made, for tests.
     #[cfg(test)]
     translated: std::sync::atomic::AtomicUsize,
 }
+
+/// A thread's translations, newest first.
+type Recent<V, M> = VecDeque<(Arc<V>, Shared<M>)>;
 
 /// Translations kept per thread: the topics of one change's streams and a few changes in
 /// flight, not every topic's (each translation is a message of a few KiB).
@@ -73,7 +76,11 @@ impl<V: Send + Sync, M: Send + Sync> SharedTranslations<V, M> {
     }
 
     /// The message of `view`: the one translated earlier on this thread, or `translate`'s.
-    pub(crate) fn get_or_translate(&self, view: &Arc<V>, translate: impl FnOnce(&V) -> M) -> Shared<M> {
+    pub(crate) fn get_or_translate(
+        &self,
+        view: &Arc<V>,
+        translate: impl FnOnce(&V) -> M,
+    ) -> Shared<M> {
         let recent = self.recent.get_or_default();
         if let Some((_, message)) = recent.borrow().iter().find(|(v, _)| Arc::ptr_eq(v, view)) {
             return message.clone();

@@ -715,7 +715,7 @@ async fn watch_streams_of_a_client_that_stops_reading_its_socket_hold_one_messag
     assert!(
         pulled * FRAME <= bound,
         "{STREAMS} streams of a client that stopped reading took {} KiB (at most {} KiB allowed)",
-        pulled * FRAME >> 10,
+        (pulled * FRAME) >> 10,
         bound >> 10,
     );
 }
