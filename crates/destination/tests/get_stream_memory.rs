@@ -199,6 +199,7 @@ fn a_get_stream_holds_as_much_on_a_service_of_2000_endpoints_as_of_10() {
         held.push((size, before - live()));
     }
 
+    eprintln!("(endpoints, bytes a stream frees when dropped): {held:?}");
     let (_, on_10) = held[0];
     assert!(on_10 > 0, "a stream holds nothing? {held:?}");
     for &(endpoints, bytes) in &held {
