@@ -591,4 +591,54 @@ mod tests {
             "test.Service"
         );
     }
+
+    #[test]
+    fn a_watch_body_takes_the_next_message_once_the_last_frame_is_released() {
+        use futures::FutureExt;
+        let polled = Arc::new(AtomicUsize::new(0));
+        let (add, none) = (Shared::new(large_add(2)), Shared::new(no_endpoints()));
+        let messages = vec![Ok(add.clone()), Ok(none.clone())];
+        let counted = polled.clone();
+        let stream = futures::StreamExt::inspect(futures::stream::iter(messages), move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        let mut body = WatchBody::new(stream);
+
+        let first = body.frame().now_or_never().unwrap().unwrap().unwrap();
+        let first = first.into_data().unwrap();
+        // The shared encoding itself, not a copy.
+        assert_eq!(first.as_ptr(), add.frame().unwrap().as_ptr());
+        assert_eq!(Update::decode(&first[5..]).unwrap(), large_add(2));
+        assert!(
+            body.frame().now_or_never().is_none(),
+            "the first frame is held"
+        );
+        assert_eq!(polled.load(Ordering::SeqCst), 1);
+
+        drop(first);
+        let second = body.frame().now_or_never().unwrap().unwrap().unwrap();
+        assert_eq!(&second.into_data().unwrap()[..], &none.frame().unwrap()[..]);
+        assert_eq!(polled.load(Ordering::SeqCst), 2);
+        let trailers = body.frame().now_or_never().unwrap().unwrap().unwrap();
+        let trailers = trailers.into_trailers().unwrap();
+        assert_eq!(trailers["grpc-status"], "0");
+        assert!(!trailers.contains_key("grpc-message"));
+        assert!(hyper::body::Body::is_end_stream(&body));
+    }
+
+    #[test]
+    fn a_watch_body_ends_an_erring_stream_with_its_status_in_the_trailers() {
+        use futures::FutureExt;
+        let messages: Vec<Result<Shared<Update>, Status>> =
+            vec![Err(Status::not_found("service shop/web is gone: 100%"))];
+        let mut body = WatchBody::new(futures::stream::iter(messages));
+        let trailers = body.frame().now_or_never().unwrap().unwrap().unwrap();
+        let trailers = trailers.into_trailers().unwrap();
+        assert_eq!(trailers["grpc-status"], "5");
+        assert_eq!(
+            trailers["grpc-message"], "service%20shop/web%20is%20gone:%20100%25",
+            "percent-encoded, as tonic sends it"
+        );
+        assert!(body.frame().now_or_never().unwrap().is_none());
+    }
 }

@@ -520,7 +520,7 @@ async fn a_client_that_stops_reading_holds_a_bounded_buffer_per_stream() {
         }
         last = now;
     }
-    // The socket's buffers, plus per stream its send buffer (64 KiB) and what tonic had
+    // The socket's buffers, plus per stream its send buffer (16 KiB) and what tonic had
     // encoded (up to 32 KiB and a message), with room. hyper's default buffer of 400 KiB
     // took 450 KiB per stream.
     let bound = tcp_send_buffer_max() + (16 << 10) + STREAMS * (192 << 10);
@@ -710,7 +710,7 @@ async fn watch_streams_of_a_client_that_stops_reading_its_socket_hold_one_messag
 
     let pulled: usize = flood.settled().await.iter().sum();
     // The sockets' buffers and h2's 16 KiB write buffer, plus one frame per stream; tonic's
-    // encoder and a 64 KiB send buffer held 96 KiB per stream.
+    // encoder and a send buffer of 64 KiB held 96 KiB per stream.
     let bound = tcp_send_buffer_max() + (16 << 10) + (16 << 10) + STREAMS * FRAME;
     assert!(
         pulled * FRAME <= bound,
