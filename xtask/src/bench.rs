@@ -33,6 +33,7 @@ use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::{
+    bench_slow::{SlowReaders, SlowReport},
     cluster_gen::{self, ChurnSlice, ClusterSpec},
     server::{self, Output, ServerProcess},
 };
@@ -85,6 +86,16 @@ pub struct BenchArgs {
     /// Keep the generated cluster directory and the server log instead of deleting them.
     #[arg(long)]
     keep: bool,
+
+    /// Also open this many slow `Get` streams on the churning service, each read once a
+    /// second through a 65,535-byte window ([`crate::bench_slow`]); each change then makes one
+    /// more endpoint not ready (so --changes must be below --endpoints).
+    #[arg(long, default_value_t = 0)]
+    slow_readers: usize,
+
+    /// Slow readers take one message per read instead of all they have received.
+    #[arg(long)]
+    slow_take_one: bool,
 }
 
 /// What one stream's task read, and when.
@@ -96,7 +107,7 @@ struct Delivery {
 }
 
 #[derive(Debug)]
-enum Received {
+pub(crate) enum Received {
     Add {
         addrs: Vec<SocketAddr>,
         /// How many of them carry a TLS identity (meshed endpoints).
@@ -138,6 +149,8 @@ struct Report {
     segments: u64,
     /// CPU time the server used during [`IDLE_CHECK`] after the last change.
     idle_cpu: Duration,
+    /// The slow readers' figures, with `--slow-readers`.
+    slow: Option<SlowReport>,
 }
 
 #[derive(Default)]
@@ -299,7 +312,27 @@ async fn bench(
         server::cpu_time(std::process::id())?,
     );
     let segments = connections.segments_in()?;
+    let slow = if args.slow_readers > 0 {
+        eprintln!("opening {} slow streams...", args.slow_readers);
+        let readers =
+            SlowReaders::open(addr, &request, args.slow_readers, args.slow_take_one, pid).await?;
+        Some(readers)
+    } else {
+        None
+    };
     let changes = apply_changes(&mut rx, dir, spec, churn, args).await?;
+    let slow = match slow {
+        Some(readers) => {
+            eprintln!("waiting for the slow streams to hold the final state...");
+            let final_addrs = spec.endpoints - args.changes;
+            Some(
+                readers
+                    .finish(Instant::now(), final_addrs, args.slow_take_one)
+                    .await,
+            )
+        }
+        None => None,
+    };
     let server_cpu = server::cpu_time(pid)?.saturating_sub(server_cpu);
     let client_cpu = server::cpu_time(std::process::id())?.saturating_sub(client_cpu);
     let segments = connections.segments_in()?.saturating_sub(segments);
@@ -331,6 +364,7 @@ async fn bench(
         client_cpu,
         segments,
         idle_cpu,
+        slow,
     })
 }
 
@@ -621,7 +655,13 @@ async fn apply_changes(
     let started = Instant::now();
 
     for change in 1..=args.changes {
-        let flipped = ((change - 1) / 2) % spec.endpoints;
+        // With slow readers every state differs (one more endpoint not ready each time);
+        // otherwise endpoints go out and back in turn.
+        let flipped = if args.slow_readers > 0 {
+            change - 1
+        } else {
+            ((change - 1) / 2) % spec.endpoints
+        };
         ready[flipped] = !ready[flipped];
         let expected = if ready[flipped] {
             Expected::Add(addrs[flipped])
@@ -715,6 +755,10 @@ impl BenchArgs {
         ensure!(
             self.change_timeout > 0.0,
             "--change-timeout must be positive"
+        );
+        ensure!(
+            self.slow_readers == 0 || self.changes < self.endpoints,
+            "with --slow-readers, --changes must be below --endpoints (each change takes one endpoint out)"
         );
         Ok(())
     }
@@ -861,6 +905,9 @@ impl Report {
             self.initial_messages,
             c.messages
         );
+        if let Some(slow) = &self.slow {
+            slow.print();
+        }
     }
 }
 

@@ -36,6 +36,7 @@ mod bench_inbound;
 mod bench_outbound;
 mod bench_profiles;
 mod bench_scale;
+mod bench_slow;
 mod certs;
 mod check_deploy;
 mod cluster_gen;

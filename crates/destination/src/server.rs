@@ -3,7 +3,7 @@
 use futures::{Stream, StreamExt};
 use linkerd_index::{DiscoveryIndex, EndpointsKey, ObjectRef};
 use linkerd_runtime::{
-    grpc::{Http2Settings, Shared, SmallBuffers, StreamingMethod},
+    grpc::{Http2Settings, Shared, StreamingMethod, WatchStreams},
     shutdown::Shutdown,
 };
 use linkerd2_proxy_api::destination::{
@@ -59,12 +59,12 @@ impl DestinationService {
     }
 
     /// The tonic service, ready to add to a `Server`: the generated server, with the `Get`
-    /// and `GetProfile` streams on small encode buffers ([`linkerd_runtime::grpc`]).
+    /// and `GetProfile` streams served by [`WatchStreams`] ([`linkerd_runtime::grpc`]).
     pub fn into_server(self) -> DestinationGrpc {
         let service = Arc::new(self);
         let generated = DestinationServer::from_arc(service.clone());
-        SmallBuffers::new(
-            SmallBuffers::new(generated, GetMethod(service.clone())),
+        WatchStreams::new(
+            WatchStreams::new(generated, GetMethod(service.clone())),
             GetProfileMethod(service),
         )
     }
@@ -150,15 +150,15 @@ impl DestinationService {
 
 /// The Destination service as served (see [`DestinationService::into_server`]).
 pub type DestinationGrpc =
-    SmallBuffers<SmallBuffers<DestinationServer<DestinationService>, GetMethod>, GetProfileMethod>;
+    WatchStreams<WatchStreams<DestinationServer<DestinationService>, GetMethod>, GetProfileMethod>;
 
-/// `Destination.Get`, served on small buffers.
+/// `Destination.Get`, its updates shared and sent without copies ([`linkerd_runtime::grpc`]).
 #[derive(Clone)]
 pub struct GetMethod(Arc<DestinationService>);
 
 impl StreamingMethod for GetMethod {
     type Request = GetDestination;
-    type Response = Shared<Update>;
+    type Response = Update;
     type Stream = BoxStream<Shared<Update>>;
     const PATH: &'static str = "/io.linkerd.proxy.destination.Destination/Get";
 
@@ -168,19 +168,24 @@ impl StreamingMethod for GetMethod {
     }
 }
 
-/// `Destination.GetProfile`, served on small buffers.
+/// `Destination.GetProfile`, each profile encoded once and sent without copies
+/// ([`linkerd_runtime::grpc`]).
 #[derive(Clone)]
 pub struct GetProfileMethod(Arc<DestinationService>);
 
 impl StreamingMethod for GetProfileMethod {
     type Request = GetDestination;
     type Response = DestinationProfile;
-    type Stream = BoxStream<DestinationProfile>;
+    type Stream = BoxStream<Shared<DestinationProfile>>;
     const PATH: &'static str = "/io.linkerd.proxy.destination.Destination/GetProfile";
 
     fn call(&self, request: Request<GetDestination>) -> BoxFuture<Response<Self::Stream>, Status> {
         let service = self.0.clone();
-        Box::pin(async move { service.get_profile(request).await })
+        Box::pin(async move {
+            let profiles = service.get_profile(request).await?.into_inner();
+            let stream: Self::Stream = Box::pin(profiles.map(|profile| profile.map(Shared::new)));
+            Ok(Response::new(stream))
+        })
     }
 }
 

@@ -296,9 +296,9 @@ fn pod_addrs(pods: &[(String, String)]) -> Vec<std::net::SocketAddr> {
     addrs
 }
 
-/// `Get` encodes into a buffer that starts small (`linkerd_runtime::grpc::STREAM_BUFFER`) and grows to the
-/// message: an `Add` many times that size arrives whole, and so do the small and large
-/// messages after it.
+/// `Get` sends each message as one frame of its shared encoding: an `Add` many times larger than
+/// a request buffer (`linkerd_runtime::grpc::STREAM_BUFFER`) arrives whole, and so do the small
+/// and large messages after it.
 #[tokio::test]
 async fn messages_larger_than_the_encode_buffer_arrive_whole() {
     use prost::Message;

@@ -4,7 +4,7 @@
 use futures::{Stream, StreamExt};
 use linkerd_index::inbound::{InboundIndex, InboundServer, WorkloadRef};
 use linkerd_runtime::{
-    grpc::{SmallBuffers, StreamingMethod},
+    grpc::{Shared, StreamingMethod, WatchStreams},
     shutdown::Shutdown,
 };
 use linkerd2_proxy_api::inbound::{
@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status, codegen::BoxFuture};
 use crate::{
     metrics::{GET_PORT, PolicyMetrics, Rpc, SubscriberGuard, WATCH_PORT},
     translate::InboundTranslator,
-    views::DistinctViews,
+    views::{DistinctViews, SharedTranslations},
     workload::{parse_port, parse_workload},
 };
 
@@ -27,6 +27,8 @@ use crate::{
 pub struct InboundPolicyService {
     index: InboundIndex,
     translator: Arc<InboundTranslator>,
+    /// The `WatchPort` messages, shared by the streams of a topic.
+    translations: Arc<SharedTranslations<InboundServer, Server>>,
     metrics: PolicyMetrics,
     shutdown: Shutdown,
 }
@@ -35,21 +37,21 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 
 /// `InboundServerPolicies` as served (see [`InboundPolicyService::into_server`]).
 pub type InboundGrpc =
-    SmallBuffers<InboundServerPoliciesServer<InboundPolicyService>, WatchPortMethod>;
+    WatchStreams<InboundServerPoliciesServer<InboundPolicyService>, WatchPortMethod>;
 
-/// `InboundServerPolicies.WatchPort`, served on small buffers.
+/// `InboundServerPolicies.WatchPort`, its messages shared ([`linkerd_runtime::grpc`]).
 #[derive(Clone)]
 pub struct WatchPortMethod(Arc<InboundPolicyService>);
 
 impl StreamingMethod for WatchPortMethod {
     type Request = PortSpec;
     type Response = Server;
-    type Stream = BoxStream<Server>;
+    type Stream = BoxStream<Shared<Server>>;
     const PATH: &'static str = "/io.linkerd.proxy.inbound.InboundServerPolicies/WatchPort";
 
     fn call(&self, request: Request<PortSpec>) -> BoxFuture<Response<Self::Stream>, Status> {
-        let service = self.0.clone();
-        Box::pin(async move { service.watch_port(request).await })
+        let messages = self.0.watch_port_messages(request).map(Response::new);
+        Box::pin(async move { messages })
     }
 }
 
@@ -58,6 +60,7 @@ impl StreamingMethod for WatchPortMethod {
 struct WatchState {
     views: DistinctViews<InboundServer>,
     translator: Arc<InboundTranslator>,
+    translations: Arc<SharedTranslations<InboundServer, Server>>,
     rpc: Rpc,
     _subscriber: SubscriberGuard,
 }
@@ -76,16 +79,17 @@ impl InboundPolicyService {
         Self {
             index,
             translator: Arc::new(translator),
+            translations: Arc::new(SharedTranslations::new()),
             metrics,
             shutdown,
         }
     }
 
     /// The tonic service, ready to add to a `Server`: the generated server, with the
-    /// `WatchPort` streams on small encode buffers ([`linkerd_runtime::grpc`]).
+    /// `WatchPort` streams sending shared messages ([`linkerd_runtime::grpc`]).
     pub fn into_server(self) -> InboundGrpc {
         let service = Arc::new(self);
-        SmallBuffers::new(
+        WatchStreams::new(
             InboundServerPoliciesServer::from_arc(service.clone()),
             WatchPortMethod(service),
         )
@@ -103,6 +107,33 @@ impl InboundPolicyService {
         self.index
             .inbound_server(workload, port)
             .map_err(|e| Status::not_found(e.to_string()))
+    }
+
+    /// The messages of a `WatchPort` stream (see [`InboundServerPolicies::watch_port`]), each
+    /// shared with the other streams of its topic. Errors: see [`Self::lookup`].
+    fn watch_port_messages(
+        &self,
+        request: Request<PortSpec>,
+    ) -> Result<BoxStream<Shared<Server>>, Status> {
+        let rpc = self.metrics.start(WATCH_PORT);
+        let rx = match self.lookup(request.get_ref()) {
+            Ok(rx) => rx,
+            Err(status) => return Err(rpc.fail(status)),
+        };
+        let state = WatchState {
+            views: DistinctViews::new(rx),
+            translator: self.translator.clone(),
+            translations: self.translations.clone(),
+            rpc,
+            _subscriber: self.metrics.inbound_subscriber(),
+        };
+        let updates = futures::stream::unfold(state, |mut state| async move {
+            let server = state.next().await?;
+            state.rpc.sent();
+            Some((Ok(server), state))
+        })
+        .take_until(self.shutdown.clone().signaled());
+        Ok(Box::pin(updates))
     }
 }
 
@@ -125,38 +156,84 @@ impl InboundServerPolicies for InboundPolicyService {
     /// recomputation equal to what was last sent sends nothing, and a slow reader only ever
     /// gets the newest value. Ends with `OK` when the workload is deleted or at shutdown.
     /// Errors: see [`Self::lookup`].
+    ///
+    /// Served through [`WatchPortMethod`]; this is the same stream with each message copied
+    /// out.
     async fn watch_port(
         &self,
         request: Request<PortSpec>,
     ) -> Result<Response<Self::WatchPortStream>, Status> {
-        let rpc = self.metrics.start(WATCH_PORT);
-        let rx = match self.lookup(request.get_ref()) {
-            Ok(rx) => rx,
-            Err(status) => return Err(rpc.fail(status)),
-        };
-        let state = WatchState {
-            views: DistinctViews::new(rx),
-            translator: self.translator.clone(),
-            rpc,
-            _subscriber: self.metrics.inbound_subscriber(),
-        };
-        let updates = futures::stream::unfold(state, |mut state| async move {
-            let server = state.next().await?;
-            state.rpc.sent();
-            Some((Ok(server), state))
-        })
-        .take_until(self.shutdown.clone().signaled());
-        Ok(Response::new(Box::pin(updates)))
+        let messages = self.watch_port_messages(request)?;
+        Ok(Response::new(Box::pin(
+            messages.map(|message| message.map(Shared::into_inner)),
+        )))
     }
 }
 
 // === impl WatchState ===
 
 impl WatchState {
-    /// The translation of the next view to send ([`DistinctViews::next`]); `None` once the
-    /// topic is gone.
-    async fn next(&mut self) -> Option<Server> {
+    /// The translation of the next view to send ([`DistinctViews::next`]), made once for the
+    /// streams of the topic; `None` once the topic is gone.
+    async fn next(&mut self) -> Option<Shared<Server>> {
         let view = self.views.next().await?;
-        Some(self.translator.server(&view))
+        let translator = &self.translator;
+        Some(
+            self.translations
+                .get_or_translate(&view, |view| translator.server(view)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+    use linkerd_index::inbound::{InboundProtocol, ServerRef};
+    use std::collections::BTreeMap;
+
+    fn server(name: &str, protocol: InboundProtocol) -> Arc<InboundServer> {
+        Arc::new(InboundServer {
+            reference: ServerRef::Server(name.into()),
+            protocol,
+            authorizations: BTreeMap::new(),
+            http_routes: vec![],
+            grpc_routes: vec![],
+            rate_limit: None,
+        })
+    }
+
+    #[test]
+    fn the_streams_of_a_topic_translate_each_change_once() {
+        const STREAMS: usize = 5;
+        let (tx, rx) = watch::channel(server("web-http", InboundProtocol::Http1));
+        let translations = Arc::new(SharedTranslations::new());
+        let metrics = PolicyMetrics::default();
+        let mut streams: Vec<WatchState> = (0..STREAMS)
+            .map(|_| WatchState {
+                views: DistinctViews::new(rx.clone()),
+                translator: Arc::new(InboundTranslator::new(vec![])),
+                translations: translations.clone(),
+                rpc: metrics.start(WATCH_PORT),
+                _subscriber: metrics.inbound_subscriber(),
+            })
+            .collect();
+        let next = |streams: &mut Vec<WatchState>| -> Vec<Shared<Server>> {
+            streams
+                .iter_mut()
+                .map(|s| s.next().now_or_never().flatten().expect("a message"))
+                .collect()
+        };
+
+        let first = next(&mut streams);
+        assert_eq!(translations.translated(), 1);
+        assert_eq!(first[0].get().labels["name"], "web-http");
+        tx.send(server("web-grpc", InboundProtocol::Grpc)).unwrap();
+        let changed = next(&mut streams);
+        assert_eq!(translations.translated(), 2);
+        for message in &changed {
+            assert!(std::ptr::eq(message.get(), changed[0].get()), "one message");
+            assert_eq!(message.get().labels["name"], "web-grpc");
+        }
     }
 }

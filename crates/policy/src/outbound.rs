@@ -7,7 +7,7 @@ use linkerd_index::{
     outbound::{OutboundError, OutboundLookup, OutboundPolicy, OutboundTarget},
 };
 use linkerd_runtime::{
-    grpc::{SmallBuffers, StreamingMethod},
+    grpc::{Shared, StreamingMethod, WatchStreams},
     shutdown::Shutdown,
 };
 use linkerd2_proxy_api::outbound::{
@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status, codegen::BoxFuture};
 use crate::{
     metrics::{OUTBOUND_GET, OUTBOUND_WATCH, PolicyMetrics, Rpc},
     translate::outbound::OutboundTranslator,
-    views::DistinctViews,
+    views::{DistinctViews, SharedTranslations},
     workload::parse_workload,
 };
 
@@ -30,6 +30,8 @@ use crate::{
 pub struct OutboundPolicyService {
     index: OutboundIndex,
     translator: Arc<OutboundTranslator>,
+    /// The `Watch` messages, shared by the streams of a topic.
+    translations: Arc<SharedTranslations<OutboundPolicy, ApiPolicy>>,
     /// `--cluster-domain`: authorities are `<name>.<namespace>.svc.<cluster-domain>[:port]`.
     cluster_domain: String,
     metrics: PolicyMetrics,
@@ -39,21 +41,21 @@ pub struct OutboundPolicyService {
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// `OutboundPolicies` as served (see [`OutboundPolicyService::into_server`]).
-pub type OutboundGrpc = SmallBuffers<OutboundPoliciesServer<OutboundPolicyService>, WatchMethod>;
+pub type OutboundGrpc = WatchStreams<OutboundPoliciesServer<OutboundPolicyService>, WatchMethod>;
 
-/// `OutboundPolicies.Watch`, served on small buffers.
+/// `OutboundPolicies.Watch`, its messages shared ([`linkerd_runtime::grpc`]).
 #[derive(Clone)]
 pub struct WatchMethod(Arc<OutboundPolicyService>);
 
 impl StreamingMethod for WatchMethod {
     type Request = TrafficSpec;
     type Response = ApiPolicy;
-    type Stream = BoxStream<ApiPolicy>;
+    type Stream = BoxStream<Shared<ApiPolicy>>;
     const PATH: &'static str = "/io.linkerd.proxy.outbound.OutboundPolicies/Watch";
 
     fn call(&self, request: Request<TrafficSpec>) -> BoxFuture<Response<Self::Stream>, Status> {
-        let service = self.0.clone();
-        Box::pin(async move { service.watch(request).await })
+        let messages = self.0.watch_messages(request).map(Response::new);
+        Box::pin(async move { messages })
     }
 }
 
@@ -61,6 +63,7 @@ impl StreamingMethod for WatchMethod {
 struct WatchState {
     views: DistinctViews<OutboundPolicy>,
     translator: Arc<OutboundTranslator>,
+    translations: Arc<SharedTranslations<OutboundPolicy, ApiPolicy>>,
     rpc: Rpc,
 }
 
@@ -79,6 +82,7 @@ impl OutboundPolicyService {
         Self {
             index,
             translator: Arc::new(translator),
+            translations: Arc::new(SharedTranslations::new()),
             cluster_domain,
             metrics,
             shutdown,
@@ -86,10 +90,10 @@ impl OutboundPolicyService {
     }
 
     /// The tonic service, ready to add to a `Server`: the generated server, with the `Watch`
-    /// streams on small encode buffers ([`linkerd_runtime::grpc`]).
+    /// streams sending shared messages ([`linkerd_runtime::grpc`]).
     pub fn into_server(self) -> OutboundGrpc {
         let service = Arc::new(self);
-        SmallBuffers::new(
+        WatchStreams::new(
             OutboundPoliciesServer::from_arc(service.clone()),
             WatchMethod(service),
         )
@@ -139,6 +143,50 @@ impl OutboundPolicyService {
             .map_err(|e| match e {
                 OutboundError::NoSuchService => Status::not_found(e.to_string()),
             })
+    }
+
+    /// The messages of a `Watch` stream (see [`OutboundPolicies::watch`]), each shared with
+    /// the other streams of its topic. Errors: see [`OutboundPolicies::watch`].
+    fn watch_messages(
+        &self,
+        request: Request<TrafficSpec>,
+    ) -> Result<BoxStream<Shared<ApiPolicy>>, Status> {
+        let rpc = self.metrics.start(OUTBOUND_WATCH);
+        let lookup = match self.lookup(request.get_ref()) {
+            Ok(lookup) => lookup,
+            Err(status) => return Err(rpc.fail(status)),
+        };
+        let shutdown = self.shutdown.clone().signaled();
+        match lookup {
+            OutboundLookup::Fixed(policy) => {
+                let first = Shared::new(self.translator.policy(&policy));
+                rpc.sent();
+                let stream = futures::stream::once(async move { Ok(first) })
+                    .chain(futures::stream::pending())
+                    .take_until(shutdown);
+                // `rpc` finishes (counted OK) when the stream drops.
+                let stream = stream.map(move |m| {
+                    let _ = &rpc;
+                    m
+                });
+                Ok(Box::pin(stream))
+            }
+            OutboundLookup::Watch(rx) => {
+                let state = WatchState {
+                    views: DistinctViews::new(rx),
+                    translator: self.translator.clone(),
+                    translations: self.translations.clone(),
+                    rpc,
+                };
+                let updates = futures::stream::unfold(state, |mut state| async move {
+                    let policy = state.next().await?;
+                    state.rpc.sent();
+                    Some((Ok(policy), state))
+                })
+                .take_until(shutdown);
+                Ok(Box::pin(updates))
+            }
+        }
     }
 }
 
@@ -223,56 +271,31 @@ impl OutboundPolicies for OutboundPolicyService {
     /// address in an EgressNetwork, or of the external fallback, ends with `OK` when the
     /// EgressNetworks it may resolve to change, so the proxy resolves again (§5.8). Ends with
     /// `OK` at shutdown.
+    ///
+    /// Served through [`WatchMethod`]; this is the same stream with each message copied out.
     async fn watch(
         &self,
         request: Request<TrafficSpec>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let rpc = self.metrics.start(OUTBOUND_WATCH);
-        let lookup = match self.lookup(request.get_ref()) {
-            Ok(lookup) => lookup,
-            Err(status) => return Err(rpc.fail(status)),
-        };
-        let shutdown = self.shutdown.clone().signaled();
-        match lookup {
-            OutboundLookup::Fixed(policy) => {
-                let first = self.translator.policy(&policy);
-                rpc.sent();
-                let stream = futures::stream::once(async move { Ok(first) })
-                    .chain(futures::stream::pending())
-                    .take_until(shutdown);
-                // `rpc` finishes (counted OK) when the stream drops.
-                let stream = stream.map(move |m| {
-                    let _ = &rpc;
-                    m
-                });
-                Ok(Response::new(Box::pin(stream)))
-            }
-            OutboundLookup::Watch(rx) => {
-                let state = WatchState {
-                    views: DistinctViews::new(rx),
-                    translator: self.translator.clone(),
-                    rpc,
-                };
-                let updates = futures::stream::unfold(state, |mut state| async move {
-                    let policy = state.next().await?;
-                    state.rpc.sent();
-                    Some((Ok(policy), state))
-                })
-                .take_until(shutdown);
-                Ok(Response::new(Box::pin(updates)))
-            }
-        }
+        let messages = self.watch_messages(request)?;
+        Ok(Response::new(Box::pin(
+            messages.map(|message| message.map(Shared::into_inner)),
+        )))
     }
 }
 
 // === impl WatchState ===
 
 impl WatchState {
-    /// The translation of the next view to send ([`DistinctViews::next`]); `None` once the
-    /// topic is gone.
-    async fn next(&mut self) -> Option<ApiPolicy> {
+    /// The translation of the next view to send ([`DistinctViews::next`]), made once for the
+    /// streams of the topic; `None` once the topic is gone.
+    async fn next(&mut self) -> Option<Shared<ApiPolicy>> {
         let view = self.views.next().await?;
-        Some(self.translator.policy(&view))
+        let translator = &self.translator;
+        Some(
+            self.translations
+                .get_or_translate(&view, |view| translator.policy(view)),
+        )
     }
 }
 

@@ -1,8 +1,13 @@
 //! The views a watch stream sends (spec/policy.md §4.9, §5.8, decision 3): the topic's current
 //! view first, then only views that differ from the last one sent. A slow stream skips the
 //! views it missed and reads the newest; it is never reset.
+//!
+//! The streams of one topic send the same view, so its translation is made once
+//! ([`SharedTranslations`]) and sent by each of them as one [`Shared`] message.
 
-use std::sync::Arc;
+use linkerd_runtime::grpc::Shared;
+use std::{cell::RefCell, collections::VecDeque, sync::Arc};
+use thread_local::ThreadLocal;
 use tokio::sync::watch;
 
 /// A topic's receiver and the view last taken from it.
@@ -10,6 +15,28 @@ pub(crate) struct DistinctViews<V> {
     rx: watch::Receiver<Arc<V>>,
     last: Option<Arc<V>>,
 }
+
+/// The messages of the views translated lately, by view, so that the streams of a topic
+/// translate its view once rather than once each. Each worker thread keeps its own
+/// [`TRANSLATIONS_PER_THREAD`] (the streams of a topic wake together on a change, and a
+/// thread's lookups then touch no memory another core writes); entries hold their views, so a
+/// view's address is not reused while its entry lives, and the oldest goes first.
+///
+/// A view is keyed by its address, so the translation must depend on the view alone (and on
+/// the translator, one per service).
+pub(crate) struct SharedTranslations<V: Send + Sync, M: Send + Sync> {
+    recent: ThreadLocal<RefCell<Recent<V, M>>>,
+    /// Translations made, for tests.
+    #[cfg(test)]
+    translated: std::sync::atomic::AtomicUsize,
+}
+
+/// A thread's translations, newest first.
+type Recent<V, M> = VecDeque<(Arc<V>, Shared<M>)>;
+
+/// Translations kept per thread: the topics of one change's streams and a few changes in
+/// flight, not every topic's (each translation is a message of a few KiB).
+const TRANSLATIONS_PER_THREAD: usize = 16;
 
 impl<V: PartialEq> DistinctViews<V> {
     pub(crate) fn new(rx: watch::Receiver<Arc<V>>) -> Self {
@@ -37,6 +64,46 @@ impl<V: PartialEq> DistinctViews<V> {
     }
 }
 
+// === impl SharedTranslations ===
+
+impl<V: Send + Sync, M: Send + Sync> SharedTranslations<V, M> {
+    pub(crate) fn new() -> Self {
+        Self {
+            recent: ThreadLocal::new(),
+            #[cfg(test)]
+            translated: Default::default(),
+        }
+    }
+
+    /// The message of `view`: the one translated earlier on this thread, or `translate`'s.
+    pub(crate) fn get_or_translate(
+        &self,
+        view: &Arc<V>,
+        translate: impl FnOnce(&V) -> M,
+    ) -> Shared<M> {
+        let recent = self.recent.get_or_default();
+        if let Some((_, message)) = recent.borrow().iter().find(|(v, _)| Arc::ptr_eq(v, view)) {
+            return message.clone();
+        }
+        #[cfg(test)]
+        self.translated
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let message = Shared::new(translate(view));
+        let mut recent = recent.borrow_mut();
+        if recent.len() == TRANSLATIONS_PER_THREAD {
+            recent.pop_back();
+        }
+        recent.push_front((view.clone(), message.clone()));
+        message
+    }
+
+    /// The translations made so far.
+    #[cfg(test)]
+    pub(crate) fn translated(&self) -> usize {
+        self.translated.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,5 +124,31 @@ mod tests {
         assert_eq!(views.next().await.as_deref(), Some(&4));
         drop(tx);
         assert_eq!(views.next().await, None);
+    }
+
+    #[test]
+    fn a_view_is_translated_once_per_thread() {
+        let translations = SharedTranslations::<u32, String>::new();
+        let (one, two) = (Arc::new(1), Arc::new(2));
+        let first = translations.get_or_translate(&one, |v| format!("view {v}"));
+        let again = translations.get_or_translate(&one, |_| unreachable!("translated again"));
+        assert_eq!(again.get(), "view 1");
+        assert!(std::ptr::eq(first.get(), again.get()), "one message");
+        // An equal view under another Arc is another view.
+        let equal = Arc::new(1);
+        translations.get_or_translate(&equal, |v| format!("view {v}"));
+        translations.get_or_translate(&two, |v| format!("view {v}"));
+        assert_eq!(translations.translated(), 3);
+        std::thread::scope(|scope| {
+            scope.spawn(|| translations.get_or_translate(&one, |v| format!("view {v} again")));
+        });
+        assert_eq!(translations.translated(), 4);
+        // The oldest go once a thread holds more than it keeps.
+        let others: Vec<_> = (0..TRANSLATIONS_PER_THREAD as u32).map(Arc::new).collect();
+        for view in &others {
+            translations.get_or_translate(view, |v| format!("view {v}"));
+        }
+        let evicted = translations.get_or_translate(&one, |v| format!("view {v} evicted"));
+        assert_eq!(evicted.get(), "view 1 evicted");
     }
 }

@@ -1,29 +1,36 @@
 //! For the gRPC servers of the pod: the HTTP/2 server ([`serve`]: each connection's streams
 //! polled by one task, so that one change's updates share writes), accepted connections with
 //! `TCP_NODELAY` ([`incoming`]), messages encoded once for every stream that sends them
-//! ([`Shared`]), and watch streams with small encode buffers ([`SmallBuffers`]).
+//! ([`Shared`]), and watch streams that send those encodings without copying them
+//! ([`WatchStreams`]).
 //!
-//! tonic encodes each response stream into a buffer that lives as long as the stream, 8 KiB
-//! by default, and keeps the whole buffer allocated while any message cut from it is. The
-//! pod's streams (`Get`, `GetProfile`, `WatchPort`, `Watch`) are idle nearly all their life
-//! and their messages are a few KiB at most, so with thousands of streams that buffer was most
-//! of each stream's memory. [`SmallBuffers`] serves one server-streaming method of a generated
-//! tonic server with buffers that start at [`STREAM_BUFFER`] bytes and grow only to the
-//! messages sent; the method's other paths stay the generated server's. Messages, framing and
-//! status codes are unchanged: the same generated types go through tonic's prost codec.
+//! tonic encodes each response stream into a buffer that lives as long as the stream and grows
+//! to the largest message sent (a first `Add` of a 500-endpoint Service is over 50 KiB), and it
+//! encodes up to 32 KiB of ready messages ahead of HTTP/2. With thousands of idle streams those
+//! buffers were most of the pod's memory, and a slow reader's stream held a batch of stale
+//! messages. [`WatchStreams`] serves one server-streaming method of a generated tonic server
+//! with a response body of its own: each message is the [`Shared`] gRPC frame, handed to HTTP/2
+//! as a reference to the one encoding, and the next message is taken from the method's stream
+//! only once HTTP/2 has written the previous one out. Request decoding, response headers and
+//! errors before the first message are tonic's; the trailers are the ones tonic sends.
 
-use futures::Stream;
+use futures::{Stream, task::AtomicWaker};
+use hyper::body::Frame;
 use std::{
     convert::Infallible,
     marker::PhantomData,
-    sync::{Arc, OnceLock},
+    pin::Pin,
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
     task::{Context, Poll},
 };
 use tonic::{
     Status,
     body::Body,
     codec::{BufferSettings, Codec},
-    codegen::{BoxFuture, Service, StdError, http},
+    codegen::{BoxFuture, Bytes, Service, StdError, http},
     server::{Grpc, NamedService, ServerStreamingService},
 };
 use tonic_prost::{ProstDecoder, ProstEncoder};
@@ -39,17 +46,27 @@ pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// A message many streams send: it is encoded once, and every stream that sends it copies
-/// those bytes (the watch APIs send one change to every stream that watches the same thing).
-/// The bytes are `M`'s encoding; decoding into a `Shared` works as for `M`.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A message many streams send: it is encoded once, as a gRPC frame (the uncompressed flag,
+/// the 4-byte big-endian length, the protobuf), and every stream that sends it sends those
+/// bytes (the watch APIs send one change to every stream that watches the same thing). As a
+/// [`prost::Message`] it encodes and decodes as `M`.
+#[derive(Debug, Default, PartialEq)]
 pub struct Shared<M>(Arc<SharedMessage<M>>);
 
 #[derive(Clone, Debug, Default)]
 struct SharedMessage<M> {
     message: M,
-    /// `message` encoded, on first use.
-    encoded: OnceLock<Box<[u8]>>,
+    /// `message` as a gRPC frame, on first use.
+    frame: OnceLock<Bytes>,
+}
+
+/// The gRPC frame prefix: the compressed flag and the length.
+const PREFIX: usize = 5;
+
+impl<M> Clone for Shared<M> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
 }
 
 impl<M: PartialEq> PartialEq for SharedMessage<M> {
@@ -62,7 +79,7 @@ impl<M> Shared<M> {
     pub fn new(message: M) -> Self {
         Self(Arc::new(SharedMessage {
             message,
-            encoded: OnceLock::new(),
+            frame: OnceLock::new(),
         }))
     }
 
@@ -82,10 +99,33 @@ impl<M: Clone> Shared<M> {
 }
 
 impl<M: prost::Message> Shared<M> {
+    /// The message's gRPC frame, encoded on first use; each call returns a reference to the
+    /// same bytes. Errors: `OutOfRange` for a message over 4 GiB, which a frame cannot carry.
+    pub fn frame(&self) -> Result<Bytes, Status> {
+        let frame = self.encoded_frame();
+        if frame.len() - PREFIX > u32::MAX as usize {
+            return Err(Status::out_of_range(format!(
+                "a message of {} bytes does not fit a gRPC frame",
+                frame.len() - PREFIX
+            )));
+        }
+        Ok(frame.clone())
+    }
+
+    fn encoded_frame(&self) -> &Bytes {
+        self.0.frame.get_or_init(|| {
+            let len = self.0.message.encoded_len();
+            let mut frame = Vec::with_capacity(PREFIX + len);
+            frame.push(0);
+            // A length over u32::MAX is refused by `frame`.
+            frame.extend_from_slice(&(len.min(u32::MAX as usize) as u32).to_be_bytes());
+            self.0.message.encode_raw(&mut frame);
+            Bytes::from(frame)
+        })
+    }
+
     fn encoded(&self) -> &[u8] {
-        self.0
-            .encoded
-            .get_or_init(|| self.0.message.encode_to_vec().into_boxed_slice())
+        &self.encoded_frame()[PREFIX..]
     }
 }
 
@@ -102,7 +142,7 @@ impl<M: prost::Message + Clone + Default> prost::Message for Shared<M> {
         ctx: prost::encoding::DecodeContext,
     ) -> Result<(), prost::DecodeError> {
         let shared = Arc::make_mut(&mut self.0);
-        shared.encoded = OnceLock::new();
+        shared.frame = OnceLock::new();
         shared.message.merge_field(tag, wire_type, buf, ctx)
     }
 
@@ -115,18 +155,15 @@ impl<M: prost::Message + Clone + Default> prost::Message for Shared<M> {
     }
 }
 
-/// Bytes a stream's encode (and request decode) buffer starts with; a larger message grows it
-/// to fit.
+/// Bytes a stream's request decode buffer starts with; a larger request grows it to fit.
 pub const STREAM_BUFFER: usize = 512;
 
-/// Encoded bytes after which tonic hands a batch of ready messages to HTTP/2: its default.
-const YIELD_THRESHOLD: usize = 32 * 1024;
-
-/// One server-streaming gRPC method, as [`SmallBuffers`] serves it.
+/// One server-streaming gRPC method, as [`WatchStreams`] serves it: its stream yields
+/// [`Shared`] messages, sent without copying.
 pub trait StreamingMethod: Clone + Send + Sync + 'static {
     type Request: prost::Message + Default + Send + 'static;
-    type Response: prost::Message + Send + 'static;
-    type Stream: Stream<Item = Result<Self::Response, Status>> + Send + 'static;
+    type Response: prost::Message + Send + Sync + 'static;
+    type Stream: Stream<Item = Result<Shared<Self::Response>, Status>> + Send + 'static;
 
     /// The method's gRPC path, `/package.Service/Method`.
     const PATH: &'static str;
@@ -138,26 +175,26 @@ pub trait StreamingMethod: Clone + Send + Sync + 'static {
     ) -> BoxFuture<tonic::Response<Self::Stream>, Status>;
 }
 
-/// The tonic service `S` (a generated server, or another `SmallBuffers`) with method `M`
-/// served through small buffers; every other path goes to `S`. Nest it to cover several
-/// methods of one service.
+/// The tonic service `S` (a generated server, or another `WatchStreams`) with method `M`
+/// served by [`WatchBody`]; every other path goes to `S`. Nest it to cover several methods of
+/// one service.
 #[derive(Clone)]
-pub struct SmallBuffers<S, M> {
+pub struct WatchStreams<S, M> {
     inner: S,
     method: M,
 }
 
-impl<S, M> SmallBuffers<S, M> {
+impl<S, M> WatchStreams<S, M> {
     pub fn new(inner: S, method: M) -> Self {
         Self { inner, method }
     }
 }
 
-impl<S: NamedService, M> NamedService for SmallBuffers<S, M> {
+impl<S: NamedService, M> NamedService for WatchStreams<S, M> {
     const NAME: &'static str = S::NAME;
 }
 
-impl<S, M, B> Service<http::Request<B>> for SmallBuffers<S, M>
+impl<S, M, B> Service<http::Request<B>> for WatchStreams<S, M>
 where
     S: Service<
             http::Request<B>,
@@ -181,42 +218,175 @@ where
         if request.uri().path() != M::PATH {
             return self.inner.call(request);
         }
-        let method = Method(self.method.clone());
+        // tonic decodes the request and builds the response head (or the error); the method's
+        // stream is taken out of its hands and sent by a `WatchBody`.
+        let stream = Arc::new(Mutex::new(None));
+        let method = Method {
+            method: self.method.clone(),
+            stream: stream.clone(),
+        };
         Box::pin(async move {
-            let mut grpc = Grpc::new(SmallBufferCodec::<M>(PhantomData));
-            Ok(grpc.server_streaming(method, request).await)
+            let mut grpc = Grpc::new(DecodeOnly::<M>(PhantomData));
+            let response = grpc.server_streaming(method, request).await;
+            let taken = stream.lock().unwrap_or_else(|e| e.into_inner()).take();
+            Ok(match taken {
+                Some(stream) => {
+                    let (head, _empty) = response.into_parts();
+                    http::Response::from_parts(head, Body::new(WatchBody::new(stream)))
+                }
+                None => response,
+            })
         })
     }
 }
 
-/// `M` as tonic's server-streaming handler calls it.
-struct Method<M>(M);
+/// `M` as tonic's server-streaming handler calls it: its stream is put in `stream`, and tonic
+/// gets an empty one.
+struct Method<M: StreamingMethod> {
+    method: M,
+    stream: Arc<Mutex<Option<M::Stream>>>,
+}
 
 impl<M: StreamingMethod> ServerStreamingService<M::Request> for Method<M> {
     type Response = M::Response;
-    type ResponseStream = M::Stream;
-    type Future = BoxFuture<tonic::Response<M::Stream>, Status>;
+    type ResponseStream = futures::stream::Empty<Result<M::Response, Status>>;
+    type Future = BoxFuture<tonic::Response<Self::ResponseStream>, Status>;
 
     fn call(&mut self, request: tonic::Request<M::Request>) -> Self::Future {
-        self.0.call(request)
+        let call = self.method.call(request);
+        let slot = self.stream.clone();
+        Box::pin(async move {
+            let (metadata, stream, extensions) = call.await?.into_parts();
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream);
+            Ok(tonic::Response::from_parts(
+                metadata,
+                futures::stream::empty(),
+                extensions,
+            ))
+        })
     }
 }
 
-/// tonic's prost codec for `M`, with buffers of [`STREAM_BUFFER`] bytes.
-struct SmallBufferCodec<M>(PhantomData<fn() -> M>);
+/// tonic's prost codec for `M`'s request, with a buffer of [`STREAM_BUFFER`] bytes; its
+/// encoder only ever sees an empty stream.
+struct DecodeOnly<M>(PhantomData<fn() -> M>);
 
-impl<M: StreamingMethod> Codec for SmallBufferCodec<M> {
+impl<M: StreamingMethod> Codec for DecodeOnly<M> {
     type Encode = M::Response;
     type Decode = M::Request;
     type Encoder = ProstEncoder<M::Response>;
     type Decoder = ProstDecoder<M::Request>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::new(BufferSettings::new(STREAM_BUFFER, YIELD_THRESHOLD))
+        ProstEncoder::new(BufferSettings::new(0, 0))
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProstDecoder::new(BufferSettings::new(STREAM_BUFFER, YIELD_THRESHOLD))
+        ProstDecoder::new(BufferSettings::new(STREAM_BUFFER, STREAM_BUFFER))
+    }
+}
+
+/// The response body of a watch stream: each message of `S` is one data frame, the
+/// [`Shared::frame`] bytes themselves (no copy, no encode buffer); then trailers with
+/// `grpc-status` (and `grpc-message` when the stream ends with an error), as tonic sends them.
+///
+/// It takes the next message from `S` only once the previous frame has been released by its
+/// consumer (HTTP/2 releases it once it has written all of it to the connection, which a
+/// stream's flow-control window can hold back), so a stream whose peer does not read holds at
+/// most one unsent message, and the next one is made from the newest state when it can go.
+/// A consumer that keeps the frames it reads (e.g. one collecting the body) gets only the
+/// first.
+pub struct WatchBody<S> {
+    /// `None` once the trailers went out.
+    stream: Option<Pin<Box<S>>>,
+    /// Whether the last frame handed out is still held.
+    in_flight: Arc<InFlight>,
+}
+
+#[derive(Default)]
+struct InFlight {
+    held: AtomicBool,
+    released: AtomicWaker,
+}
+
+/// The bytes of one frame as handed to HTTP/2: a reference to the shared frame that tells the
+/// body when it is released.
+struct HandedFrame {
+    frame: Bytes,
+    in_flight: Arc<InFlight>,
+}
+
+impl AsRef<[u8]> for HandedFrame {
+    fn as_ref(&self) -> &[u8] {
+        &self.frame
+    }
+}
+
+impl Drop for HandedFrame {
+    fn drop(&mut self) {
+        self.in_flight.held.store(false, Ordering::Release);
+        self.in_flight.released.wake();
+    }
+}
+
+impl<S> WatchBody<S> {
+    pub fn new(stream: S) -> Self {
+        Self {
+            stream: Some(Box::pin(stream)),
+            in_flight: Arc::default(),
+        }
+    }
+}
+
+impl<S, M> hyper::body::Body for WatchBody<S>
+where
+    S: Stream<Item = Result<Shared<M>, Status>>,
+    M: prost::Message,
+{
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        let Some(stream) = this.stream.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let in_flight = &this.in_flight;
+        if in_flight.held.load(Ordering::Acquire) {
+            in_flight.released.register(cx.waker());
+            if in_flight.held.load(Ordering::Acquire) {
+                return Poll::Pending;
+            }
+        }
+        let status = match std::task::ready!(stream.as_mut().poll_next(cx)) {
+            Some(Ok(message)) => match message.frame() {
+                Ok(frame) => {
+                    in_flight.held.store(true, Ordering::Release);
+                    let handed = Bytes::from_owner(HandedFrame {
+                        frame,
+                        in_flight: in_flight.clone(),
+                    });
+                    return Poll::Ready(Some(Ok(Frame::data(handed))));
+                }
+                Err(status) => status,
+            },
+            Some(Err(status)) => status,
+            None => Status::ok(""),
+        };
+        this.stream = None;
+        let mut trailers = http::HeaderMap::new();
+        if let Err(invalid) = status.add_header(&mut trailers) {
+            trailers.clear();
+            let _ = invalid.add_header(&mut trailers);
+        }
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.stream.is_none()
     }
 }
 
@@ -269,7 +439,7 @@ mod tests {
     impl StreamingMethod for Watch {
         type Request = GetDestination;
         type Response = Update;
-        type Stream = futures::stream::Iter<std::vec::IntoIter<Result<Update, Status>>>;
+        type Stream = futures::stream::Iter<std::vec::IntoIter<Result<Shared<Update>, Status>>>;
         const PATH: &'static str = PATH;
 
         fn call(
@@ -280,7 +450,11 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(request.into_inner().path);
-            let updates: Vec<_> = self.updates.iter().cloned().map(Ok).collect();
+            let updates: Vec<_> = self
+                .updates
+                .iter()
+                .map(|update| Ok(Shared::new(update.clone())))
+                .collect();
             Box::pin(async move { Ok(tonic::Response::new(futures::stream::iter(updates))) })
         }
     }
@@ -377,24 +551,30 @@ mod tests {
             updates: vec![add.clone(), no_endpoints(), add.clone()],
             requests: Default::default(),
         };
-        let mut service = SmallBuffers::new(generated.clone(), watch.clone());
+        let mut service = WatchStreams::new(generated.clone(), watch.clone());
         let asked = GetDestination {
             path: "web.shop.svc.cluster.local:80".into(),
             ..Default::default()
         };
 
         let response = service.call(request(PATH, &asked)).await.unwrap();
-        let body = response.into_body().collect().await.unwrap();
-        let trailers = body.trailers().cloned().expect("trailers");
-        assert_eq!(trailers["grpc-status"], "0");
-        let mut bytes = body.to_bytes();
+        assert_eq!(response.headers()["content-type"], "application/grpc");
+        let mut body = response.into_body();
         let mut got = Vec::new();
-        while !bytes.is_empty() {
+        // Each frame is dropped once read, as HTTP/2 drops it once written.
+        let trailers = loop {
+            let frame = body.frame().await.expect("trailers end the body").unwrap();
+            let bytes = match frame.into_data() {
+                Ok(bytes) => bytes,
+                Err(frame) => break frame.into_trailers().expect("trailers"),
+            };
             assert_eq!(bytes[0], 0, "uncompressed");
             let len = u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize;
-            got.push(Update::decode(&bytes[5..5 + len]).unwrap());
-            bytes = bytes.slice(5 + len..);
-        }
+            assert_eq!(bytes.len(), 5 + len, "one message per frame");
+            got.push(Update::decode(&bytes[5..]).unwrap());
+        };
+        assert_eq!(trailers["grpc-status"], "0");
+        assert!(body.frame().await.is_none());
         assert_eq!(got, [add.clone(), no_endpoints(), add]);
         assert_eq!(*watch.requests.lock().unwrap(), [asked.path.as_str()]);
         assert_eq!(generated.0.load(Ordering::SeqCst), 0);
@@ -407,8 +587,58 @@ mod tests {
         assert_eq!(generated.0.load(Ordering::SeqCst), 1);
         assert_eq!(watch.requests.lock().unwrap().len(), 1);
         assert_eq!(
-            <SmallBuffers<Generated, Watch> as NamedService>::NAME,
+            <WatchStreams<Generated, Watch> as NamedService>::NAME,
             "test.Service"
         );
+    }
+
+    #[test]
+    fn a_watch_body_takes_the_next_message_once_the_last_frame_is_released() {
+        use futures::FutureExt;
+        let polled = Arc::new(AtomicUsize::new(0));
+        let (add, none) = (Shared::new(large_add(2)), Shared::new(no_endpoints()));
+        let messages = vec![Ok(add.clone()), Ok(none.clone())];
+        let counted = polled.clone();
+        let stream = futures::StreamExt::inspect(futures::stream::iter(messages), move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        let mut body = WatchBody::new(stream);
+
+        let first = body.frame().now_or_never().unwrap().unwrap().unwrap();
+        let first = first.into_data().unwrap();
+        // The shared encoding itself, not a copy.
+        assert_eq!(first.as_ptr(), add.frame().unwrap().as_ptr());
+        assert_eq!(Update::decode(&first[5..]).unwrap(), large_add(2));
+        assert!(
+            body.frame().now_or_never().is_none(),
+            "the first frame is held"
+        );
+        assert_eq!(polled.load(Ordering::SeqCst), 1);
+
+        drop(first);
+        let second = body.frame().now_or_never().unwrap().unwrap().unwrap();
+        assert_eq!(&second.into_data().unwrap()[..], &none.frame().unwrap()[..]);
+        assert_eq!(polled.load(Ordering::SeqCst), 2);
+        let trailers = body.frame().now_or_never().unwrap().unwrap().unwrap();
+        let trailers = trailers.into_trailers().unwrap();
+        assert_eq!(trailers["grpc-status"], "0");
+        assert!(!trailers.contains_key("grpc-message"));
+        assert!(hyper::body::Body::is_end_stream(&body));
+    }
+
+    #[test]
+    fn a_watch_body_ends_an_erring_stream_with_its_status_in_the_trailers() {
+        use futures::FutureExt;
+        let messages: Vec<Result<Shared<Update>, Status>> =
+            vec![Err(Status::not_found("service shop/web is gone: 100%"))];
+        let mut body = WatchBody::new(futures::stream::iter(messages));
+        let trailers = body.frame().now_or_never().unwrap().unwrap().unwrap();
+        let trailers = trailers.into_trailers().unwrap();
+        assert_eq!(trailers["grpc-status"], "5");
+        assert_eq!(
+            trailers["grpc-message"], "service%20shop/web%20is%20gone:%20100%25",
+            "percent-encoded, as tonic sends it"
+        );
+        assert!(body.frame().now_or_never().unwrap().is_none());
     }
 }

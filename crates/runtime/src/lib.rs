@@ -1,6 +1,6 @@
 //! Process plumbing shared by every binary of the pod: the flags they all take, logging, the admin
 //! HTTP server (`/live`, `/ready`, `/metrics`), graceful shutdown, the gRPC server and its watch
-//! streams' shared messages and small encode buffers ([`grpc`]), and the HTTPS server of the
+//! streams' shared messages, sent without per-stream copies ([`grpc`]), and the HTTPS server of the
 //! admission webhooks ([`tls`]).
 //!
 //! It depends on neither the index nor kube, so the `mtls-shim` sidecar, which needs only this

@@ -1,9 +1,10 @@
 //! `linkerd_runtime::grpc::serve` through real TCP connections: updates batched into few
-//! segments, a graceful shutdown, and bounded send buffers for a client that stops reading.
+//! segments, a graceful shutdown, bounded send buffers for a client that stops reading, and
+//! watch streams (`WatchStreams`) that hold at most one unsent message.
 
 use futures::{FutureExt, StreamExt, future::BoxFuture, stream::BoxStream};
 use hyper_util::rt::TokioIo;
-use linkerd_runtime::grpc::{Http2Settings, serve};
+use linkerd_runtime::grpc::{Http2Settings, Shared, StreamingMethod, WatchStreams, serve};
 use linkerd2_proxy_api::destination::{
     DestinationProfile, GetDestination, Update, WeightedAddr, WeightedAddrSet,
     destination_client::DestinationClient,
@@ -519,7 +520,7 @@ async fn a_client_that_stops_reading_holds_a_bounded_buffer_per_stream() {
         }
         last = now;
     }
-    // The socket's buffers, plus per stream its send buffer (64 KiB) and what tonic had
+    // The socket's buffers, plus per stream its send buffer (16 KiB) and what tonic had
     // encoded (up to 32 KiB and a message), with room. hyper's default buffer of 400 KiB
     // took 450 KiB per stream.
     let bound = tcp_send_buffer_max() + (16 << 10) + STREAMS * (192 << 10);
@@ -553,4 +554,168 @@ async fn connections_that_send_no_preface_are_closed() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     changes.send(1).unwrap();
     assert_eq!(stream.message().await.unwrap(), Some(add(1)));
+}
+
+/// `Get` served by `WatchStreams`: once `go` is true, each stream sends the same `Add` as
+/// often as it is polled, counting in `pulled` (one counter per stream, in call order) the
+/// messages it handed over.
+#[derive(Clone)]
+struct SharedFlood {
+    message: Shared<Update>,
+    go: watch::Receiver<bool>,
+    pulled: Arc<Mutex<Vec<Arc<AtomicUsize>>>>,
+}
+
+impl SharedFlood {
+    /// Streams of `Add`s whose gRPC frame is `frame` bytes, flooding once `go` is true.
+    fn new(frame: usize, go: watch::Receiver<bool>) -> Self {
+        let message = (0..frame)
+            .rev()
+            .map(padded_add)
+            .find(|add| Shared::new(add.clone()).frame().unwrap().len() == frame)
+            .expect("an Add of that frame size");
+        Self {
+            message: Shared::new(message),
+            go,
+            pulled: Default::default(),
+        }
+    }
+
+    /// The messages each stream has handed over so far.
+    fn pulled(&self) -> Vec<usize> {
+        let pulled = self.pulled.lock().unwrap();
+        pulled.iter().map(|n| n.load(Ordering::SeqCst)).collect()
+    }
+
+    /// Waits until the streams stop taking messages, and returns how many each took.
+    async fn settled(&self) -> Vec<usize> {
+        let mut last = self.pulled();
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = self.pulled();
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    }
+}
+
+/// An `Add` with no address and a label of `padding` bytes.
+fn padded_add(padding: usize) -> Update {
+    Update {
+        update: Some(update::Update::Add(WeightedAddrSet {
+            addrs: vec![],
+            metric_labels: [("padding".to_string(), "x".repeat(padding))].into(),
+        })),
+    }
+}
+
+impl StreamingMethod for SharedFlood {
+    type Request = GetDestination;
+    type Response = Update;
+    type Stream = BoxStream<'static, Result<Shared<Update>, Status>>;
+    const PATH: &'static str = "/io.linkerd.proxy.destination.Destination/Get";
+
+    fn call(
+        &self,
+        _: Request<GetDestination>,
+    ) -> tonic::codegen::BoxFuture<Response<Self::Stream>, Status> {
+        let pulled = Arc::new(AtomicUsize::new(0));
+        self.pulled.lock().unwrap().push(pulled.clone());
+        let (message, mut go) = (self.message.clone(), self.go.clone());
+        let flood = futures::stream::repeat_with(move || {
+            pulled.fetch_add(1, Ordering::SeqCst);
+            Ok(message.clone())
+        });
+        let started = async move {
+            let _ = go.wait_for(|go| *go).await;
+            flood
+        };
+        Box::pin(async move { Ok(Response::new(started.flatten_stream().boxed())) })
+    }
+}
+
+/// A server of `SharedFlood` streams; other paths go to `Changes` (never called here).
+async fn serve_flood(flood: &SharedFlood) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_changes, rx) = watch::channel(0);
+    let generated = DestinationServer::new(Changes(rx));
+    let routes = Routes::new(WatchStreams::new(generated, flood.clone()));
+    tokio::spawn(serve(
+        listener,
+        routes,
+        Http2Settings::default(),
+        std::future::pending(),
+    ));
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_stream_whose_window_is_full_holds_at_most_one_unsent_message() {
+    const STREAMS: usize = 10;
+    // A proxy's stream window (the HTTP/2 default); frames that do not divide it, so the
+    // last one that fits is cut by the window.
+    const WINDOW: usize = 65_535;
+    const FRAME: usize = 3_000;
+    let (_go, go) = watch::channel(true);
+    let flood = SharedFlood::new(FRAME, go);
+    let addr = serve_flood(&flood).await;
+    // The client reads its connection (its h2 task takes every frame) but not the streams,
+    // so their windows fill and stay full.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .initial_stream_window_size(WINDOW as u32)
+        .initial_connection_window_size(64 << 20)
+        .connect()
+        .await
+        .unwrap();
+    let _streams = open_gets(&channel, STREAMS).await;
+
+    let pulled = flood.settled().await;
+    assert_eq!(pulled.len(), STREAMS);
+    for (stream, messages) in pulled.into_iter().enumerate() {
+        // The window's worth went out; what the server holds beyond it is the rest of the
+        // frame the window cut, or one whole frame. tonic's encoder took 32 KiB more.
+        let unsent = (messages * FRAME).checked_sub(WINDOW);
+        assert!(
+            unsent.is_some_and(|unsent| unsent <= FRAME),
+            "stream {stream} took {messages} messages of {FRAME} bytes for a window of {WINDOW}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_streams_of_a_client_that_stops_reading_its_socket_hold_one_message_each() {
+    const STREAMS: usize = 200;
+    const FRAME: usize = 8 << 10;
+    let (go, go_rx) = watch::channel(false);
+    let flood = SharedFlood::new(FRAME, go_rx);
+    let addr = serve_flood(&flood).await;
+    // HTTP/2 windows of 2 GiB: flow control never stops the server, the socket does.
+    let connector = Connector {
+        recv_buffer: Some(16 << 10),
+        ..Connector::new(addr)
+    };
+    let channel = tonic::transport::Endpoint::from_static("http://destination")
+        .initial_connection_window_size(i32::MAX as u32)
+        .initial_stream_window_size(i32::MAX as u32)
+        .connect_with_connector(connector.clone())
+        .await
+        .unwrap();
+    let _streams = open_gets(&channel, STREAMS).await;
+    connector.paused.store(true, Ordering::Relaxed);
+    go.send(true).unwrap();
+
+    let pulled: usize = flood.settled().await.iter().sum();
+    // The sockets' buffers and h2's 16 KiB write buffer, plus one frame per stream; tonic's
+    // encoder and a send buffer of 64 KiB held 96 KiB per stream.
+    let bound = tcp_send_buffer_max() + (16 << 10) + (16 << 10) + STREAMS * FRAME;
+    assert!(
+        pulled * FRAME <= bound,
+        "{STREAMS} streams of a client that stopped reading took {} KiB (at most {} KiB allowed)",
+        (pulled * FRAME) >> 10,
+        bound >> 10,
+    );
 }

@@ -55,11 +55,16 @@ pub struct Http2Settings {
     /// servers, spec/sp-validator-and-pod.md §b.1); those still open then are dropped, so a
     /// client that never reads or never speaks cannot hold the process up.
     pub drain_timeout: Duration,
-    /// Bytes a stream may have queued for sending (64 KiB; hyper's default is 400 KiB). Once
-    /// its queue is full, a stream's service is not polled until the client reads, so a
-    /// client that stops reading its connection while advertising huge HTTP/2 windows holds
-    /// this much per stream, not 400 KiB; a `Get` stream then skips to the newest view. A
-    /// larger message is still sent whole. Values over `u32::MAX` count as `u32::MAX`.
+    /// Bytes a stream may have queued for sending before hyper stops handing HTTP/2 its
+    /// response's chunks (16 KiB, one frame of the default `SETTINGS_MAX_FRAME_SIZE`; hyper's
+    /// default is 400 KiB). hyper polls a response body for its next chunk before it has
+    /// send capacity, keeps that chunk, and queues it once the stream's queue is below this
+    /// bound and its window is open; a larger chunk is still queued whole. So a stream whose
+    /// client stops reading holds at most this much queued plus one chunk, whatever windows
+    /// the client advertises. The watch streams ([`super::WatchStreams`]) are held to one
+    /// unsent message by their body, which makes no chunk while the previous one is queued;
+    /// this bound keeps the other responses (tonic's encoder) small too. Values over
+    /// `u32::MAX` count as `u32::MAX`.
     pub max_send_buffer_size: usize,
     /// After this long without a frame from the client (10 s), the server sends an HTTP/2
     /// `PING`; a connection whose client does not answer within `keep_alive_timeout` (20 s) is
@@ -79,7 +84,7 @@ impl Default for Http2Settings {
         Self {
             max_concurrent_streams: 10_000,
             drain_timeout: Duration::from_secs(5),
-            max_send_buffer_size: 64 << 10,
+            max_send_buffer_size: 16 << 10,
             keep_alive_interval: Duration::from_secs(10),
             keep_alive_timeout: Duration::from_secs(20),
             preface_timeout: Duration::from_secs(10),
