@@ -88,10 +88,10 @@ impl EndpointTranslator {
                 labels.insert(kind, owner.name.clone());
                 labels.insert("serviceaccount".into(), pod.service_account.clone());
                 if let Some(ns) = pod.labels.get("linkerd.io/control-plane-ns") {
-                    labels.insert("control_plane_ns".into(), ns.clone());
+                    labels.insert("control_plane_ns".into(), ns.to_owned());
                 }
                 if let Some(hash) = pod.labels.get("pod-template-hash") {
-                    labels.insert("pod_template_hash".into(), hash.clone());
+                    labels.insert("pod_template_hash".into(), hash.to_owned());
                 }
                 labels.insert("zone".into(), ep.zone.clone().unwrap_or_default());
 

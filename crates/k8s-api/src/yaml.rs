@@ -153,7 +153,9 @@ mod tests {
         assert_eq!(items.len(), 30_000);
         assert_eq!(items[29_999]["metadata"]["name"], "web-29999");
 
-        let documents = (0..2_000).map(|i| format!("---\nname: object-{i}\n")).collect::<String>();
+        let documents = (0..2_000)
+            .map(|i| format!("---\nname: object-{i}\n"))
+            .collect::<String>();
         let docs: Vec<Value> = from_documents(&documents).unwrap();
         assert_eq!(docs.len(), 2_000);
         assert_eq!(docs[1_999], json!({"name": "object-1999"}));
@@ -170,7 +172,10 @@ mod tests {
             previous = name;
         }
         let error = from_str::<Value>(&bomb).unwrap_err();
-        assert!(error.to_string().to_lowercase().contains("budget"), "{error}");
+        assert!(
+            error.to_string().to_lowercase().contains("budget"),
+            "{error}"
+        );
     }
 
     #[test]

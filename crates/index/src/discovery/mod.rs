@@ -41,7 +41,7 @@ use crate::{
         ServerInfo, ServiceInfo, SliceInfo,
     },
     source::Event,
-    store::{apply_event, index_insert, index_remove},
+    store::{RefSet, apply_event, index_insert, index_remove},
     topic::{Topics, subscribe},
     watches::{Sink, Watches},
 };
@@ -58,15 +58,15 @@ pub struct DiscoveryIndex {
 #[derive(Default)]
 pub(crate) struct Discovery {
     pub(crate) services: HashMap<ObjectRef, Arc<ServiceInfo>>,
-    pub(crate) services_by_ip: HashMap<IpAddr, BTreeSet<ObjectRef>>,
+    pub(crate) services_by_ip: HashMap<IpAddr, RefSet>,
     pub(crate) slices: HashMap<ObjectRef, Arc<SliceInfo>>,
     /// Service → its slices.
     pub(crate) slices_by_service: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
     /// Pod → the slices whose endpoints point at it, so a pod change reaches its services.
-    pub(crate) slices_by_pod: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
+    pub(crate) slices_by_pod: HashMap<ObjectRef, RefSet>,
     pub(crate) pods: HashMap<ObjectRef, Arc<PodInfo>>,
-    pub(crate) pods_by_ip: HashMap<IpAddr, BTreeSet<ObjectRef>>,
-    pub(crate) pods_by_host_port: HashMap<(IpAddr, u16), BTreeSet<ObjectRef>>,
+    pub(crate) pods_by_ip: HashMap<IpAddr, RefSet>,
+    pub(crate) pods_by_host_port: HashMap<(IpAddr, u16), RefSet>,
     pub(crate) nodes: HashMap<String, Arc<NodeInfo>>,
     pub(crate) replica_sets: HashMap<ObjectRef, Arc<OwnerInfo>>,
     pub(crate) jobs: HashMap<ObjectRef, Arc<OwnerInfo>>,
@@ -75,9 +75,9 @@ pub(crate) struct Discovery {
     pub(crate) servers_by_namespace: HashMap<String, BTreeSet<ObjectRef>>,
     pub(crate) external_workloads: HashMap<ObjectRef, Arc<ExternalWorkloadInfo>>,
     /// `ip:port` for every workload IP × declared port (spec §B.3).
-    pub(crate) external_workloads_by_addr: HashMap<(IpAddr, u16), BTreeSet<ObjectRef>>,
+    pub(crate) external_workloads_by_addr: HashMap<(IpAddr, u16), RefSet>,
     /// ExternalWorkload → the slices whose endpoints point at it.
-    pub(crate) slices_by_external_workload: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
+    pub(crate) slices_by_external_workload: HashMap<ObjectRef, RefSet>,
     /// ServiceProfiles by their own namespace and name (`<svc>.<ns>.svc.<domain>`).
     pub(crate) profiles: HashMap<ObjectRef, Arc<ProfileInfo>>,
     endpoint_topics: Topics<ObjectRef, (u16, Option<String>), EndpointsView>,
@@ -298,7 +298,7 @@ impl Discovery {
         grandparent.unwrap_or_else(|| owner.clone())
     }
 
-    pub(crate) fn live_pods(&self, keys: Option<&BTreeSet<ObjectRef>>) -> Vec<Arc<PodInfo>> {
+    pub(crate) fn live_pods(&self, keys: Option<&RefSet>) -> Vec<Arc<PodInfo>> {
         keys.into_iter()
             .flatten()
             .filter_map(|k| self.pods.get(k))
@@ -331,7 +331,7 @@ impl Discovery {
             .filter_map(|k| self.servers.get(k).map(|s| &**s))
     }
 
-    fn touch_slice_services(&self, slices: Option<&BTreeSet<ObjectRef>>, touched: &mut Touched) {
+    fn touch_slice_services(&self, slices: Option<&RefSet>, touched: &mut Touched) {
         for slice in slices.into_iter().flatten() {
             if let Some(svc) = self.slices.get(slice).and_then(|s| s.service_ref()) {
                 touched.services.insert(svc);

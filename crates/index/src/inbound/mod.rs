@@ -28,7 +28,7 @@ use self::policy::{
 };
 use crate::{
     metrics::{IndexMetrics, Skipped},
-    model::{ExternalWorkloadInfo, ObjectRef, PodInfo, PortSet, ServerInfo, ServerPort},
+    model::{ExternalWorkloadInfo, Labels, ObjectRef, PodInfo, PortSet, ServerInfo, ServerPort},
     routes::{
         GATEWAY_GROUP, GrpcRouteMatch, GrpcRule, HttpRouteMatch, HttpRule, POLICY_GROUP, PathMatch,
         RouteKey,
@@ -392,7 +392,7 @@ impl Workload<'_> {
         }
     }
 
-    fn labels(&self) -> &BTreeMap<String, String> {
+    fn labels(&self) -> &Labels {
         match self {
             Self::Pod(p) => &p.labels,
             Self::External(e) => &e.labels,
@@ -442,10 +442,11 @@ impl Workload<'_> {
         }
     }
 
-    fn probe_paths(&self, port: u16) -> Option<&BTreeSet<String>> {
+    /// The `httpGet` probe paths on `port`; external workloads have none.
+    fn probe_paths(&self, port: u16) -> Vec<&str> {
         match self {
-            Self::Pod(p) => p.probe_paths.get(&port),
-            Self::External(_) => None,
+            Self::Pod(p) => p.probe_paths.on_port(port).collect(),
+            Self::External(_) => Vec::new(),
         }
     }
 }
@@ -850,9 +851,8 @@ fn default_http_routes(
         }],
         authorizations: BTreeMap::new(),
     }];
-    if let Some(paths) = workload.probe_paths(port).filter(|p| !p.is_empty())
-        && !config.probe_networks.is_empty()
-    {
+    let paths = workload.probe_paths(port);
+    if !paths.is_empty() && !config.probe_networks.is_empty() {
         routes.push(InboundRoute {
             reference: RouteRef::Default("probe".into()),
             creation_timestamp: None,
@@ -861,7 +861,7 @@ fn default_http_routes(
                 matches: paths
                     .iter()
                     .map(|p| HttpRouteMatch {
-                        path: Some(PathMatch::Exact(p.clone())),
+                        path: Some(PathMatch::Exact(p.to_string())),
                         method: Some("GET".into()),
                         ..HttpRouteMatch::default()
                     })

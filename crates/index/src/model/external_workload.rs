@@ -4,7 +4,7 @@ use linkerd_k8s_api::ExternalWorkload;
 use std::{collections::BTreeMap, net::IpAddr};
 
 use super::{
-    InvalidObject, Kind, OPAQUE_PORTS_ANNOTATION, ObjectRef, OwnerRef, linkerd_annotations,
+    InvalidObject, Kind, Labels, OPAQUE_PORTS_ANNOTATION, ObjectRef, OwnerRef, linkerd_annotations,
     names_of, ports::PortSet, single_owner_of,
 };
 
@@ -18,7 +18,7 @@ pub const DEFAULT_PROXY_INBOUND_PORT: u16 = 4143;
 pub struct ExternalWorkloadInfo {
     pub namespace: String,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// The `*.linkerd.io/` annotations; the others are not kept.
     pub annotations: BTreeMap<String, String>,
     /// `spec.meshTLS.identity`: a URI such as `spiffe://root.linkerd.cluster.local/vm-01`.
@@ -99,7 +99,7 @@ impl ExternalWorkloadInfo {
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         Ok(Self {
-            labels: ew.metadata.labels.clone().unwrap_or_default(),
+            labels: ew.metadata.labels.clone().unwrap_or_default().into(),
             annotations,
             identity: ew.spec.mesh_tls.identity.clone(),
             server_name: ew.spec.mesh_tls.server_name.clone(),

@@ -1,23 +1,29 @@
 //! Pod, as discovery and inbound policy read it (spec/destination.md §B.2, spec/policy.md §4.2).
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    net::IpAddr,
-};
+use std::{collections::BTreeMap, net::IpAddr};
 
 use super::{
-    CONTROL_PLANE_NS_LABEL, InvalidObject, Kind, OPAQUE_PORTS_ANNOTATION, ObjectRef, OwnerRef,
-    PROXY_CONTAINER_NAME, SKIP_INBOUND_PORTS_ANNOTATION, names, ports::PortSet, single_owner, wire,
+    CONTROL_PLANE_NS_LABEL, InvalidObject, Kind, Labels, OPAQUE_PORTS_ANNOTATION, ObjectRef,
+    OwnerRef, PROXY_CONTAINER_NAME, SKIP_INBOUND_PORTS_ANNOTATION, names, ports::PortSet,
+    single_owner, wire,
 };
 
-/// A Pod.
+/// Prefix of the Linkerd configuration annotations a pod's [`PodInfo::annotations`] keeps.
+const CONFIG_ANNOTATION_PREFIX: &str = "config.linkerd.io/";
+
+/// A Pod: only what discovery and inbound policy read, decoded once.
+///
+/// A realistic injected pod (`kubectl get pod -o json`, about 14 KB with the proxy's env,
+/// probes and status) keeps about 1.7 KB here, inline struct and heap together;
+/// `tests/pod_info_size.rs` guards 1,800 bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodInfo {
     pub namespace: String,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
-    /// The `*.linkerd.io/` annotations (`config.linkerd.io/default-inbound-policy`, …); the
-    /// others are not kept.
+    pub labels: Labels,
+    /// The `config.linkerd.io/` annotations (`default-inbound-policy`,
+    /// `proxy-require-identity-inbound-ports`, …); the others (the injector's
+    /// `linkerd.io/created-by`, `linkerd.io/trust-root-sha256`, …) are not read, so not kept.
     pub annotations: BTreeMap<String, String>,
     /// `spec.serviceAccountName`, `default` when empty.
     pub service_account: String,
@@ -43,7 +49,34 @@ pub struct PodInfo {
     pub skip_inbound_ports: PortSet,
     /// Paths of `httpGet` liveness, readiness and startup probes, by port (spec/policy.md
     /// §4.2): inbound policy adds a `probe` route for them.
-    pub probe_paths: BTreeMap<u16, BTreeSet<String>>,
+    pub probe_paths: ProbePaths,
+}
+
+/// The `httpGet` probe paths of a pod: `(port, path)` pairs sorted and deduplicated, in one
+/// allocation (a pod has a handful; a map of sets would cost a node per port).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProbePaths(Box<[(u16, String)]>);
+
+impl ProbePaths {
+    /// Builds the set from pairs in any order.
+    pub fn new(mut pairs: Vec<(u16, String)>) -> Self {
+        pairs.sort_unstable();
+        pairs.dedup();
+        Self(pairs.into_boxed_slice())
+    }
+
+    /// The paths probed on `port`, in order; empty when none is.
+    pub fn on_port(&self, port: u16) -> impl Iterator<Item = &str> {
+        let start = self.0.partition_point(|(p, _)| *p < port);
+        self.0[start..]
+            .iter()
+            .take_while(move |(p, _)| *p == port)
+            .map(|(_, path)| path.as_str())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// One declared container port.
@@ -143,7 +176,8 @@ impl PodInfo {
                 .collect::<Vec<_>>()
         };
         let owner = single_owner(&metadata);
-        let annotations = metadata.annotations.0;
+        let mut annotations = metadata.annotations.0;
+        annotations.retain(|key, _| key.starts_with(CONFIG_ANNOTATION_PREFIX));
         let named_port = |name: &str| {
             container_ports
                 .iter()
@@ -166,7 +200,7 @@ impl PodInfo {
         ips.shrink_to_fit();
         Ok(Self {
             probe_paths,
-            labels: metadata.labels,
+            labels: metadata.labels.into(),
             annotations,
             opaque_ports,
             skip_inbound_ports,
@@ -199,7 +233,6 @@ impl PodInfo {
     pub fn control_plane_ns(&self) -> Option<&str> {
         self.labels
             .get(CONTROL_PLANE_NS_LABEL)
-            .map(String::as_str)
             .filter(|ns| !ns.is_empty())
     }
 
@@ -230,8 +263,8 @@ impl PodInfo {
 /// The `httpGet` probe paths of `containers` by port: a numeric port, or a name resolved
 /// against the same container's TCP ports (case-insensitively); the path's query is dropped
 /// and a path that is not absolute is skipped.
-fn probe_paths(containers: &[&wire::Container]) -> BTreeMap<u16, BTreeSet<String>> {
-    let mut paths: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
+fn probe_paths(containers: &[&wire::Container]) -> ProbePaths {
+    let mut paths = Vec::new();
     for c in containers {
         let probes = [&c.liveness_probe, &c.readiness_probe, &c.startup_probe];
         for get in probes
@@ -260,9 +293,9 @@ fn probe_paths(containers: &[&wire::Container]) -> BTreeMap<u16, BTreeSet<String
             if let Some(port) = port
                 && path.starts_with('/')
             {
-                paths.entry(port).or_default().insert(path.to_string());
+                paths.push((port, path.to_string()));
             }
         }
     }
-    paths
+    ProbePaths::new(paths)
 }

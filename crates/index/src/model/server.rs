@@ -3,10 +3,9 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use linkerd_k8s_api::{Server, server::ProxyProtocol};
-use std::collections::BTreeMap;
 
 use super::{
-    ContainerPort, ExternalWorkloadInfo, InvalidObject, Kind, ObjectRef, PodInfo, invalid,
+    ContainerPort, ExternalWorkloadInfo, InvalidObject, Kind, Labels, ObjectRef, PodInfo, invalid,
     names_of, selector::Selector,
 };
 
@@ -15,7 +14,7 @@ use super::{
 pub struct ServerInfo {
     pub namespace: String,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// `metadata.creationTimestamp` as RFC 3339 (the oldest Server wins a port; ties by name).
     pub created: Option<String>,
     /// `spec.podSelector`; `None` selects no pod.
@@ -85,7 +84,7 @@ impl ServerInfo {
             tracing::warn!(server = %format!("{namespace}/{name}"), "selector has an expression with an unknown operator or unfitting values; it selects nothing");
         }
         Ok(Self {
-            labels: srv.metadata.labels.clone().unwrap_or_default(),
+            labels: srv.metadata.labels.clone().unwrap_or_default().into(),
             created: srv
                 .metadata
                 .creation_timestamp

@@ -29,7 +29,7 @@ use crate::{
         parents::{ParentKey, ParentKind, ParentLookup, ParentState, StatusRoutes, StatusSource},
     },
     source::Event,
-    store::{apply_event, index_insert, index_remove},
+    store::{RefSet, apply_event, index_insert, index_remove},
     topic::{Topics, subscribe},
     watches::{Sink, Watches},
 };
@@ -45,7 +45,7 @@ pub struct OutboundIndex {
 pub(crate) struct Outbound {
     pub(crate) config: OutboundConfig,
     pub(crate) services: HashMap<ObjectRef, Arc<ServiceInfo>>,
-    pub(crate) services_by_ip: HashMap<IpAddr, BTreeSet<ObjectRef>>,
+    pub(crate) services_by_ip: HashMap<IpAddr, RefSet>,
     /// HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes with Service or EgressNetwork parents.
     pub(crate) outbound_routes: OutboundRoutes,
     /// Every route's parents, whether or not it converts: offline mode's route acceptance.
