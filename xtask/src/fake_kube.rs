@@ -130,31 +130,15 @@ impl FakeKube {
             state.collections.insert(path, collection);
         }
         let state = Arc::new(Mutex::new(state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .context("cannot listen on 127.0.0.1 for the fake API server")?;
-        let addr = listener
-            .local_addr()
-            .context("cannot read the fake API server's address")?;
         let app = Router::new().fallback(handle).with_state(state.clone());
-        tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app).await {
-                eprintln!("fake API server stopped: {error}");
-            }
-        });
+        let addr = serve_on_loopback(app).await?;
         Ok(Self { addr, state })
     }
 
     /// Writes a kubeconfig at `path` whose current context is this server (plain HTTP, no
     /// credentials).
     pub fn write_kubeconfig(&self, path: &Path) -> anyhow::Result<()> {
-        let config = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\n\
-             users:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: linkerd\n\
-             current-context: fake\n",
-            self.addr
-        );
-        std::fs::write(path, config).with_context(|| format!("cannot write {}", path.display()))
+        write_kubeconfig(self.addr, path)
     }
 
     /// Replaces a route (a full object; its `status` is kept from the stored one, as an update
@@ -541,6 +525,34 @@ fn http_route_crd() -> Value {
             "conditions": [{"type": "Established", "status": "True"}],
         },
     })
+}
+
+/// Serves `app` as a fake API server on an ephemeral loopback port, in the background; its
+/// address. Shared with the bench's [`crate::static_kube`] server.
+pub(crate) async fn serve_on_loopback(app: Router) -> anyhow::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("cannot listen on 127.0.0.1 for the fake API server")?;
+    let addr = listener
+        .local_addr()
+        .context("cannot read the fake API server's address")?;
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            eprintln!("fake API server stopped: {error}");
+        }
+    });
+    Ok(addr)
+}
+
+/// Writes a kubeconfig at `path` whose current context is the API server at `addr` (plain
+/// HTTP, no credentials, namespace `linkerd`).
+pub(crate) fn write_kubeconfig(addr: std::net::SocketAddr, path: &Path) -> anyhow::Result<()> {
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\n\
+         users:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: linkerd\n\
+         current-context: fake\n"
+    );
+    std::fs::write(path, config).with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]

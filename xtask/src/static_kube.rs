@@ -41,7 +41,7 @@ use std::{
     time::Instant,
 };
 
-use crate::fake_kube::{LeaseStore, failure, failure_because, parse_query};
+use crate::fake_kube::{self, LeaseStore, failure, failure_because, parse_query};
 
 /// The objects of each collection, prepared before the server starts.
 #[derive(Default)]
@@ -206,18 +206,8 @@ impl Builder {
             lease: Mutex::new((LeaseStore::default(), self.version)),
             stats: Mutex::new(Stats::default()),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .context("cannot listen on 127.0.0.1 for the fake API server")?;
-        let addr = listener
-            .local_addr()
-            .context("cannot read the fake API server's address")?;
         let app = Router::new().fallback(handle).with_state(shared.clone());
-        tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app).await {
-                eprintln!("fake API server stopped: {error}");
-            }
-        });
+        let addr = fake_kube::serve_on_loopback(app).await?;
         Ok(StaticKube { addr, shared })
     }
 }
@@ -233,13 +223,7 @@ impl StaticKube {
     /// Writes a kubeconfig at `path` whose current context is this server (plain HTTP, no
     /// credentials, namespace `linkerd`).
     pub fn write_kubeconfig(&self, path: &Path) -> anyhow::Result<()> {
-        let config = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\n\
-             users:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: linkerd\n\
-             current-context: fake\n",
-            self.addr
-        );
-        std::fs::write(path, config).with_context(|| format!("cannot write {}", path.display()))
+        fake_kube::write_kubeconfig(self.addr, path)
     }
 
     /// What was answered since the start or the last [`Self::take_stats`].

@@ -226,13 +226,7 @@ impl OutboundRoutes {
         group: &'a str,
         kind: &'a str,
     ) -> impl Iterator<Item = ObjectRef> + 'a {
-        self.by_key
-            .keys()
-            .filter(move |k| k.group == group && k.kind == kind)
-            .map(|k| ObjectRef {
-                namespace: k.namespace.clone(),
-                name: k.name.clone(),
-            })
+        crate::routes::names_of_kind(&self.by_key, group, kind)
     }
 }
 

@@ -19,6 +19,22 @@ pub struct RouteKey {
     pub name: String,
 }
 
+/// The names of the routes of one type `(group, kind)` among `routes`' keys: what a relist of
+/// that kind compares against (O(every route), as a relist is).
+pub(crate) fn names_of_kind<'a, V>(
+    routes: &'a std::collections::BTreeMap<RouteKey, V>,
+    group: &'a str,
+    kind: &'a str,
+) -> impl Iterator<Item = crate::model::ObjectRef> + 'a {
+    routes
+        .keys()
+        .filter(move |k| k.group == group && k.kind == kind)
+        .map(|k| crate::model::ObjectRef {
+            namespace: k.namespace.clone(),
+            name: k.name.clone(),
+        })
+}
+
 /// Whether a reference `(group?, kind)` names the type `(group, kind)`: groups compare with
 /// absent or empty meaning `core`, both case-insensitively (§3.1).
 pub fn ref_is(ref_group: Option<&str>, ref_kind: &str, group: &str, kind: &str) -> bool {

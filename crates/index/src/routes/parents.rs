@@ -187,13 +187,7 @@ impl StatusRoutes {
         group: &'a str,
         kind: &'a str,
     ) -> impl Iterator<Item = ObjectRef> + 'a {
-        self.by_key
-            .keys()
-            .filter(move |k| k.group == group && k.kind == kind)
-            .map(|k| ObjectRef {
-                namespace: k.namespace.clone(),
-                name: k.name.clone(),
-            })
+        super::names_of_kind(&self.by_key, group, kind)
     }
 
     /// The `Accepted` condition of `route` for `parent` as (status, reason, message) (§7.2):
