@@ -13,10 +13,8 @@
 //! conflict is logged and counted. Files larger than [`MAX_FILE_BYTES`] or nested deeper than
 //! [`MAX_NESTING`] are refused.
 
-use serde_json::Value;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    hash::{Hash, Hasher},
     io::Read,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
@@ -24,6 +22,7 @@ use std::{
 };
 use tokio::sync::Notify;
 
+pub use self::manifest::{Manifest, parse_manifests};
 use super::{AnyObject, Event, KindFeed};
 use crate::{
     metrics::IndexMetrics,
@@ -87,6 +86,9 @@ type TypeKey = (String, String);
 type ObjectKey = (String, String);
 /// A digest of one definition of an object: equal definitions have equal digests.
 type Digest = u64;
+/// One object of the directory, allocated once and shared by every file that defines it and by
+/// what was delivered: with tens of thousands of objects, copies of four strings each add up.
+type ObjectId = Arc<(TypeKey, ObjectKey)>;
 
 /// A state directory, ready to be read and followed once the kinds to serve are known
 /// ([`OfflineSource::start`]).
@@ -120,13 +122,13 @@ struct StateDir {
     /// The directory's inode when it was last listed.
     inode: Option<u64>,
     /// Every definition of each object, in file path order: the first one is served.
-    defs: HashMap<(TypeKey, ObjectKey), Definitions>,
+    defs: HashMap<ObjectId, Definitions>,
     /// The watched kinds, by `(group, kind)`.
     feeds: HashMap<TypeKey, Arc<dyn KindFeed>>,
     /// Per object of a watched kind, the digest of the definition its indexes were given.
-    delivered: HashMap<(TypeKey, ObjectKey), Digest>,
+    delivered: HashMap<ObjectId, Digest>,
     /// Definitions that did not decode, so each bad version is logged and counted once.
-    invalid: HashMap<(TypeKey, ObjectKey), Digest>,
+    invalid: HashMap<ObjectId, Digest>,
     metrics: IndexMetrics,
 }
 
@@ -135,7 +137,33 @@ struct LoadedFile {
     /// re-hashing) a large file on a re-list.
     stamp: Option<Stamp>,
     content_hash: u64,
-    objects: Vec<(TypeKey, ObjectKey, Digest)>,
+    /// Its path, shared by the definitions it makes.
+    path: Arc<Path>,
+    objects: Vec<(ObjectId, Digest)>,
+}
+
+/// What reading one file found ([`StateDir::load`]), before the state changes.
+enum Loaded {
+    /// Not read (size, time and inode unchanged on a re-list), or the same bad contents as
+    /// reported before.
+    Unchanged,
+    /// Removed between listing and reading.
+    Gone,
+    /// Could not be read or parsed; `retry`: for a reason other than its contents.
+    Failed {
+        error: FileError,
+        retry: bool,
+        content_hash: Option<u64>,
+    },
+    /// The contents served.
+    Same { stamp: Option<Stamp> },
+    /// Empty, while it defined objects.
+    EmptyKept { content_hash: u64 },
+    Parsed {
+        file: LoadedFile,
+        /// The objects of watched kinds that the file did not define before, decoded.
+        fresh: Vec<((ObjectId, Digest), Result<AnyObject, DecodeError>)>,
+    },
 }
 
 /// A file's size, modification time and inode. The inode tells a symlink that now points
@@ -143,15 +171,15 @@ struct LoadedFile {
 type Stamp = (u64, std::time::SystemTime, u64);
 
 /// The files defining one object and the digest of their definition of it, in path order.
-type Definitions = Vec<(PathBuf, Digest)>;
+type Definitions = Vec<(Arc<Path>, Digest)>;
 /// Objects whose definitions were touched during one read, with the definition served before:
 /// an object moved from one file to another within a read is no change.
-type Touched = HashMap<(TypeKey, ObjectKey), Option<Digest>>;
+type Touched = HashMap<ObjectId, Option<Digest>>;
 /// Objects whose served definition changed during one read: the file and digest of the new
 /// one, or `None` when none is left.
-type Changes = Vec<(TypeKey, ObjectKey, Option<(PathBuf, Digest)>)>;
+type Changes = Vec<(ObjectId, Option<(Arc<Path>, Digest)>)>;
 /// The objects of watched kinds decoded during one read, by key and digest.
-type Decoded = HashMap<(TypeKey, ObjectKey, Digest), Result<AnyObject, DecodeError>>;
+type Decoded = HashMap<(ObjectId, Digest), Result<AnyObject, DecodeError>>;
 
 // === impl OfflineSource ===
 
@@ -385,8 +413,9 @@ impl StateDir {
         for path in &unreadable {
             self.mark_unreadable(path, &mut changes);
         }
-        for path in &paths {
-            self.read_file(path, true, &mut changes, &mut decoded);
+        let files: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+        for (path, loaded) in files.iter().zip(self.load_all(&files, true)) {
+            self.apply(path, loaded, &mut changes, &mut decoded);
         }
         (self.changes(changes), decoded)
     }
@@ -403,17 +432,31 @@ impl StateDir {
         }
         let mut changes = Touched::new();
         let mut decoded = Decoded::new();
-        for path in paths.iter().filter(|p| is_manifest_name(p)) {
-            match std::fs::metadata(path) {
-                Ok(meta) if meta.is_file() => {
-                    self.read_file(path, false, &mut changes, &mut decoded)
+        let named: Vec<(&Path, Option<std::fs::Metadata>)> = paths
+            .iter()
+            .filter(|p| is_manifest_name(p))
+            .map(|p| (p.as_path(), std::fs::metadata(p).ok()))
+            .collect();
+        let files: Vec<&Path> = named
+            .iter()
+            .filter(|(_, meta)| meta.as_ref().is_some_and(|m| m.is_file()))
+            .map(|(p, _)| *p)
+            .collect();
+        let mut loaded = self.load_all(&files, false).into_iter();
+        // Applied in path order, as they would be read one after another.
+        for (path, meta) in named {
+            match meta {
+                Some(meta) if meta.is_file() => {
+                    if let Some(loaded) = loaded.next() {
+                        self.apply(path, loaded, &mut changes, &mut decoded);
+                    }
                 }
                 // A dangling or looping symlink, or a directory.
-                Ok(_) => self.mark_unreadable(path, &mut changes),
-                Err(_) if std::fs::symlink_metadata(path).is_ok() => {
+                Some(_) => self.mark_unreadable(path, &mut changes),
+                None if std::fs::symlink_metadata(path).is_ok() => {
                     self.mark_unreadable(path, &mut changes)
                 }
-                Err(_) => self.forget(&path.clone(), &mut changes),
+                None => self.forget(path, &mut changes),
             }
         }
         (self.changes(changes), decoded)
@@ -425,114 +468,172 @@ impl StateDir {
         for (key, before) in touched {
             let after = self.defs.get(&key).and_then(|defs| defs.first()).cloned();
             if before != after.as_ref().map(|(_, digest)| *digest) {
-                changes.push((key.0, key.1, after));
+                changes.push((key, after));
             }
         }
         changes
     }
 
-    /// Reads one regular file and serves its objects, unless its contents did not change.
-    /// `trust_stamp`: an unchanged size, modification time and inode mean unchanged contents (on a
-    /// re-list; a file named by a notification is read, as its time may not have ticked).
-    /// Documents of watched kinds that the file did not define before are decoded into
-    /// `decoded`.
-    fn read_file(
-        &mut self,
-        path: &Path,
-        trust_stamp: bool,
-        changes: &mut Touched,
-        decoded: &mut Decoded,
-    ) {
-        self.unreadable.remove(path);
-        self.retry.remove(path);
+    /// Reads the regular files at `paths` in parallel (one thread per core), as [`Self::load`]
+    /// does, in the order given.
+    fn load_all(&self, paths: &[&Path], trust_stamp: bool) -> Vec<Loaded> {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZero::get)
+            .min(paths.len());
+        if threads <= 1 {
+            return paths.iter().map(|p| self.load(p, trust_stamp)).collect();
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let mut loaded: Vec<Option<Loaded>> = paths.iter().map(|_| None).collect();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(path) = paths.get(i) else { break };
+                            done.push((i, self.load(path, trust_stamp)));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            for worker in workers {
+                match worker.join() {
+                    Ok(done) => done.into_iter().for_each(|(i, l)| loaded[i] = Some(l)),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+        });
+        loaded
+            .into_iter()
+            .map(|l| l.unwrap_or(Loaded::Unchanged))
+            .collect()
+    }
+
+    /// Reads one regular file, unless its contents did not change, and decodes the objects of
+    /// watched kinds that it did not define before. Changes nothing: [`Self::apply`] does.
+    /// `trust_stamp`: an unchanged size, modification time and inode mean unchanged contents (on
+    /// a re-list; a file named by a notification is read, as its time may not have ticked).
+    fn load(&self, path: &Path, trust_stamp: bool) -> Loaded {
         let stamp = std::fs::metadata(path)
             .and_then(|m| {
                 use std::os::unix::fs::MetadataExt;
                 Ok((m.len(), m.modified()?, m.ino()))
             })
             .ok();
-        if trust_stamp && stamp.is_some() && self.files.get(path).is_some_and(|f| f.stamp == stamp)
-        {
-            return;
+        let served = self.files.get(path);
+        if trust_stamp && stamp.is_some() && served.is_some_and(|f| f.stamp == stamp) {
+            return Loaded::Unchanged;
         }
         let bytes = match read_limited(path) {
             Ok(bytes) => bytes,
+            // Removed between listing and reading: it is simply gone.
             Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
-                // Removed between listing and reading: it is simply gone.
-                self.forget(path, changes);
-                return;
+                return Loaded::Gone;
             }
             Err(error) => {
-                if matches!(error, FileError::Read(_)) {
+                return Loaded::Failed {
+                    retry: matches!(error, FileError::Read(_)),
+                    error,
+                    content_hash: None,
+                };
+            }
+        };
+        let content_hash = manifest::content_hash(&bytes);
+        if served.is_some_and(|f| f.content_hash == content_hash) {
+            return Loaded::Same { stamp };
+        }
+        if bytes.is_empty() && served.is_some_and(|f| !f.objects.is_empty()) {
+            return Loaded::EmptyKept { content_hash };
+        }
+        if self.rejected.get(path) == Some(&content_hash) {
+            return Loaded::Unchanged;
+        }
+        let manifests = match parse_manifests(path, &bytes) {
+            Ok(manifests) => manifests,
+            Err(error) => {
+                return Loaded::Failed {
+                    error,
+                    retry: false,
+                    content_hash: Some(content_hash),
+                };
+            }
+        };
+        let before: HashMap<&ObjectId, Digest> = served
+            .into_iter()
+            .flat_map(|f| &f.objects)
+            .map(|(id, d)| (id, *d))
+            .collect();
+        let mut objects = Vec::with_capacity(manifests.len());
+        let mut fresh = Vec::new();
+        for m in manifests {
+            let key = (m.type_key, m.obj_key);
+            // The object's id where the directory has one already.
+            let id = match self.defs.get_key_value(&key) {
+                Some((id, _)) => id.clone(),
+                None => Arc::new(key),
+            };
+            // Only what the file did not define before may change what is served.
+            if before.get(&id) != Some(&m.digest)
+                && let Some(feed) = self.feeds.get(&id.0)
+            {
+                fresh.push(((id.clone(), m.digest), feed.decode_json(&m.json)));
+            }
+            objects.push((id, m.digest));
+        }
+        Loaded::Parsed {
+            file: LoadedFile {
+                stamp,
+                content_hash,
+                path: served.map_or_else(|| Arc::from(path), |f| f.path.clone()),
+                objects,
+            },
+            fresh,
+        }
+    }
+
+    /// Serves what [`Self::load`] found in the file at `path`, recording the objects touched
+    /// in `changes` and the objects decoded in `decoded`.
+    fn apply(&mut self, path: &Path, loaded: Loaded, changes: &mut Touched, decoded: &mut Decoded) {
+        self.unreadable.remove(path);
+        self.retry.remove(path);
+        match loaded {
+            Loaded::Unchanged => {}
+            Loaded::Gone => self.forget(path, changes),
+            Loaded::Failed {
+                error,
+                retry,
+                content_hash,
+            } => {
+                if retry {
                     self.retry.insert(path.to_path_buf());
                 }
                 self.file_error(path, error);
-                return;
-            }
-        };
-        let content_hash = {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            bytes.hash(&mut h);
-            h.finish()
-        };
-        if let Some(file) = self.files.get_mut(path)
-            && file.content_hash == content_hash
-        {
-            file.stamp = stamp;
-            // Back to the contents served: a bad version seen meanwhile is news again.
-            self.rejected.remove(path);
-            return;
-        }
-        if bytes.is_empty() && self.files.get(path).is_some_and(|f| !f.objects.is_empty()) {
-            // `kubectl get -o yaml > file` and `cp` truncate, then write: an empty file is
-            // most likely mid-write, and withdrawing its objects would tell every proxy that
-            // their services are gone. Removing the file is how its objects are withdrawn.
-            if self.rejected.insert(path.to_path_buf(), content_hash) != Some(content_hash) {
-                tracing::warn!(file = %path.display(), "cluster state file is empty; keeping its objects until it has contents again (remove the file to withdraw them)");
-            }
-            return;
-        }
-        if self.rejected.get(path) == Some(&content_hash) {
-            return;
-        }
-        match parse_manifests(path, &bytes) {
-            Ok(documents) => {
-                self.rejected.remove(path);
-                let before: HashMap<(&TypeKey, &ObjectKey), Digest> = self
-                    .files
-                    .get(path)
-                    .into_iter()
-                    .flat_map(|f| &f.objects)
-                    .map(|(t, k, d)| ((t, k), *d))
-                    .collect();
-                let mut objects = Vec::with_capacity(documents.len());
-                let mut fresh = Vec::new();
-                for document in documents {
-                    let Some((type_key, obj_key)) = object_keys(&document) else {
-                        continue;
-                    };
-                    let digest = digest(&document);
-                    // Only what the file did not define before may change what is served.
-                    if before.get(&(&type_key, &obj_key)) != Some(&digest)
-                        && let Some(feed) = self.feeds.get(&type_key)
-                    {
-                        let object = feed.decode(&document);
-                        fresh.push(((type_key.clone(), obj_key.clone(), digest), object));
-                    }
-                    objects.push((type_key, obj_key, digest));
+                if let Some(hash) = content_hash {
+                    self.rejected.insert(path.to_path_buf(), hash);
                 }
-                drop(before);
-                decoded.extend(fresh);
-                let file = LoadedFile {
-                    stamp,
-                    content_hash,
-                    objects,
-                };
-                self.replace(path, Some(file), changes);
             }
-            Err(error) => {
-                self.file_error(path, error);
-                self.rejected.insert(path.to_path_buf(), content_hash);
+            Loaded::Same { stamp } => {
+                if let Some(file) = self.files.get_mut(path) {
+                    file.stamp = stamp;
+                }
+                // Back to the contents served: a bad version seen meanwhile is news again.
+                self.rejected.remove(path);
+            }
+            Loaded::EmptyKept { content_hash } => {
+                // `kubectl get -o yaml > file` and `cp` truncate, then write: an empty file
+                // is most likely mid-write, and withdrawing its objects would tell every proxy
+                // that their services are gone. Removing the file is how they are withdrawn.
+                if self.rejected.insert(path.to_path_buf(), content_hash) != Some(content_hash) {
+                    tracing::warn!(file = %path.display(), "cluster state file is empty; keeping its objects until it has contents again (remove the file to withdraw them)");
+                }
+            }
+            Loaded::Parsed { file, fresh } => {
+                self.rejected.remove(path);
+                decoded.extend(fresh);
+                self.replace(path, Some(file), changes);
             }
         }
     }
@@ -560,41 +661,37 @@ impl StateDir {
     /// the directory holds.
     fn replace(&mut self, path: &Path, file: Option<LoadedFile>, changes: &mut Touched) {
         let old = self.files.remove(path);
-        let mut old_by_key: HashMap<(&TypeKey, &ObjectKey), Vec<Digest>> = HashMap::new();
-        for (type_key, obj_key, digest) in old.iter().flat_map(|f| &f.objects) {
-            old_by_key
-                .entry((type_key, obj_key))
-                .or_default()
-                .push(*digest);
+        let mut old_by_key: HashMap<&ObjectId, Vec<Digest>> = HashMap::new();
+        for (id, digest) in old.iter().flat_map(|f| &f.objects) {
+            old_by_key.entry(id).or_default().push(*digest);
         }
-        let mut new_by_key: HashMap<(TypeKey, ObjectKey), Vec<Digest>> = HashMap::new();
-        for (type_key, obj_key, digest) in file.iter().flat_map(|f| &f.objects) {
-            new_by_key
-                .entry((type_key.clone(), obj_key.clone()))
-                .or_default()
-                .push(*digest);
+        let mut new_by_key: HashMap<ObjectId, Vec<Digest>> = HashMap::new();
+        for (id, digest) in file.iter().flat_map(|f| &f.objects) {
+            new_by_key.entry(id.clone()).or_default().push(*digest);
         }
-        let mut touched: Vec<(TypeKey, ObjectKey)> = Vec::new();
-        for (&(type_key, obj_key), olds) in &old_by_key {
-            let key = (type_key.clone(), obj_key.clone());
-            if new_by_key.get(&key) != Some(olds) {
-                touched.push(key);
+        let mut touched: Vec<ObjectId> = Vec::new();
+        for (&id, olds) in &old_by_key {
+            if new_by_key.get(id) != Some(olds) {
+                touched.push(id.clone());
             }
         }
-        for key in new_by_key.keys() {
-            if !old_by_key.contains_key(&(&key.0, &key.1)) {
-                touched.push(key.clone());
+        for id in new_by_key.keys() {
+            if !old_by_key.contains_key(id) {
+                touched.push(id.clone());
             }
         }
         drop(old_by_key);
+        let shared = file.as_ref().map(|f| f.path.clone());
         for key in touched {
             let defs = self.defs.entry(key.clone()).or_default();
             let before = defs.first().map(|(_, d)| *d);
-            defs.retain(|(p, _)| p != path);
-            if let Some(news) = new_by_key.remove(&key) {
+            defs.retain(|(p, _)| **p != *path);
+            if let Some(news) = new_by_key.remove(&key)
+                && let Some(shared) = &shared
+            {
                 // Definitions stay in path order; several in one file keep their file order.
-                let at = defs.partition_point(|(p, _)| p.as_path() < path);
-                defs.splice(at..at, news.into_iter().map(|d| (path.to_path_buf(), d)));
+                let at = defs.partition_point(|(p, _)| **p < *path);
+                defs.splice(at..at, news.into_iter().map(|d| (shared.clone(), d)));
             }
             if let Some((first_path, first)) = defs.first()
                 && let Some((ignored, _)) = defs.iter().find(|(_, d)| d != first)
@@ -627,18 +724,16 @@ impl StateDir {
     fn deliver_initial(&mut self, changes: Changes, mut decoded: Decoded) {
         let mut resets: HashMap<TypeKey, Vec<AnyObject>> =
             self.feeds.keys().map(|k| (k.clone(), Vec::new())).collect();
-        for (type_key, obj_key, served) in changes {
+        for (id, served) in changes {
             let Some((path, digest)) = served else {
                 continue;
             };
-            if !self.feeds.contains_key(&type_key) {
+            if !self.feeds.contains_key(&id.0) {
                 continue;
             }
-            if let Some(object) =
-                self.served_object(&mut decoded, &type_key, &obj_key, &path, digest)
-            {
-                self.delivered.insert((type_key.clone(), obj_key), digest);
-                resets.entry(type_key).or_default().push(object);
+            if let Some(object) = self.served_object(&mut decoded, &id, &path, digest) {
+                resets.entry(id.0.clone()).or_default().push(object);
+                self.delivered.insert(id, digest);
             }
         }
         for (type_key, objects) in resets {
@@ -654,11 +749,10 @@ impl StateDir {
     /// another, as a cluster's watches would.
     fn deliver_changes(&mut self, changes: Changes, mut decoded: Decoded) {
         let mut events: BTreeMap<TypeKey, Vec<Event<AnyObject>>> = BTreeMap::new();
-        for (type_key, obj_key, served) in changes {
-            let Some(feed) = self.feeds.get(&type_key).cloned() else {
+        for (key, served) in changes {
+            let Some(feed) = self.feeds.get(&key.0).cloned() else {
                 continue;
             };
-            let key = (type_key.clone(), obj_key.clone());
             let event = match served {
                 Some((_, digest)) if self.delivered.get(&key) == Some(&digest) => {
                     // Back to the version delivered: a bad version seen meanwhile is news again.
@@ -666,13 +760,13 @@ impl StateDir {
                     None
                 }
                 Some((path, digest)) => {
-                    match self.served_object(&mut decoded, &type_key, &obj_key, &path, digest) {
+                    match self.served_object(&mut decoded, &key, &path, digest) {
                         Some(object) => {
-                            self.delivered.insert(key, digest);
+                            self.delivered.insert(key.clone(), digest);
                             Some(Event::Apply(object))
                         }
                         None if feed.invalid_removes() && self.delivered.remove(&key).is_some() => {
-                            Some(Event::Delete(object_ref(&obj_key)))
+                            Some(Event::Delete(object_ref(&key.1)))
                         }
                         // A bad new version keeps the last good one.
                         None => None,
@@ -682,11 +776,11 @@ impl StateDir {
                     self.invalid.remove(&key);
                     self.delivered
                         .remove(&key)
-                        .map(|_| Event::Delete(object_ref(&obj_key)))
+                        .map(|_| Event::Delete(object_ref(&key.1)))
                 }
             };
             if let Some(event) = event {
-                events.entry(type_key).or_default().push(event);
+                events.entry(key.0.clone()).or_default().push(event);
             }
         }
         for (type_key, events) in events {
@@ -708,17 +802,16 @@ impl StateDir {
     fn served_object(
         &mut self,
         decoded: &mut Decoded,
-        type_key: &TypeKey,
-        obj_key: &ObjectKey,
+        key: &ObjectId,
         path: &Path,
         digest: Digest,
     ) -> Option<AnyObject> {
-        let feed = self.feeds.get(type_key)?.clone();
-        let result = match decoded.remove(&(type_key.clone(), obj_key.clone(), digest)) {
+        let feed = self.feeds.get(&key.0)?.clone();
+        let result = match decoded.remove(&(key.clone(), digest)) {
             Some(result) => result,
-            None => decode_from_file(&*feed, path, type_key, obj_key, digest)?,
+            None => decode_from_file(&*feed, path, key, digest)?,
         };
-        let key = (type_key.clone(), obj_key.clone());
+        let (key, obj_key) = (key.clone(), &key.1);
         match result {
             Ok(object) => {
                 self.invalid.remove(&key);
@@ -740,19 +833,15 @@ impl StateDir {
 fn decode_from_file(
     feed: &dyn KindFeed,
     path: &Path,
-    type_key: &TypeKey,
-    obj_key: &ObjectKey,
+    key: &(TypeKey, ObjectKey),
     digest: Digest,
 ) -> Option<Result<AnyObject, DecodeError>> {
     let bytes = read_limited(path).ok()?;
-    let documents = parse_manifests(path, &bytes).ok()?;
-    documents
+    let manifests = parse_manifests(path, &bytes).ok()?;
+    manifests
         .iter()
-        .find(|d| {
-            object_keys(d).is_some_and(|(t, k)| t == *type_key && k == *obj_key)
-                && self::digest(d) == digest
-        })
-        .map(|d| feed.decode(d))
+        .find(|m| m.type_key == key.0 && m.obj_key == key.1 && m.digest == digest)
+        .map(|m| feed.decode_json(&m.json))
 }
 
 fn object_ref((namespace, name): &ObjectKey) -> ObjectRef {
@@ -760,36 +849,6 @@ fn object_ref((namespace, name): &ObjectKey) -> ObjectRef {
         namespace: namespace.clone(),
         name: name.clone(),
     }
-}
-
-/// A digest of a document's contents: equal for equal documents, whatever their key order or
-/// formatting (maps are sorted in [`Value`]).
-fn digest(document: &Value) -> Digest {
-    fn feed(value: &Value, h: &mut impl Hasher) {
-        std::mem::discriminant(value).hash(h);
-        match value {
-            Value::Null => {}
-            Value::Bool(b) => b.hash(h),
-            Value::Number(n) => n.to_string().hash(h),
-            Value::String(s) => s.hash(h),
-            Value::Array(items) => {
-                items.len().hash(h);
-                for item in items {
-                    feed(item, h);
-                }
-            }
-            Value::Object(map) => {
-                map.len().hash(h);
-                for (k, v) in map {
-                    k.hash(h);
-                    feed(v, h);
-                }
-            }
-        }
-    }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    feed(document, &mut h);
-    h.finish()
 }
 
 /// Reads at most [`MAX_FILE_BYTES`] of `path`; a longer file is an error, not a truncation.
@@ -872,142 +931,6 @@ fn is_manifest_name(path: &Path) -> bool {
     manifest && !hidden
 }
 
-/// Parses one file into its objects: YAML documents or JSON values, with `kind: List` expanded.
-///
-/// Any syntax error rejects the whole file, so a file is never half-applied; so does nesting
-/// deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any parsing.
-pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Value>, FileError> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| FileError::Read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
-    // Editors on Windows start UTF-8 files with a byte order mark; kubectl reads past it.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    if nesting_exceeds(bytes, MAX_NESTING) {
-        return Err(FileError::TooDeep { limit: MAX_NESTING });
-    }
-    let docs: Vec<Value> = if path.extension().and_then(|e| e.to_str()) == Some("json") {
-        serde_json::Deserializer::from_str(text)
-            .into_iter::<Value>()
-            .collect::<Result<_, _>>()?
-    } else {
-        linkerd_k8s_api::yaml::from_documents(text)?
-    };
-    let mut objects = Vec::new();
-    for (index, doc) in docs.into_iter().enumerate() {
-        match doc {
-            Value::Null => {}
-            Value::Object(mut map) => {
-                let is_list = map
-                    .get("kind")
-                    .and_then(Value::as_str)
-                    .is_some_and(|k| k == "List" || k.ends_with("List"))
-                    && map.contains_key("items");
-                if !is_list {
-                    objects.push(Value::Object(map));
-                    continue;
-                }
-                match map.remove("items") {
-                    Some(Value::Array(items)) => objects.extend(items),
-                    Some(Value::Null) | None => {}
-                    Some(_) => {
-                        tracing::warn!(
-                            file = %path.display(),
-                            document = index + 1,
-                            "skipping a List whose `items` is not a sequence"
-                        );
-                    }
-                }
-            }
-            // Valid YAML that is no object (a stray scalar or sequence) goes alone, as a bad
-            // item of a List does: the file's objects around it are still served.
-            _ => {
-                tracing::warn!(
-                    file = %path.display(),
-                    document = index + 1,
-                    "skipping a document that is not a Kubernetes object (expected a mapping)"
-                );
-            }
-        }
-    }
-    // An item that is not an object of its own is skipped by itself: one bad entry of a large
-    // `kind: List` must not take the rest of the cluster with it.
-    objects.retain(|obj| {
-        let named = object_keys(obj).is_some();
-        if !named {
-            let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("<no kind>");
-            tracing::warn!(file = %path.display(), %kind, "skipping an object without apiVersion, kind or metadata.name");
-        }
-        named
-    });
-    Ok(objects)
-}
-
-/// Whether `[` / `{` nest deeper than `limit` in `bytes`, outside quoted strings and comments.
-///
-/// A linear scan that over-counts rather than under-counts: brackets inside plain or block
-/// scalars count too (manifests nest a dozen levels, the limit is far above). A quote opens a
-/// string only where YAML starts a quoted scalar, so `it's` opens none.
-fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
-    let mut depth = 0usize;
-    let mut i = 0;
-    // Where YAML starts a quoted scalar: at a line's start or after an indicator, blanks
-    // between; a quote inside a plain scalar (`5" screen`) opens nothing.
-    let token_start = |i: usize| {
-        let mut j = i;
-        while j > 0 && matches!(bytes[j - 1], b' ' | b'\t') {
-            j -= 1;
-        }
-        j == 0
-            || matches!(
-                bytes[j - 1],
-                b'\n' | b'\r' | b'[' | b'{' | b',' | b':' | b'-' | b'?'
-            )
-    };
-    while i < bytes.len() {
-        match bytes[i] {
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > limit {
-                    return true;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            b'"' if token_start(i) => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-            }
-            // `''` inside a single-quoted string reads as a close and an open: same result.
-            b'\'' if token_start(i) => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'\'' {
-                    i += 1;
-                }
-            }
-            b'#' if i == 0 || matches!(bytes[i - 1], b' ' | b'\t' | b'\n' | b'\r') => {
-                while i < bytes.len() && bytes[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    false
-}
-
-fn object_keys(obj: &Value) -> Option<(TypeKey, ObjectKey)> {
-    let api_version = obj.get("apiVersion")?.as_str()?;
-    let kind = obj.get("kind")?.as_str()?;
-    let meta = obj.get("metadata")?;
-    let name = meta.get("name")?.as_str()?;
-    let namespace = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
-    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    Some((
-        (group.to_string(), kind.to_string()),
-        (namespace.to_string(), name.to_string()),
-    ))
-}
-
+mod manifest;
 #[cfg(test)]
 mod tests;

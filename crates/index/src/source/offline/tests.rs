@@ -1,4 +1,4 @@
-use super::*;
+use super::{manifest::nesting_exceeds, *};
 use crate::{
     model::{PodInfo, ServiceInfo},
     source::ClusterSource,
@@ -68,7 +68,7 @@ fn multi_document_yaml_lists_and_json_streams() {
         {"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns"}}]}
         {"apiVersion":"v1","kind":"Service","metadata":{"name":"c","namespace":"ns"}}"#;
     let objs = parse_manifests(Path::new("x.json"), list.as_bytes()).unwrap();
-    let kinds: Vec<_> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<_> = objs.iter().map(|o| o.type_key.1.as_str()).collect();
     assert_eq!(kinds, ["Service", "Pod", "Service"]);
 
     // `kubectl get -o yaml` of several objects prints a List with `items`.
@@ -107,7 +107,7 @@ fn a_byte_order_mark_is_read_past() {
         };
         let objs = parse_manifests(Path::new(file), text.as_bytes()).unwrap();
         assert_eq!(objs.len(), 1, "{file}");
-        assert_eq!(objs[0]["metadata"]["name"], "a");
+        assert_eq!(objs[0].obj_key.1, "a");
     }
 }
 
@@ -116,7 +116,7 @@ fn documents_that_are_not_objects_are_skipped_alone() {
     let text = "just a string\n---\napiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: ok}\n---\n- 1\n- 2\n---\napiVersion: v1\nkind: List\nitems: 5\n";
     let objs = parse_manifests(Path::new("x.yaml"), text.as_bytes()).unwrap();
     assert_eq!(objs.len(), 1);
-    assert_eq!(objs[0]["metadata"]["name"], "a");
+    assert_eq!(objs[0].obj_key.1, "a");
 }
 
 #[test]
@@ -126,7 +126,7 @@ fn unnamed_items_are_skipped_alone() {
     // 42 is not a mapping: the item is skipped, and so is the nameless Service; `b` stays.
     let objs = err.unwrap();
     assert_eq!(objs.len(), 1);
-    assert_eq!(objs[0]["metadata"]["name"], "b");
+    assert_eq!(objs[0].obj_key.1, "b");
     let nameless = "apiVersion: v1\nkind: Service\nmetadata: {}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: a}\n";
     assert_eq!(
         parse_manifests(Path::new("x.yaml"), nameless.as_bytes())
@@ -209,6 +209,102 @@ async fn duplicates_are_one_object_and_conflicts_keep_the_first_file() {
     let conflict = objs.iter().find(|s| s.name == "conflict").unwrap();
     assert_eq!(conflict.ports[0].port, 80);
     assert_eq!(metrics.conflicting_objects.get(), 1);
+}
+
+#[test]
+fn the_same_object_in_yaml_and_json_in_any_key_order_has_one_digest() {
+    let yaml = "apiVersion: v1\nkind: Service\nmetadata:\n  namespace: ns\n  name: a\n  labels: {x: \"1\", y: \"2\"}\nspec:\n  ports:\n  - {port: 80, name: http}\n";
+    let json = r#"{"spec":{"ports":[{"name":"http","port":80}]},"kind":"Service","apiVersion":"v1",
+        "metadata":{"labels":{"y":"2","x":"1"},"name":"a","namespace":"ns"}}"#;
+    let from_yaml = parse_manifests(Path::new("a.yaml"), yaml.as_bytes()).unwrap();
+    let from_json = parse_manifests(Path::new("a.json"), json.as_bytes()).unwrap();
+    assert_eq!(from_yaml[0].digest, from_json[0].digest);
+    assert_eq!(from_yaml[0].obj_key, ("ns".to_string(), "a".to_string()));
+    assert_eq!(from_yaml[0].value(), from_json[0].value());
+    // What differs is told apart: a value, a type (`"80"` is not `80`), the order of a list.
+    for other in [
+        json.replace(r#""port":80"#, r#""port":81"#),
+        json.replace(r#""port":80"#, r#""port":"80""#),
+        json.replace(r#""y":"2","x":"1""#, r#""y":"1","x":"2""#),
+        json.replace(
+            r#"[{"name":"http","port":80}]"#,
+            r#"[{"name":"http","port":80},{"name":"b","port":1}]"#,
+        ),
+    ] {
+        let m = parse_manifests(Path::new("b.json"), other.as_bytes()).unwrap();
+        assert_ne!(m[0].digest, from_json[0].digest, "{other}");
+    }
+    let a = parse_manifests(
+        Path::new("c.json"),
+        br#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"},"spec":{"x":[1,2]}}"#,
+    )
+    .unwrap();
+    let b = parse_manifests(
+        Path::new("c.json"),
+        br#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"},"spec":{"x":[2,1]}}"#,
+    )
+    .unwrap();
+    assert_ne!(a[0].digest, b[0].digest);
+}
+
+#[tokio::test]
+async fn an_object_in_a_yaml_and_a_json_file_is_one_object() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "1.yaml", &svc_yaml("same", 80));
+    let json = r#"{"kind":"Service","apiVersion":"v1","spec":{"ports":[{"port":80}]},"metadata":{"name":"same","namespace":"ns"}}"#;
+    let yaml = svc_yaml("same", 80);
+    let parsed = parse_manifests(Path::new("1.yaml"), yaml.as_bytes()).unwrap();
+    assert_eq!(
+        parsed[0].value(),
+        serde_json::from_str::<serde_json::Value>(json).unwrap(),
+        "the fixture must define the same object"
+    );
+    write(dir.path(), "2.json", json);
+    let metrics = IndexMetrics::default();
+    let mut services = services(dir.path(), &metrics).await;
+    let Event::Reset(objs) = next(&mut services).await else {
+        panic!("expected Reset")
+    };
+    assert_eq!(names(&objs), ["same"]);
+    assert_eq!(metrics.conflicting_objects.get(), 0);
+}
+
+#[test]
+fn lists_read_items_before_kind_and_objects_keep_a_field_named_items() {
+    // kubectl prints `items` before `kind`.
+    for (file, text) in [
+        (
+            "x.yaml",
+            "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: a, namespace: ns}\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p, namespace: ns}\nkind: List\nmetadata: {resourceVersion: \"\"}\n",
+        ),
+        (
+            "x.json",
+            r#"{"apiVersion":"v1","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"a","namespace":"ns"}},{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns"}}],"kind":"PodList","metadata":{}}"#,
+        ),
+    ] {
+        let objs = parse_manifests(Path::new(file), text.as_bytes()).unwrap();
+        let names: Vec<_> = objs.iter().map(|o| o.obj_key.1.as_str()).collect();
+        assert_eq!(names, ["a", "p"], "{file}");
+    }
+    // An object that is not a List keeps its `items` as they were.
+    let yaml = "apiVersion: example.io/v1\nkind: Basket\nitems:\n- {apple: 1}\n- pear\nmetadata: {name: b}\n";
+    let objs = parse_manifests(Path::new("x.yaml"), yaml.as_bytes()).unwrap();
+    assert_eq!(objs.len(), 1);
+    assert_eq!(
+        objs[0].type_key,
+        ("example.io".to_string(), "Basket".to_string())
+    );
+    assert_eq!(
+        objs[0].value()["items"],
+        serde_json::json!([{"apple": 1}, "pear"])
+    );
+    let empty =
+        "apiVersion: v1\nkind: List\nitems: null\n---\napiVersion: v1\nkind: List\nitems: []\n";
+    assert!(
+        parse_manifests(Path::new("x.yaml"), empty.as_bytes())
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -335,7 +431,7 @@ fn refresh(state: &mut StateDir, dir: &Path, files: &[&str]) -> Vec<(String, Opt
 }
 
 fn service_count(state: &StateDir) -> usize {
-    state.defs.keys().filter(|(t, _)| t.1 == "Service").count()
+    state.defs.keys().filter(|id| id.0.1 == "Service").count()
 }
 
 /// Re-lists the directory; returns the number of Services it defines.
@@ -578,7 +674,10 @@ fn deeply_nested_files_are_refused_before_parsing() {
         "[".repeat(300),
     );
     let objs = parse_manifests(Path::new("x.yaml"), quoted.as_bytes()).unwrap();
-    assert_eq!(objs[0]["metadata"]["annotations"]["a"], "[".repeat(300));
+    assert_eq!(
+        objs[0].value()["metadata"]["annotations"]["a"],
+        "[".repeat(300)
+    );
     assert!(nesting_exceeds(
         format!("a: it's {}", "[".repeat(300)).as_bytes(),
         256
@@ -618,7 +717,7 @@ fn oversized_and_deep_files_are_reported_and_counted() {
 
 #[test]
 fn decode_errors_name_the_field() {
-    let value: Value = serde_json::from_str(
+    let value: serde_json::Value = serde_json::from_str(
         r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":"http"}]}}"#,
     )
     .unwrap();

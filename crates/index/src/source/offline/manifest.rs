@@ -1,0 +1,624 @@
+//! One state file read into its manifests: each object's keys, a digest of its definition and
+//! its JSON text, without keeping a document tree of the file.
+//!
+//! A JSON file is split into its objects in place: each object's text is a slice of the file.
+//! A YAML document is built one `items` entry at a time and each object re-encoded as JSON
+//! text, so a `kind: List` of thousands of pods never exists as one tree (which, freed, would
+//! leave the heap fragmented around the decoded objects). Either way, the kinds decode from
+//! that text ([`crate::source::KindFeed::decode_json`]), and one digest algorithm serves both
+//! formats, so an object defined identically in a YAML and a JSON file is one object.
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Value, value::RawValue};
+use std::{
+    borrow::Cow,
+    fmt,
+    hash::{BuildHasher, Hash, Hasher},
+    path::Path,
+};
+
+use super::{Digest, FileError, MAX_NESTING, ObjectKey, TypeKey};
+
+/// One object of a state file.
+#[derive(Debug)]
+pub struct Manifest<'a> {
+    /// `(group, kind)`, from `apiVersion` and `kind`.
+    pub type_key: TypeKey,
+    /// `(namespace, name)` from `metadata`; namespace `""` when absent.
+    pub obj_key: ObjectKey,
+    /// Equal for equal definitions, whatever their key order, formatting or file format.
+    pub digest: Digest,
+    /// The object as JSON: a slice of a JSON file, re-encoded from a YAML one.
+    pub json: Cow<'a, str>,
+}
+
+impl Manifest<'_> {
+    /// The object as a document tree (tests and error paths only: the kinds decode from text).
+    pub fn value(&self) -> Value {
+        serde_json::from_str(&self.json).unwrap_or(Value::Null)
+    }
+}
+
+/// Parses one file into its objects: YAML documents or JSON values, with `kind: List` expanded.
+///
+/// Any syntax error rejects the whole file, so a file is never half-applied; so does nesting
+/// deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any parsing. Documents
+/// that are not objects, and objects without `apiVersion`, `kind` or `metadata.name`, are logged
+/// and skipped alone.
+pub fn parse_manifests<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<Manifest<'a>>, FileError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| FileError::Read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    // Editors on Windows start UTF-8 files with a byte order mark; kubectl reads past it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if nesting_exceeds(bytes, MAX_NESTING) {
+        return Err(FileError::TooDeep { limit: MAX_NESTING });
+    }
+    let documents = if path.extension().and_then(|e| e.to_str()) == Some("json") {
+        json_documents(text)?
+    } else {
+        yaml_documents(text)?
+    };
+    let mut manifests = Vec::new();
+    for (index, document) in documents.into_iter().enumerate() {
+        let objects = match document {
+            Document::Empty => continue,
+            Document::Object(json) => vec![json],
+            Document::List(items) => items,
+            Document::NotAnObject => {
+                tracing::warn!(
+                    file = %path.display(),
+                    document = index + 1,
+                    "skipping a document that is not a Kubernetes object (expected a mapping)"
+                );
+                continue;
+            }
+            Document::BadItems => {
+                tracing::warn!(
+                    file = %path.display(),
+                    document = index + 1,
+                    "skipping a List whose `items` is not a sequence"
+                );
+                continue;
+            }
+        };
+        // An item that is not an object of its own is skipped by itself: one bad entry of a
+        // large `kind: List` must not take the rest of the cluster with it.
+        for json in objects {
+            match summarize(&json) {
+                Some((type_key, obj_key, digest)) => manifests.push(Manifest {
+                    type_key,
+                    obj_key,
+                    digest,
+                    json,
+                }),
+                None => {
+                    let kind = serde_json::from_str::<KindOnly>(&json)
+                        .ok()
+                        .and_then(|k| k.kind)
+                        .unwrap_or_else(|| "<no kind>".into());
+                    tracing::warn!(file = %path.display(), %kind, "skipping an object without apiVersion, kind or metadata.name");
+                }
+            }
+        }
+    }
+    Ok(manifests)
+}
+
+/// A document of a file, its objects as JSON text.
+enum Document<'a> {
+    /// `null`, `~` or nothing.
+    Empty,
+    Object(Cow<'a, str>),
+    /// The items of a `kind: List` (or `…List`); an item may be anything, even not an object.
+    List(Vec<Cow<'a, str>>),
+    /// A scalar or a sequence.
+    NotAnObject,
+    /// A List whose `items` is neither a sequence nor null.
+    BadItems,
+}
+
+fn is_list_kind(kind: &str) -> bool {
+    kind == "List" || kind.ends_with("List")
+}
+
+#[derive(serde::Deserialize)]
+struct KindOnly {
+    kind: Option<String>,
+}
+
+// === JSON ===
+
+/// The documents of a JSON stream, each object a slice of `text`.
+fn json_documents(text: &str) -> Result<Vec<Document<'_>>, FileError> {
+    #[derive(serde::Deserialize)]
+    struct ListShape<'a> {
+        #[serde(borrow)]
+        kind: Option<&'a RawValue>,
+        #[serde(borrow)]
+        items: Option<&'a RawValue>,
+    }
+    let raws = serde_json::Deserializer::from_str(text)
+        .into_iter::<&RawValue>()
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut documents = Vec::with_capacity(raws.len());
+    for raw in raws {
+        let json = raw.get();
+        if !json.starts_with('{') {
+            documents.push(if json == "null" {
+                Document::Empty
+            } else {
+                Document::NotAnObject
+            });
+            continue;
+        }
+        let shape: ListShape<'_> = serde_json::from_str(json)?;
+        let kind = shape
+            .kind
+            .and_then(|k| serde_json::from_str::<Cow<'_, str>>(k.get()).ok());
+        let document = match (kind, shape.items) {
+            (Some(kind), Some(items)) if is_list_kind(&kind) => match items.get().as_bytes() {
+                [b'[', ..] => {
+                    let items: Vec<&RawValue> = serde_json::from_str(items.get())?;
+                    Document::List(items.into_iter().map(|i| Cow::Borrowed(i.get())).collect())
+                }
+                b"null" => Document::List(Vec::new()),
+                _ => Document::BadItems,
+            },
+            _ => Document::Object(Cow::Borrowed(json)),
+        };
+        documents.push(document);
+    }
+    Ok(documents)
+}
+
+// === YAML ===
+
+/// The documents of a multi-document YAML text. Each List item is re-encoded as JSON as soon as
+/// it is read, so that only one item's tree exists at a time.
+fn yaml_documents(text: &str) -> Result<Vec<Document<'static>>, FileError> {
+    let documents: Vec<YamlDocument> = linkerd_k8s_api::yaml::from_documents(text)?;
+    Ok(documents.into_iter().map(|d| d.0).collect())
+}
+
+struct YamlDocument(Document<'static>);
+
+impl<'de> serde::Deserialize<'de> for YamlDocument {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_any(YamlDocumentVisitor)
+            .map(YamlDocument)
+    }
+}
+
+struct YamlDocumentVisitor;
+
+impl<'de> Visitor<'de> for YamlDocumentVisitor {
+    type Value = Document<'static>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a YAML document")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Document::Empty)
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(Document::Empty)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Document::NotAnObject)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Document::NotAnObject)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Document::NotAnObject)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Document::NotAnObject)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Document::NotAnObject)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Document::NotAnObject)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = serde_json::Map::new();
+        let mut items = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "items" {
+                if items.is_some() {
+                    return Err(de::Error::duplicate_field("items"));
+                }
+                items = Some(map.next_value::<YamlItems>()?);
+            } else {
+                let value = map.next_value::<Value>()?;
+                if fields.insert(key.clone(), value).is_some() {
+                    return Err(de::Error::custom(format_args!("duplicate key `{key}`")));
+                }
+            }
+        }
+        let list = fields
+            .get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(is_list_kind);
+        Ok(match items {
+            Some(YamlItems::Json(items)) if list => {
+                Document::List(items.into_iter().map(Cow::Owned).collect())
+            }
+            Some(YamlItems::Null) if list => Document::List(Vec::new()),
+            Some(YamlItems::Other(_)) if list => Document::BadItems,
+            // An object with a field named `items`: put it back as it was.
+            items => {
+                if let Some(items) = items {
+                    fields.insert("items".into(), items.into_value());
+                }
+                Document::Object(Cow::Owned(Value::Object(fields).to_string()))
+            }
+        })
+    }
+}
+
+/// A document's `items`: each entry as JSON text when it is a sequence.
+enum YamlItems {
+    Json(Vec<String>),
+    Null,
+    Other(Value),
+}
+
+impl YamlItems {
+    fn into_value(self) -> Value {
+        match self {
+            YamlItems::Json(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|i| serde_json::from_str(i).unwrap_or(Value::Null))
+                    .collect(),
+            ),
+            YamlItems::Null => Value::Null,
+            YamlItems::Other(value) => value,
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for YamlItems {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ItemsVisitor;
+        impl<'de> Visitor<'de> for ItemsVisitor {
+            type Value = YamlItems;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a sequence of objects")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<YamlItems, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(item) = seq.next_element::<Value>()? {
+                    items.push(item.to_string());
+                }
+                Ok(YamlItems::Json(items))
+            }
+
+            fn visit_unit<E>(self) -> Result<YamlItems, E> {
+                Ok(YamlItems::Null)
+            }
+
+            fn visit_none<E>(self) -> Result<YamlItems, E> {
+                Ok(YamlItems::Null)
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<YamlItems, A::Error> {
+                let value = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(YamlItems::Other(value))
+            }
+
+            fn visit_bool<E>(self, v: bool) -> Result<YamlItems, E> {
+                Ok(YamlItems::Other(Value::Bool(v)))
+            }
+
+            fn visit_i64<E>(self, v: i64) -> Result<YamlItems, E> {
+                Ok(YamlItems::Other(v.into()))
+            }
+
+            fn visit_u64<E>(self, v: u64) -> Result<YamlItems, E> {
+                Ok(YamlItems::Other(v.into()))
+            }
+
+            fn visit_f64<E>(self, v: f64) -> Result<YamlItems, E> {
+                Ok(YamlItems::Other(v.into()))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<YamlItems, E> {
+                Ok(YamlItems::Other(v.into()))
+            }
+        }
+        use serde::Deserialize;
+        deserializer.deserialize_any(ItemsVisitor)
+    }
+}
+
+// === keys and digest ===
+
+/// The keys and digest of one object's JSON text, in one pass over it; `None` when it is not
+/// an object with `apiVersion`, `kind` and `metadata.name` strings.
+fn summarize(json: &str) -> Option<(TypeKey, ObjectKey, Digest)> {
+    let mut head = Head::default();
+    let mut deserializer = serde_json::Deserializer::from_str(json);
+    let digest = DigestSeed {
+        capture: Capture::Object(&mut head),
+    }
+    .deserialize(&mut deserializer)
+    .ok()?;
+    let Head {
+        api_version: Some(api_version),
+        kind: Some(kind),
+        name: Some(name),
+        namespace,
+    } = head
+    else {
+        return None;
+    };
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    Some((
+        (group.to_string(), kind),
+        (namespace.unwrap_or_default(), name),
+    ))
+    .map(|(t, k)| (t, k, digest))
+}
+
+/// The fields of an object that name it.
+#[derive(Default)]
+struct Head {
+    api_version: Option<String>,
+    kind: Option<String>,
+    name: Option<String>,
+    namespace: Option<String>,
+}
+
+/// What a [`DigestSeed`] records of the value it digests, besides the digest.
+enum Capture<'h> {
+    Nothing,
+    /// The top-level object: its `apiVersion`, `kind`, and `metadata`.
+    Object(&'h mut Head),
+    /// `metadata`: its `name` and `namespace`.
+    Metadata(&'h mut Head),
+    /// A string field of the head.
+    String(&'h mut Option<String>),
+}
+
+/// Digests a value: scalars by type and value, sequences in order, maps by the sum of their
+/// entries' digests, so that key order (which YAML, JSON and kubectl versions do not keep the
+/// same) does not matter. Not cryptographic: it tells versions of a file's objects apart.
+struct DigestSeed<'h> {
+    capture: Capture<'h>,
+}
+
+/// Tags keep values of different types apart (`"1"` and `1`, `[]` and `{}`).
+#[derive(Hash)]
+enum Tag {
+    Null,
+    Bool,
+    Int,
+    Uint,
+    Float,
+    Str,
+    Seq,
+    Map,
+    Entry,
+}
+
+fn hasher() -> impl Hasher {
+    foldhash::fast::FixedState::with_seed(0x6c69_6e6b_6572_6421).build_hasher()
+}
+
+/// A hash of a file's bytes, to tell a changed file from one rewritten identically.
+pub(super) fn content_hash(bytes: &[u8]) -> u64 {
+    let mut h = hasher();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+fn digest_of(tag: Tag, value: impl Hash) -> Digest {
+    let mut h = hasher();
+    tag.hash(&mut h);
+    value.hash(&mut h);
+    h.finish()
+}
+
+impl<'de> DeserializeSeed<'de> for DigestSeed<'_> {
+    type Value = Digest;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Digest, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DigestSeed<'_> {
+    type Value = Digest;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Digest, E> {
+        Ok(digest_of(Tag::Null, ()))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Digest, E> {
+        Ok(digest_of(Tag::Bool, v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Digest, E> {
+        // serde_json reads every non-negative integer as a u64.
+        Ok(match u64::try_from(v) {
+            Ok(v) => digest_of(Tag::Uint, v),
+            Err(_) => digest_of(Tag::Int, v),
+        })
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Digest, E> {
+        Ok(digest_of(Tag::Uint, v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Digest, E> {
+        Ok(digest_of(Tag::Float, v.to_bits()))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Digest, E> {
+        if let Capture::String(slot) = self.capture {
+            *slot = Some(v.to_string());
+        }
+        Ok(digest_of(Tag::Str, v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Digest, A::Error> {
+        let mut h = hasher();
+        Tag::Seq.hash(&mut h);
+        while let Some(item) = seq.next_element_seed(DigestSeed {
+            capture: Capture::Nothing,
+        })? {
+            h.write_u64(item);
+        }
+        Ok(h.finish())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Digest, A::Error> {
+        let (mut head, object) = match self.capture {
+            Capture::Object(head) => (Some(head), true),
+            Capture::Metadata(head) => (Some(head), false),
+            _ => (None, false),
+        };
+        let (mut sum, mut len) = (0u64, 0u64);
+        while let Some((key, field)) = map.next_key_seed(KeySeed)? {
+            let capture = match (head.as_deref_mut(), object, field) {
+                (Some(h), true, Field::ApiVersion) => Capture::String(&mut h.api_version),
+                (Some(h), true, Field::Kind) => Capture::String(&mut h.kind),
+                (Some(h), true, Field::Metadata) => Capture::Metadata(h),
+                (Some(h), false, Field::Name) => Capture::String(&mut h.name),
+                (Some(h), false, Field::Namespace) => Capture::String(&mut h.namespace),
+                _ => Capture::Nothing,
+            };
+            let value = map.next_value_seed(DigestSeed { capture })?;
+            let mut h = hasher();
+            Tag::Entry.hash(&mut h);
+            h.write_u64(key);
+            h.write_u64(value);
+            sum = sum.wrapping_add(h.finish());
+            len += 1;
+        }
+        let mut h = hasher();
+        Tag::Map.hash(&mut h);
+        h.write_u64(len);
+        h.write_u64(sum);
+        Ok(h.finish())
+    }
+}
+
+/// The keys a [`DigestSeed`] records.
+#[derive(Clone, Copy)]
+enum Field {
+    ApiVersion,
+    Kind,
+    Metadata,
+    Name,
+    Namespace,
+    Other,
+}
+
+/// Reads a map key: its digest, and which field it is.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = (Digest, Field);
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = (Digest, Field);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        let field = match v {
+            "apiVersion" => Field::ApiVersion,
+            "kind" => Field::Kind,
+            "metadata" => Field::Metadata,
+            "name" => Field::Name,
+            "namespace" => Field::Namespace,
+            _ => Field::Other,
+        };
+        Ok((digest_of(Tag::Str, v), field))
+    }
+}
+
+// === nesting ===
+
+/// Whether `[` / `{` nest deeper than `limit` in `bytes`, outside quoted strings and comments.
+///
+/// A linear scan that over-counts rather than under-counts: brackets inside plain or block
+/// scalars count too (manifests nest a dozen levels, the limit is far above). A quote opens a
+/// string only where YAML starts a quoted scalar, so `it's` opens none.
+pub(super) fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
+    let mut depth = 0usize;
+    let mut i = 0;
+    // Where YAML starts a quoted scalar: at a line's start or after an indicator, blanks
+    // between; a quote inside a plain scalar (`5" screen`) opens nothing.
+    let token_start = |i: usize| {
+        let mut j = i;
+        while j > 0 && matches!(bytes[j - 1], b' ' | b'\t') {
+            j -= 1;
+        }
+        j == 0
+            || matches!(
+                bytes[j - 1],
+                b'\n' | b'\r' | b'[' | b'{' | b',' | b':' | b'-' | b'?'
+            )
+    };
+    while i < bytes.len() {
+        match bytes[i] {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'"' if token_start(i) => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            // `''` inside a single-quoted string reads as a close and an open: same result.
+            b'\'' if token_start(i) => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'\'' {
+                    i += 1;
+                }
+            }
+            b'#' if i == 0 || matches!(bytes[i - 1], b' ' | b'\t' | b'\n' | b'\r') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
