@@ -412,3 +412,55 @@ async fn dual_stack_external_workloads_have_one_id_per_family() {
         ]
     );
 }
+
+/// A mirrored slice (no target refs) of `svc` with annotation
+/// `mirror.linkerd.io/remote-svc-fq-name` set to `fq_name`.
+fn mk_mirrored_slice(svc: &str, fq_name: &str) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {
+            "name": format!("{svc}-1"), "namespace": "ns",
+            "labels": {"kubernetes.io/service-name": svc, "mirror.linkerd.io/cluster-name": "east"},
+            "annotations": {
+                "mirror.linkerd.io/remote-svc-fq-name": fq_name,
+                "mirror.linkerd.io/remote-gateway-identity": "gateway.linkerd-multicluster.serviceaccount.identity.linkerd.cluster.local",
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 4143}],
+        "endpoints": [{"addresses": ["172.18.0.5"], "conditions": {"ready": true}}],
+    }))
+    .unwrap()
+}
+
+fn authority_override(view: &linkerd_index::EndpointsView) -> Vec<Option<String>> {
+    view.endpoints
+        .values()
+        .map(|ep| match &ep.workload {
+            Workload::Address {
+                authority_override, ..
+            } => authority_override.clone(),
+            other => panic!("not a bare address: {other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn empty_remote_service_name_sets_no_authority_override() {
+    let index = index();
+    index.apply(Event::Apply(mk_service("web-east", &[("http", 8080)])));
+    index.apply(Event::Apply(mk_service("api-east", &[("http", 8080)])));
+    index.apply(Event::Apply(mk_mirrored_slice("web-east", "")));
+    index.apply(Event::Apply(mk_mirrored_slice(
+        "api-east",
+        "api.ns.svc.cluster.local",
+    )));
+    let web = index.endpoints(key("web-east", 8080));
+    assert_eq!(authority_override(&web.borrow()), [None]);
+    assert_eq!(web.borrow().labels.get("target_service"), None);
+    let api = index.endpoints(key("api-east", 8080));
+    assert_eq!(
+        authority_override(&api.borrow()),
+        [Some("api.ns.svc.cluster.local:8080".to_string())]
+    );
+}
