@@ -90,10 +90,12 @@ impl Outbound {
             warn("retry", e);
             None
         });
-        let failure_accrual = annotations::failure_accrual(annotations).unwrap_or_else(|e| {
-            warn("failure accrual", e);
-            None
-        });
+        let failure_accrual =
+            annotations::failure_accrual(annotations, |e| warn("failure accrual", e))
+                .unwrap_or_else(|e| {
+                    warn("failure accrual", e);
+                    None
+                });
         let port = original_dst.port();
         let opaque = en
             .and_then(|e| e.opaque_ports.as_ref())

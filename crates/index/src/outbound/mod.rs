@@ -181,10 +181,12 @@ impl Outbound {
             warn("retry", e);
             None
         });
-        let failure_accrual = annotations::failure_accrual(annotations).unwrap_or_else(|e| {
-            warn("failure accrual", e);
-            None
-        });
+        let failure_accrual =
+            annotations::failure_accrual(annotations, |e| warn("failure accrual", e))
+                .unwrap_or_else(|e| {
+                    warn("failure accrual", e);
+                    None
+                });
         let load = annotations::load_estimator(annotations).unwrap_or_else(|e| {
             warn("load biaser", e);
             LoadEstimator::PeakEwma
