@@ -372,12 +372,18 @@ async fn egress_policy_routes_and_backends() {
                                 port: 443,
                                 addr: dst,
                             },
-                            Backend::Invalid {
+                            Backend::InvalidEgressNetwork {
                                 weight: 1,
+                                namespace: GLOBAL.into(),
+                                name: "partners".into(),
+                                port: 443,
                                 message: "Route with EgressNetwork backend needs to have the same EgressNetwork as a parent".into(),
                             },
-                            Backend::Invalid {
+                            Backend::InvalidEgressNetwork {
                                 weight: 1,
+                                namespace: GLOBAL.into(),
+                                name: "gone".into(),
+                                port: 8443,
                                 message: "EgressNetwork not found gone".into(),
                             },
                         ],
