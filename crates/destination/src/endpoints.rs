@@ -123,41 +123,45 @@ impl StreamFilter {
                 set = in_zone;
             }
         }
-        // The family is chosen after zone filtering (§H.13).
+        // The family is chosen after zone filtering (§H.13), for pods and ExternalWorkloads
+        // alike: both have one ID per family.
         if self.enable_ipv6 {
-            let v6_pods: Vec<(&str, &str)> = set
+            let v6_workloads: Vec<(bool, &str, &str)> = set
                 .iter()
-                .filter_map(|(id, _)| match id {
-                    AddressId::Pod {
-                        namespace,
-                        name,
-                        family: AddressType::IPv6,
-                    } => Some((namespace.as_str(), name.as_str())),
+                .filter_map(|(id, _)| match workload_family(id)? {
+                    (workload, AddressType::IPv6) => Some(workload),
                     _ => None,
                 })
                 .collect();
-            if !v6_pods.is_empty() {
-                set.retain(|(id, _)| match id {
-                    AddressId::Pod {
-                        namespace,
-                        name,
-                        family: AddressType::IPv4,
-                    } => !v6_pods.contains(&(namespace.as_str(), name.as_str())),
+            if !v6_workloads.is_empty() {
+                set.retain(|(id, _)| match workload_family(id) {
+                    Some((workload, AddressType::IPv4)) => !v6_workloads.contains(&workload),
                     _ => true,
                 });
             }
         } else {
-            set.retain(|(id, _)| {
-                !matches!(
-                    id,
-                    AddressId::Pod {
-                        family: AddressType::IPv6,
-                        ..
-                    }
-                )
-            });
+            set.retain(|(id, _)| !matches!(workload_family(id), Some((_, AddressType::IPv6))));
         }
         set
+    }
+}
+
+/// The workload of a pod or ExternalWorkload ID (whether it is an ExternalWorkload, its
+/// namespace and name) and the ID's address family; `None` for bare addresses, which carry no
+/// family and are never dropped by it.
+fn workload_family(id: &AddressId) -> Option<((bool, &str, &str), AddressType)> {
+    match id {
+        AddressId::Pod {
+            namespace,
+            name,
+            family,
+        } => Some(((false, namespace, name), *family)),
+        AddressId::External {
+            namespace,
+            name,
+            family,
+        } => Some(((true, namespace, name), *family)),
+        AddressId::Address { .. } => None,
     }
 }
 

@@ -253,3 +253,214 @@ async fn invalid_objects_are_skipped() {
     assert!(index.service("ns", "bad").is_none());
     assert!(index.service("ns", "web").is_some());
 }
+
+fn mk_external_workload(name: &str, ips: &[&str]) -> linkerd_k8s_api::ExternalWorkload {
+    serde_json::from_value(json!({
+        "apiVersion": "workload.linkerd.io/v1beta1", "kind": "ExternalWorkload",
+        "metadata": {"name": name, "namespace": "ns", "labels": {"app": "vm"}},
+        "spec": {
+            "meshTLS": {"identity": format!("spiffe://root.linkerd.cluster.local/{name}"), "serverName": format!("{name}.ns.external.identity.linkerd.cluster.local")},
+            "ports": [{"name": "http", "port": 8080}],
+            "workloadIPs": ips.iter().map(|ip| json!({"ip": ip})).collect::<Vec<_>>(),
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap()
+}
+
+/// A slice of ExternalWorkload endpoints: (workload, address, conditions.ready).
+fn mk_external_slice(
+    name: &str,
+    labels: serde_json::Value,
+    address_type: &str,
+    eps: &[(&str, &str, Option<bool>)],
+) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": "ns", "labels": labels},
+        "addressType": address_type,
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": eps.iter().map(|(ew, ip, ready)| json!({
+            "addresses": [ip],
+            "conditions": {"ready": ready},
+            "targetRef": {"kind": "ExternalWorkload", "name": ew, "namespace": "ns"},
+        })).collect::<Vec<_>>(),
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn external_workload_endpoints_follow_readiness() {
+    let index = index();
+    index.apply(Event::Apply(mk_service("vm", &[("http", 80)])));
+    index.apply(Event::Apply(mk_external_workload("vm-a", &["10.1.0.1"])));
+    index.apply(Event::Apply(mk_external_workload("vm-b", &["10.1.0.2"])));
+    index.apply(Event::Apply(mk_external_workload("vm-c", &["10.1.0.3"])));
+    let labels = json!({"kubernetes.io/service-name": "vm"});
+    index.apply(Event::Apply(mk_external_slice(
+        "vm-1",
+        labels.clone(),
+        "IPv4",
+        &[
+            ("vm-a", "10.1.0.1", Some(true)),
+            ("vm-b", "10.1.0.2", Some(false)),
+            ("vm-c", "10.1.0.3", None),
+        ],
+    )));
+    let mut rx = index.endpoints(key("vm", 80));
+    {
+        let view = rx.borrow_and_update();
+        assert_eq!(
+            addrs(&view),
+            [
+                "10.1.0.1:8080".parse::<SocketAddr>().unwrap(),
+                "10.1.0.3:8080".parse().unwrap()
+            ]
+        );
+        let ids: Vec<_> = view.endpoints.keys().cloned().collect();
+        assert_eq!(
+            ids[0],
+            AddressId::External {
+                namespace: "ns".into(),
+                name: "vm-a".into(),
+                family: AddressType::IPv4,
+            }
+        );
+    }
+    // vm-a turns not ready: it is removed.
+    index.apply(Event::Apply(mk_external_slice(
+        "vm-1",
+        labels,
+        "IPv4",
+        &[
+            ("vm-a", "10.1.0.1", Some(false)),
+            ("vm-b", "10.1.0.2", Some(false)),
+            ("vm-c", "10.1.0.3", None),
+        ],
+    )));
+    assert!(rx.has_changed().unwrap());
+    assert_eq!(
+        addrs(&rx.borrow_and_update()),
+        ["10.1.0.3:8080".parse::<SocketAddr>().unwrap()]
+    );
+}
+
+#[tokio::test]
+async fn external_workload_slices_without_the_service_label_are_ignored() {
+    let index = index();
+    index.apply(Event::Apply(mk_service("vm", &[("http", 80)])));
+    index.apply(Event::Apply(mk_external_workload("vm-a", &["10.1.0.1"])));
+    index.apply(Event::Apply(mk_external_slice(
+        "vm-1",
+        json!({"endpointslice.kubernetes.io/managed-by": "linkerd.io/external-workloads-controller"}),
+        "IPv4",
+        &[("vm-a", "10.1.0.1", Some(true))],
+    )));
+    let mut rx = index.endpoints(key("vm", 80));
+    assert!(rx.borrow_and_update().endpoints.is_empty());
+    // The same slice once labelled is attached.
+    index.apply(Event::Apply(mk_external_slice(
+        "vm-1",
+        json!({"kubernetes.io/service-name": "vm"}),
+        "IPv4",
+        &[("vm-a", "10.1.0.1", Some(true))],
+    )));
+    assert_eq!(
+        addrs(&rx.borrow_and_update()),
+        ["10.1.0.1:8080".parse::<SocketAddr>().unwrap()]
+    );
+}
+
+#[tokio::test]
+async fn dual_stack_external_workloads_have_one_id_per_family() {
+    let index = index();
+    index.apply(Event::Apply(mk_service("vm", &[("http", 80)])));
+    index.apply(Event::Apply(mk_external_workload(
+        "vm-a",
+        &["10.1.0.1", "fd00::1"],
+    )));
+    let labels = json!({"kubernetes.io/service-name": "vm"});
+    index.apply(Event::Apply(mk_external_slice(
+        "vm-v4",
+        labels.clone(),
+        "IPv4",
+        &[("vm-a", "10.1.0.1", Some(true))],
+    )));
+    index.apply(Event::Apply(mk_external_slice(
+        "vm-v6",
+        labels,
+        "IPv6",
+        &[("vm-a", "fd00::1", Some(true))],
+    )));
+    let rx = index.endpoints(key("vm", 80));
+    let view = rx.borrow();
+    let ids: Vec<_> = view
+        .endpoints
+        .iter()
+        .map(|(id, ep)| (id.clone(), ep.addr))
+        .collect();
+    let id = |family| AddressId::External {
+        namespace: "ns".into(),
+        name: "vm-a".into(),
+        family,
+    };
+    assert_eq!(
+        ids,
+        [
+            (id(AddressType::IPv4), "10.1.0.1:8080".parse().unwrap()),
+            (id(AddressType::IPv6), "[fd00::1]:8080".parse().unwrap()),
+        ]
+    );
+}
+
+/// A mirrored slice (no target refs) of `svc` with annotation
+/// `mirror.linkerd.io/remote-svc-fq-name` set to `fq_name`.
+fn mk_mirrored_slice(svc: &str, fq_name: &str) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {
+            "name": format!("{svc}-1"), "namespace": "ns",
+            "labels": {"kubernetes.io/service-name": svc, "mirror.linkerd.io/cluster-name": "east"},
+            "annotations": {
+                "mirror.linkerd.io/remote-svc-fq-name": fq_name,
+                "mirror.linkerd.io/remote-gateway-identity": "gateway.linkerd-multicluster.serviceaccount.identity.linkerd.cluster.local",
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 4143}],
+        "endpoints": [{"addresses": ["172.18.0.5"], "conditions": {"ready": true}}],
+    }))
+    .unwrap()
+}
+
+fn authority_override(view: &linkerd_index::EndpointsView) -> Vec<Option<String>> {
+    view.endpoints
+        .values()
+        .map(|ep| match &ep.workload {
+            Workload::Address {
+                authority_override, ..
+            } => authority_override.clone(),
+            other => panic!("not a bare address: {other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn empty_remote_service_name_sets_no_authority_override() {
+    let index = index();
+    index.apply(Event::Apply(mk_service("web-east", &[("http", 8080)])));
+    index.apply(Event::Apply(mk_service("api-east", &[("http", 8080)])));
+    index.apply(Event::Apply(mk_mirrored_slice("web-east", "")));
+    index.apply(Event::Apply(mk_mirrored_slice(
+        "api-east",
+        "api.ns.svc.cluster.local",
+    )));
+    let web = index.endpoints(key("web-east", 8080));
+    assert_eq!(authority_override(&web.borrow()), [None]);
+    assert_eq!(web.borrow().labels.get("target_service"), None);
+    let api = index.endpoints(key("api-east", 8080));
+    assert_eq!(
+        authority_override(&api.borrow()),
+        [Some("api.ns.svc.cluster.local:8080".to_string())]
+    );
+}

@@ -1149,3 +1149,28 @@ async fn admit_bad_requests() {
     assert_eq!(webhook.send("POST", "/validate", &review).await.status, 404);
     assert_eq!(webhook.send("POST", "/", &review).await.status, 200);
 }
+
+#[tokio::test]
+async fn admit_server_with_exactly_one_selector() {
+    let webhook = mk_webhook().await;
+    let server = |spec: &str| doc("policy.linkerd.io/v1beta3", "Server", "", spec);
+    let message =
+        "a Server must have exactly one of spec.podSelector and spec.externalWorkloadSelector";
+    webhook
+        .assert_allowed(&[
+            &server("  podSelector: {matchLabels: {app: web}}\n  port: 8080\n"),
+            &server("  externalWorkloadSelector: {}\n  port: 8080\n"),
+        ])
+        .await;
+    webhook
+        .assert_denied(&[
+            (&server("  port: 8080\n"), message),
+            (
+                &server(
+                    "  podSelector: {matchLabels: {app: web}}\n  externalWorkloadSelector: {matchLabels: {app: vm}}\n  port: 8080\n",
+                ),
+                message,
+            ),
+        ])
+        .await;
+}

@@ -437,3 +437,96 @@ async fn tls_and_tcp_routes_on_an_egress_network() {
         }))
     );
 }
+
+/// The backend of an EgressNetwork route that cannot forward: it names the EgressNetwork
+/// `name` and fails its requests with `message` (§5.6, as a missing Service backend does).
+fn failing_egress_backend(
+    name: &str,
+    port: u32,
+    weight: u32,
+    message: &str,
+) -> api::http_route::WeightedRouteBackend {
+    api::http_route::WeightedRouteBackend {
+        backend: Some(api::http_route::RouteBackend {
+            backend: Some(api::Backend {
+                metadata: Some(meta::Metadata {
+                    kind: Some(meta::metadata::Kind::Resource(meta::Resource {
+                        group: "policy.linkerd.io".into(),
+                        kind: "EgressNetwork".into(),
+                        name: name.into(),
+                        namespace: "linkerd-egress".into(),
+                        section: String::new(),
+                        port,
+                    })),
+                }),
+                queue: Some(api::Queue {
+                    capacity: 100,
+                    failfast_timeout: pd(3),
+                }),
+                kind: None,
+            }),
+            filters: vec![api::http_route::Filter {
+                kind: Some(api::http_route::filter::Kind::FailureInjector(
+                    http_route::HttpFailureInjector {
+                        status: 500,
+                        message: message.into(),
+                        ratio: None,
+                    },
+                )),
+            }],
+            request_timeout: None,
+        }),
+        weight,
+    }
+}
+
+#[tokio::test]
+async fn backends_another_or_a_missing_egress_network_name_it() {
+    let state = support::StateDir::new();
+    let mut partners = egress_network("Allow");
+    partners["metadata"]["name"] = json!("partners");
+    partners["spec"]["networks"] = json!([{"cidr": "192.0.2.0/24"}]);
+    state.write("egress.yaml", &[egress_network("Allow"), partners]);
+    let mut route = api_route();
+    route["spec"]["rules"][0]["backendRefs"] = json!([
+        {"group": "policy.linkerd.io", "kind": "EgressNetwork", "name": "internet", "weight": 2},
+        {"group": "policy.linkerd.io", "kind": "EgressNetwork", "name": "partners"},
+        {"group": "policy.linkerd.io", "kind": "EgressNetwork", "name": "gone", "port": 8443},
+    ]);
+    state.write("route.yaml", &[route]);
+    let mut h = start(state.path()).await;
+
+    let policy = h
+        .client
+        .get(addr("203.0.113.9:443"))
+        .await
+        .unwrap()
+        .into_inner();
+    let routes = &detect(&policy).http1.as_ref().unwrap().routes;
+    let Some(api::http_route::Distribution {
+        kind: Some(api::http_route::distribution::Kind::RandomAvailable(backends)),
+    }) = &routes[0].rules[0].backends
+    else {
+        panic!("{:?}", routes[0].rules[0].backends)
+    };
+    assert_eq!(
+        backends.backends,
+        [
+            api::http_route::WeightedRouteBackend {
+                backend: Some(api::http_route::RouteBackend {
+                    backend: Some(forward("203.0.113.9:443", 443, 2)),
+                    filters: vec![],
+                    request_timeout: None,
+                }),
+                weight: 2,
+            },
+            failing_egress_backend(
+                "partners",
+                443,
+                1,
+                "Route with EgressNetwork backend needs to have the same EgressNetwork as a parent",
+            ),
+            failing_egress_backend("gone", 8443, 1, "EgressNetwork not found gone"),
+        ]
+    );
+}

@@ -47,8 +47,13 @@ pub enum AddressId {
         name: String,
         family: AddressType,
     },
-    /// An ExternalWorkload (no family: a dual-stack workload's addresses share it, §I.9).
-    External { namespace: String, name: String },
+    /// An ExternalWorkload, per address family as for pods: a dual-stack workload has one ID
+    /// per family, so each family is filtered as a pod's is (upstream shares one ID, §I.9).
+    External {
+        namespace: String,
+        name: String,
+        family: AddressType,
+    },
     /// An address without a target reference: `<service>-<ip>-<port>[-<hostname>]`.
     Address { namespace: String, name: String },
 }
@@ -176,6 +181,7 @@ impl EndpointsView {
                             let id = AddressId::External {
                                 namespace: ew_ref.namespace,
                                 name: ew_ref.name,
+                                family: slice.address_type,
                             };
                             (
                                 id,

@@ -642,12 +642,16 @@ impl Inbound {
         sort_routes(&mut http_routes);
         sort_routes(&mut grpc_routes);
 
+        // Of a Server's policies the status controller accepts the oldest (with a creation
+        // time before those without, then by name, §7.3). Offline mode applies that rule
+        // itself; kube mode reads the status, and should a stale one show two accepted, picks
+        // the one the controller will keep.
         let rate_limit = self
             .policy
             .rate_limits
             .in_namespace(ns)
-            .filter(|r| r.accepted && r.server == server.name)
-            .min_by(|a, b| a.name.cmp(&b.name))
+            .filter(|r| r.server == server.name && (config.compute_route_acceptance || r.accepted))
+            .min_by_key(|r| (r.created.is_none(), r.created, &r.name))
             .map(|r| RateLimit {
                 name: r.name.clone(),
                 total: r.total,

@@ -300,6 +300,7 @@ fn rate_limit(
         })
         .collect::<Result<_, _>>()?;
     Ok(RateLimitPolicyInfo {
+        created: r.metadata.creation_timestamp.as_ref().map(|t| t.0),
         server: t.name.clone(),
         accepted: r.status.as_ref().is_some_and(|s| accepted(&s.conditions)),
         total: r.spec.total.as_ref().map(|l| l.requests_per_second),

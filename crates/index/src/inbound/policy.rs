@@ -88,6 +88,8 @@ pub struct NetworkAuthenticationInfo {
 pub struct RateLimitPolicyInfo {
     pub namespace: String,
     pub name: String,
+    /// `metadata.creationTimestamp`: of the policies of a Server, the oldest is accepted.
+    pub created: Option<k8s_openapi::jiff::Timestamp>,
     pub server: String,
     /// `status.conditions` has `Accepted=True`.
     pub accepted: bool,

@@ -41,7 +41,8 @@ pub struct EgressNetworkInfo {
     pub networks: Option<Vec<Network>>,
     /// The `*.linkerd.io/` annotations (timeouts, retries, failure accrual, opaque ports).
     pub annotations: BTreeMap<String, String>,
-    /// `config.linkerd.io/opaque-ports`; `None` without the annotation.
+    /// `config.linkerd.io/opaque-ports`; `None` without the annotation, empty when its value
+    /// does not parse ([`PortSet::parse_annotation`]).
     pub opaque_ports: Option<PortSet>,
     /// The observed `status.conditions`.
     pub conditions: Vec<Condition>,
@@ -78,11 +79,10 @@ impl EgressNetworkInfo {
             .map_err(|e| invalid(KIND, &namespace, &name, e))?;
         let annotations = linkerd_annotations(&obj.metadata);
         let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
-            let (set, bad) = PortSet::parse(list);
-            for item in bad {
-                tracing::warn!(egress_network = %format!("{namespace}/{name}"), %item, "ignoring invalid {OPAQUE_PORTS_ANNOTATION} item");
-            }
-            set
+            PortSet::parse_annotation(list, |_| None).unwrap_or_else(|error| {
+                tracing::warn!(egress_network = %format!("{namespace}/{name}"), %error, "invalid {OPAQUE_PORTS_ANNOTATION}: no port is opaque");
+                PortSet::default()
+            })
         });
         Ok(Self {
             created: obj.metadata.creation_timestamp.as_ref().map(|t| t.0),

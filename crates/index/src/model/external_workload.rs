@@ -33,7 +33,8 @@ pub struct ExternalWorkloadInfo {
     /// The single owner reference; `None` with zero or several.
     pub owner: Option<OwnerRef>,
     /// `config.linkerd.io/opaque-ports` (port names resolved against `ports`); `None` when
-    /// absent, so the default opaque ports apply.
+    /// absent, so the default opaque ports apply; empty when its value does not parse
+    /// ([`PortSet::parse_annotation`]).
     pub opaque_ports: Option<PortSet>,
 }
 
@@ -80,16 +81,16 @@ impl ExternalWorkloadInfo {
             .collect();
         let annotations = linkerd_annotations(&ew.metadata);
         let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
-            let (set, bad) = PortSet::parse_with_names(list, |n| {
+            PortSet::parse_annotation(list, |n| {
                 ports
                     .iter()
                     .find(|p| p.name.as_deref() == Some(n))
                     .map(|p| p.port)
-            });
-            for item in bad {
-                tracing::warn!(workload = %format!("{namespace}/{name}"), %item, "ignoring invalid {OPAQUE_PORTS_ANNOTATION} item");
-            }
-            set
+            })
+            .unwrap_or_else(|error| {
+                tracing::warn!(workload = %format!("{namespace}/{name}"), %error, "invalid {OPAQUE_PORTS_ANNOTATION}: no port is opaque");
+                PortSet::default()
+            })
         });
         let ready = ew
             .status

@@ -43,7 +43,8 @@ pub struct PodInfo {
     /// What the `linkerd-proxy` container's environment says; `None` without a proxy container.
     pub proxy: Option<ProxyPorts>,
     /// `config.linkerd.io/opaque-ports`, parsed once (names resolved against container ports);
-    /// `None` when the annotation is absent, so the default opaque ports apply.
+    /// `None` when the annotation is absent, so the default opaque ports apply; empty when its
+    /// value does not parse ([`PortSet::parse_annotation`]).
     pub opaque_ports: Option<PortSet>,
     /// `config.linkerd.io/skip-inbound-ports`, parsed once (no names allowed there).
     pub skip_inbound_ports: PortSet,
@@ -185,11 +186,10 @@ impl PodInfo {
                 .map(|p| p.container_port)
         };
         let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
-            let (set, invalid) = PortSet::parse_with_names(list, named_port);
-            for item in invalid {
-                tracing::warn!(pod = %format!("{namespace}/{name}"), %item, "ignoring invalid {OPAQUE_PORTS_ANNOTATION} item");
-            }
-            set
+            PortSet::parse_annotation(list, named_port).unwrap_or_else(|error| {
+                tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "invalid {OPAQUE_PORTS_ANNOTATION}: no port is opaque");
+                PortSet::default()
+            })
         });
         let skip_inbound_ports = annotations
             .get(SKIP_INBOUND_PORTS_ANNOTATION)

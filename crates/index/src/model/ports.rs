@@ -49,6 +49,24 @@ impl PortSet {
         (set, invalid)
     }
 
+    /// Parses a port-list annotation such as `config.linkerd.io/opaque-ports`: the syntax of
+    /// [`PortSet::parse_with_names`], but the value is valid only as a whole.
+    ///
+    /// Errors: the first item that is neither a port, a range nor a name `resolve_name` knows
+    /// (`0`, `2-1`, `65536`, an unknown name). Callers log it and use the empty set, not the
+    /// default ports and not the items that did parse (spec/policy.md §1.2, so discovery and
+    /// policy agree on which ports are opaque).
+    pub fn parse_annotation(
+        list: &str,
+        resolve_name: impl Fn(&str) -> Option<u16>,
+    ) -> Result<Self, InvalidPortItem> {
+        let (set, invalid) = Self::parse_with_names(list, resolve_name);
+        match invalid.into_iter().next() {
+            None => Ok(set),
+            Some(item) => Err(item),
+        }
+    }
+
     /// Adds an inclusive range of ports to the set.
     pub fn insert(&mut self, range: RangeInclusive<u16>) {
         self.ranges.push(range);
@@ -132,6 +150,22 @@ mod tests {
         assert_eq!(set.to_string(), "80,4000-4002");
         let bad: Vec<_> = invalid.into_iter().map(|i| i.item).collect();
         assert_eq!(bad, ["bogus", "0", "70000", "9-3"]);
+    }
+
+    #[test]
+    fn annotations_are_valid_only_as_a_whole() {
+        let named = |n: &str| (n == "http").then_some(8080);
+        assert_eq!(
+            PortSet::parse_annotation("http, 25,4000-4001,", named).map(|s| s.to_string()),
+            Ok("25,4000-4001,8080".to_string())
+        );
+        for (list, bad) in [("0,8080", "0"), ("8080,9-3", "9-3"), ("8080,amqp", "amqp")] {
+            assert_eq!(
+                PortSet::parse_annotation(list, named),
+                Err(InvalidPortItem { item: bad.into() }),
+                "{list}"
+            );
+        }
     }
 
     #[test]

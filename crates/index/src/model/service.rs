@@ -24,7 +24,8 @@ pub struct ServiceInfo {
     pub annotations: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     /// `config.linkerd.io/opaque-ports`, parsed once (service port names resolved to their
-    /// `port`); `None` when absent, so the default opaque ports apply (spec §B.2). Only
+    /// `port`); `None` when absent, so the default opaque ports apply (spec §B.2); empty when
+    /// its value does not parse ([`PortSet::parse_annotation`]). Only
     /// `GetProfile.opaque_protocol` of service profiles reads it.
     pub opaque_ports: Option<PortSet>,
 }
@@ -81,13 +82,13 @@ impl ServiceInfo {
         };
         let annotations = svc.metadata.annotations.0;
         let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
-            let (set, bad) = PortSet::parse_with_names(list, |n| {
+            PortSet::parse_annotation(list, |n| {
                 ports.iter().find(|p| p.name == n).map(|p| p.port)
-            });
-            for item in bad {
-                tracing::warn!(service = %format!("{namespace}/{name}"), %item, "ignoring invalid {OPAQUE_PORTS_ANNOTATION} item");
-            }
-            set
+            })
+            .unwrap_or_else(|error| {
+                tracing::warn!(service = %format!("{namespace}/{name}"), %error, "invalid {OPAQUE_PORTS_ANNOTATION}: no port is opaque");
+                PortSet::default()
+            })
         });
         Ok(Self {
             external_name: spec.type_.as_deref() == Some("ExternalName"),

@@ -20,7 +20,7 @@ pub struct SliceInfo {
     pub endpoints: Vec<SliceEndpoint>,
     /// Annotation `mirror.linkerd.io/remote-gateway-identity`, for addresses without target ref.
     pub remote_gateway_identity: Option<String>,
-    /// Annotation `mirror.linkerd.io/remote-svc-fq-name`.
+    /// Annotation `mirror.linkerd.io/remote-svc-fq-name`; `None` when absent or empty.
     pub remote_svc_fq_name: Option<String>,
     /// Label `mirror.linkerd.io/cluster-name`.
     pub mirror_cluster_name: Option<String>,
@@ -143,7 +143,10 @@ impl SliceInfo {
             ports,
             endpoints,
             remote_gateway_identity: annotations.remove(REMOTE_GATEWAY_IDENTITY_ANNOTATION),
-            remote_svc_fq_name: annotations.remove(REMOTE_SVC_FQ_NAME_ANNOTATION),
+            // An empty name would make the authority override `:<port>`: ignored instead.
+            remote_svc_fq_name: annotations
+                .remove(REMOTE_SVC_FQ_NAME_ANNOTATION)
+                .filter(|name| !name.is_empty()),
             mirror_cluster_name: metadata.labels.remove(MIRROR_CLUSTER_NAME_LABEL),
             namespace,
             name,

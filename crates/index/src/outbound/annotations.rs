@@ -247,9 +247,13 @@ fn duration_or(
 /// 10 ms when the threshold is not 0, min requests 5, at most 1 000 000 when the threshold is
 /// not 0) and the Retry-After hint from `failure-accrual-honor-retry-after`.
 ///
+/// A Retry-After toggle that is not a boolean is reported to `ignored` and taken as its
+/// default (off): the accrual itself is kept, as upstream parses the toggle on its own.
+///
 /// Errors: any other mode, or a parameter out of range; the caller sets no accrual.
 pub fn failure_accrual(
     annotations: &BTreeMap<String, String>,
+    mut ignored: impl FnMut(String),
 ) -> Result<Option<FailureAccrual>, String> {
     let Some(mode) = annotations.get(ACCRUAL) else {
         return Ok(None);
@@ -295,7 +299,11 @@ pub fn failure_accrual(
             if threshold != 0.0 && min_requests > 1_000_000 {
                 return Err(format!("{ACCRUAL_SR_MIN_REQUESTS} above 1000000"));
             }
-            backoff.respect_retry_after = boolean(annotations, HONOR_RETRY_AFTER)?;
+            backoff.respect_retry_after =
+                boolean(annotations, HONOR_RETRY_AFTER).unwrap_or_else(|error| {
+                    ignored(error);
+                    false
+                });
             Ok(Some(FailureAccrual::Unified {
                 max_consecutive_failures: max_failures,
                 success_rate_threshold: threshold,

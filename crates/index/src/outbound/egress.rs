@@ -8,8 +8,10 @@
 //!   `N` AND those of clients in `N` (their resolution may change: `N` may have gained its first
 //!   EgressNetwork or lost its last one); a change in the global namespace ends every egress
 //!   watch. Upstream ends only the former, leaving clients on a stale parent.
-//! - resolution ignores the global EgressNetworks whenever the client's namespace has any,
-//!   as the EgressNetwork documentation describes (namespace-local networks take over).
+//! - resolution tries the client's namespace's EgressNetworks first and the global ones when
+//!   none of those matches the address: upstream ignores the global EgressNetworks as soon as
+//!   the client's namespace has any, even one that does not match, so adding a namespace's
+//!   first EgressNetwork silently sends its other external traffic to the fallback.
 
 use std::{
     collections::BTreeMap,
@@ -29,20 +31,29 @@ use crate::model::{ObjectRef, TrafficPolicy};
 
 impl Outbound {
     /// The EgressNetwork `ip` belongs to for clients in `source_namespace` (§5.2): among the
-    /// source namespace's EgressNetworks if it has any, else the global namespace's, the one
-    /// whose smallest network containing `ip` is smallest; ties go to the older (no creation
-    /// time counts as oldest), then by namespace and name. Status is not consulted.
+    /// source namespace's EgressNetworks, else (none of them matches `ip`) the global
+    /// namespace's, the one whose smallest network containing `ip` is smallest; ties go to the
+    /// older (no creation time counts as oldest), then by namespace and name. Status is not
+    /// consulted.
     pub(crate) fn resolve_egress_network(
         &self,
         config: &OutboundConfig,
         source_namespace: &str,
         ip: IpAddr,
     ) -> Option<ObjectRef> {
-        let namespace = if self.egress_by_namespace.contains_key(source_namespace) {
-            source_namespace
-        } else {
-            config.global_egress_network_namespace.as_str()
-        };
+        self.resolve_egress_network_in(config, source_namespace, ip)
+            .or_else(|| {
+                self.resolve_egress_network_in(config, &config.global_egress_network_namespace, ip)
+            })
+    }
+
+    /// The best match for `ip` among the EgressNetworks of `namespace` alone.
+    fn resolve_egress_network_in(
+        &self,
+        config: &OutboundConfig,
+        namespace: &str,
+        ip: IpAddr,
+    ) -> Option<ObjectRef> {
         self.egress_by_namespace
             .get(namespace)
             .into_iter()
@@ -90,10 +101,12 @@ impl Outbound {
             warn("retry", e);
             None
         });
-        let failure_accrual = annotations::failure_accrual(annotations).unwrap_or_else(|e| {
-            warn("failure accrual", e);
-            None
-        });
+        let failure_accrual =
+            annotations::failure_accrual(annotations, |e| warn("failure accrual", e))
+                .unwrap_or_else(|e| {
+                    warn("failure accrual", e);
+                    None
+                });
         let port = original_dst.port();
         let opaque = en
             .and_then(|e| e.opaque_ports.as_ref())

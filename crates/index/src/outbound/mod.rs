@@ -181,10 +181,12 @@ impl Outbound {
             warn("retry", e);
             None
         });
-        let failure_accrual = annotations::failure_accrual(annotations).unwrap_or_else(|e| {
-            warn("failure accrual", e);
-            None
-        });
+        let failure_accrual =
+            annotations::failure_accrual(annotations, |e| warn("failure accrual", e))
+                .unwrap_or_else(|e| {
+                    warn("failure accrual", e);
+                    None
+                });
         let load = annotations::load_estimator(annotations).unwrap_or_else(|e| {
             warn("load biaser", e);
             LoadEstimator::PeakEwma
@@ -543,25 +545,40 @@ impl RuleContext<'_> {
                     namespace: namespace.clone(),
                     name: name.clone(),
                 };
-                let invalid = |message: String| Backend::Invalid {
+                let exists = self.cluster.egress_networks.contains_key(&key);
+                let Some((parent, original_dst)) = self.egress_parent else {
+                    let message = if exists {
+                        "EgressNetwork backends attach to EgressNetwork parents only".to_string()
+                    } else {
+                        format!("EgressNetwork not found {name}")
+                    };
+                    return Backend::Invalid {
+                        weight: *weight,
+                        message,
+                    };
+                };
+                let port = port.unwrap_or(original_dst.port());
+                let failing = |message: String| Backend::InvalidEgressNetwork {
                     weight: *weight,
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    port,
                     message,
                 };
-                if !self.cluster.egress_networks.contains_key(&key) {
-                    return invalid(format!("EgressNetwork not found {name}"));
-                }
-                match self.egress_parent {
-                    Some((parent, original_dst)) if *parent == key => Backend::Forward {
+                if !exists {
+                    failing(format!("EgressNetwork not found {name}"))
+                } else if *parent == key {
+                    Backend::Forward {
                         weight: *weight,
                         namespace: namespace.clone(),
                         name: name.clone(),
-                        port: port.unwrap_or(original_dst.port()),
+                        port,
                         addr: original_dst,
-                    },
-                    Some(_) => invalid(
+                    }
+                } else {
+                    failing(
                         "Route with EgressNetwork backend needs to have the same EgressNetwork as a parent".into(),
-                    ),
-                    None => invalid("EgressNetwork backends attach to EgressNetwork parents only".into()),
+                    )
                 }
             }
         }

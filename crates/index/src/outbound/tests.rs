@@ -532,3 +532,33 @@ status:
     assert!(retry.grpc.unwrap().unavailable);
     assert_eq!(retry.http, None);
 }
+
+#[tokio::test]
+async fn invalid_honor_retry_after_keeps_the_failure_accrual() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        ", annotations: {balancer.linkerd.io/failure-accrual: unified, \
+           balancer.linkerd.io/failure-accrual-consecutive-max-failures: '3', \
+           balancer.alpha.linkerd.io/failure-accrual-honor-retry-after: 'yes'}",
+    )));
+    let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
+    // The invalid toggle takes its default (off); the rest of the accrual is kept.
+    assert_eq!(
+        p.failure_accrual,
+        Some(FailureAccrual::Unified {
+            max_consecutive_failures: 3,
+            success_rate_threshold: 0.8,
+            window: Duration::from_secs(10),
+            min_requests: 5,
+            backoff: Backoff {
+                min: Duration::from_secs(1),
+                max: Duration::from_secs(60),
+                jitter: 0.5,
+                respect_retry_after: false,
+            },
+        })
+    );
+}

@@ -148,6 +148,17 @@ pub enum Backend {
     },
     /// A backend that cannot be served; its share of requests fails with `message`.
     Invalid { weight: u32, message: String },
+    /// An EgressNetwork backend under an EgressNetwork parent that cannot forward: another
+    /// EgressNetwork than the parent, or one that does not exist. Its share of requests fails
+    /// with `message`, and proxies see the EgressNetwork it names, as they see a missing
+    /// Service backend (§5.6). `port` is the backend's, or the original destination's.
+    InvalidEgressNetwork {
+        weight: u32,
+        namespace: String,
+        name: String,
+        port: u16,
+        message: String,
+    },
     /// An EgressNetwork backend under that same EgressNetwork as parent: its share of requests
     /// goes to the client's original destination `addr` (§5.6). `port` is the backend's, or
     /// the original destination's when the backend names none.

@@ -88,7 +88,8 @@ pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
 ///   no other authentication kind; the target is a Server, Namespace, HTTPRoute or GRPCRoute.
 /// - MeshTLSAuthentication: SPIFFE or DNS-like identities ([`identity`]); identityRefs are
 ///   ServiceAccounts or Namespaces without a namespace.
-/// - Server: a valid `accessPolicy`.
+/// - Server: exactly one selector (`podSelector` or `externalWorkloadSelector`), a valid
+///   `port` and `accessPolicy`.
 /// - NetworkAuthentication, EgressNetwork, ServerAuthorization: networks, and for
 ///   ServerAuthorization the `unauthenticated`/`unauthenticatedTLS` exclusions.
 /// - policy HTTPRoute, Gateway HTTPRoute, GRPCRoute: EgressNetwork parents name a port; with

@@ -120,12 +120,21 @@ pub fn mesh_tls_authentication(spec: &MeshTlsAuthenticationSpec) -> Result<(), S
     Ok(())
 }
 
-/// Server: `port` is a port number in 1..=65535 or a Kubernetes port name (IANA service name:
+/// Server: exactly one of `podSelector` and `externalWorkloadSelector` (spec/policy.md §2.1;
+/// the CRD schema requires it too, but without one a Server selects nothing and with both it
+/// is ambiguous); `port`
+/// is a port number in 1..=65535 or a Kubernetes port name (IANA service name:
 /// 1-15 lowercase letters, digits and `-`, with a letter, no leading, trailing or doubled `-`),
 /// which the CRD schema also requires but a webhook must not rely on (a Server on port 0 would
 /// select nothing and silently leave the port on its default policy); then `accessPolicy`,
 /// when given, is a default-policy name (`proxyProtocol` is checked by decoding).
 pub fn server(spec: &ServerSpec) -> Result<(), String> {
+    if spec.pod_selector.is_some() == spec.external_workload_selector.is_some() {
+        return Err(
+            "a Server must have exactly one of spec.podSelector and spec.externalWorkloadSelector"
+                .into(),
+        );
+    }
     match &spec.port {
         IntOrString::Int(port) if !(1..=65535).contains(port) => {
             return Err(format!(

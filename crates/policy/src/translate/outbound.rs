@@ -611,7 +611,7 @@ impl Ctx<'_> {
 
     /// A rule backend: its weight, the backend (an existing Service balanced with `load`), and
     /// its filters or the message of the failure that replaces them (a missing Service, an
-    /// invalid backend).
+    /// EgressNetwork backend that cannot forward, an invalid backend).
     fn backend_with<'b>(
         &self,
         b: &'b Backend,
@@ -651,6 +651,27 @@ impl Ctx<'_> {
                 *weight,
                 api::Backend {
                     metadata: Some(default_metadata("invalid")),
+                    queue: Some(queue()),
+                    kind: None,
+                },
+                Err(message.clone()),
+            ),
+            Backend::InvalidEgressNetwork {
+                weight,
+                namespace,
+                name,
+                port,
+                message,
+            } => (
+                *weight,
+                api::Backend {
+                    metadata: Some(resource_metadata(
+                        POLICY_GROUP,
+                        "EgressNetwork",
+                        namespace,
+                        name,
+                        *port,
+                    )),
                     queue: Some(queue()),
                     kind: None,
                 },

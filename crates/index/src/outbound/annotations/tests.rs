@@ -80,16 +80,23 @@ fn retries() {
     );
 }
 
+/// The accrual of `annotations`, failing the test on an ignored field.
+fn failure_accrual_of(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<FailureAccrual>, String> {
+    failure_accrual(annotations, |e| panic!("ignored: {e}"))
+}
+
 #[test]
 fn accrual() {
-    assert_eq!(failure_accrual(&annotations(&[])), Ok(None));
+    assert_eq!(failure_accrual_of(&annotations(&[])), Ok(None));
     assert_eq!(
-        failure_accrual(&annotations(&[(ACCRUAL_SR_THRESHOLD, "0.9")])),
+        failure_accrual_of(&annotations(&[(ACCRUAL_SR_THRESHOLD, "0.9")])),
         Ok(None),
         "success-rate keys alone do nothing"
     );
     assert_eq!(
-        failure_accrual(&annotations(&[(ACCRUAL, "consecutive")])),
+        failure_accrual_of(&annotations(&[(ACCRUAL, "consecutive")])),
         Ok(Some(FailureAccrual::Consecutive {
             max_failures: 7,
             backoff: Backoff {
@@ -101,7 +108,7 @@ fn accrual() {
         }))
     );
     assert_eq!(
-        failure_accrual(&annotations(&[
+        failure_accrual_of(&annotations(&[
             (ACCRUAL, "unified"),
             (ACCRUAL_MAX_FAILURES, " 3 "),
             (HONOR_RETRY_AFTER, "true"),
@@ -119,9 +126,23 @@ fn accrual() {
             },
         }))
     );
-    assert!(failure_accrual(&annotations(&[(ACCRUAL, "true")])).is_err());
+    assert!(failure_accrual_of(&annotations(&[(ACCRUAL, "true")])).is_err());
+    let mut ignored = vec![];
+    let unified = failure_accrual(
+        &annotations(&[(ACCRUAL, "unified"), (HONOR_RETRY_AFTER, "yes")]),
+        |e| ignored.push(e),
+    );
     assert!(
-        failure_accrual(&annotations(&[
+        matches!(unified, Ok(Some(FailureAccrual::Unified { backoff, .. })) if !backoff.respect_retry_after)
+    );
+    assert_eq!(
+        ignored,
+        [format!(
+            "invalid {HONOR_RETRY_AFTER} value \"yes\": not a boolean"
+        )]
+    );
+    assert!(
+        failure_accrual_of(&annotations(&[
             (ACCRUAL, "consecutive"),
             (ACCRUAL_MIN_PENALTY, "2m"),
         ]))

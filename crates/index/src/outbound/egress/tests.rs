@@ -112,7 +112,7 @@ async fn candidates_are_the_source_namespace_s_else_the_global_ones() {
 }
 
 #[tokio::test]
-async fn quirk_source_namespace_egress_networks_hide_the_global_ones() {
+async fn global_egress_networks_apply_when_the_source_namespace_s_do_not_match() {
     let index = index(false);
     index.apply(Event::Apply(mk_egress(
         GLOBAL,
@@ -127,9 +127,12 @@ async fn quirk_source_namespace_egress_networks_hide_the_global_ones() {
         networks(&["192.0.2.0/24"]),
     )));
     assert_eq!(resolve(&index, "app", "192.0.2.7:443"), "app/partners");
-    // Decided as documented: a namespace with EgressNetworks of its own no longer uses the
-    // global ones, even for addresses its own do not cover.
-    assert_eq!(resolve(&index, "app", "8.8.8.8:443"), "fallback");
+    // Upstream's quirk (§12) is not kept: a namespace's own EgressNetworks take precedence
+    // where they match, and the global ones still apply to addresses they do not cover.
+    assert_eq!(
+        resolve(&index, "app", "8.8.8.8:443"),
+        "linkerd-egress/internet"
+    );
     assert_eq!(
         resolve(&index, "web", "8.8.8.8:443"),
         "linkerd-egress/internet"
@@ -369,12 +372,18 @@ async fn egress_policy_routes_and_backends() {
                                 port: 443,
                                 addr: dst,
                             },
-                            Backend::Invalid {
+                            Backend::InvalidEgressNetwork {
                                 weight: 1,
+                                namespace: GLOBAL.into(),
+                                name: "partners".into(),
+                                port: 443,
                                 message: "Route with EgressNetwork backend needs to have the same EgressNetwork as a parent".into(),
                             },
-                            Backend::Invalid {
+                            Backend::InvalidEgressNetwork {
                                 weight: 1,
+                                namespace: GLOBAL.into(),
+                                name: "gone".into(),
+                                port: 8443,
                                 message: "EgressNetwork not found gone".into(),
                             },
                         ],
@@ -509,17 +518,17 @@ async fn quirk_egress_invalidation_covers_client_namespaces_too() {
     )));
     let mut app = watch(&index, "app", "8.8.8.8:443");
     let mut web = watch(&index, "web", "8.8.8.8:443");
-    // `app` gains an EgressNetwork of its own: its clients must resolve again (upstream only
-    // ends watches whose parent is in `app`); `web`'s clients are unaffected.
+    // `app` gains an EgressNetwork of its own covering the address: its clients must resolve
+    // again (upstream only ends watches whose parent is in `app`); `web`'s are unaffected.
     index.apply(Event::Apply(mk_egress(
         "app",
         "own",
         json!({}),
-        networks(&["192.0.2.0/24"]),
+        networks(&["8.8.8.0/24"]),
     )));
     assert!(ends(&mut app).await);
     assert!(!ends(&mut web).await);
-    assert_eq!(resolve(&index, "app", "8.8.8.8:443"), "fallback");
+    assert_eq!(resolve(&index, "app", "8.8.8.8:443"), "app/own");
     assert_eq!(
         resolve(&index, "web", "8.8.8.8:443"),
         "linkerd-egress/internet"

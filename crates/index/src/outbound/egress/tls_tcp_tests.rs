@@ -173,8 +173,11 @@ async fn tls_routes_attach_to_egress_networks_with_forward_backends() {
                     port: 443,
                     addr: dst,
                 },
-                Backend::Invalid {
+                Backend::InvalidEgressNetwork {
                     weight: 1,
+                    namespace: GLOBAL.into(),
+                    name: "partners".into(),
+                    port: 443,
                     message: "Route with EgressNetwork backend needs to have the same EgressNetwork as a parent".into(),
                 },
             ],
