@@ -333,7 +333,11 @@ impl<K: Kind> StartedKind for KindWatch<K> {
         let mut events = source.events::<K>(self.selector.as_deref());
         tokio::spawn(async move {
             while let Some(event) = events.next().await {
+                let relisted = matches!(event, Event::Reset(_));
                 self.deliver_typed(vec![event]);
+                if relisted {
+                    crate::source::release_freed_memory();
+                }
             }
             tracing::debug!(kind = K::LABEL, "watch ended");
         })

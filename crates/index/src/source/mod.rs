@@ -63,3 +63,20 @@ pub trait KindFeed: Send + Sync + 'static {
 pub(crate) fn type_key<K: Kind>() -> (String, String) {
     (K::group(&()).into_owned(), K::kind(&()).into_owned())
 }
+
+/// Returns the memory a bulk load freed (a state directory read, a kind's initial list or
+/// relist) to the operating system.
+///
+/// glibc's allocator keeps freed pages in its arenas, and a load's transient memory (file
+/// texts, list pages, their parse) lies between the objects kept, so without this the process
+/// stays at its peak: reading 1,000 Services x 10 pods from YAML kept 140 MiB resident for
+/// 55 MiB in use. `malloc_trim(0)` releases every whole free page of every arena. Elsewhere
+/// (musl, other systems) it does nothing.
+#[allow(unsafe_code)]
+pub(crate) fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` has no preconditions; it only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

@@ -22,7 +22,7 @@ use std::{
 };
 use tokio::sync::Notify;
 
-pub use self::manifest::{Manifest, parse_manifests};
+pub use self::manifest::{Documents, Manifest, parse_manifests};
 use super::{AnyObject, Event, KindFeed};
 use crate::{
     metrics::IndexMetrics,
@@ -216,6 +216,7 @@ impl OfflineSource {
         let state = tokio::task::spawn_blocking(move || {
             let (changes, decoded) = state.rescan();
             state.deliver_initial(changes, decoded);
+            super::release_freed_memory();
             state
         })
         .await;
@@ -336,6 +337,7 @@ impl OfflineSource {
                 // Applying the changes recomputes the views they touch: not on a runtime thread.
                 let delivered = tokio::task::spawn_blocking(move || {
                     state.deliver_changes(changes, decoded);
+                    super::release_freed_memory();
                     state
                 })
                 .await;
@@ -551,8 +553,8 @@ impl StateDir {
         if self.rejected.get(path) == Some(&content_hash) {
             return Loaded::Unchanged;
         }
-        let manifests = match parse_manifests(path, &bytes) {
-            Ok(manifests) => manifests,
+        let documents = match Documents::parse(path, &bytes) {
+            Ok(documents) => documents,
             Err(error) => {
                 return Loaded::Failed {
                     error,
@@ -566,9 +568,9 @@ impl StateDir {
             .flat_map(|f| &f.objects)
             .map(|(id, d)| (id, *d))
             .collect();
-        let mut objects = Vec::with_capacity(manifests.len());
+        let mut objects = Vec::new();
         let mut fresh = Vec::new();
-        for m in manifests {
+        for m in documents.manifests(path) {
             let key = (m.type_key, m.obj_key);
             // The object's id where the directory has one already.
             let id = match self.defs.get_key_value(&key) {
@@ -837,8 +839,9 @@ fn decode_from_file(
     digest: Digest,
 ) -> Option<Result<AnyObject, DecodeError>> {
     let bytes = read_limited(path).ok()?;
-    let manifests = parse_manifests(path, &bytes).ok()?;
-    manifests
+    let documents = Documents::parse(path, &bytes).ok()?;
+    documents
+        .manifests(path)
         .iter()
         .find(|m| m.type_key == key.0 && m.obj_key == key.1 && m.digest == digest)
         .map(|m| feed.decode_json(&m.json))

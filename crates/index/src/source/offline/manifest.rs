@@ -39,69 +39,100 @@ impl Manifest<'_> {
     }
 }
 
-/// Parses one file into its objects: YAML documents or JSON values, with `kind: List` expanded.
-///
-/// Any syntax error rejects the whole file, so a file is never half-applied; so does nesting
-/// deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any parsing. Documents
-/// that are not objects, and objects without `apiVersion`, `kind` or `metadata.name`, are logged
-/// and skipped alone.
-pub fn parse_manifests<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<Manifest<'a>>, FileError> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| FileError::Read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
-    // Editors on Windows start UTF-8 files with a byte order mark; kubectl reads past it.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    if nesting_exceeds(bytes, MAX_NESTING) {
-        return Err(FileError::TooDeep { limit: MAX_NESTING });
+/// Parses one file into its objects ([`Documents::parse`], then [`Documents::manifests`]),
+/// each owning its text.
+pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Manifest<'static>>, FileError> {
+    let documents = Documents::parse(path, bytes)?;
+    Ok(documents
+        .manifests(path)
+        .into_iter()
+        .map(|m| Manifest {
+            json: Cow::Owned(m.json.into_owned()),
+            ..m
+        })
+        .collect())
+}
+
+/// The documents of one file, each object's text a slice of the file (JSON) or of the text its
+/// YAML document was re-encoded into.
+pub struct Documents<'a>(Vec<Document<'a>>);
+
+impl<'a> Documents<'a> {
+    /// Parses one file: YAML documents or JSON values.
+    ///
+    /// Any syntax error rejects the whole file, so a file is never half-applied; so does
+    /// nesting deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any parsing.
+    pub fn parse(path: &Path, bytes: &'a [u8]) -> Result<Self, FileError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            FileError::Read(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })?;
+        // Editors on Windows start UTF-8 files with a byte order mark; kubectl reads past it.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        if nesting_exceeds(bytes, MAX_NESTING) {
+            return Err(FileError::TooDeep { limit: MAX_NESTING });
+        }
+        Ok(Self(
+            if path.extension().and_then(|e| e.to_str()) == Some("json") {
+                json_documents(text)?
+            } else {
+                yaml_documents(text)?
+            },
+        ))
     }
-    let documents = if path.extension().and_then(|e| e.to_str()) == Some("json") {
-        json_documents(text)?
-    } else {
-        yaml_documents(text)?
-    };
-    let mut manifests = Vec::new();
-    for (index, document) in documents.into_iter().enumerate() {
-        let objects = match document {
-            Document::Empty => continue,
-            Document::Object(json) => vec![json],
-            Document::List(items) => items,
-            Document::NotAnObject => {
-                tracing::warn!(
-                    file = %path.display(),
-                    document = index + 1,
-                    "skipping a document that is not a Kubernetes object (expected a mapping)"
-                );
-                continue;
-            }
-            Document::BadItems => {
-                tracing::warn!(
-                    file = %path.display(),
-                    document = index + 1,
-                    "skipping a List whose `items` is not a sequence"
-                );
-                continue;
-            }
-        };
-        // An item that is not an object of its own is skipped by itself: one bad entry of a
-        // large `kind: List` must not take the rest of the cluster with it.
-        for json in objects {
-            match summarize(&json) {
-                Some((type_key, obj_key, digest)) => manifests.push(Manifest {
-                    type_key,
-                    obj_key,
-                    digest,
-                    json,
-                }),
-                None => {
-                    let kind = serde_json::from_str::<KindOnly>(&json)
-                        .ok()
-                        .and_then(|k| k.kind)
-                        .unwrap_or_else(|| "<no kind>".into());
-                    tracing::warn!(file = %path.display(), %kind, "skipping an object without apiVersion, kind or metadata.name");
+
+    /// The objects, with `kind: List` expanded. Documents that are not objects, and objects
+    /// without `apiVersion`, `kind` or `metadata.name`, are logged (naming `path`) and skipped
+    /// alone: one bad entry of a large List must not take the rest of the cluster with it.
+    pub fn manifests(&self, path: &Path) -> Vec<Manifest<'_>> {
+        let mut manifests = Vec::new();
+        for (index, document) in self.0.iter().enumerate() {
+            let items: Box<dyn Iterator<Item = &str>> = match document {
+                Document::Empty => continue,
+                Document::Object(json) => Box::new(std::iter::once(json.as_ref())),
+                Document::List(items) => Box::new(items.iter().copied()),
+                Document::Buffer { text, ends } => Box::new(
+                    std::iter::once(0)
+                        .chain(ends.iter().copied())
+                        .zip(ends.iter().copied())
+                        .map(|(start, end)| &text[start..end]),
+                ),
+                Document::NotAnObject => {
+                    tracing::warn!(
+                        file = %path.display(),
+                        document = index + 1,
+                        "skipping a document that is not a Kubernetes object (expected a mapping)"
+                    );
+                    continue;
+                }
+                Document::BadItems => {
+                    tracing::warn!(
+                        file = %path.display(),
+                        document = index + 1,
+                        "skipping a List whose `items` is not a sequence"
+                    );
+                    continue;
+                }
+            };
+            for json in items {
+                match summarize(json) {
+                    Some((type_key, obj_key, digest)) => manifests.push(Manifest {
+                        type_key,
+                        obj_key,
+                        digest,
+                        json: Cow::Borrowed(json),
+                    }),
+                    None => {
+                        let kind = serde_json::from_str::<KindOnly>(json)
+                            .ok()
+                            .and_then(|k| k.kind)
+                            .unwrap_or_else(|| "<no kind>".into());
+                        tracing::warn!(file = %path.display(), %kind, "skipping an object without apiVersion, kind or metadata.name");
+                    }
                 }
             }
         }
+        manifests
     }
-    Ok(manifests)
 }
 
 /// A document of a file, its objects as JSON text.
@@ -110,7 +141,14 @@ enum Document<'a> {
     Empty,
     Object(Cow<'a, str>),
     /// The items of a `kind: List` (or `…List`); an item may be anything, even not an object.
-    List(Vec<Cow<'a, str>>),
+    List(Vec<&'a str>),
+    /// The items of a YAML List, re-encoded as JSON one after another into `text`: item `i`
+    /// ends at `ends[i]`. One growing text, not a string per item: the items' trees, freed as
+    /// soon as they are encoded, leave no holes pinned by long-lived strings.
+    Buffer {
+        text: String,
+        ends: Vec<usize>,
+    },
     /// A scalar or a sequence.
     NotAnObject,
     /// A List whose `items` is neither a sequence nor null.
@@ -159,7 +197,7 @@ fn json_documents(text: &str) -> Result<Vec<Document<'_>>, FileError> {
             (Some(kind), Some(items)) if is_list_kind(&kind) => match items.get().as_bytes() {
                 [b'[', ..] => {
                     let items: Vec<&RawValue> = serde_json::from_str(items.get())?;
-                    Document::List(items.into_iter().map(|i| Cow::Borrowed(i.get())).collect())
+                    Document::List(items.into_iter().map(RawValue::get).collect())
                 }
                 b"null" => Document::List(Vec::new()),
                 _ => Document::BadItems,
@@ -253,9 +291,7 @@ impl<'de> Visitor<'de> for YamlDocumentVisitor {
             .and_then(Value::as_str)
             .is_some_and(is_list_kind);
         Ok(match items {
-            Some(YamlItems::Json(items)) if list => {
-                Document::List(items.into_iter().map(Cow::Owned).collect())
-            }
+            Some(YamlItems::Json { text, ends }) if list => Document::Buffer { text, ends },
             Some(YamlItems::Null) if list => Document::List(Vec::new()),
             Some(YamlItems::Other(_)) if list => Document::BadItems,
             // An object with a field named `items`: put it back as it was.
@@ -269,9 +305,9 @@ impl<'de> Visitor<'de> for YamlDocumentVisitor {
     }
 }
 
-/// A document's `items`: each entry as JSON text when it is a sequence.
+/// A document's `items`: the entries as JSON texts, one after another, when it is a sequence.
 enum YamlItems {
-    Json(Vec<String>),
+    Json { text: String, ends: Vec<usize> },
     Null,
     Other(Value),
 }
@@ -279,10 +315,11 @@ enum YamlItems {
 impl YamlItems {
     fn into_value(self) -> Value {
         match self {
-            YamlItems::Json(items) => Value::Array(
-                items
-                    .iter()
-                    .map(|i| serde_json::from_str(i).unwrap_or(Value::Null))
+            YamlItems::Json { text, ends } => Value::Array(
+                std::iter::once(0)
+                    .chain(ends.iter().copied())
+                    .zip(ends.iter().copied())
+                    .map(|(start, end)| serde_json::from_str(&text[start..end]).unwrap_or_default())
                     .collect(),
             ),
             YamlItems::Null => Value::Null,
@@ -302,11 +339,14 @@ impl<'de> serde::Deserialize<'de> for YamlItems {
             }
 
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<YamlItems, A::Error> {
-                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                let mut text = Vec::new();
+                let mut ends = Vec::new();
                 while let Some(item) = seq.next_element::<Value>()? {
-                    items.push(item.to_string());
+                    serde_json::to_writer(&mut text, &item).map_err(de::Error::custom)?;
+                    ends.push(text.len());
                 }
-                Ok(YamlItems::Json(items))
+                let text = String::from_utf8(text).map_err(de::Error::custom)?;
+                Ok(YamlItems::Json { text, ends })
             }
 
             fn visit_unit<E>(self) -> Result<YamlItems, E> {

@@ -287,7 +287,7 @@ fn lists_read_items_before_kind_and_objects_keep_a_field_named_items() {
         assert_eq!(names, ["a", "p"], "{file}");
     }
     // An object that is not a List keeps its `items` as they were.
-    let yaml = "apiVersion: example.io/v1\nkind: Basket\nitems:\n- {apple: 1}\n- pear\nmetadata: {name: b}\n";
+    let yaml = "apiVersion: example.io/v1\nkind: Basket\nitems:\n- {apple: 1}\n- pear\n- 1\n- 2\nmetadata: {name: b}\n";
     let objs = parse_manifests(Path::new("x.yaml"), yaml.as_bytes()).unwrap();
     assert_eq!(objs.len(), 1);
     assert_eq!(
@@ -296,7 +296,7 @@ fn lists_read_items_before_kind_and_objects_keep_a_field_named_items() {
     );
     assert_eq!(
         objs[0].value()["items"],
-        serde_json::json!([{"apple": 1}, "pear"])
+        serde_json::json!([{"apple": 1}, "pear", 1, 2])
     );
     let empty =
         "apiVersion: v1\nkind: List\nitems: null\n---\napiVersion: v1\nkind: List\nitems: []\n";
