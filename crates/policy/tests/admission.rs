@@ -93,6 +93,8 @@ impl Webhook {
         );
         tls.write_all(head.as_bytes()).await.unwrap();
         tls.write_all(body).await.unwrap();
+        // rustls may still hold the last records: unflushed, the server waits for them.
+        tls.flush().await.unwrap();
         let mut response = String::new();
         tls.read_to_string(&mut response).await.unwrap();
         let (head, body) = response.split_once("\r\n\r\n").unwrap();
@@ -1199,6 +1201,7 @@ async fn send_chunked(webhook: &Webhook, body: &[u8]) -> (u16, String) {
         tls.write_all(b"\r\n").await.unwrap();
     }
     tls.write_all(b"0\r\n\r\n").await.unwrap();
+    tls.flush().await.unwrap();
     let mut response = String::new();
     tls.read_to_string(&mut response).await.unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();

@@ -179,6 +179,10 @@ async fn send_chunked(webhook: &Webhook, body: &[u8]) -> (u16, String) {
     if written.is_ok() {
         written = tls.write_all(b"0\r\n\r\n").await;
     }
+    if written.is_ok() {
+        // rustls may still hold the last records: unflushed, the server waits for them.
+        written = tls.flush().await;
+    }
     let mut response = Vec::new();
     let read = tls.read_to_end(&mut response).await;
     let response = String::from_utf8(response).unwrap();

@@ -439,6 +439,7 @@ async fn an_early_answer_reaches_a_client_still_sending() {
     tls.write_all(&body)
         .await
         .expect("the server reads what the client sends after the answer");
+    tls.flush().await.unwrap();
     let mut response = String::new();
     tls.read_to_string(&mut response).await.unwrap();
     assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");

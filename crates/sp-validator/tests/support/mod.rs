@@ -123,7 +123,11 @@ pub async fn send_to(
     // The whole body is sent before the answer is read, as simple clients do (Python's
     // `http.client`): a server that answers early (413) must still read what follows, or the
     // client sees a broken connection and never reads the answer.
-    let written = tls.write_all(body).await;
+    let mut written = tls.write_all(body).await;
+    if written.is_ok() {
+        // rustls may still hold the last records: unflushed, the server waits for them.
+        written = tls.flush().await;
+    }
     let mut response = Vec::new();
     let read = tls.read_to_end(&mut response).await;
     let response = String::from_utf8(response).unwrap();
