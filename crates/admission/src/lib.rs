@@ -44,6 +44,27 @@ pub type AdmissionReviewResponse = AdmissionReview<DynamicObject>;
 /// always sets one).
 pub const DEFAULT_API_VERSION: &str = META_API_VERSION_V1;
 
+/// The largest request body either webhook reads, in bytes: 10 MiB (10,485,760), upstream's
+/// limit for the sp-validator (spec/sp-validator-and-pod.md §b.2), so that any review upstream
+/// reads is read here. It is well above the largest review the API server sends: Kubernetes
+/// refuses request bodies over 3 MiB (the API server's `MaxRequestBodyBytes`, and etcd stores
+/// at most 1.5 MiB per object by default), and a review of an `UPDATE` carries the object and
+/// `oldObject` as JSON plus a small envelope, so about 6 to 7 MiB at worst. A larger body is
+/// answered `413` with [`body_too_large`] without being buffered.
+pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// How deep JSON objects and arrays may nest in a review, counted from the review itself
+/// (`request` is level 2, `request.object` level 3): serde_json refuses the 128th level (its
+/// recursion limit of 128, which keeps decoding off the end of the stack). A review whose
+/// `object` nests deeper is still answered, with [`AdmissionRequest::object_error`] set.
+pub const MAX_JSON_NESTING: usize = 127;
+
+/// The text of the `413` answer to a body over [`MAX_BODY_BYTES`]: upstream's words
+/// (`limit reached while reading: 10485760`), which name the limit in bytes.
+pub fn body_too_large() -> String {
+    format!("limit reached while reading: {MAX_BODY_BYTES}")
+}
+
 /// Why a body is not a review to answer; the webhooks answer both `400 text/plain` with this
 /// text.
 #[derive(Debug, thiserror::Error)]
@@ -56,14 +77,51 @@ pub enum ReviewError {
     Invalid,
 }
 
-/// An incoming review, `{apiVersion, kind, request}`; every field may be absent.
+/// Why a review's `request.object` was not read although the rest of the review was. The
+/// webhooks deny such a request (when they judge its kind and operation) with this text, so
+/// that the API server refuses the object whatever the webhook's `failurePolicy`; a `400`
+/// would let `failurePolicy: Ignore` admit it unvalidated.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectError {
+    /// JSON objects and arrays nest deeper than [`MAX_JSON_NESTING`] levels; the text is the
+    /// decoder's (`recursion limit exceeded at line 1 column 2410`), which says where.
+    #[error(
+        "the object is nested too deep: the review nests JSON objects and arrays more than 127 levels deep ({0})"
+    )]
+    TooDeep(String),
+    /// Anything else the JSON decoder refuses in the object alone, such as a number out of
+    /// range (`number out of range at line 1 column 95`).
+    #[error("the object cannot be decoded: {0}")]
+    Decode(String),
+}
+
+/// An incoming review, `{apiVersion, kind, request}`; every field may be absent. `R` is
+/// [`AdmissionRequest`], or [`RequestHead`] to read a review whose object does not decode.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct IncomingReview {
+struct IncomingReview<R> {
     #[serde(default)]
     api_version: Option<String>,
+    // A path, not `default`, so that serde does not ask for `R: Default`.
+    #[serde(default = "Option::default")]
+    request: Option<R>,
+}
+
+/// `request` without `object`, which the decoder then skips without building it (and without
+/// a nesting limit, since skipping keeps no stack).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestHead {
     #[serde(default)]
-    request: Option<AdmissionRequest>,
+    uid: String,
+    #[serde(default = "empty_kind", deserialize_with = "lenient_kind")]
+    kind: GroupVersionKind,
+    #[serde(default)]
+    operation: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
 }
 
 /// `request` of a review: the fields the webhooks read, each optional (see the crate docs for
@@ -86,14 +144,23 @@ pub struct AdmissionRequest {
     pub namespace: Option<String>,
     #[serde(default)]
     pub name: Option<String>,
-    /// The object as it would be stored, as sent; absent for `DELETE`.
+    /// The object as it would be stored, as sent; absent for `DELETE`, or when it does not
+    /// decode (then [`Self::object_error`] says why).
     #[serde(default)]
     pub object: Option<serde_json::Value>,
+    /// Why the review's `object` could not be read (it nests too deep, ...); `None` when it
+    /// was read or is absent.
+    #[serde(skip)]
+    pub object_error: Option<ObjectError>,
 }
 
 /// Reads `request` of a review `body` and answers it with `admit`'s response (built by
 /// [`allow`], [`deny`] or [`invalid`], which carry the request's `uid`), in the review's
 /// `apiVersion` ([`DEFAULT_API_VERSION`] when it has none).
+///
+/// A review whose `request.object` alone does not decode (nested deeper than
+/// [`MAX_JSON_NESTING`], a number out of range, ...) is still answered: `admit` gets the
+/// request without `object` and with [`AdmissionRequest::object_error`] set.
 ///
 /// Errors: [`ReviewError::Decode`] when the body is not a review, [`ReviewError::Invalid`]
 /// when it has no `request` or an empty `request.uid`.
@@ -101,7 +168,10 @@ pub fn review(
     body: &[u8],
     admit: impl FnOnce(&AdmissionRequest) -> AdmissionResponse,
 ) -> Result<AdmissionReviewResponse, ReviewError> {
-    let review: IncomingReview = serde_json::from_slice(body)?;
+    let review = match serde_json::from_slice::<IncomingReview<AdmissionRequest>>(body) {
+        Ok(review) => review,
+        Err(error) => read_without_object(body, &error).ok_or(error)?,
+    };
     let request = review
         .request
         .filter(|r| !r.uid.is_empty())
@@ -114,6 +184,35 @@ pub fn review(
         kind: META_KIND.to_string(),
     };
     Ok(response.into_review())
+}
+
+/// Reads a review that failed to decode with `error` again, skipping `request.object`: when
+/// the rest decodes, the object was the problem, and the request carries `error` as its
+/// [`ObjectError`]. `None` when the review is broken elsewhere too.
+fn read_without_object(
+    body: &[u8],
+    error: &serde_json::Error,
+) -> Option<IncomingReview<AdmissionRequest>> {
+    let review: IncomingReview<RequestHead> = serde_json::from_slice(body).ok()?;
+    let text = error.to_string();
+    // serde_json has no error code for its recursion limit; its message is the only sign.
+    let object_error = if text.starts_with("recursion limit exceeded") {
+        ObjectError::TooDeep(text)
+    } else {
+        ObjectError::Decode(text)
+    };
+    Some(IncomingReview {
+        api_version: review.api_version,
+        request: review.request.map(|head| AdmissionRequest {
+            uid: head.uid,
+            kind: head.kind,
+            operation: head.operation,
+            namespace: head.namespace,
+            name: head.name,
+            object: None,
+            object_error: Some(object_error),
+        }),
+    })
 }
 
 /// The JSON body of an answer.
@@ -181,6 +280,7 @@ impl Default for AdmissionRequest {
             namespace: None,
             name: None,
             object: None,
+            object_error: None,
         }
     }
 }

@@ -224,3 +224,123 @@ fn bodies_that_are_not_reviews() {
         );
     }
 }
+
+/// A v1 review of a Server whose `object` is `object` (JSON text), with `old_object` as its
+/// `oldObject`.
+fn review_text(object: &str, old_object: &str) -> Vec<u8> {
+    format!(
+        r#"{{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {{"uid": "{UID}", "kind": {{"group": "policy.linkerd.io", "version": "v1beta3", "kind": "Server"}}, "operation": "CREATE", "name": "web", "namespace": "emojivoto", "object": {object}, "oldObject": {old_object}}}}}"#
+    )
+    .into_bytes()
+}
+
+/// JSON arrays nested `levels` deep around `{}`.
+fn nested(levels: usize) -> String {
+    format!("{}{{}}{}", "[".repeat(levels - 1), "]".repeat(levels - 1))
+}
+
+/// The request `admit` sees for `body`, and the answer's uid.
+fn request_seen(body: &[u8]) -> (AdmissionRequest, String) {
+    let mut seen = None;
+    let answer = review(body, |r| {
+        seen = Some(r.clone());
+        deny(r, "seen")
+    })
+    .unwrap();
+    (seen.unwrap(), answer.response.unwrap().uid)
+}
+
+#[test]
+fn objects_nested_too_deep_are_answered() {
+    // The object is level 3 of the review: it may nest MAX_JSON_NESTING - 2 levels.
+    let deepest = nested(MAX_JSON_NESTING - 2);
+    let (request, uid) = request_seen(&review_text(&deepest, "null"));
+    assert_eq!(uid, UID);
+    assert_eq!(request.object_error, None);
+    assert_eq!(
+        request.object,
+        Some(serde_json::from_str(&deepest).unwrap())
+    );
+
+    // One level more: the request is read without its object, which the error describes.
+    let body = review_text(&nested(MAX_JSON_NESTING - 1), "null");
+    let (request, uid) = request_seen(&body);
+    assert_eq!(uid, UID);
+    assert_eq!(request.object, None);
+    let column = body.iter().position(|&b| b == b'[').unwrap() + MAX_JSON_NESTING - 1;
+    let error = ObjectError::TooDeep(format!(
+        "recursion limit exceeded at line 1 column {column}"
+    ));
+    assert_eq!(request.object_error, Some(error.clone()));
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "the object is nested too deep: the review nests JSON objects and arrays more than 127 levels deep (recursion limit exceeded at line 1 column {column})"
+        )
+    );
+    // The rest of the request is read as usual.
+    assert_eq!(
+        request.kind,
+        GroupVersionKind::gvk("policy.linkerd.io", "v1beta3", "Server")
+    );
+    assert!(request.creates_or_updates());
+    assert_eq!(
+        (request.object_namespace(), request.object_name()),
+        ("emojivoto", "web")
+    );
+
+    // Far deeper, in objects: the same.
+    let deep = format!("{}1{}", r#"{"a":"#.repeat(100_000), "}".repeat(100_000));
+    let (request, _) = request_seen(&review_text(&deep, "null"));
+    assert!(
+        matches!(request.object_error, Some(ObjectError::TooDeep(_))),
+        "{:?}",
+        request.object_error
+    );
+
+    // Deep nesting in a field the webhooks do not read is skipped.
+    let (request, _) = request_seen(&review_text("{}", &nested(10_000)));
+    assert_eq!(
+        (request.object, request.object_error),
+        (Some(json!({})), None)
+    );
+}
+
+#[test]
+fn objects_that_do_not_decode_are_answered() {
+    // A number no f64 holds: the decoder refuses the object, not the review.
+    let body = review_text(r#"{"spec": {"port": 1e400}}"#, "null");
+    let (request, uid) = request_seen(&body);
+    assert_eq!(uid, UID);
+    assert_eq!(request.object, None);
+    let number_end = body.windows(5).position(|w| w == b"1e400").unwrap() + 5;
+    assert_eq!(
+        request.object_error,
+        Some(ObjectError::Decode(format!(
+            "number out of range at line 1 column {number_end}"
+        )))
+    );
+
+    // A review that is broken elsewhere too is not a review.
+    let mut body = review_text(&nested(200), "null");
+    body.extend_from_slice(b"}");
+    assert_eq!(
+        review(&body, allow).unwrap_err().to_string(),
+        format!(
+            "failed to decode admission review request: recursion limit exceeded at line 1 column {}",
+            body.iter().position(|&b| b == b'[').unwrap() + MAX_JSON_NESTING - 1
+        )
+    );
+    // Without a uid, there is nothing to answer.
+    let body = format!(r#"{{"request": {{"object": {}}}}}"#, nested(200));
+    assert_eq!(
+        review(body.as_bytes(), allow).unwrap_err().to_string(),
+        "invalid admission review request"
+    );
+}
+
+#[test]
+fn the_body_limit_message_names_it() {
+    assert_eq!(MAX_BODY_BYTES, 10_485_760);
+    assert_eq!(body_too_large(), "limit reached while reading: 10485760");
+}

@@ -347,15 +347,31 @@ impl EndpointsStream {
         }
 
         let mut updates = Vec::with_capacity(2);
-        let addrs = self.translate(added.into_iter());
+        let mut omitted = Vec::new();
+        let addrs = self.translate(added.into_iter(), &mut omitted);
         if !addrs.is_empty() {
             updates.push(add(addrs, view));
+        }
+        if !omitted.is_empty() {
+            // The client may hold an address whose new endpoint is left out (a changed
+            // endpoint, or a new one on a gone endpoint's address): what it holds there is stale.
+            let held: HashSet<SocketAddr> = old.iter().map(|(_, ep)| ep.addr).collect();
+            let stale: Vec<SocketAddr> = omitted
+                .iter()
+                .filter(|addr| held.contains(addr) && !removed.contains(addr))
+                .copied()
+                .collect();
+            removed.extend(stale);
         }
         if !removed.is_empty() {
             // An address can pass from one ID to another in one change (pods swapping IPs, an
             // IP reused by a new pod): the `Add` above holds it, and the `Remove` after it must
-            // not take it away.
-            let kept: HashSet<SocketAddr> = new.iter().map(|(_, ep)| ep.addr).collect();
+            // not take it away. Addresses left out of the `Add` are not held.
+            let kept: HashSet<SocketAddr> = new
+                .iter()
+                .map(|(_, ep)| ep.addr)
+                .filter(|addr| !omitted.contains(addr))
+                .collect();
             removed.retain(|addr| !kept.contains(addr));
         }
         if !removed.is_empty() {
@@ -368,13 +384,16 @@ impl EndpointsStream {
     }
 
     fn add_all(&self, view: &EndpointsView, set: &Filtered<'_>) -> Option<Update> {
-        let addrs = self.translate(set.iter().map(|(_, ep)| *ep));
+        let addrs = self.translate(set.iter().map(|(_, ep)| *ep), &mut Vec::new());
         (!addrs.is_empty()).then(|| add(addrs, view))
     }
 
+    /// The `WeightedAddr`s of `endpoints`; the addresses of those the translation leaves out
+    /// (logged) go to `omitted`.
     fn translate<'a>(
         &self,
         endpoints: impl Iterator<Item = &'a Arc<Endpoint>>,
+        omitted: &mut Vec<SocketAddr>,
     ) -> Vec<linkerd2_proxy_api::destination::WeightedAddr> {
         let zone = self.filter.client_zone.as_deref();
         endpoints
@@ -382,6 +401,7 @@ impl EndpointsStream {
                 Ok(addr) => Some(addr),
                 Err(error) => {
                     tracing::warn!(%error, addr = %ep.addr, "leaving the address out of the update");
+                    omitted.push(ep.addr);
                     None
                 }
             })

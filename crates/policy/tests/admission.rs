@@ -93,6 +93,8 @@ impl Webhook {
         );
         tls.write_all(head.as_bytes()).await.unwrap();
         tls.write_all(body).await.unwrap();
+        // rustls may still hold the last records: unflushed, the server waits for them.
+        tls.flush().await.unwrap();
         let mut response = String::new();
         tls.read_to_string(&mut response).await.unwrap();
         let (head, body) = response.split_once("\r\n\r\n").unwrap();
@@ -1173,4 +1175,176 @@ async fn admit_server_with_exactly_one_selector() {
             ),
         ])
         .await;
+}
+
+/// A CREATE review of a valid Server, padded by an annotation to exactly `size` bytes of JSON.
+fn review_of_size(size: usize) -> Vec<u8> {
+    let server = |pad: &str| {
+        json!({
+            "apiVersion": "policy.linkerd.io/v1beta3",
+            "kind": "Server",
+            "metadata": {"name": "web-http", "namespace": "emojivoto", "annotations": {"pad": pad}},
+            "spec": {"podSelector": {}, "port": 80},
+        })
+    };
+    let unpadded = serde_json::to_vec(&mk_review("CREATE", Some(server(""))))
+        .unwrap()
+        .len();
+    let body = serde_json::to_vec(&mk_review(
+        "CREATE",
+        Some(server(&"x".repeat(size - unpadded))),
+    ))
+    .unwrap();
+    assert_eq!(body.len(), size);
+    body
+}
+
+/// Sends `body` to `/` chunked (no `content-length`), 1 MiB a chunk, before reading the
+/// answer; returns its status and body.
+async fn send_chunked(webhook: &Webhook, body: &[u8]) -> (u16, String) {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(webhook.ca.clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(webhook.addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let head = "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    tls.write_all(head.as_bytes()).await.unwrap();
+    for chunk in body.chunks(1 << 20) {
+        tls.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .await
+            .unwrap();
+        tls.write_all(chunk).await.unwrap();
+        tls.write_all(b"\r\n").await.unwrap();
+    }
+    tls.write_all(b"0\r\n\r\n").await.unwrap();
+    tls.flush().await.unwrap();
+    let mut response = String::new();
+    tls.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (
+        head.split(' ').nth(1).unwrap().parse().unwrap(),
+        body.to_string(),
+    )
+}
+
+#[tokio::test]
+async fn admit_bodies_over_the_limit_413() {
+    let webhook = mk_webhook().await;
+    // Sent whole before the answer is read (`send` fails on a broken connection): 30 MB, and
+    // one byte over the limit.
+    for size in [30_000_000, linkerd_admission::MAX_BODY_BYTES + 1] {
+        let reply = webhook.send("POST", "/", &review_of_size(size)).await;
+        assert_eq!(
+            (
+                reply.status,
+                reply.content_type.as_deref(),
+                reply.body.as_str()
+            ),
+            (
+                413,
+                Some("text/plain"),
+                "limit reached while reading: 10485760"
+            ),
+            "{size} bytes"
+        );
+    }
+    // Chunked, without a length up front: the limit is found while reading.
+    let reply = send_chunked(&webhook, &review_of_size(30_000_000)).await;
+    assert_eq!(
+        reply,
+        (413, "limit reached while reading: 10485760".to_string())
+    );
+
+    // A body of the limit exactly is judged, either way.
+    let body = review_of_size(linkerd_admission::MAX_BODY_BYTES);
+    let reply = webhook.send("POST", "/", &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let answer: Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(
+        answer["response"],
+        json!({"uid": "3f2b7c1e-0000-4000-8000-000000000001", "allowed": true})
+    );
+    let (status, body) = send_chunked(&webhook, &body).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn admit_objects_nested_too_deep() {
+    let webhook = mk_webhook().await;
+    let server = json!({
+        "apiVersion": "policy.linkerd.io/v1beta3",
+        "kind": "Server",
+        "metadata": {"name": "web-http", "namespace": "emojivoto"},
+        "spec": {"podSelector": {"matchLabels": "DEEP"}, "port": 80},
+    });
+    let route = json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "web", "namespace": "emojivoto"},
+        "spec": {"parentRefs": [{"name": "web", "kind": "Service", "group": "core"}], "rules": "DEEP"},
+    });
+    // A strictly decoded kind and a leniently decoded one (a Gateway API spec that does not
+    // decode is otherwise allowed): both denied, with the uid, naming the problem and where.
+    for object in [server, route] {
+        for levels in [200, 100_000] {
+            // Written as text: a Value this deep would overflow the stack when dropped.
+            let deep = format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+            let body = serde_json::to_string(&mk_review("CREATE", Some(object.clone())))
+                .unwrap()
+                .replace(r#""DEEP""#, &deep);
+            let reply = webhook.send("POST", "/", body.as_bytes()).await;
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            let answer: Value = serde_json::from_str(&reply.body).unwrap();
+            let response: AdmissionResponse =
+                serde_json::from_value(answer["response"].clone()).unwrap();
+            assert_eq!(response.uid, "3f2b7c1e-0000-4000-8000-000000000001");
+            assert!(!response.allowed);
+            let column = too_deep_column(&body);
+            assert_eq!(
+                response.message(),
+                Some(
+                    format!(
+                        "the object is nested too deep: the review nests JSON objects and arrays more than 127 levels deep (recursion limit exceeded at line 1 column {column})"
+                    )
+                    .as_str()
+                ),
+                "{} {levels} levels",
+                object["kind"]
+            );
+        }
+    }
+
+    // A DELETE is allowed without reading the object, whatever its depth.
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let mut review = serde_json::to_string(&mk_review("DELETE", None)).unwrap();
+    review.insert_str(review.len() - 2, &format!(r#","oldObject":{deep}"#));
+    let reply = webhook.send("POST", "/", review.as_bytes()).await;
+    let answer: Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(answer["response"]["allowed"], true, "{}", reply.body);
+}
+
+/// The column where serde_json stops reading `json`: its first bracket one level deeper than
+/// `linkerd_admission::MAX_JSON_NESTING` (no string in `json` holds a bracket).
+fn too_deep_column(json: &str) -> usize {
+    let mut depth = 0;
+    for (at, c) in json.char_indices() {
+        match c {
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            _ => continue,
+        }
+        if depth > linkerd_admission::MAX_JSON_NESTING {
+            return at + 1;
+        }
+    }
+    panic!("not nested too deep: {json}");
 }

@@ -10,13 +10,24 @@
 //! it; an unusable one on reload is logged and the previous certificate keeps being served.
 //!
 //! [`HttpsServer`] serves an axum [`Router`] over HTTP/1.1 on TLS until a shutdown future
-//! resolves, then lets open requests finish (for up to [`DRAIN_TIMEOUT`]).
+//! resolves, then lets open requests finish (for up to [`DRAIN_TIMEOUT`]). It closes a
+//! connection in stages (RFC 9112 §9.6): after the last answer it sends TLS `close_notify` and
+//! a TCP FIN, then reads and discards what the client still sends for up to
+//! [`LINGER_TIMEOUT`]. Closing at once would reset the connection while a client is still
+//! sending a body the server answered early (`413`), and the reset loses the answer: clients
+//! that send the whole body before reading (Python's `http.client`, ...) saw only a broken
+//! connection. [`read_body`] reads a request body up to a limit.
 //!
 //! [`ServerTls::load_mtls`] configures mesh TLS instead, as the pod's sidecar terminates it
 //! (spec/sp-validator-and-pod.md §d.2, §d.6): TLS 1.3, ALPN `h2` offered but not required, and
 //! client certificates verified against [`TrustAnchors`].
 
-use axum::Router;
+use axum::{
+    Router,
+    body::{Body, Bytes},
+    http::{HeaderMap, header},
+};
+use futures::StreamExt;
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
     service::TowerToHyperService,
@@ -36,7 +47,12 @@ use std::{
     sync::{Arc, PoisonError, RwLock},
     time::Duration,
 };
-use tokio::{net::TcpListener, sync::watch, task::JoinSet};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::watch,
+    task::JoinSet,
+};
 use tokio_rustls::TlsAcceptor;
 
 #[cfg(test)]
@@ -50,6 +66,25 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long open connections may take to finish their requests after shutdown.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a closed connection keeps reading what its client still sends (see the module
+/// docs). At the bandwidth of a pod network this is far more than any body a webhook client
+/// sends needs; a client still sending after it is reset.
+pub const LINGER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why [`read_body`] did not return a body.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// The body is longer than the limit (by its `content-length`, or as read).
+    #[error("the request body is larger than {limit} bytes")]
+    TooLarge {
+        /// The limit passed to [`read_body`], in bytes.
+        limit: usize,
+    },
+    /// The client broke off or sent a malformed body.
+    #[error("cannot read the request body: {0}")]
+    Read(#[from] axum::Error),
+}
 
 /// Changes to the files are applied once they have been quiet this long: a Secret update, or
 /// an editor writing the certificate and then the key, is several events.
@@ -465,9 +500,37 @@ impl HttpsServer {
     }
 }
 
+/// Reads a request body of at most `limit` bytes. A body whose `content-length` is larger is
+/// refused before any of it is read, so that no client makes the server buffer `limit` bytes
+/// only to refuse them; what the client goes on sending is discarded when the connection
+/// closes (see the module docs).
+///
+/// Errors: [`BodyError::TooLarge`] over the limit, [`BodyError::Read`] when the body breaks
+/// off.
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, BodyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(BodyError::TooLarge { limit });
+    }
+    // Preallocated from the declared length (at most the limit), else grown as read.
+    let mut read = Vec::with_capacity(declared.map_or(0, |len| len as usize));
+    let mut frames = body.into_data_stream();
+    while let Some(frame) = frames.next().await {
+        let frame = frame?;
+        if read.len() + frame.len() > limit {
+            return Err(BodyError::TooLarge { limit });
+        }
+        read.extend_from_slice(&frame);
+    }
+    Ok(Bytes::from(read))
+}
+
 async fn serve_connection(
     acceptor: TlsAcceptor,
-    tcp: tokio::net::TcpStream,
+    tcp: TcpStream,
     peer: SocketAddr,
     router: Router,
     mut stop: watch::Receiver<bool>,
@@ -483,21 +546,38 @@ async fn serve_connection(
             return;
         }
     };
-    let conn = hyper::server::conn::http1::Builder::new()
+    let mut conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .serve_connection(TokioIo::new(tls), TowerToHyperService::new(router));
-    tokio::pin!(conn);
+    // Without hyper's shutdown of the stream, which would close it at once: `linger` does.
     let result = tokio::select! {
-        result = conn.as_mut() => result,
+        result = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => result,
         () = async { drop(stop.wait_for(|stop| *stop).await) } => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+            std::pin::Pin::new(&mut conn).graceful_shutdown();
+            std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)).await
         }
     };
-    if let Err(error) = result {
-        tracing::debug!(%peer, %error, "HTTPS connection failed");
+    match result {
+        Ok(()) => linger(conn.into_parts().io.into_inner()).await,
+        Err(error) => tracing::debug!(%peer, %error, "HTTPS connection failed"),
     }
+}
+
+/// Closes a connection whose answers are all written: `close_notify` and FIN, then what the
+/// client still sends is read and dropped (undecrypted) until it closes or [`LINGER_TIMEOUT`]
+/// passes. See the module docs for why.
+async fn linger(mut tls: tokio_rustls::server::TlsStream<TcpStream>) {
+    if tls.shutdown().await.is_err() {
+        // The client is gone.
+        return;
+    }
+    let (mut tcp, _) = tls.into_inner();
+    let mut discard = vec![0; 16 * 1024];
+    let _ = tokio::time::timeout(LINGER_TIMEOUT, async {
+        while let Ok(1..) = tcp.read(&mut discard).await {}
+    })
+    .await;
 }
 
 // === impl Resolver ===

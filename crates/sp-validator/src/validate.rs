@@ -57,6 +57,9 @@ pub enum Invalid {
         "failed to validate ServiceProfile: error unmarshaling JSON: while decoding JSON: json: {0}"
     )]
     Decode(DecodeError),
+    /// Step 1, before decoding: the object is not JSON this webhook reads (nested too deep).
+    #[error("failed to validate ServiceProfile: {0}")]
+    Object(linkerd_admission::ObjectError),
     /// Steps 2 to 5: the profile named `profile` breaks a rule.
     #[error("ServiceProfile \"{profile}\" {problem}")]
     Rule {

@@ -7,37 +7,34 @@
 //! | body | answer |
 //! |---|---|
 //! | empty | `200` with an empty body, as upstream (the API server counts it as a failed call and applies the webhook's `failurePolicy`) |
-//! | larger than [`MAX_BODY_BYTES`] | `413 text/plain` `limit reached while reading: 10485760` (upstream answers `500` with this text) |
+//! | larger than [`MAX_BODY_BYTES`] (10 MiB, upstream's limit; see there why) | `413 text/plain` `limit reached while reading: 10485760` (upstream answers `500` with this text), without reading the body when its `content-length` says so |
 //! | not a review (not JSON, wrong field types) | `400 text/plain` `failed to decode admission review request: <error>` |
 //! | a review without `request`, or with an empty `request.uid` | `400 text/plain` `invalid admission review request` |
 //! | a review | `200 application/json`: `{apiVersion, kind: AdmissionReview, response}` with the request's `apiVersion` (`admission.k8s.io/v1` when it has none) and `uid` |
 //!
 //! The response allows or denies as [`admit`] decides; a denial carries
 //! `status: {message, code: 400, reason: BadRequest, status: Failure}`. Unlike upstream the
-//! request is not echoed back in the answer: the API server reads only `response`.
+//! request is not echoed back in the answer: the API server reads only `response`. A review
+//! whose `object` alone does not decode (nested deeper than the JSON decoder reads, see
+//! [`linkerd_admission::MAX_JSON_NESTING`]) is a review: its profile is denied, naming the
+//! problem, since a `400` would let `failurePolicy: Ignore` admit it unvalidated.
 
-use crate::validate::validate;
+use crate::validate::{Invalid, validate};
 use axum::{
     Router,
-    body::Bytes,
-    extract::{
-        DefaultBodyLimit, State,
-        rejection::{BytesRejection, FailedToBufferBody},
-    },
+    extract::{Request, State},
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
 use linkerd_admission::{AdmissionRequest, AdmissionResponse, AdmissionReviewResponse};
+use linkerd_runtime::tls::{BodyError, read_body};
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue},
     metrics::{counter::Counter, family::Family},
     registry::Registry,
 };
 
-/// The largest body read, as upstream's.
-pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
-
-pub use linkerd_admission::ReviewError;
+pub use linkerd_admission::{MAX_BODY_BYTES, ReviewError};
 
 /// The webhook's metrics: `sp_validator_admission_reviews_total{result}`, where `result` is
 /// `allowed`, `denied` or `invalid` (a body answered 400 or 413).
@@ -80,10 +77,7 @@ impl WebhookMetrics {
 
 /// The webhook's routes: every method and path reviews its body (see the module docs).
 pub fn router(metrics: WebhookMetrics) -> Router {
-    Router::new()
-        .fallback(handle)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(metrics)
+    Router::new().fallback(handle).with_state(metrics)
 }
 
 /// Answers a non-empty review body (see the module docs).
@@ -100,13 +94,19 @@ pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
 /// - a kind other than `linkerd.io` ServiceProfile (by `request.kind`, else by the object's
 ///   `apiVersion` and `kind`) is allowed: it is not this webhook's to judge (upstream decodes
 ///   any object as a ServiceProfile);
+/// - an object that does not decode as JSON (nested too deep) is denied with
+///   `failed to validate ServiceProfile: <problem>`;
 /// - otherwise `request.object` goes through [`validate`], and the first broken rule is the
 ///   denial message.
 pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
     if !request.creates_or_updates() || !is_service_profile(request) {
         return linkerd_admission::allow(request);
     }
-    match validate(request.object.as_ref()) {
+    let verdict = match &request.object_error {
+        Some(error) => Err(Invalid::Object(error.clone())),
+        None => validate(request.object.as_ref()),
+    };
+    match verdict {
         Ok(()) => linkerd_admission::allow(request),
         Err(invalid) => {
             let message = invalid.to_string();
@@ -149,28 +149,23 @@ fn is_service_profile(request: &AdmissionRequest) -> bool {
     }
 }
 
-async fn handle(
-    State(metrics): State<WebhookMetrics>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn handle(State(metrics): State<WebhookMetrics>, request: Request) -> Response {
     let text = |status: StatusCode, text: String| {
         (status, [(header::CONTENT_TYPE, "text/plain")], text).into_response()
     };
-    let body = match body {
+    let (head, body) = request.into_parts();
+    let body = match read_body(&head.headers, body, MAX_BODY_BYTES).await {
         Ok(body) => body,
-        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
+        Err(BodyError::TooLarge { .. }) => {
             metrics.count(Verdict::invalid);
             return text(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("limit reached while reading: {MAX_BODY_BYTES}"),
+                linkerd_admission::body_too_large(),
             );
         }
-        Err(rejection) => {
+        Err(error) => {
             metrics.count(Verdict::invalid);
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!("cannot read the request body: {rejection}"),
-            );
+            return text(StatusCode::BAD_REQUEST, error.to_string());
         }
     };
     if body.is_empty() {

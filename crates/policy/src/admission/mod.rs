@@ -7,6 +7,9 @@
 //! `AdmissionReview` ([`linkerd_admission`]) of `admission.k8s.io/v1` or `v1beta1`; the answer
 //! is a review of the same `apiVersion` whose `response` carries the request's `uid`:
 //!
+//! - a body over [`MAX_BODY_BYTES`] (10 MiB, see there why) is answered `413 text/plain`
+//!   `limit reached while reading: 10485760`, without reading it when its `content-length` says
+//!   so.
 //! - a body that does not decode as a review (not JSON, wrong field types) is answered
 //!   `400 text/plain` `failed to decode admission review request: <error>`, and a review without
 //!   `request` or with an empty `request.uid` `400` `invalid admission review request`. (Upstream
@@ -20,7 +23,10 @@
 //!   without looking at the object, since a deletion must never be blocked by the content of
 //!   what is deleted.
 //! - a validated request without `object` is denied with `admission request missing 'object`,
-//!   an object without `spec` with `admission request missing 'spec'`.
+//!   an object without `spec` with `admission request missing 'spec'`. An object that does not
+//!   decode as JSON although the review does (nested deeper than
+//!   [`linkerd_admission::MAX_JSON_NESTING`] levels) is denied, naming the problem: answering
+//!   `400` would let `failurePolicy: Ignore` admit it unvalidated.
 //! - the spec of a `policy.linkerd.io` kind is decoded strictly: an unknown field or a wrong
 //!   type is a denial naming the field (`spec.proxyProtocol: unknown variant ...`). The spec of
 //!   a Gateway API kind (HTTPRoute, GRPCRoute, TLSRoute, TCPRoute of
@@ -38,8 +44,7 @@ mod routes;
 
 use axum::{
     Router,
-    body::Bytes,
-    extract::DefaultBodyLimit,
+    extract::Request,
     http::{StatusCode, header},
     response::{IntoResponse, Response},
     routing::post,
@@ -60,19 +65,18 @@ use linkerd_k8s_api::{
 };
 
 pub use self::kinds::Kind;
-pub use linkerd_admission::{
-    AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, GroupVersionKind, ReviewError,
-};
+use linkerd_runtime::tls::{BodyError, read_body};
 
-/// The largest request body read (as the sp-validator's); larger ones are answered `413`.
-pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+pub use linkerd_admission::{
+    AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, GroupVersionKind, MAX_BODY_BYTES,
+    ReviewError,
+};
 
 /// The webhook's routes: `POST /` reviews; everything else is `404`.
 pub fn router() -> Router {
     Router::new()
         .route("/", post(handle).fallback(not_found))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
 /// Answers a review body (see the module docs for the protocol).
@@ -116,6 +120,9 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
         return linkerd_admission::allow(request);
     }
 
+    if let Some(error) = &request.object_error {
+        return deny(request, error.to_string());
+    }
     let Some(object) = &request.object else {
         return deny(request, "admission request missing 'object".to_string());
     };
@@ -195,7 +202,21 @@ fn deny(request: &AdmissionRequest, message: String) -> AdmissionResponse {
     linkerd_admission::deny(request, message)
 }
 
-async fn handle(body: Bytes) -> Response {
+async fn handle(request: Request) -> Response {
+    let text = |status: StatusCode, text: String| {
+        (status, [(header::CONTENT_TYPE, "text/plain")], text).into_response()
+    };
+    let (head, body) = request.into_parts();
+    let body = match read_body(&head.headers, body, MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge { .. }) => {
+            return text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                linkerd_admission::body_too_large(),
+            );
+        }
+        Err(error) => return text(StatusCode::BAD_REQUEST, error.to_string()),
+    };
     let answer = review(&body).map_err(|error| {
         tracing::info!(%error, "bad admission review");
         error
@@ -207,18 +228,11 @@ async fn handle(body: Bytes) -> Response {
             json,
         )
             .into_response(),
-        Ok(Err(error)) => (
+        Ok(Err(error)) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "text/plain")],
             format!("cannot encode the admission review response: {error}"),
-        )
-            .into_response(),
-        Err(error) => (
-            StatusCode::BAD_REQUEST,
-            [(header::CONTENT_TYPE, "text/plain")],
-            error.to_string(),
-        )
-            .into_response(),
+        ),
+        Err(error) => text(StatusCode::BAD_REQUEST, error.to_string()),
     }
 }
 

@@ -356,3 +356,92 @@ fn trust_anchor_errors_name_the_file() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn read_body_stops_at_the_limit() {
+    let headers = |length: Option<usize>| {
+        let mut headers = HeaderMap::new();
+        if let Some(length) = length {
+            headers.insert(header::CONTENT_LENGTH, length.into());
+        }
+        headers
+    };
+    // A stream of `frames` chunks of 4 bytes, unread until polled.
+    let streamed = |frames: usize| {
+        Body::from_stream(futures::stream::iter(
+            (0..frames).map(|i| Ok::<_, std::io::Error>(Bytes::from(vec![i as u8; 4]))),
+        ))
+    };
+
+    // Up to the limit: read whole, with or without a length.
+    let body = read_body(&headers(Some(8)), streamed(2), 8).await.unwrap();
+    assert_eq!(&body[..], &[0, 0, 0, 0, 1, 1, 1, 1]);
+    assert_eq!(
+        read_body(&headers(None), streamed(2), 8)
+            .await
+            .unwrap()
+            .len(),
+        8
+    );
+
+    // Over it as read, or as declared (then nothing is read: the body would fail if polled).
+    let too_large =
+        |result: Result<Bytes, BodyError>| matches!(result, Err(BodyError::TooLarge { limit: 8 }));
+    assert!(too_large(read_body(&headers(None), streamed(3), 8).await));
+    let unreadable = Body::from_stream(futures::stream::once(async {
+        Err::<Bytes, _>(std::io::Error::other("read"))
+    }));
+    assert!(too_large(read_body(&headers(Some(9)), unreadable, 8).await));
+    assert_eq!(
+        BodyError::TooLarge { limit: 8 }.to_string(),
+        "the request body is larger than 8 bytes"
+    );
+
+    // A body that breaks off.
+    let unreadable = Body::from_stream(futures::stream::once(async {
+        Err::<Bytes, _>(std::io::Error::other("connection reset"))
+    }));
+    let error = read_body(&headers(None), unreadable, 8).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cannot read the request body: connection reset"
+    );
+}
+
+#[tokio::test]
+async fn an_early_answer_reaches_a_client_still_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files(dir.path());
+    let cert = mk_cert();
+    install(&files, &cert);
+    let (addr, _trigger, _task) = start(&files).await;
+
+    // The route answers without reading the body; the client sends all 20 MB of it before
+    // reading. Closed at once, the connection would be reset under the client's writes.
+    let mut roots = RootCertStore::empty();
+    roots.add(cert.der.clone()).unwrap();
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let body = vec![b'x'; 20_000_000];
+    let head = format!(
+        "GET / HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&body)
+        .await
+        .expect("the server reads what the client sends after the answer");
+    tls.flush().await.unwrap();
+    let mut response = String::new();
+    tls.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+    assert!(response.ends_with("\r\n\r\nhello over tls"), "{response}");
+}

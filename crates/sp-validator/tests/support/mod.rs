@@ -120,11 +120,23 @@ pub async fn send_to(
         body.len()
     );
     tls.write_all(head.as_bytes()).await.unwrap();
-    // The server may answer (413) before reading everything.
-    let _ = tls.write_all(body).await;
+    // The whole body is sent before the answer is read, as simple clients do (Python's
+    // `http.client`): a server that answers early (413) must still read what follows, or the
+    // client sees a broken connection and never reads the answer.
+    let mut written = tls.write_all(body).await;
+    if written.is_ok() {
+        // rustls may still hold the last records: unflushed, the server waits for them.
+        written = tls.flush().await;
+    }
     let mut response = Vec::new();
-    let _ = tls.read_to_end(&mut response).await;
+    let read = tls.read_to_end(&mut response).await;
     let response = String::from_utf8(response).unwrap();
+    assert!(
+        written.is_ok() && read.is_ok(),
+        "the connection broke: writing a {} byte body: {written:?}, reading the answer: {read:?}, answer so far: {:?}",
+        body.len(),
+        response.lines().next()
+    );
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
     let mut lines = head.lines();
     let status = lines.next().unwrap().split(' ').nth(1).unwrap();
@@ -188,9 +200,14 @@ impl Webhook {
 
     /// Posts a review to `/` and returns the answer as JSON (asserting a 200 JSON answer).
     pub async fn review(&self, review: &Value) -> Value {
-        let reply = self
-            .send("POST", "/", &serde_json::to_vec(review).unwrap())
-            .await;
+        self.review_text(&serde_json::to_string(review).unwrap())
+            .await
+    }
+
+    /// Posts a review written as JSON text to `/` and returns the answer as JSON (asserting a
+    /// 200 JSON answer).
+    pub async fn review_text(&self, review: &str) -> Value {
+        let reply = self.send("POST", "/", review.as_bytes()).await;
         assert_eq!(reply.status, 200, "{}", reply.body);
         assert_eq!(reply.content_type.as_deref(), Some("application/json"));
         serde_json::from_str(&reply.body).unwrap()

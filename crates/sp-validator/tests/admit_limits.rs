@@ -1,0 +1,198 @@
+//! The limits of what the webhook reads, over HTTPS as the binary serves it: a body over
+//! [`linkerd_admission::MAX_BODY_BYTES`] is answered `413` with a text that names the limit (and
+//! the answer reaches a client that sends the whole body before reading), a body of exactly the
+//! limit is judged, and a profile nested deeper than the JSON decoder reads is denied, naming
+//! the problem, rather than answered `400` (which `failurePolicy: Ignore` would admit).
+
+mod support;
+
+use linkerd_admission::{MAX_BODY_BYTES, MAX_JSON_NESTING};
+use rustls::pki_types::ServerName;
+use serde_json::{Value, json};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn mk_profile(condition: Value) -> Value {
+    json!({
+        "apiVersion": "linkerd.io/v1alpha2",
+        "kind": "ServiceProfile",
+        "metadata": {"name": "web.ns.svc.cluster.local", "namespace": "ns"},
+        "spec": {"routes": [{"name": "r", "condition": condition}]},
+    })
+}
+
+/// A request match `levels` deep: `not` inside `not` ..., around `{method: GET}`.
+fn nested_condition(levels: usize) -> Value {
+    (1..levels).fold(json!({"method": "GET"}), |inner, _| json!({"not": inner}))
+}
+
+/// A CREATE review of a valid profile whose annotation pads the JSON body to `size` bytes.
+fn review_of_size(size: usize) -> Vec<u8> {
+    let mut profile = mk_profile(json!({"method": "GET"}));
+    profile["metadata"]["annotations"] = json!({"pad": ""});
+    let review = mk_review("admission.k8s.io/v1", "CREATE", Some(profile.clone()));
+    let unpadded = serde_json::to_vec(&review).unwrap().len();
+    profile["metadata"]["annotations"]["pad"] = json!("x".repeat(size - unpadded));
+    let body =
+        serde_json::to_vec(&mk_review("admission.k8s.io/v1", "CREATE", Some(profile))).unwrap();
+    assert_eq!(body.len(), size);
+    body
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_answered_413() {
+    let webhook = mk_webhook().await;
+    let limit = linkerd_admission::body_too_large();
+    assert_eq!(limit, "limit reached while reading: 10485760");
+
+    // 30 MB (about three times the limit), sent whole before the answer is read.
+    for size in [30_000_000, MAX_BODY_BYTES + 1] {
+        let reply = webhook.send("POST", "/", &review_of_size(size)).await;
+        assert_eq!(
+            (
+                reply.status,
+                reply.content_type.as_deref(),
+                reply.body.as_str()
+            ),
+            (413, Some("text/plain"), limit.as_str()),
+            "{size} bytes"
+        );
+    }
+
+    // Without a length up front (chunked), the limit is found while reading.
+    let reply = send_chunked(&webhook, &review_of_size(3 * MAX_BODY_BYTES)).await;
+    assert_eq!((reply.0, reply.1.as_str()), (413, limit.as_str()));
+
+    // The server goes on answering.
+    let response = webhook
+        .admit_object(mk_profile(json!({"method": "GET"})))
+        .await;
+    assert_allowed(&response, "after the 413s");
+}
+
+#[tokio::test]
+async fn a_body_of_the_limit_is_judged() {
+    let webhook = mk_webhook().await;
+    let reply = webhook
+        .send("POST", "/", &review_of_size(MAX_BODY_BYTES))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let answer: Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(answer["response"], json!({"uid": UID, "allowed": true}));
+
+    let reply = send_chunked(&webhook, &review_of_size(MAX_BODY_BYTES)).await;
+    assert_eq!(reply.0, 200, "{}", reply.1);
+}
+
+#[tokio::test]
+async fn profiles_nested_too_deep_are_denied() {
+    let webhook = mk_webhook().await;
+    // review, request, object, spec, routes, route, condition: the condition is level 7.
+    let deepest = MAX_JSON_NESTING - 6;
+
+    // As deep as the decoder reads: judged as usual.
+    let response = webhook
+        .admit_object(mk_profile(nested_condition(deepest)))
+        .await;
+    assert_allowed(&response, "the deepest profile read");
+    let mut empty_innermost = nested_condition(deepest);
+    *(0..deepest - 1).fold(&mut empty_innermost, |c, _| &mut c["not"]) = json!({});
+    let response = webhook.admit_object(mk_profile(empty_innermost)).await;
+    assert_denied(
+        &response,
+        r#"ServiceProfile "web.ns.svc.cluster.local" has a route with an invalid condition: A request match must have a field set"#,
+        "the deepest profile read, invalid",
+    );
+
+    // One level more, and far more: denied with the uid, naming the problem and where.
+    for levels in [deepest + 1, 100_000] {
+        let review = mk_review(
+            "admission.k8s.io/v1",
+            "CREATE",
+            Some(mk_profile(json!("CONDITION"))),
+        );
+        // Written as text: a Value this deep would overflow the stack when dropped.
+        let condition = format!(
+            "{}{{\"method\":\"GET\"}}{}",
+            r#"{"not":"#.repeat(levels - 1),
+            "}".repeat(levels - 1)
+        );
+        let body = serde_json::to_string(&review)
+            .unwrap()
+            .replace(r#""CONDITION""#, &condition);
+        let answer = webhook.review_text(&body).await;
+        let response: AdmissionResponse =
+            serde_json::from_value(answer["response"].clone()).unwrap();
+        assert_eq!(response.uid, UID);
+        assert_denied(
+            &response,
+            &format!(
+                "failed to validate ServiceProfile: the object is nested too deep: the review nests JSON objects and arrays more than 127 levels deep (recursion limit exceeded at line 1 column {})",
+                too_deep_column(&body)
+            ),
+            &format!("{levels} levels"),
+        );
+    }
+}
+
+/// The column where serde_json stops reading `json`: its first bracket one level deeper than
+/// [`MAX_JSON_NESTING`] (no string in `json` holds a bracket).
+fn too_deep_column(json: &str) -> usize {
+    let mut depth = 0;
+    for (at, c) in json.char_indices() {
+        match c {
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            _ => continue,
+        }
+        if depth > MAX_JSON_NESTING {
+            return at + 1;
+        }
+    }
+    panic!("not nested too deep: {json}");
+}
+
+/// Sends `body` chunked (no `content-length`) in 1 MiB chunks, then reads the answer: status
+/// and body.
+async fn send_chunked(webhook: &Webhook, body: &[u8]) -> (u16, String) {
+    let tcp = tokio::net::TcpStream::connect(webhook.addr).await.unwrap();
+    let mut tls =
+        tokio_rustls::TlsConnector::from(client_config(&webhook.ca, rustls::ALL_VERSIONS))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+    let head = "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    tls.write_all(head.as_bytes()).await.unwrap();
+    let mut written = Ok(());
+    for chunk in body.chunks(1 << 20) {
+        written = async {
+            tls.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await?;
+            tls.write_all(chunk).await?;
+            tls.write_all(b"\r\n").await
+        }
+        .await;
+        if written.is_err() {
+            break;
+        }
+    }
+    if written.is_ok() {
+        written = tls.write_all(b"0\r\n\r\n").await;
+    }
+    if written.is_ok() {
+        // rustls may still hold the last records: unflushed, the server waits for them.
+        written = tls.flush().await;
+    }
+    let mut response = Vec::new();
+    let read = tls.read_to_end(&mut response).await;
+    let response = String::from_utf8(response).unwrap();
+    assert!(
+        written.is_ok() && read.is_ok(),
+        "the connection broke: writing: {written:?}, reading: {read:?}, answer so far: {:?}",
+        response.lines().next()
+    );
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    // `connection: close` answers are not chunked by the server; a 200 may be.
+    (status, body.to_string())
+}
