@@ -37,6 +37,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ClusterStoreConfig {
             namespace: args.controller_namespace.clone(),
             offline: linked_dirs,
+            ..ClusterStoreConfig::default()
         },
         index_metrics.clone(),
         link_metrics,

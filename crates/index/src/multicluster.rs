@@ -39,20 +39,34 @@ use crate::{
 };
 
 /// How long a linked cluster may take to deliver its initial lists before it is reported
-/// unreachable (it keeps being retried).
-const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
+/// unreachable (it keeps being retried): the default of
+/// [`ClusterStoreConfig::unreachable_after`].
+pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
 
 /// The linked clusters now, by name.
 pub type Clusters = BTreeMap<String, Arc<LinkedCluster>>;
 
 /// What the cluster store needs besides the Secrets.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ClusterStoreConfig {
     /// The control-plane namespace: only link Secrets there count.
     pub namespace: String,
     /// `--linked-cluster-state NAME=DIR`: linked clusters served from a directory of
     /// manifests instead of their Secret's kubeconfig.
     pub offline: BTreeMap<String, PathBuf>,
+    /// How long a linked cluster may take to deliver its initial lists before it is reported
+    /// unreachable ([`UNREACHABLE_AFTER`] by default).
+    pub unreachable_after: Duration,
+}
+
+impl Default for ClusterStoreConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "linkerd".to_string(),
+            offline: BTreeMap::new(),
+            unreachable_after: UNREACHABLE_AFTER,
+        }
+    }
 }
 
 /// One linked cluster: its domains and its discovery index, fed while it is linked.
@@ -430,6 +444,7 @@ impl Links {
             key.clone(),
             ready.clone(),
             self.metrics.clone(),
+            self.config.unreachable_after,
         ));
         tracing::info!(cluster = %link.cluster, secret = %format!("{}/{}", key.namespace, key.name), source = %described, trust_domain = %link.trust_domain, "linked cluster started");
         Ok(LinkedCluster {
@@ -462,19 +477,20 @@ async fn kube_client(kubeconfig: &[u8]) -> Result<(kube::Client, String), StartE
 }
 
 /// Follows a linked cluster's readiness into the state gauge, and reports it unreachable when
-/// its initial lists take longer than [`UNREACHABLE_AFTER`].
+/// its initial lists take longer than `after`.
 async fn monitor(
     cluster: String,
     secret: ObjectRef,
     mut ready: watch::Receiver<bool>,
     metrics: LinkMetrics,
+    after: Duration,
 ) {
     metrics.set_state(&cluster, *ready.borrow());
     if *ready.borrow() {
         return;
     }
     // `Ok(false)`: the watches were stopped.
-    let waited = tokio::time::timeout(UNREACHABLE_AFTER, ready.wait_for(|r| *r))
+    let waited = tokio::time::timeout(after, ready.wait_for(|r| *r))
         .await
         .map(|r| r.is_ok());
     if waited.is_err() {

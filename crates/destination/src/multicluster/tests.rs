@@ -264,6 +264,7 @@ async fn remote_members_come_from_the_linked_cluster_in_its_trust_domain() {
         ClusterStoreConfig {
             namespace: "linkerd".into(),
             offline: [("east".to_string(), east.path().to_path_buf())].into(),
+            ..ClusterStoreConfig::default()
         },
         IndexMetrics::default(),
         link_metrics.clone(),

@@ -139,6 +139,8 @@ struct State {
     version: u64,
     collections: HashMap<&'static str, Collection>,
     requests: Vec<SeenRequest>,
+    /// While set (the API server down), every request gets `503`.
+    down: bool,
 }
 
 struct Collection {
@@ -207,6 +209,7 @@ impl FakeApi {
                 version: 1,
                 collections,
                 requests: Vec::new(),
+                down: false,
             }),
             changed,
         });
@@ -243,6 +246,11 @@ impl FakeApi {
             }
         });
         api
+    }
+
+    /// The server's URL, `http://127.0.0.1:<port>`, as a kubeconfig names it.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// A client of this server, as `KubeSource` takes it.
@@ -365,6 +373,21 @@ impl FakeApi {
             .mutate(|state| state.collection(path).forbidden = true);
     }
 
+    /// Takes the server down: open watches end and every later request gets `503 Service
+    /// Unavailable` until [`FakeApi::come_back`]. Objects applied meanwhile are served after.
+    pub fn go_down(&self) {
+        self.shared.mutate(|state| {
+            state.down = true;
+            for collection in state.collections.values_mut() {
+                collection.watches.clear();
+            }
+        });
+    }
+
+    pub fn come_back(&self) {
+        self.shared.mutate(|state| state.down = false);
+    }
+
     /// Holds list requests of `path` unanswered until [`FakeApi::release_lists`].
     pub fn hold_lists(&self, path: &str) {
         self.shared
@@ -457,6 +480,15 @@ impl Shared {
             .collections
             .get(path.as_str())
             .map_or((false, false), |c| (c.installed, c.forbidden));
+        if self.state.lock().down {
+            seen.status = 503;
+            self.mutate(|state| state.requests.push(seen));
+            return status_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "the API server is down",
+            );
+        }
         if forbidden {
             seen.status = 403;
             self.mutate(|state| state.requests.push(seen));
