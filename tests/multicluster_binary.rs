@@ -255,6 +255,7 @@ async fn remote_discovery_follows_the_linked_cluster_and_its_link() {
     assert_eq!(web.metric_labels["zone"], "eu-central-1c");
     assert_eq!(set.metric_labels["service"], "web-svc");
     assert_eq!(set.metric_labels["namespace"], "emojivoto");
+    assert_eq!(set.metric_labels["target_cluster"], "east");
     wait_metric(
         admin,
         r#"endpoints_subscribers{cluster="east",namespace="emojivoto",service="web-svc-east",port="80",hostname="",nodename="ip-10-20-1-11.eu-west-1.compute.internal"} 1"#,
@@ -367,6 +368,7 @@ async fn federated_services_serve_the_union_of_their_members() {
         identity(&set.addrs[0]),
         "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
     );
+    assert_eq!(set.metric_labels.get("target_cluster"), None);
     let east = next(&mut stream).await;
     assert_eq!(addrs(&east), sockets(&["10.40.2.19:8080"]));
     let Update::Add(set) = east else {
@@ -376,6 +378,7 @@ async fn federated_services_serve_the_union_of_their_members() {
         identity(&set.addrs[0]),
         "web.emojivoto.serviceaccount.identity.linkerd.east.local"
     );
+    assert_eq!(set.metric_labels["target_cluster"], "east");
 
     // West joins through the annotation, with an unknown cluster beside it.
     let link = clusters.main.path().join("link.yaml");

@@ -10,7 +10,9 @@
 //! and every member's topic, and sends the difference of the union it last sent.
 //!
 //! Remote members' identities are in their cluster's trust domain; they get no node or zone
-//! filter (§C.8.1), only the address family. The local member of a federated Service is
+//! filter (§C.8.1), only the address family; their `Add`s carry the set metric label
+//! `target_cluster=<cluster>` (a project decision: upstream sends the remote slices' labels
+//! only, so neither the proxy's metrics nor a client could tell the clusters apart). The local member of a federated Service is
 //! filtered as a local `Get` is.
 
 use linkerd_index::{
@@ -38,6 +40,10 @@ pub const REMOTE_SERVICE_LABEL: &str = "multicluster.linkerd.io/remote-service";
 pub const REMOTE_DISCOVERY_ANNOTATION: &str = "multicluster.linkerd.io/remote-discovery";
 /// Service annotation of a federated Service: its local member.
 pub const LOCAL_DISCOVERY_ANNOTATION: &str = "multicluster.linkerd.io/local-discovery";
+/// Set metric label of a remote member's `Add`s: the linked cluster its addresses are in (the
+/// label the Endpoints of gateway-mirrored Services carry, spec §C.3); `dst-diag endpoints`
+/// shows it as each address's cluster.
+pub const TARGET_CLUSTER_LABEL: &str = "target_cluster";
 
 /// How `Get` serves a Service (spec §C.2).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -338,13 +344,16 @@ impl MulticlusterStream {
                     }
                 }
             }
-            labels.insert(
-                member.clone(),
-                view.labels
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            );
+            let mut set_labels: HashMap<String, String> = view
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            // The cluster the addresses are in, under the label mirrored Services use for it.
+            if let Some(cluster) = &member.cluster {
+                set_labels.insert(TARGET_CLUSTER_LABEL.to_string(), cluster.clone());
+            }
+            labels.insert(member.clone(), set_labels);
         }
 
         let mut updates = Vec::new();
