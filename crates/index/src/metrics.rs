@@ -151,6 +151,13 @@ impl IndexMetrics {
         }
     }
 
+    /// Removes the cache-size series of this metrics' cluster (a linked cluster unlinked).
+    pub(crate) fn forget_cache_sizes(&self) {
+        for (_, family) in &self.cache_size {
+            family.remove(&self.cluster);
+        }
+    }
+
     /// Sets the cache-size gauge of the kind labelled `kind`, if it has one.
     pub(crate) fn set_cache_size(&self, kind: &str, size: usize) {
         if let Some((_, family)) = self.cache_size.iter().find(|(k, _)| *k == kind) {

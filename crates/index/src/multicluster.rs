@@ -14,7 +14,11 @@
 //! `multicluster_link_errors_total{reason}`, and skipped; other links and the local cluster
 //! are not affected. A linked cluster whose API server does not answer its initial lists is
 //! logged and shown `unreachable` in `multicluster_linked_clusters{cluster,state}`; whatever
-//! its index holds (nothing, or the last known endpoints) is kept until its Secret goes.
+//! its index holds (nothing, or the last known endpoints) is kept until its Secret goes. (A
+//! cluster that stops answering after its initial lists is retried by its watches, logged by
+//! the kube source, and keeps its endpoints, but its state stays `connected`.)
+//!
+//! When a link goes, its series (state, cache sizes) are removed.
 
 use k8s_openapi::api::core::v1::Secret;
 use prometheus_client::{
@@ -85,6 +89,8 @@ pub struct LinkedCluster {
     pub index: DiscoveryIndex,
     /// The Secret's link, as the cluster was started from it.
     link: LinkSecret,
+    /// The index metrics of this cluster (`cluster="<name>"`).
+    metrics: IndexMetrics,
     ready: watch::Receiver<bool>,
     started: Started,
     monitor: tokio::task::JoinHandle<()>,
@@ -210,15 +216,23 @@ impl LinkedCluster {
         *self.ready.borrow()
     }
 
+    /// Stops the watches and removes the cluster's cache-size series (the link went).
     fn stop(&self) {
+        self.abort();
+        self.metrics.forget_cache_sizes();
+    }
+
+    fn abort(&self) {
         self.started.abort();
         self.monitor.abort();
     }
 }
 
 impl Drop for LinkedCluster {
+    /// Stops the watches; the series are left alone, as a restarted link of the same name may
+    /// own them by now.
     fn drop(&mut self) {
-        self.stop();
+        self.abort();
     }
 }
 
@@ -435,7 +449,7 @@ impl Links {
             }
         };
         let index = DiscoveryIndex::new();
-        let mut watches = Watches::new(metrics);
+        let mut watches = Watches::new(metrics.clone());
         index.watch(&mut watches);
         let started = watches.start(&source).await;
         let ready = started.ready();
@@ -455,6 +469,7 @@ impl Links {
             secret: key.clone(),
             source: described,
             index,
+            metrics,
             ready,
             started,
             monitor,

@@ -155,6 +155,7 @@ fn store(
     unreachable_after: Duration,
 ) -> ClusterStore {
     let metrics = LinkMetrics::register(registry);
+    let index_metrics = IndexMetrics::register(registry);
     ClusterStore::watch(
         watches,
         ClusterStoreConfig {
@@ -162,7 +163,7 @@ fn store(
             unreachable_after,
             ..ClusterStoreConfig::default()
         },
-        IndexMetrics::default(),
+        index_metrics,
         metrics,
     )
 }
@@ -194,6 +195,7 @@ async fn a_linked_cluster_keeps_its_endpoints_while_its_api_server_is_down() {
         r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
     )
     .await;
+    wait_metric(&registry, r#"pod_cache_size{cluster="east"} 1"#).await;
 
     // The API server goes away; east scales up meanwhile.
     api.go_down();
