@@ -307,6 +307,29 @@ spec: {ports: [{port: 80}]}
     assert_eq!(west.code(), tonic::Code::NotFound, "{west:?}");
     assert_eq!(west.message(), "Remote cluster not found: west");
 
+    // A mirror of a remote ExternalName Service.
+    std::fs::write(
+        clusters.dir("east").join("external.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: ext, namespace: emojivoto}\nspec: {type: ExternalName, externalName: example.com}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        clusters.main.path().join("ext-mirror.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: ext-east\n  namespace: emojivoto\n  labels: {multicluster.linkerd.io/remote-discovery: east, multicluster.linkerd.io/remote-service: ext}\nspec: {ports: [{port: 80}]}\n",
+    )
+    .unwrap();
+    wait_metric(admin, r#"service_cache_size{cluster="east"} 3"#).await;
+    wait_metric(admin, r#"service_cache_size{cluster="local"} 8"#).await;
+    let external = get(&mut client, "ext-east.emojivoto.svc.cluster.local:80")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        external.code(),
+        tonic::Code::InvalidArgument,
+        "{external:?}"
+    );
+    assert!(external.message().contains("ExternalName"), "{external:?}");
+
     // The link Secret deleted: east's endpoints go; recreated: they come back.
     let link = clusters.main.path().join("link.yaml");
     let linked = std::fs::read_to_string(&link).unwrap();

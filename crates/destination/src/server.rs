@@ -87,7 +87,8 @@ impl DestinationService {
     /// ([`crate::multicluster`]).
     ///
     /// Errors: `InvalidArgument` for a malformed path, an IP host, a name outside the cluster
-    /// domain, or an ExternalName service; `FailedPrecondition` for a Service with the
+    /// domain, or an ExternalName service (local, or the remote one a mirror stands for);
+    /// `FailedPrecondition` for a Service with the
     /// remote-discovery label and no remote-service label; `NotFound` for a remote-discovery
     /// Service whose cluster is not linked now. An unknown service is not an error: the stream
     /// starts with `NoEndpoints{exists: false}` and stays open.
@@ -134,11 +135,20 @@ impl DestinationService {
                     crate::multicluster::REMOTE_SERVICE_LABEL,
                 )));
             }
-            Dispatch::Remote { cluster, .. } => {
-                if self.clusters.get(cluster).is_none() {
+            Dispatch::Remote { cluster, service } => {
+                let Some(linked) = self.clusters.get(cluster) else {
                     self.metrics.handled("Get", tonic::Code::NotFound, started);
                     return Err(Status::not_found(format!(
                         "Remote cluster not found: {cluster}"
+                    )));
+                };
+                let remote = linked.index.service(&name.namespace, service);
+                if remote.is_some_and(|s| s.external_name) {
+                    self.metrics
+                        .handled("Get", tonic::Code::InvalidArgument, started);
+                    return Err(Status::invalid_argument(format!(
+                        "service {}/{service} in cluster {cluster} is of type ExternalName and has no endpoints to resolve",
+                        name.namespace
                     )));
                 }
                 true

@@ -269,10 +269,7 @@ impl<K: Kind> PendingKind for KindSinks<K> {
         readiness: Arc<Readiness>,
         metrics: IndexMetrics,
     ) -> Arc<dyn StartedKind> {
-        let scope = match self.scopes.split_first() {
-            Some((first, rest)) if rest.iter().all(|s| s == first) => first.clone(),
-            _ => WatchScope::default(),
-        };
+        let scope = common_scope(&self.scopes);
         Arc::new(KindWatch::<K> {
             sinks: self.sinks,
             scope,
@@ -281,6 +278,14 @@ impl<K: Kind> PendingKind for KindSinks<K> {
             metrics,
             type_key: type_key::<K>(),
         })
+    }
+}
+
+/// The scope a kind is watched in: the one every index asks for, else everything.
+fn common_scope(scopes: &[WatchScope]) -> WatchScope {
+    match scopes.split_first() {
+        Some((first, rest)) if rest.iter().all(|s| s == first) => first.clone(),
+        _ => WatchScope::default(),
     }
 }
 
@@ -430,5 +435,27 @@ impl<K: Kind> Sink<K> for tokio::sync::mpsc::UnboundedSender<Event<Arc<K::Object
             let _ = self.send(event.clone());
         }
         0
+    }
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_is_watched_in_the_scope_every_index_asks_for() {
+        let links = WatchScope {
+            namespace: Some("linkerd".into()),
+            labels: Some("multicluster.linkerd.io/cluster-name".into()),
+            fields: Some("type=mirror.linkerd.io/remote-kubeconfig".into()),
+        };
+        assert_eq!(common_scope(std::slice::from_ref(&links)), links);
+        assert_eq!(common_scope(&[links.clone(), links.clone()]), links);
+        // An index that needs more widens the watch to every object.
+        assert_eq!(
+            common_scope(&[links, WatchScope::default()]),
+            WatchScope::default()
+        );
+        assert_eq!(common_scope(&[]), WatchScope::default());
     }
 }
