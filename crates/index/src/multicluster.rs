@@ -14,9 +14,10 @@
 //! `multicluster_link_errors_total{reason}`, and skipped; other links and the local cluster
 //! are not affected. A linked cluster whose API server does not answer its initial lists is
 //! logged and shown `unreachable` in `multicluster_linked_clusters{cluster,state}`; whatever
-//! its index holds (nothing, or the last known endpoints) is kept until its Secret goes. (A
-//! cluster that stops answering after its initial lists is retried by its watches, logged by
-//! the kube source, and keeps its endpoints, but its state stays `connected`.)
+//! its index holds (nothing, or the last known endpoints) is kept until its Secret goes. A
+//! cluster whose watches fail later (its API server gone) is shown `unreachable`, logged and
+//! counted the same way, keeps its endpoints, and is `connected` again when its watches get
+//! answers.
 //!
 //! When a link goes, its series (state, cache sizes) are removed.
 
@@ -429,7 +430,11 @@ impl Links {
     }
 
     async fn start(&self, key: &ObjectRef, link: LinkSecret) -> Result<LinkedCluster, StartError> {
-        let metrics = self.index_metrics.for_cluster(&link.cluster);
+        let (reachable_tx, reachable) = watch::channel(true);
+        let metrics = self
+            .index_metrics
+            .for_cluster(&link.cluster)
+            .with_reachability(Arc::new(reachable_tx));
         let (source, described) = match self.config.offline.get(&link.cluster) {
             Some(dir) => {
                 let source = OfflineSource::new(dir.clone(), metrics.clone())
@@ -457,6 +462,7 @@ impl Links {
             link.cluster.clone(),
             key.clone(),
             ready.clone(),
+            reachable,
             self.metrics.clone(),
             self.config.unreachable_after,
         ));
@@ -491,34 +497,50 @@ async fn kube_client(kubeconfig: &[u8]) -> Result<(kube::Client, String), StartE
     Ok((client, url))
 }
 
-/// Follows a linked cluster's readiness into the state gauge, and reports it unreachable when
-/// its initial lists take longer than `after`.
+/// Follows a linked cluster's state into the state gauge: `unreachable` when its initial
+/// lists take longer than `after`, `connected` once they are in; after that, `unreachable`
+/// while its watches fail (`reachable` false) and `connected` again when they get answers.
+/// Each fall to `unreachable` is logged with the Secret's name and counted.
 async fn monitor(
     cluster: String,
     secret: ObjectRef,
     mut ready: watch::Receiver<bool>,
+    mut reachable: watch::Receiver<bool>,
     metrics: LinkMetrics,
     after: Duration,
 ) {
+    let secret = format!("{}/{}", secret.namespace, secret.name);
     metrics.set_state(&cluster, *ready.borrow());
-    if *ready.borrow() {
-        return;
-    }
-    // `Ok(false)`: the watches were stopped.
-    let waited = tokio::time::timeout(after, ready.wait_for(|r| *r))
-        .await
-        .map(|r| r.is_ok());
-    if waited.is_err() {
-        tracing::warn!(%cluster, secret = %format!("{}/{}", secret.namespace, secret.name), "linked cluster unreachable: no initial lists yet; retrying");
-        metrics.error("unreachable");
-        if ready.wait_for(|r| *r).await.is_err() {
-            return;
+    if !*ready.borrow() {
+        // `Ok(false)`: the watches were stopped.
+        let waited = tokio::time::timeout(after, ready.wait_for(|r| *r))
+            .await
+            .map(|r| r.is_ok());
+        match waited {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(_) => {
+                tracing::warn!(%cluster, %secret, "linked cluster unreachable: no initial lists yet; retrying");
+                metrics.error("unreachable");
+                if ready.wait_for(|r| *r).await.is_err() {
+                    return;
+                }
+            }
         }
-    } else if waited == Ok(false) {
-        return;
+        tracing::info!(%cluster, "linked cluster connected");
+        metrics.set_state(&cluster, true);
     }
-    tracing::info!(%cluster, "linked cluster connected");
-    metrics.set_state(&cluster, true);
+    reachable.borrow_and_update();
+    while reachable.changed().await.is_ok() {
+        let up = *reachable.borrow_and_update();
+        if up {
+            tracing::info!(%cluster, "linked cluster reachable again");
+        } else {
+            tracing::warn!(%cluster, %secret, "linked cluster unreachable; serving its last known endpoints while retrying");
+            metrics.error("unreachable");
+        }
+        metrics.set_state(&cluster, up);
+    }
 }
 
 impl std::fmt::Debug for ClusterStore {

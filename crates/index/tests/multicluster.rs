@@ -204,16 +204,29 @@ async fn a_linked_cluster_keeps_its_endpoints_while_its_api_server_is_down() {
         SLICES,
         mk_slice(&[("web-1", "10.2.0.1"), ("web-2", "10.2.0.2")]),
     );
-    api.wait_for_requests("a request refused while down", |reqs| {
-        reqs.iter().any(|r| r.status == 503)
-    })
+
+    // The cluster is reported unreachable; its last known endpoints are kept.
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="unreachable"} 1"#,
+    )
     .await;
-    // The last known endpoints are kept.
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="unreachable"} 1"#,
+    )
+    .await;
     assert_eq!(addrs(&web.borrow()), socks(&["10.2.0.1:8080"]));
 
     // It comes back: the new state is followed.
     api.come_back();
     wait_addrs(&mut web, &["10.2.0.1:8080", "10.2.0.2:8080"]).await;
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
+    )
+    .await;
+    assert!(!encode(&registry).contains(r#"cluster="east",state="unreachable""#));
 
     // The Secret deleted: the cluster is unlinked and its watches stop.
     watches.apply(Event::<Secret>::Delete(ObjectRef {

@@ -340,6 +340,13 @@ impl<K: Kind> WatchState<K> {
         metrics: &IndexMetrics,
     ) -> Option<Event<Arc<K::Object>>> {
         let kind = K::LABEL;
+        // An error status (a CRD not installed, RBAC) is an answer too; only an error without
+        // one (connection refused or reset, a timeout) says the API server is unreachable.
+        metrics.api_answered(
+            event
+                .as_ref()
+                .map_or_else(|e| status_code(e).is_some(), |_| true),
+        );
         let event = match event {
             Ok(event) => event,
             Err(error) if is_not_found(&error) => {

@@ -139,8 +139,10 @@ struct State {
     version: u64,
     collections: HashMap<&'static str, Collection>,
     requests: Vec<SeenRequest>,
-    /// While set (the API server down), every request gets `503`.
+    /// While set (the API server down), connections are closed as they are accepted.
     down: bool,
+    /// The tasks serving open connections, aborted when the server goes down.
+    connections: Vec<tokio::task::AbortHandle>,
 }
 
 struct Collection {
@@ -210,6 +212,7 @@ impl FakeApi {
                 collections,
                 requests: Vec::new(),
                 down: false,
+                connections: Vec::new(),
             }),
             changed,
         });
@@ -232,8 +235,12 @@ impl FakeApi {
                 let Ok((io, _)) = listener.accept().await else {
                     return;
                 };
+                if server.state.lock().down {
+                    drop(io);
+                    continue;
+                }
                 let shared = server.clone();
-                tokio::spawn(async move {
+                let connection = tokio::spawn(async move {
                     let service = service_fn(move |req| {
                         let shared = shared.clone();
                         async move { Ok::<_, Infallible>(shared.handle(req).await) }
@@ -243,6 +250,9 @@ impl FakeApi {
                         .serve_connection(TokioIo::new(io), service)
                         .await;
                 });
+                let mut state = server.state.lock();
+                state.connections.retain(|c| !c.is_finished());
+                state.connections.push(connection.abort_handle());
             }
         });
         api
@@ -373,13 +383,17 @@ impl FakeApi {
             .mutate(|state| state.collection(path).forbidden = true);
     }
 
-    /// Takes the server down: open watches end and every later request gets `503 Service
-    /// Unavailable` until [`FakeApi::come_back`]. Objects applied meanwhile are served after.
+    /// Takes the server down: open connections are closed (their watches end), and new ones
+    /// are closed as they are accepted until [`FakeApi::come_back`]. Objects applied meanwhile
+    /// are served after.
     pub fn go_down(&self) {
         self.shared.mutate(|state| {
             state.down = true;
             for collection in state.collections.values_mut() {
                 collection.watches.clear();
+            }
+            for connection in state.connections.drain(..) {
+                connection.abort();
             }
         });
     }
@@ -480,15 +494,6 @@ impl Shared {
             .collections
             .get(path.as_str())
             .map_or((false, false), |c| (c.installed, c.forbidden));
-        if self.state.lock().down {
-            seen.status = 503;
-            self.mutate(|state| state.requests.push(seen));
-            return status_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ServiceUnavailable",
-                "the API server is down",
-            );
-        }
         if forbidden {
             seen.status = 403;
             self.mutate(|state| state.requests.push(seen));
