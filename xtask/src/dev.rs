@@ -7,6 +7,11 @@
 //! the run; `sp-validator` and the policy admission webhook serve HTTPS with certificates of
 //! their own. A client certificate for a mesh identity is written too, so that a client can talk
 //! mTLS to the shim as a proxy does.
+//!
+//! Without `--cluster-state`, the bundled clusters are served: a copy of
+//! `tests/fixtures/emojivoto` with the link to a second cluster (`tests/fixtures/east-link/`),
+//! and that cluster, `east` (`tests/fixtures/east/`, `--linked-cluster-state`), so that remote
+//! discovery and federated Services resolve too.
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -47,7 +52,8 @@ pub struct DevArgs {
     #[arg(long)]
     release: bool,
 
-    /// The manifests to serve; defaults to tests/fixtures/emojivoto in the workspace.
+    /// The manifests to serve; defaults to a copy of tests/fixtures/emojivoto linked to the
+    /// bundled cluster `east` (tests/fixtures/east).
     #[arg(long, value_name = "DIR")]
     cluster_state: Option<PathBuf>,
 
@@ -115,10 +121,15 @@ struct PodInfo<'a> {
 /// (with the tail of its log), or one exits on its own (the others are then stopped).
 pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
     let uses_fixture = args.cluster_state.is_none();
-    let dir = args
-        .cluster_state
-        .clone()
-        .unwrap_or_else(|| root.join("tests/fixtures/emojivoto"));
+    let out = if args.out.is_absolute() {
+        args.out.clone()
+    } else {
+        root.join(&args.out)
+    };
+    let (dir, linked) = match &args.cluster_state {
+        Some(dir) => (dir.clone(), Vec::new()),
+        None => bundled_clusters(root, &out)?,
+    };
     if dir.is_file() {
         bail!(
             "--cluster-state {} is a file: give the directory that holds it",
@@ -148,11 +159,6 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
         server::ensure_free(addr, role)
             .context("another dev pod may be running; --free-ports picks free ports")?;
     }
-    let out = if args.out.is_absolute() {
-        args.out.clone()
-    } else {
-        root.join(&args.out)
-    };
     let files = write_certs(&out)?;
     let exes = match &args.bin_dir {
         Some(bin_dir) => BINARIES
@@ -195,7 +201,7 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
         let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
         let mut pod = Vec::new();
         let started = tokio::select! {
-            started = start(&mut pod, &exes, &dir, &addrs, &files, &out, &args.extra) => started,
+            started = start(&mut pod, &exes, &dir, &linked, &addrs, &files, &out, &args.extra) => started,
             _ = interrupt.recv() => return stop(&mut pod).await,
             _ = terminate.recv() => return stop(&mut pod).await,
         };
@@ -218,6 +224,27 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
             _ = terminate.recv() => stop(&mut pod).await,
         }
     })
+}
+
+/// The bundled clusters: `out/state`, a fresh copy of emojivoto with the link Secret, mirror
+/// and federated Services of `tests/fixtures/east-link/`, and the linked cluster `east`
+/// (`tests/fixtures/east/`), served as is.
+fn bundled_clusters(root: &Path, out: &Path) -> anyhow::Result<(PathBuf, Vec<(String, PathBuf)>)> {
+    let state = out.join("state");
+    std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
+    for file in [
+        "tests/fixtures/emojivoto/cluster.yaml",
+        "tests/fixtures/east-link/link.yaml",
+    ] {
+        let from = root.join(file);
+        let name = from.file_name().context("fixture file name")?;
+        std::fs::copy(&from, state.join(name))
+            .with_context(|| format!("copying {} to {}", from.display(), state.display()))?;
+    }
+    Ok((
+        state,
+        vec![("east".to_string(), root.join("tests/fixtures/east"))],
+    ))
 }
 
 /// The pod's executables.
@@ -319,10 +346,12 @@ fn write_certs(out: &Path) -> anyhow::Result<CertFiles> {
 
 /// Starts the controllers, waits for them, then the shim in front of them (its `/ready` needs
 /// the local ports to answer), pushing each onto `pod` as it starts.
+#[allow(clippy::too_many_arguments)]
 async fn start(
     pod: &mut Vec<ServerProcess>,
     exes: &Exes,
     dir: &Path,
+    linked: &[(String, PathBuf)],
     a: &PodAddrs,
     files: &CertFiles,
     out: &Path,
@@ -335,6 +364,11 @@ async fn start(
         "--cluster-state".into(),
         state.into(),
     ];
+    for (name, linked_dir) in linked {
+        let mut arg = OsString::from(format!("--linked-cluster-state={name}="));
+        arg.push(linked_dir);
+        destination.push(arg);
+    }
     destination.extend(server::flags_with_overrides(CHART_FLAGS, extra));
 
     let policy: Vec<OsString> = vec![
@@ -496,6 +530,17 @@ fn print_banner(dir: &Path, info: &PodInfo<'_>, uses_fixture: bool) {
     println!(
         "  cargo run -q -p diag --bin dst-diag -- profile {authority} --destination http://{dst}"
     );
+    if uses_fixture {
+        // The linked cluster east: a mirror Service (remote discovery) and a federated one.
+        for authority in [
+            "web-svc-east.emojivoto.svc.cluster.local:80",
+            "web-svc-federated.emojivoto.svc.cluster.local:80",
+        ] {
+            println!(
+                "  cargo run -q -p diag --bin dst-diag -- endpoints {authority} --destination http://{dst}"
+            );
+        }
+    }
     let policy = reachable(a.policy_grpc);
     let (workload, port) = if uses_fixture {
         ("emojivoto:voting-qbtpmtmk74-gdg57", "8080")
@@ -512,7 +557,8 @@ fn print_banner(dir: &Path, info: &PodInfo<'_>, uses_fixture: bool) {
     println!("(the first dst-diag run compiles it, a minute on a small machine)");
     println!();
     let hint = if uses_fixture {
-        " (pass --cluster-state DIR to serve a copy you can edit)"
+        " (copied afresh each run; pass --cluster-state DIR to serve your own) and in the linked \
+         cluster east's tests/fixtures/east"
     } else {
         ""
     };

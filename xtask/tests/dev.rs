@@ -231,6 +231,41 @@ async fn get_and_get_profile_through_the_shim_over_mtls() {
         "{identity:?}"
     );
 
+    // The bundled second cluster: the federated web Service is the local and east's web pods,
+    // east's in its own trust domain (the link may come up just after the pod is ready, so
+    // the two may arrive in either order).
+    let mut federated = client
+        .get(get("web-svc-federated.emojivoto.svc.cluster.local:80"))
+        .await
+        .expect("Get federated")
+        .into_inner();
+    let mut clusters = Vec::new();
+    while clusters.len() < 2 {
+        let update = tokio::time::timeout(Duration::from_secs(10), federated.message())
+            .await
+            .expect("a federated update in time")
+            .expect("Get stream")
+            .expect("a federated update");
+        let Some(update::Update::Add(add)) = update.update else {
+            panic!("expected Add, got {update:?}");
+        };
+        let cluster = add
+            .metric_labels
+            .get("target_cluster")
+            .cloned()
+            .unwrap_or_else(|| "local".into());
+        let identity = format!("{:?}", add.addrs[0].tls_identity);
+        clusters.push((cluster, add.addrs.len(), identity.contains(".east.local")));
+    }
+    clusters.sort();
+    assert_eq!(
+        clusters,
+        [
+            ("east".to_string(), 1, true),
+            ("local".to_string(), 1, false)
+        ]
+    );
+
     let mut profiles = client
         .get_profile(get(WEB))
         .await

@@ -6,7 +6,7 @@ use clap::{Parser, ValueEnum};
 use linkerd_index::ClusterArgs;
 use linkerd_index::PortSet;
 use linkerd_runtime::{LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace};
-use std::net::SocketAddr;
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
 
 use crate::translate::{TranslatorConfig, parse_http2_params};
 
@@ -61,6 +61,14 @@ pub struct Args {
     #[arg(long, default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub ext_endpoint_zone_weights: bool,
 
+    /// A linked cluster served from a directory of manifests instead of its link Secret's
+    /// kubeconfig: `NAME=DIR`, repeatable. The cluster is linked while the main cluster has
+    /// its link Secret (type `mirror.linkerd.io/remote-kubeconfig`, label
+    /// `multicluster.linkerd.io/cluster-name: NAME`, in `--controller-namespace`); the
+    /// directory is followed live, as `--cluster-state` is.
+    #[arg(long, value_name = "NAME=DIR", value_parser = parse_linked_cluster)]
+    pub linked_cluster_state: Vec<(String, PathBuf)>,
+
     #[command(flatten)]
     pub log: LogArgs,
 
@@ -75,7 +83,42 @@ pub enum OutboundTransportMode {
     TransportHeader,
 }
 
+/// Parses `NAME=DIR` of `--linked-cluster-state`: a cluster name (a DNS label, as the link
+/// Secret's label value) and a non-empty path.
+fn parse_linked_cluster(value: &str) -> Result<(String, PathBuf), String> {
+    let (name, dir) = value
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=DIR, got {value:?}"))?;
+    let valid_name = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !valid_name {
+        return Err(format!(
+            "cluster name {name:?} is not a DNS label (lowercase letters, digits and '-')"
+        ));
+    }
+    if dir.is_empty() {
+        return Err(format!("no directory for linked cluster {name:?}"));
+    }
+    Ok((name.to_string(), PathBuf::from(dir)))
+}
+
 impl Args {
+    /// `--linked-cluster-state`, by cluster name. Errors when a name is given twice.
+    pub fn linked_cluster_dirs(&self) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+        let mut dirs = BTreeMap::new();
+        for (name, dir) in &self.linked_cluster_state {
+            if dirs.insert(name.clone(), dir.clone()).is_some() {
+                anyhow::bail!("--linked-cluster-state names cluster {name} twice");
+            }
+        }
+        Ok(dirs)
+    }
+
     /// The translation settings these flags describe. Errors when
     /// `--meshed-http2-client-params` is not valid JSON of the right shape (fatal upstream too).
     pub fn translator_config(&self) -> anyhow::Result<TranslatorConfig> {
@@ -133,6 +176,40 @@ mod tests {
         assert!(Args::try_parse_from(["destination", "--controller-namespace="]).is_err());
         assert!(Args::try_parse_from(["destination", "--identity-trust-domain="]).is_err());
         assert!(Args::try_parse_from(["destination", "--cluster-domain=..."]).is_err());
+        let bad = Args::try_parse_from(["destination", "--meshed-http2-client-params={"]).unwrap();
+        assert!(bad.translator_config().is_err());
+    }
+
+    #[test]
+    fn linked_cluster_state_is_name_equals_dir_and_repeatable() {
+        let args = Args::try_parse_from([
+            "destination",
+            "--linked-cluster-state=east=/state/east",
+            "--linked-cluster-state",
+            "west=/state/w=1",
+        ])
+        .unwrap();
+        let dirs = args.linked_cluster_dirs().unwrap();
+        assert_eq!(dirs["east"], PathBuf::from("/state/east"));
+        assert_eq!(dirs["west"], PathBuf::from("/state/w=1"));
+        for bad in ["east", "=dir", "East=dir", "east=", "-east=dir"] {
+            let flag = format!("--linked-cluster-state={bad}");
+            assert!(
+                Args::try_parse_from(["destination", &flag]).is_err(),
+                "{bad}"
+            );
+        }
+        let twice = Args::try_parse_from([
+            "destination",
+            "--linked-cluster-state=east=/a",
+            "--linked-cluster-state=east=/b",
+        ])
+        .unwrap();
+        assert!(twice.linked_cluster_dirs().is_err());
+    }
+
+    #[test]
+    fn meshed_http2_params_must_be_json() {
         let bad = Args::try_parse_from(["destination", "--meshed-http2-client-params={"]).unwrap();
         assert!(bad.translator_config().is_err());
     }

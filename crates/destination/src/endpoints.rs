@@ -51,7 +51,8 @@ pub struct EndpointsStream {
     held: usize,
 }
 
-type Filtered<'a> = Vec<(&'a AddressId, &'a Arc<Endpoint>)>;
+/// Endpoints of a view, by address ID, in ID order.
+pub type Filtered<'a> = Vec<(&'a AddressId, &'a Arc<Endpoint>)>;
 
 /// What one transition sends a client: its updates, and the size of its filtered set after.
 #[derive(Clone, Debug)]
@@ -125,6 +126,17 @@ impl StreamFilter {
         }
         // The family is chosen after zone filtering (§H.13), for pods and ExternalWorkloads
         // alike: both have one ID per family.
+        self.family(set)
+    }
+
+    /// The endpoints of `view` a client of another cluster's Service receives: remote
+    /// discovery applies no node or zone filter (spec §C.8.1), only the address family.
+    pub fn apply_family_only<'a>(&self, view: &'a EndpointsView) -> Filtered<'a> {
+        self.family(view.endpoints.iter().collect())
+    }
+
+    /// `set` with one address family per dual-stack pod: IPv6 when `--enable-ipv6`, else IPv4.
+    fn family<'a>(&self, mut set: Filtered<'a>) -> Filtered<'a> {
         if self.enable_ipv6 {
             let v6_workloads: Vec<(bool, &str, &str)> = set
                 .iter()

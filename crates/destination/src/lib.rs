@@ -14,6 +14,7 @@ pub mod authority;
 pub mod endpoints;
 pub mod get_profile;
 pub mod metrics;
+pub mod multicluster;
 pub mod profile;
 pub mod server;
 pub mod token;

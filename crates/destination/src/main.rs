@@ -5,7 +5,9 @@ use clap::Parser;
 use destination::{
     Args, DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind,
 };
-use linkerd_index::{DiscoveryIndex, IndexMetrics, Watches};
+use linkerd_index::{
+    ClusterStore, ClusterStoreConfig, DiscoveryIndex, IndexMetrics, LinkMetrics, Watches,
+};
 use linkerd_runtime::{Admin, shutdown};
 use std::sync::Arc;
 
@@ -17,10 +19,12 @@ async fn main() -> std::process::ExitCode {
 async fn run(args: Args) -> anyhow::Result<()> {
     args.log.init()?;
     let translator = EndpointTranslator::new(args.translator_config()?);
+    let linked_dirs = args.linked_cluster_dirs()?;
 
     let mut registry = prometheus_client::registry::Registry::default();
     let index_metrics = IndexMetrics::register(&mut registry);
     let metrics = DestinationMetrics::register(&mut registry);
+    let link_metrics = LinkMetrics::register(&mut registry);
 
     let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(trigger.on_signal());
@@ -28,6 +32,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let index = DiscoveryIndex::new();
     let mut watches = Watches::new(index_metrics.clone());
     index.watch(&mut watches);
+    let clusters = ClusterStore::watch(
+        &mut watches,
+        ClusterStoreConfig {
+            namespace: args.controller_namespace.clone(),
+            offline: linked_dirs,
+            ..ClusterStoreConfig::default()
+        },
+        index_metrics.clone(),
+        link_metrics,
+    );
     let source = args.cluster.source(index_metrics).await?;
     let watches = watches.start(&source).await;
 
@@ -47,7 +61,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         args.enable_ipv6,
         metrics,
         shutdown.clone(),
-    );
+    )
+    .with_clusters(clusters);
     serve(listener, service, shutdown).await;
     let _ = admin.await;
     Ok(())

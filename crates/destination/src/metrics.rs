@@ -1,7 +1,8 @@
 //! Destination metrics, named as upstream's so dashboards keep working (spec/destination.md §F):
 //! `endpoints_subscribers`, `endpoints_updates_total`, `endpoints_pods`, `endpoints_exists`,
 //! `profile_subscribers`, `profile_updates_total`, `service_subscribers`,
-//! `workload_subscribers`, `workload_updates_total`, and go-grpc-prometheus's
+//! `workload_subscribers`, `workload_updates_total`, `multicluster_unknown_cluster_members_total`,
+//! and go-grpc-prometheus's
 //! `grpc_server_started_total`, `grpc_server_msg_received_total`, `grpc_server_msg_sent_total`,
 //! `grpc_server_handled_total` and `grpc_server_handling_seconds`.
 //!
@@ -16,7 +17,7 @@ use prometheus_client::{
 use std::time::Instant;
 
 /// Labels of the per-subscription series: the subscriber group of a `Get` (spec §C.4), with
-/// `cluster` always `local`, `port` the requested port, `hostname` the requested instance and
+/// `cluster` the linked cluster's name for a remote-discovery Service, else `local`, `port` the requested port, `hostname` the requested instance and
 /// `nodename` the context token's `nodeName` (empty when absent).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointsLabels {
@@ -79,6 +80,8 @@ pub struct DestinationMetrics {
     pub(crate) service_subscribers: Family<ServiceLabels, Gauge>,
     pub(crate) workload_subscribers: Gauge,
     pub(crate) workload_updates: Counter,
+    /// Federated members naming a cluster that is not linked (multicluster).
+    pub(crate) unknown_cluster_members: Counter,
 }
 
 pub(crate) const SERVICE: &str = "io.linkerd.proxy.destination.Destination";
@@ -105,6 +108,7 @@ impl Default for DestinationMetrics {
             service_subscribers: Family::default(),
             workload_subscribers: Gauge::default(),
             workload_updates: Counter::default(),
+            unknown_cluster_members: Counter::default(),
         }
     }
 }
@@ -117,6 +121,11 @@ impl DestinationMetrics {
     /// Registers the metrics in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
+        registry.register(
+            "multicluster_unknown_cluster_members",
+            "Federated Service members naming a cluster that is not linked, as Get streams met them",
+            m.unknown_cluster_members.clone(),
+        );
         registry.register(
             "endpoints_subscribers",
             "Open Get streams per subscriber group",

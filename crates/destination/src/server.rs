@@ -1,7 +1,7 @@
 //! The tonic service implementing `io.linkerd.proxy.destination.Destination`.
 
 use futures::{Stream, StreamExt};
-use linkerd_index::{DiscoveryIndex, EndpointsKey, ObjectRef};
+use linkerd_index::{ClusterStore, DiscoveryIndex, EndpointsKey, ObjectRef};
 use linkerd_runtime::{
     grpc::{Http2Settings, Shared, StreamingMethod, WatchStreams},
     shutdown::Shutdown,
@@ -18,6 +18,7 @@ use crate::{
     authority::parse_service_name,
     endpoints::{EndpointsStream, SharedDeltas, StreamFilter},
     metrics::{DestinationMetrics, EndpointsLabels, StreamGuard},
+    multicluster::{Dispatch, MulticlusterStream, Request as MulticlusterRequest},
     token::ContextToken,
     translate::EndpointTranslator,
 };
@@ -26,6 +27,8 @@ use crate::{
 #[derive(Clone)]
 pub struct DestinationService {
     pub(crate) index: DiscoveryIndex,
+    /// The linked clusters (multicluster remote discovery and federated Services).
+    pub(crate) clusters: ClusterStore,
     pub(crate) translator: Arc<EndpointTranslator>,
     /// The `Get` deltas, shared by streams that make the same transition.
     deltas: Arc<SharedDeltas>,
@@ -49,6 +52,7 @@ impl DestinationService {
     ) -> Self {
         Self {
             index,
+            clusters: ClusterStore::empty(),
             translator: Arc::new(translator),
             deltas: Arc::default(),
             cluster_domain,
@@ -56,6 +60,13 @@ impl DestinationService {
             metrics,
             shutdown,
         }
+    }
+
+    /// The same service, with remote-discovery and federated Services served from the linked
+    /// clusters of `clusters` (none by default).
+    pub fn with_clusters(mut self, clusters: ClusterStore) -> Self {
+        self.clusters = clusters;
+        self
     }
 
     /// The tonic service, ready to add to a `Server`: the generated server, with the `Get`
@@ -72,9 +83,15 @@ impl DestinationService {
     /// Streams the endpoints of a service port (spec/destination.md §C and decision 1), as
     /// messages shared with the other streams that receive the same update.
     ///
+    /// Remote-discovery and federated Services are served from the linked clusters
+    /// ([`crate::multicluster`]).
+    ///
     /// Errors: `InvalidArgument` for a malformed path, an IP host, a name outside the cluster
-    /// domain, or an ExternalName service. An unknown service is not an error: the stream starts
-    /// with `NoEndpoints{exists: false}` and stays open.
+    /// domain, or an ExternalName service (local, or the remote one a mirror stands for);
+    /// `FailedPrecondition` for a Service with the
+    /// remote-discovery label and no remote-service label; `NotFound` for a remote-discovery
+    /// Service whose cluster is not linked now. An unknown service is not an error: the stream
+    /// starts with `NoEndpoints{exists: false}` and stays open.
     pub fn get_updates(
         &self,
         request: Request<GetDestination>,
@@ -100,11 +117,50 @@ impl DestinationService {
             port: name.port,
             hostname: name.instance.clone(),
         });
-        if rx
+        let dispatch = rx
             .borrow()
             .service
-            .as_ref()
-            .is_some_and(|s| s.external_name)
+            .as_deref()
+            .map_or(Dispatch::Local, Dispatch::of);
+        let multicluster = match &dispatch {
+            Dispatch::Local => false,
+            Dispatch::RemoteWithoutService { cluster } => {
+                self.metrics
+                    .handled("Get", tonic::Code::FailedPrecondition, started);
+                return Err(Status::failed_precondition(format!(
+                    "service {}/{} has label {} ({cluster}) but no label {}",
+                    name.namespace,
+                    name.service,
+                    crate::multicluster::REMOTE_DISCOVERY_LABEL,
+                    crate::multicluster::REMOTE_SERVICE_LABEL,
+                )));
+            }
+            Dispatch::Remote { cluster, service } => {
+                let Some(linked) = self.clusters.get(cluster) else {
+                    self.metrics.handled("Get", tonic::Code::NotFound, started);
+                    return Err(Status::not_found(format!(
+                        "Remote cluster not found: {cluster}"
+                    )));
+                };
+                let remote = linked.index.service(&name.namespace, service);
+                if remote.is_some_and(|s| s.external_name) {
+                    self.metrics
+                        .handled("Get", tonic::Code::InvalidArgument, started);
+                    return Err(Status::invalid_argument(format!(
+                        "service {}/{service} in cluster {cluster} is of type ExternalName and has no endpoints to resolve",
+                        name.namespace
+                    )));
+                }
+                true
+            }
+            Dispatch::Federated(_) => true,
+        };
+        if dispatch == Dispatch::Local
+            && rx
+                .borrow()
+                .service
+                .as_ref()
+                .is_some_and(|s| s.external_name)
         {
             self.metrics
                 .handled("Get", tonic::Code::InvalidArgument, started);
@@ -123,8 +179,18 @@ impl DestinationService {
             client_zone,
             enable_ipv6: self.enable_ipv6,
         };
+        let request = multicluster.then(|| MulticlusterRequest {
+            namespace: name.namespace.clone(),
+            service: name.service.clone(),
+            port: name.port,
+            hostname: name.instance.clone(),
+            filter: filter.clone(),
+        });
         let labels = EndpointsLabels {
-            cluster: "local".into(),
+            cluster: match &dispatch {
+                Dispatch::Remote { cluster, .. } => cluster.clone(),
+                _ => "local".into(),
+            },
             namespace: name.namespace,
             service: name.service,
             port: name.port.to_string(),
@@ -132,6 +198,29 @@ impl DestinationService {
             nodename: token.node_name.unwrap_or_default(),
         };
         let guard = StreamGuard::new(self.metrics.clone(), labels, started);
+        if let Some(request) = request {
+            let stream = MulticlusterStream::new(
+                rx,
+                &self.clusters,
+                self.index.clone(),
+                self.translator.clone(),
+                request,
+                self.metrics.unknown_cluster_members.clone(),
+            );
+            let updates =
+                futures::stream::unfold((stream, guard), |(mut stream, guard)| async move {
+                    let updates = stream.next_updates().await?;
+                    guard.sent(updates.len() as u64);
+                    guard.holds(stream.held(), stream.exists());
+                    Some((
+                        futures::stream::iter(updates.into_iter().map(|u| Ok(Shared::new(u)))),
+                        (stream, guard),
+                    ))
+                })
+                .flatten()
+                .take_until(self.shutdown.clone().signaled());
+            return Ok(Box::pin(updates));
+        }
         let stream = EndpointsStream::new(rx, filter, self.translator.clone(), self.deltas.clone());
         let updates = futures::stream::unfold((stream, guard), |(mut stream, guard)| async move {
             let updates = stream.next_updates().await?;

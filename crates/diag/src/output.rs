@@ -59,6 +59,9 @@ pub struct Table {
 
 /// The label that gets its own column instead of being listed with the others.
 const ZONE_LABEL: &str = "zone";
+/// The set label naming the linked cluster an `Add`'s addresses are in (multicluster remote
+/// discovery and federated members, gateway-mirrored Services); absent: the local cluster.
+const TARGET_CLUSTER_LABEL: &str = "target_cluster";
 
 /// Writes `update` to `out` in `format` and flushes, so that a reader on a pipe sees each update
 /// as soon as it arrives. Table blocks are followed by an empty line.
@@ -112,9 +115,12 @@ pub fn weighted_addr_json(addr: &WeightedAddr) -> Value {
 ///
 /// ```text
 /// ADD 1 address (namespace=emojivoto,service=web-svc)
-/// ADDRESS           IDENTITY      ZONE        HINT  LABELS
-/// 10.244.2.19:8080  web.emoji...  eu-west-1c  h2    deployment=web,pod=...
+/// ADDRESS           CLUSTER  IDENTITY      ZONE        HINT  LABELS
+/// 10.244.2.19:8080  local    web.emoji...  eu-west-1c  h2    deployment=web,pod=...
 /// ```
+///
+/// `CLUSTER` is the set's `target_cluster` label (the linked cluster the addresses come
+/// from), else `local`.
 ///
 /// `REMOVE n addresses` is followed by an `ADDRESS` column, `NO ENDPOINTS exists=true|false`
 /// stands alone, and an update with nothing set is `EMPTY UPDATE`.
@@ -125,7 +131,11 @@ pub fn update_table(update: &Update) -> String {
             if !set.metric_labels.is_empty() {
                 block.push_str(&format!(" ({})", labels_line(&set.metric_labels, None)));
             }
-            with_table(block, &addrs_table(&set.addrs))
+            let cluster = set
+                .metric_labels
+                .get(TARGET_CLUSTER_LABEL)
+                .map_or("local", String::as_str);
+            with_table(block, &addrs_table_in(&set.addrs, Some(cluster)))
         }
         Some(update::Update::Remove(set)) => {
             let mut table = Table::new(["ADDRESS"]);
@@ -142,15 +152,28 @@ pub fn update_table(update: &Update) -> String {
 /// The endpoints as an `ADDRESS IDENTITY ZONE HINT LABELS` table, one row each, in order; the
 /// zone label has its own column and is left out of `LABELS`.
 pub fn addrs_table(addrs: &[WeightedAddr]) -> Table {
-    let mut table = Table::new(["ADDRESS", "IDENTITY", "ZONE", "HINT", "LABELS"]);
+    addrs_table_in(addrs, None)
+}
+
+/// [`addrs_table`], with a `CLUSTER` column after `ADDRESS` when `cluster` is given.
+fn addrs_table_in(addrs: &[WeightedAddr], cluster: Option<&str>) -> Table {
+    let mut header = vec!["ADDRESS"];
+    header.extend(cluster.map(|_| "CLUSTER"));
+    header.extend(["IDENTITY", "ZONE", "HINT", "LABELS"]);
+    let mut table = Table {
+        header: header.into_iter().map(String::from).collect(),
+        rows: Vec::new(),
+    };
     for addr in addrs {
-        table.push([
-            tcp_addr(addr.addr.as_ref()),
+        let mut row = vec![tcp_addr(addr.addr.as_ref())];
+        row.extend(cluster.map(str::to_string));
+        row.extend([
             identity(addr.tls_identity.as_ref()).unwrap_or_else(|| "-".into()),
             or_dash(addr.metric_labels.get(ZONE_LABEL).cloned()),
             hint_text(addr.protocol_hint.as_ref()),
             or_dash(Some(labels_line(&addr.metric_labels, Some(ZONE_LABEL)))),
         ]);
+        table.rows.push(row);
     }
     table
 }

@@ -58,8 +58,8 @@ async fn table_shows_the_web_pod() {
         lines,
         [
             "ADD 1 address (namespace=emojivoto,service=web-svc)",
-            "ADDRESS           IDENTITY                                                     ZONE        HINT  LABELS",
-            "10.244.2.19:8080  web.emojivoto.serviceaccount.identity.linkerd.cluster.local  eu-west-1c  h2    \
+            "ADDRESS           CLUSTER  IDENTITY                                                     ZONE        HINT  LABELS",
+            "10.244.2.19:8080  local    web.emojivoto.serviceaccount.identity.linkerd.cluster.local  eu-west-1c  h2    \
              control_plane_ns=linkerd,deployment=web,pod=web-djjwbqr6lt-sfd7g,pod_template_hash=djjwbqr6lt,\
              serviceaccount=web,zone_locality=unknown",
         ]

@@ -13,7 +13,9 @@
 //!      `Destination.Get` and `GetProfile` ([`DiscoveryIndex`]; one per cluster);
 //!    - [`inbound`]: the inbound policy of each workload port ([`InboundIndex`]);
 //!    - [`outbound`]: the outbound policy of each Service port or address ([`OutboundIndex`]);
-//!    - [`status`]: the route statuses the Lease holder writes ([`StatusIndex`]).
+//!    - [`status`]: the route statuses the Lease holder writes ([`StatusIndex`]);
+//!    - [`multicluster`]: one discovery index per linked cluster, started and stopped as the
+//!      link Secrets come and go ([`ClusterStore`]).
 //!
 //!    [`routes`] holds what the policy indexes share about routes (their rules, and what
 //!    their parents decide).
@@ -30,6 +32,7 @@ pub mod discovery;
 pub mod inbound;
 pub mod metrics;
 pub mod model;
+pub mod multicluster;
 pub mod outbound;
 pub mod routes;
 pub mod source;
@@ -49,8 +52,9 @@ pub use self::{
     inbound::InboundIndex,
     metrics::IndexMetrics,
     model::{Kind, ObjectRef, OwnerRef, PodInfo, PortSet, ProfileInfo, ServiceInfo, SliceInfo},
+    multicluster::{ClusterStore, ClusterStoreConfig, LinkMetrics, LinkedCluster},
     outbound::OutboundIndex,
     source::{ClusterArgs, ClusterSource, Event},
     status::StatusIndex,
-    watches::{Fed, Sink, Started, Watches},
+    watches::{Fed, Sink, Started, WatchScope, Watches},
 };

@@ -3,7 +3,7 @@
 //! Names follow upstream's informer metrics (spec/destination.md §F: `<kind>_cache_size{cluster}`,
 //! `<kind>_informer_lag_seconds`) so existing dashboards keep working.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use crate::model::{InvalidObject, ObjectRef};
 use prometheus_client::{
@@ -66,6 +66,10 @@ pub struct IndexMetrics {
     pub(crate) invalid_files: Counter,
     pub(crate) conflicting_objects: Counter,
     pub(crate) offline_reloads: Counter,
+    /// Whether the API server answers this cluster's watches: the last watch event was a
+    /// success or an error status (`true`), or an error without one (`false`: connection
+    /// refused or reset, a timeout). Set only for linked clusters.
+    pub(crate) api_reachable: Option<Arc<tokio::sync::watch::Sender<bool>>>,
 }
 
 impl Default for IndexMetrics {
@@ -81,6 +85,7 @@ impl Default for IndexMetrics {
             invalid_files: Counter::default(),
             conflicting_objects: Counter::default(),
             offline_reloads: Counter::default(),
+            api_reachable: None,
         }
     }
 }
@@ -148,6 +153,32 @@ impl IndexMetrics {
                 cluster: name.to_string(),
             },
             ..self.clone()
+        }
+    }
+
+    /// The same metrics, reporting through `reachable` whether the API server answers the
+    /// watches (a linked cluster's health).
+    pub(crate) fn with_reachability(
+        &self,
+        reachable: Arc<tokio::sync::watch::Sender<bool>>,
+    ) -> Self {
+        Self {
+            api_reachable: Some(reachable),
+            ..self.clone()
+        }
+    }
+
+    /// Notes that a watch got an answer (`true`) or failed (`false`).
+    pub(crate) fn api_answered(&self, answered: bool) {
+        if let Some(reachable) = &self.api_reachable {
+            reachable.send_if_modified(|r| std::mem::replace(r, answered) != answered);
+        }
+    }
+
+    /// Removes the cache-size series of this metrics' cluster (a linked cluster unlinked).
+    pub(crate) fn forget_cache_sizes(&self) {
+        for (_, family) in &self.cache_size {
+            family.remove(&self.cluster);
         }
     }
 

@@ -49,15 +49,24 @@ pub struct Started {
 /// The indexes of one kind, before the watches start.
 struct KindSinks<K: Kind> {
     sinks: Vec<Arc<dyn Sink<K>>>,
-    /// Each index's label selector (`None`: every object); the watch uses one only when every
-    /// index asks for the same.
-    selectors: Vec<Option<String>>,
+    /// Each index's scope; the watch uses one only when every index asks for the same.
+    scopes: Vec<WatchScope>,
+}
+
+/// Which objects of a kind an index needs, so that kube mode lists and watches no more:
+/// a namespace, a label selector and a field selector (Kubernetes syntax), each `None` for
+/// no restriction. Offline mode delivers every object: sinks still check what they receive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchScope {
+    pub namespace: Option<String>,
+    pub labels: Option<String>,
+    pub fields: Option<String>,
 }
 
 /// One kind's watch: its indexes, and whether its initial list was delivered.
 struct KindWatch<K: Kind> {
     sinks: Vec<Arc<dyn Sink<K>>>,
-    selector: Option<String>,
+    scope: WatchScope,
     synced: AtomicBool,
     readiness: Arc<Readiness>,
     metrics: IndexMetrics,
@@ -110,20 +119,34 @@ impl Watches {
         sink: impl Sink<K>,
         label_selector: Option<&str>,
     ) -> &mut Self {
+        self.add_scoped::<K>(
+            sink,
+            WatchScope {
+                labels: label_selector.map(str::to_string),
+                ..WatchScope::default()
+            },
+        )
+    }
+
+    /// Feeds kind `K` to `sink`, which needs only the objects in `scope` (the link Secrets of
+    /// the control-plane namespace): in kube mode the kind is listed and watched in that scope
+    /// when no other index needs more. The sink must still ignore objects outside it (offline
+    /// mode delivers them all).
+    pub fn add_scoped<K: Kind>(&mut self, sink: impl Sink<K>, scope: WatchScope) -> &mut Self {
         let id = TypeId::of::<K>();
         let kind = match self.kinds.iter_mut().position(|k| k.kind_id() == id) {
             Some(at) => &mut self.kinds[at],
             None => {
                 self.kinds.push(Box::new(KindSinks::<K> {
                     sinks: Vec::new(),
-                    selectors: Vec::new(),
+                    scopes: Vec::new(),
                 }));
                 self.kinds.last_mut().expect("just pushed")
             }
         };
         if let Some(kind) = kind.as_any().downcast_mut::<KindSinks<K>>() {
             kind.sinks.push(Arc::new(sink));
-            kind.selectors.push(label_selector.map(str::to_string));
+            kind.scopes.push(scope);
         }
         self
     }
@@ -246,18 +269,23 @@ impl<K: Kind> PendingKind for KindSinks<K> {
         readiness: Arc<Readiness>,
         metrics: IndexMetrics,
     ) -> Arc<dyn StartedKind> {
-        let selector = match self.selectors.split_first() {
-            Some((first, rest)) if rest.iter().all(|s| s == first) => first.clone(),
-            _ => None,
-        };
+        let scope = common_scope(&self.scopes);
         Arc::new(KindWatch::<K> {
             sinks: self.sinks,
-            selector,
+            scope,
             synced: AtomicBool::new(false),
             readiness,
             metrics,
             type_key: type_key::<K>(),
         })
+    }
+}
+
+/// The scope a kind is watched in: the one every index asks for, else everything.
+fn common_scope(scopes: &[WatchScope]) -> WatchScope {
+    match scopes.split_first() {
+        Some((first, rest)) if rest.iter().all(|s| s == first) => first.clone(),
+        _ => WatchScope::default(),
     }
 }
 
@@ -330,7 +358,7 @@ impl<K: Kind> KindFeed for KindWatch<K> {
 impl<K: Kind> StartedKind for KindWatch<K> {
     fn spawn_kube(self: Arc<Self>, source: &KubeSource) -> tokio::task::JoinHandle<()> {
         use futures::StreamExt;
-        let mut events = source.events::<K>(self.selector.as_deref());
+        let mut events = source.events_in::<K>(&self.scope);
         tokio::spawn(async move {
             while let Some(event) = events.next().await {
                 let relisted = matches!(event, Event::Reset(_));
@@ -398,7 +426,7 @@ pub(crate) fn feed<K: Kind>(sink: impl Sink<K>, metrics: IndexMetrics) -> Arc<dy
     });
     Box::new(KindSinks::<K> {
         sinks: vec![Arc::new(sink)],
-        selectors: vec![None],
+        scopes: vec![WatchScope::default()],
     })
     .start(readiness, metrics)
 }
@@ -411,5 +439,27 @@ impl<K: Kind> Sink<K> for tokio::sync::mpsc::UnboundedSender<Event<Arc<K::Object
             let _ = self.send(event.clone());
         }
         0
+    }
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_is_watched_in_the_scope_every_index_asks_for() {
+        let links = WatchScope {
+            namespace: Some("linkerd".into()),
+            labels: Some("multicluster.linkerd.io/cluster-name".into()),
+            fields: Some("type=mirror.linkerd.io/remote-kubeconfig".into()),
+        };
+        assert_eq!(common_scope(std::slice::from_ref(&links)), links);
+        assert_eq!(common_scope(&[links.clone(), links.clone()]), links);
+        // An index that needs more widens the watch to every object.
+        assert_eq!(
+            common_scope(&[links, WatchScope::default()]),
+            WatchScope::default()
+        );
+        assert_eq!(common_scope(&[]), WatchScope::default());
     }
 }

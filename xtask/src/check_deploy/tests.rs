@@ -320,7 +320,7 @@ fn gen_certs_overlay() {
     .unwrap();
     assert!(certify.errors.is_empty(), "{:#?}", certify.errors);
     assert!(
-        certify.summary[0].contains("29 objects") && certify.summary[0].contains("2 Secret"),
+        certify.summary[0].contains("31 objects") && certify.summary[0].contains("2 Secret"),
         "{:?}",
         certify.summary
     );
@@ -335,7 +335,7 @@ fn gen_certs_overlay() {
     .unwrap();
     assert!(report.errors.is_empty(), "{:#?}", report.errors);
     assert!(
-        report.summary[0].contains("30 objects") && report.summary[0].contains("3 Secret"),
+        report.summary[0].contains("32 objects") && report.summary[0].contains("3 Secret"),
         "{:?}",
         report.summary
     );

@@ -208,13 +208,32 @@ fn add_table_aligns_columns() {
     let table = update_table(&mk_add(vec![mk_web(), mk_mysql(), mk_external()]));
     let expected = [
         "ADD 3 addresses (namespace=emojivoto,service=web-svc)",
-        "ADDRESS                IDENTITY                                                     ZONE        HINT                     LABELS",
-        "10.244.2.19:8080       web.emojivoto.serviceaccount.identity.linkerd.cluster.local  eu-west-1c  h2                       deployment=web,pod=web-djjwbqr6lt-sfd7g,serviceaccount=web,zone_locality=unknown",
-        "[fd00:10:244::7]:3306  spiffe://cluster.local/ns/db/sa/mysql                        -           opaque (transport 4143)  pod=mysql-0,statefulset=mysql",
-        "192.0.2.1:80           -                                                            -           -                        -",
+        "ADDRESS                CLUSTER  IDENTITY                                                     ZONE        HINT                     LABELS",
+        "10.244.2.19:8080       local    web.emojivoto.serviceaccount.identity.linkerd.cluster.local  eu-west-1c  h2                       deployment=web,pod=web-djjwbqr6lt-sfd7g,serviceaccount=web,zone_locality=unknown",
+        "[fd00:10:244::7]:3306  local    spiffe://cluster.local/ns/db/sa/mysql                        -           opaque (transport 4143)  pod=mysql-0,statefulset=mysql",
+        "192.0.2.1:80           local    -                                                            -           -                        -",
     ]
     .join("\n");
     assert_eq!(table, expected);
+}
+
+#[test]
+fn add_table_shows_the_linked_cluster_of_remote_addresses() {
+    let mut add = mk_add(vec![mk_web()]);
+    if let Some(update::Update::Add(set)) = &mut add.update {
+        set.metric_labels
+            .insert("target_cluster".into(), "east".into());
+    }
+    let table = update_table(&add);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        lines[0],
+        "ADD 1 address (namespace=emojivoto,service=web-svc,target_cluster=east)"
+    );
+    let header: Vec<&str> = lines[1].split_whitespace().collect();
+    let row: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(header[..3], ["ADDRESS", "CLUSTER", "IDENTITY"]);
+    assert_eq!(row[..2], ["10.244.2.19:8080", "east"]);
 }
 
 #[test]

@@ -17,6 +17,7 @@ mod pod;
 mod policy_kinds;
 pub mod ports;
 pub mod profile;
+mod secret;
 pub mod selector;
 mod server;
 mod service;
@@ -32,6 +33,10 @@ pub use self::{
     pod::{ContainerPort, PodInfo, ProbePaths, ProxyPorts},
     ports::PortSet,
     profile::ProfileInfo,
+    secret::{
+        CLUSTER_DOMAIN_ANNOTATION, CLUSTER_NAME_LABEL, LINK_SECRET_TYPE, LinkSecret,
+        LinkSecretError, SecretInfo, TRUST_DOMAIN_ANNOTATION,
+    },
     selector::{Labels, Selector},
     server::{ServerInfo, ServerPort},
     service::{ServiceInfo, ServicePort},

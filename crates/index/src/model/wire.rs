@@ -281,6 +281,25 @@ impl<'de> Deserialize<'de> for LinkerdAnnotations {
     }
 }
 
+/// A Secret: its metadata, `type`, and the data key a multicluster link reads. Other keys
+/// (certificates, tokens) are skipped while decoding, never allocated.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Secret {
+    pub metadata: Metadata,
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    #[serde(deserialize_with = "null_default")]
+    pub data: SecretData,
+}
+
+/// The `data` keys of a Secret that are read, base64 as the API serves them.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SecretData {
+    pub kubeconfig: Option<String>,
+}
+
 /// Decodes `T`, with `null` read as `T::default()` (the API omits empty lists, but hand-written
 /// manifests write `ports: null` or `labels:` with no value).
 fn null_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>

@@ -40,6 +40,7 @@ use super::Event;
 use crate::{
     metrics::IndexMetrics,
     model::{DecodeError, Kind, ObjectRef, decode_json},
+    watches::WatchScope,
 };
 
 mod crd;
@@ -167,17 +168,23 @@ impl KubeSource {
         &self,
         label_selector: Option<&str>,
     ) -> BoxStream<'static, Event<Arc<K::Object>>> {
+        self.events_in::<K>(&WatchScope {
+            labels: label_selector.map(str::to_string),
+            ..WatchScope::default()
+        })
+    }
+
+    /// The events of kind `K` in `scope` (a namespace, label and field selectors), as
+    /// [`KubeSource::events`] describes. Gateway API kinds ignore the scope.
+    pub fn events_in<K: Kind>(
+        &self,
+        scope: &WatchScope,
+    ) -> BoxStream<'static, Event<Arc<K::Object>>> {
         if K::group(&()) == crd::GATEWAY_GROUP {
             return crd::follow::<K>(self.client.clone(), self.metrics.clone());
         }
         let resource = ApiResource::erase::<K>(&());
-        watch_resource::<K>(
-            &self.client,
-            resource,
-            label_selector,
-            self.metrics.clone(),
-            false,
-        )
+        watch_resource::<K>(&self.client, resource, scope, self.metrics.clone(), false)
     }
 }
 
@@ -190,14 +197,22 @@ impl KubeSource {
 fn watch_resource<K: Kind>(
     client: &Client,
     resource: ApiResource,
-    label_selector: Option<&str>,
+    scope: &WatchScope,
     metrics: IndexMetrics,
     keep_until_listed: bool,
 ) -> BoxStream<'static, Event<Arc<K::Object>>> {
-    let api = Api::<Received<K>>::all_with(client.clone(), &resource);
+    let api = match &scope.namespace {
+        Some(namespace) => {
+            Api::<Received<K>>::namespaced_with(client.clone(), namespace, &resource)
+        }
+        None => Api::<Received<K>>::all_with(client.clone(), &resource),
+    };
     let mut config = watcher::Config::default();
-    if let Some(selector) = label_selector {
+    if let Some(selector) = &scope.labels {
         config = config.labels(selector);
+    }
+    if let Some(selector) = &scope.fields {
+        config = config.fields(selector);
     }
     let events = watcher(api, config).backoff(WatchBackoff::new());
     let state = WatchState::<K> {
@@ -325,6 +340,13 @@ impl<K: Kind> WatchState<K> {
         metrics: &IndexMetrics,
     ) -> Option<Event<Arc<K::Object>>> {
         let kind = K::LABEL;
+        // An error status (a CRD not installed, RBAC) is an answer too; only an error without
+        // one (connection refused or reset, a timeout) says the API server is unreachable.
+        metrics.api_answered(
+            event
+                .as_ref()
+                .map_or_else(|e| status_code(e).is_some(), |_| true),
+        );
         let event = match event {
             Ok(event) => event,
             Err(error) if is_not_found(&error) => {

@@ -139,6 +139,10 @@ struct State {
     version: u64,
     collections: HashMap<&'static str, Collection>,
     requests: Vec<SeenRequest>,
+    /// While set (the API server down), connections are closed as they are accepted.
+    down: bool,
+    /// The tasks serving open connections, aborted when the server goes down.
+    connections: Vec<tokio::task::AbortHandle>,
 }
 
 struct Collection {
@@ -207,6 +211,8 @@ impl FakeApi {
                 version: 1,
                 collections,
                 requests: Vec::new(),
+                down: false,
+                connections: Vec::new(),
             }),
             changed,
         });
@@ -229,8 +235,12 @@ impl FakeApi {
                 let Ok((io, _)) = listener.accept().await else {
                     return;
                 };
+                if server.state.lock().down {
+                    drop(io);
+                    continue;
+                }
                 let shared = server.clone();
-                tokio::spawn(async move {
+                let connection = tokio::spawn(async move {
                     let service = service_fn(move |req| {
                         let shared = shared.clone();
                         async move { Ok::<_, Infallible>(shared.handle(req).await) }
@@ -240,9 +250,17 @@ impl FakeApi {
                         .serve_connection(TokioIo::new(io), service)
                         .await;
                 });
+                let mut state = server.state.lock();
+                state.connections.retain(|c| !c.is_finished());
+                state.connections.push(connection.abort_handle());
             }
         });
         api
+    }
+
+    /// The server's URL, `http://127.0.0.1:<port>`, as a kubeconfig names it.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// A client of this server, as `KubeSource` takes it.
@@ -363,6 +381,25 @@ impl FakeApi {
     pub fn forbid(&self, path: &str) {
         self.shared
             .mutate(|state| state.collection(path).forbidden = true);
+    }
+
+    /// Takes the server down: open connections are closed (their watches end), and new ones
+    /// are closed as they are accepted until [`FakeApi::come_back`]. Objects applied meanwhile
+    /// are served after.
+    pub fn go_down(&self) {
+        self.shared.mutate(|state| {
+            state.down = true;
+            for collection in state.collections.values_mut() {
+                collection.watches.clear();
+            }
+            for connection in state.connections.drain(..) {
+                connection.abort();
+            }
+        });
+    }
+
+    pub fn come_back(&self) {
+        self.shared.mutate(|state| state.down = false);
     }
 
     /// Holds list requests of `path` unanswered until [`FakeApi::release_lists`].

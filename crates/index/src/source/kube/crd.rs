@@ -285,7 +285,7 @@ impl<K: Kind> Follower<K> {
         let objects = watch_resource::<K>(
             &self.client,
             resource,
-            None,
+            &crate::watches::WatchScope::default(),
             self.metrics.clone(),
             keep_until_listed,
         );

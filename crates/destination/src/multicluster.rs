@@ -1,0 +1,401 @@
+//! `Get` for multicluster Services (spec/destination.md §C.8, issue 16): remote discovery (a
+//! mirror Service labelled with the cluster and Service it stands for) and federated Services
+//! (annotations listing local and remote members).
+//!
+//! Both are a [`MulticlusterStream`]: the union of its members' endpoints, each member one
+//! Service port's topic in one cluster's [`DiscoveryIndex`] (the local one, or a linked
+//! cluster's from the [`ClusterStore`]), never copied into the local index. The stream follows
+//! the local Service (its labels and annotations, live), the linked clusters (a link that goes
+//! takes its members' endpoints away with a `Remove`; one that comes back brings them back),
+//! and every member's topic, and sends the difference of the union it last sent.
+//!
+//! Remote members' identities are in their cluster's trust domain; they get no node or zone
+//! filter (§C.8.1), only the address family; their `Add`s carry the set metric label
+//! `target_cluster=<cluster>` (a project decision: upstream sends the remote slices' labels
+//! only, so neither the proxy's metrics nor a client could tell the clusters apart). The local member of a federated Service is
+//! filtered as a local `Get` is.
+
+use linkerd_index::{
+    ClusterStore, DiscoveryIndex, EndpointsKey, EndpointsView, LinkedCluster, ObjectRef,
+    ServiceInfo, multicluster::Clusters,
+};
+use linkerd2_proxy_api::destination::{
+    AddrSet, NoEndpoints, Update, WeightedAddr, WeightedAddrSet, update,
+};
+use prometheus_client::metrics::counter::Counter;
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    net::SocketAddr,
+    sync::Arc,
+};
+use tokio::sync::watch;
+
+use crate::{endpoints::StreamFilter, translate::EndpointTranslator};
+
+/// Service label: the linked cluster a remote-discovery mirror Service stands for.
+pub const REMOTE_DISCOVERY_LABEL: &str = "multicluster.linkerd.io/remote-discovery";
+/// Service label: the Service, in the linked cluster, a mirror Service stands for.
+pub const REMOTE_SERVICE_LABEL: &str = "multicluster.linkerd.io/remote-service";
+/// Service annotation of a federated Service: its remote members, `svc@cluster,...`.
+pub const REMOTE_DISCOVERY_ANNOTATION: &str = "multicluster.linkerd.io/remote-discovery";
+/// Service annotation of a federated Service: its local member.
+pub const LOCAL_DISCOVERY_ANNOTATION: &str = "multicluster.linkerd.io/local-discovery";
+/// Set metric label of a remote member's `Add`s: the linked cluster its addresses are in (the
+/// label the Endpoints of gateway-mirrored Services carry, spec §C.3); `dst-diag endpoints`
+/// shows it as each address's cluster.
+pub const TARGET_CLUSTER_LABEL: &str = "target_cluster";
+
+/// How `Get` serves a Service (spec §C.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dispatch {
+    /// An ordinary Service: its own endpoints.
+    Local,
+    /// Remote discovery: `service` (same namespace) in linked cluster `cluster`.
+    Remote { cluster: String, service: String },
+    /// The remote-discovery label without the remote-service label (`FailedPrecondition`).
+    RemoteWithoutService { cluster: String },
+    /// A federated Service: the union of its members.
+    Federated(Vec<Member>),
+}
+
+/// One member of a multicluster Service: a Service of the same namespace in one cluster.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Member {
+    /// The linked cluster; `None`: the local cluster.
+    pub cluster: Option<String>,
+    pub service: String,
+}
+
+/// The `Get` stream of a remote-discovery or federated Service.
+pub struct MulticlusterStream {
+    /// The local Service's own topic: how its labels and annotations are followed.
+    own: watch::Receiver<Arc<EndpointsView>>,
+    clusters: watch::Receiver<Arc<Clusters>>,
+    local: DiscoveryIndex,
+    namespace: String,
+    port: u16,
+    hostname: Option<String>,
+    filter: StreamFilter,
+    local_translator: Arc<EndpointTranslator>,
+    members: BTreeMap<Member, Subscribed>,
+    /// What the client holds: each address with the member it came from and what was sent.
+    sent: HashMap<SocketAddr, (Member, WeightedAddr)>,
+    /// Members named by the annotation whose cluster is not linked, already reported.
+    reported: BTreeSet<Member>,
+    unknown_cluster: Counter,
+    service_name: String,
+    started: bool,
+}
+
+/// A member's subscription.
+struct Subscribed {
+    rx: watch::Receiver<Arc<EndpointsView>>,
+    translator: Arc<EndpointTranslator>,
+    /// The linked cluster it reads (`None`: local), to see a link restarted on a new index.
+    cluster: Option<Arc<LinkedCluster>>,
+}
+
+// === impl Dispatch ===
+
+impl Dispatch {
+    /// How `service` is served: federated when either federated annotation is present (even
+    /// empty), else remote discovery when the remote-discovery label is, else local
+    /// (spec §C.2). Remote members are the annotation's `svc@cluster` entries (split on `,`,
+    /// exactly one `@`, nothing trimmed); invalid entries are skipped.
+    pub fn of(service: &ServiceInfo) -> Self {
+        let local = service.annotations.get(LOCAL_DISCOVERY_ANNOTATION);
+        let remote = service.annotations.get(REMOTE_DISCOVERY_ANNOTATION);
+        if local.is_some() || remote.is_some() {
+            let mut members = Vec::new();
+            if let Some(local) = local.filter(|l| !l.is_empty()) {
+                members.push(Member {
+                    cluster: None,
+                    service: local.clone(),
+                });
+            }
+            for entry in remote.map(String::as_str).unwrap_or("").split(',') {
+                let mut parts = entry.split('@');
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some(svc), Some(cluster), None) if !svc.is_empty() && !cluster.is_empty() => {
+                        members.push(Member {
+                            cluster: Some(cluster.to_string()),
+                            service: svc.to_string(),
+                        });
+                    }
+                    _ if entry.is_empty() => {}
+                    _ => {
+                        tracing::warn!(service = %format!("{}/{}", service.namespace, service.name), %entry, "ignoring invalid {REMOTE_DISCOVERY_ANNOTATION} entry (want svc@cluster)");
+                    }
+                }
+            }
+            members.sort();
+            members.dedup();
+            return Self::Federated(members);
+        }
+        if let Some(cluster) = service.labels.get(REMOTE_DISCOVERY_LABEL) {
+            return match service.labels.get(REMOTE_SERVICE_LABEL) {
+                Some(remote) => Self::Remote {
+                    cluster: cluster.clone(),
+                    service: remote.clone(),
+                },
+                None => Self::RemoteWithoutService {
+                    cluster: cluster.clone(),
+                },
+            };
+        }
+        Self::Local
+    }
+
+    fn members(&self) -> Option<Vec<Member>> {
+        match self {
+            Self::Local | Self::RemoteWithoutService { .. } => None,
+            Self::Remote { cluster, service } => Some(vec![Member {
+                cluster: Some(cluster.clone()),
+                service: service.clone(),
+            }]),
+            Self::Federated(members) => Some(members.clone()),
+        }
+    }
+}
+
+// === impl MulticlusterStream ===
+
+/// What a [`MulticlusterStream`] serves: the requested Service port and who asks.
+pub struct Request {
+    pub namespace: String,
+    pub service: String,
+    pub port: u16,
+    pub hostname: Option<String>,
+    pub filter: StreamFilter,
+}
+
+impl MulticlusterStream {
+    /// The stream of the Service `own` is the topic of. `unknown_cluster` counts members
+    /// naming a cluster that is not linked.
+    pub fn new(
+        own: watch::Receiver<Arc<EndpointsView>>,
+        store: &ClusterStore,
+        local: DiscoveryIndex,
+        local_translator: Arc<EndpointTranslator>,
+        request: Request,
+        unknown_cluster: Counter,
+    ) -> Self {
+        Self {
+            own,
+            clusters: store.clusters(),
+            local,
+            namespace: request.namespace,
+            port: request.port,
+            hostname: request.hostname,
+            filter: request.filter,
+            local_translator,
+            members: BTreeMap::new(),
+            sent: HashMap::new(),
+            reported: BTreeSet::new(),
+            unknown_cluster,
+            service_name: request.service,
+            started: false,
+        }
+    }
+
+    /// The number of addresses the client holds.
+    pub fn held(&self) -> usize {
+        self.sent.len()
+    }
+
+    /// Whether the local Service exists.
+    pub fn exists(&self) -> bool {
+        self.own.borrow().exists()
+    }
+
+    /// Waits for a change and returns the updates it causes (the first call returns at once,
+    /// with the whole set or `NoEndpoints`). `None` when the stream ends: the Service was
+    /// deleted or is no longer multicluster (spec §C.8.2), or the server is going away.
+    pub async fn next_updates(&mut self) -> Option<Vec<Update>> {
+        loop {
+            if self.started {
+                self.changed().await?;
+            }
+            let view = self.own.borrow_and_update().clone();
+            let members = view
+                .service
+                .as_deref()
+                .map(Dispatch::of)
+                .and_then(|d| d.members())?;
+            let clusters = self.clusters.borrow_and_update().clone();
+            self.subscribe(&members, &clusters);
+            let updates = self.diff(view.exists());
+            if !self.started || !updates.is_empty() {
+                self.started = true;
+                return Some(updates);
+            }
+        }
+    }
+
+    /// Waits until the Service, the linked clusters or a member's endpoints change. `None`
+    /// when the Service's topic or the cluster store is gone.
+    async fn changed(&mut self) -> Option<()> {
+        use futures::FutureExt;
+        let mut own = self.own.clone();
+        let mut clusters = self.clusters.clone();
+        let mut waits: Vec<futures::future::BoxFuture<'static, Option<()>>> = vec![
+            async move { own.changed().await.ok() }.boxed(),
+            async move { clusters.changed().await.ok() }.boxed(),
+        ];
+        for member in self.members.values() {
+            let mut rx = member.rx.clone();
+            waits.push(
+                async move {
+                    if rx.changed().await.is_err() {
+                        // A stopped cluster's topic: the cluster store says when it goes.
+                        futures::future::pending::<()>().await;
+                    }
+                    Some(())
+                }
+                .boxed(),
+            );
+        }
+        futures::future::select_all(waits).await.0
+    }
+
+    /// Subscribes to `members` whose cluster is linked, and drops the others' subscriptions.
+    fn subscribe(&mut self, members: &[Member], clusters: &Clusters) {
+        let mut next = BTreeMap::new();
+        for member in members {
+            let linked = match &member.cluster {
+                None => None,
+                Some(name) => match clusters.get(name) {
+                    Some(cluster) => Some(cluster.clone()),
+                    None => {
+                        if self.reported.insert(member.clone()) {
+                            tracing::warn!(service = %format!("{}/{}", self.namespace, self.service_name), member = %format!("{}@{name}", member.service), "member's cluster is not linked; it has no endpoints until it is");
+                            self.unknown_cluster.inc();
+                        }
+                        continue;
+                    }
+                },
+            };
+            self.reported.remove(member);
+            let keep = self
+                .members
+                .remove(member)
+                .filter(|s| match (&s.cluster, &linked) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                });
+            let subscribed = match keep {
+                Some(s) => s,
+                None => {
+                    let key = EndpointsKey {
+                        service: ObjectRef {
+                            namespace: self.namespace.clone(),
+                            name: member.service.clone(),
+                        },
+                        port: self.port,
+                        hostname: self.hostname.clone(),
+                    };
+                    match &linked {
+                        None => Subscribed {
+                            rx: self.local.endpoints(key),
+                            translator: self.local_translator.clone(),
+                            cluster: None,
+                        },
+                        Some(cluster) => {
+                            let mut config = self.local_translator.config().clone();
+                            config.trust_domain = cluster.trust_domain.clone();
+                            Subscribed {
+                                rx: cluster.index.endpoints(key),
+                                translator: Arc::new(EndpointTranslator::new(config)),
+                                cluster: Some(cluster.clone()),
+                            }
+                        }
+                    }
+                }
+            };
+            next.insert(member.clone(), subscribed);
+        }
+        self.members = next;
+    }
+
+    /// The updates from what was sent to the union of the members' endpoints now.
+    fn diff(&mut self, exists: bool) -> Vec<Update> {
+        // The union, by address: a member earlier in order wins an address two claim.
+        let mut union: HashMap<SocketAddr, (Member, WeightedAddr)> = HashMap::new();
+        let mut labels: BTreeMap<Member, HashMap<String, String>> = BTreeMap::new();
+        let zone = self.filter.client_zone.clone();
+        for (member, subscribed) in &mut self.members {
+            let view = subscribed.rx.borrow_and_update().clone();
+            let set = if member.cluster.is_none() {
+                self.filter.apply(&view)
+            } else {
+                self.filter.apply_family_only(&view)
+            };
+            for (_, ep) in set {
+                if union.contains_key(&ep.addr) {
+                    continue;
+                }
+                match subscribed.translator.weighted_addr(ep, zone.as_deref()) {
+                    Ok(addr) => {
+                        union.insert(ep.addr, (member.clone(), addr));
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, addr = %ep.addr, "leaving the address out of the update");
+                    }
+                }
+            }
+            let mut set_labels: HashMap<String, String> = view
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            // The cluster the addresses are in, under the label mirrored Services use for it.
+            if let Some(cluster) = &member.cluster {
+                set_labels.insert(TARGET_CLUSTER_LABEL.to_string(), cluster.clone());
+            }
+            labels.insert(member.clone(), set_labels);
+        }
+
+        let mut updates = Vec::new();
+        let mut added: BTreeMap<&Member, Vec<WeightedAddr>> = BTreeMap::new();
+        for (addr, (member, weighted)) in &union {
+            if self.sent.get(addr).is_none_or(|(_, sent)| sent != weighted) {
+                added.entry(member).or_default().push(weighted.clone());
+            }
+        }
+        for (member, mut addrs) in added {
+            addrs.sort_by_key(|a| a.addr.map(|a| SocketAddr::try_from(a).ok()));
+            updates.push(Update {
+                update: Some(update::Update::Add(WeightedAddrSet {
+                    addrs,
+                    metric_labels: labels.get(member).cloned().unwrap_or_default(),
+                })),
+            });
+        }
+        let mut removed: Vec<SocketAddr> = self
+            .sent
+            .keys()
+            .filter(|addr| !union.contains_key(addr))
+            .copied()
+            .collect();
+        removed.sort();
+        if !removed.is_empty() {
+            updates.push(Update {
+                update: Some(update::Update::Remove(AddrSet {
+                    addrs: removed.into_iter().map(Into::into).collect(),
+                })),
+            });
+        }
+        // Decision 1: the end of all endpoints is said explicitly, and so is a first empty set.
+        if union.is_empty() && (!self.started || !self.sent.is_empty()) {
+            updates.push(Update {
+                update: Some(update::Update::NoEndpoints(NoEndpoints { exists })),
+            });
+        }
+        self.sent = union;
+        updates
+    }
+}
+
+#[cfg(test)]
+mod tests;

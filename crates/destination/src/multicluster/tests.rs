@@ -1,0 +1,338 @@
+use super::*;
+use crate::translate::TranslatorConfig;
+use k8s_openapi::api::{
+    core::v1::{Pod, Secret, Service},
+    discovery::v1::EndpointSlice,
+};
+use linkerd_index::{ClusterStoreConfig, Event, Fed, IndexMetrics, LinkMetrics, Watches};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).unwrap()
+}
+
+fn service(name: &str, labels: Value, annotations: Value) -> Service {
+    typed(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "ns", "labels": labels, "annotations": annotations},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    }))
+}
+
+fn pod(name: &str, ip: &str, sa: &str) -> Pod {
+    typed(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "labels": {"linkerd.io/control-plane-ns": "linkerd"}},
+        "spec": {
+            "serviceAccountName": sa,
+            "nodeName": "node-a",
+            "containers": [{"name": "linkerd-proxy", "env": [
+                {"name": "LINKERD2_PROXY_INBOUND_LISTEN_ADDR", "value": "0.0.0.0:4143"},
+                {"name": "LINKERD2_PROXY_ADMIN_LISTEN_ADDR", "value": "0.0.0.0:4191"},
+                {"name": "LINKERD2_PROXY_CONTROL_LISTEN_ADDR", "value": "0.0.0.0:4190"},
+            ]}],
+        },
+        "status": {"phase": "Running", "podIPs": [{"ip": ip}]},
+    }))
+}
+
+/// A slice of `svc` with one endpoint per `(pod, ip)`.
+fn slice(svc: &str, endpoints: &[(&str, &str)]) -> EndpointSlice {
+    typed(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": svc, "namespace": "ns", "labels": {"kubernetes.io/service-name": svc}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": endpoints.iter().map(|(pod, ip)| json!({
+            "addresses": [ip],
+            "conditions": {"ready": true},
+            "targetRef": {"kind": "Pod", "name": pod, "namespace": "ns"},
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+fn info(svc: &Service) -> ServiceInfo {
+    let value = serde_json::to_value(svc).unwrap();
+    linkerd_index::model::decode_value::<Service>(&value).unwrap()
+}
+
+fn config() -> TranslatorConfig {
+    TranslatorConfig {
+        controller_namespace: "linkerd".into(),
+        trust_domain: "cluster.local".into(),
+        enable_h2_upgrade: true,
+        default_opaque_ports: Default::default(),
+        meshed_http2_params: None,
+        force_opaque_transport: false,
+        ext_endpoint_zone_weights: false,
+    }
+}
+
+fn local_index() -> Fed<DiscoveryIndex> {
+    Fed::new(
+        DiscoveryIndex::new(),
+        DiscoveryIndex::watch,
+        IndexMetrics::default(),
+    )
+}
+
+fn stream(index: &Fed<DiscoveryIndex>, store: &ClusterStore, name: &str) -> MulticlusterStream {
+    let own = index.endpoints(EndpointsKey {
+        service: ObjectRef {
+            namespace: "ns".into(),
+            name: name.into(),
+        },
+        port: 80,
+        hostname: None,
+    });
+    MulticlusterStream::new(
+        own,
+        store,
+        index.index().clone(),
+        Arc::new(EndpointTranslator::new(config())),
+        Request {
+            namespace: "ns".into(),
+            service: name.into(),
+            port: 80,
+            hostname: None,
+            filter: StreamFilter::default(),
+        },
+        Counter::default(),
+    )
+}
+
+/// `(kind, sorted addresses)` of each update.
+fn summary(updates: &[Update]) -> Vec<(&'static str, Vec<String>)> {
+    updates
+        .iter()
+        .map(|u| match u.update.as_ref().unwrap() {
+            update::Update::Add(set) => {
+                let mut addrs: Vec<String> = set
+                    .addrs
+                    .iter()
+                    .map(|a| SocketAddr::try_from(a.addr.unwrap()).unwrap().to_string())
+                    .collect();
+                addrs.sort();
+                ("add", addrs)
+            }
+            update::Update::Remove(set) => {
+                let mut addrs: Vec<String> = set
+                    .addrs
+                    .iter()
+                    .map(|a| SocketAddr::try_from(*a).unwrap().to_string())
+                    .collect();
+                addrs.sort();
+                ("remove", addrs)
+            }
+            update::Update::NoEndpoints(n) => ("no-endpoints", vec![n.exists.to_string()]),
+        })
+        .collect()
+}
+
+async fn next(stream: &mut MulticlusterStream) -> Option<Vec<Update>> {
+    tokio::time::timeout(Duration::from_secs(10), stream.next_updates())
+        .await
+        .expect("updates in time")
+}
+
+#[test]
+fn dispatch_follows_the_labels_and_annotations() {
+    let plain = service("web", json!({}), json!({}));
+    assert_eq!(Dispatch::of(&info(&plain)), Dispatch::Local);
+
+    let mirror = service(
+        "web-east",
+        json!({REMOTE_DISCOVERY_LABEL: "east", REMOTE_SERVICE_LABEL: "web"}),
+        json!({}),
+    );
+    assert_eq!(
+        Dispatch::of(&info(&mirror)),
+        Dispatch::Remote {
+            cluster: "east".into(),
+            service: "web".into()
+        }
+    );
+    let half = service("half", json!({REMOTE_DISCOVERY_LABEL: "east"}), json!({}));
+    assert_eq!(
+        Dispatch::of(&info(&half)),
+        Dispatch::RemoteWithoutService {
+            cluster: "east".into()
+        }
+    );
+
+    // Entries need exactly one `@`; nothing is trimmed; empty entries are skipped.
+    let federated = service(
+        "web-federated",
+        json!({REMOTE_DISCOVERY_LABEL: "east", REMOTE_SERVICE_LABEL: "web"}),
+        json!({
+            REMOTE_DISCOVERY_ANNOTATION: "web@west,bad,a@b@c,,@east, web@east,web@east",
+            LOCAL_DISCOVERY_ANNOTATION: "web",
+        }),
+    );
+    let member = |cluster: Option<&str>, service: &str| Member {
+        cluster: cluster.map(str::to_string),
+        service: service.into(),
+    };
+    assert_eq!(
+        Dispatch::of(&info(&federated)),
+        Dispatch::Federated(vec![
+            member(None, "web"),
+            member(Some("east"), " web"),
+            member(Some("east"), "web"),
+            member(Some("west"), "web"),
+        ])
+    );
+    // Either annotation, even empty, makes a Service federated.
+    let empty = service("e", json!({}), json!({LOCAL_DISCOVERY_ANNOTATION: ""}));
+    assert_eq!(Dispatch::of(&info(&empty)), Dispatch::Federated(vec![]));
+}
+
+#[tokio::test]
+async fn a_federated_service_follows_its_local_members_live() {
+    let index = local_index();
+    for (name, ip, sa) in [("web-0", "10.1.0.1", "web"), ("api-0", "10.1.0.2", "api")] {
+        index.apply(Event::Apply(pod(name, ip, sa)));
+    }
+    index.apply(Event::Apply(service("web", json!({}), json!({}))));
+    index.apply(Event::Apply(service("api", json!({}), json!({}))));
+    index.apply(Event::Apply(slice("web", &[("web-0", "10.1.0.1")])));
+    index.apply(Event::Apply(slice("api", &[("api-0", "10.1.0.2")])));
+    let federated = |annotations: Value| service("fed", json!({}), annotations);
+    index.apply(Event::Apply(federated(
+        json!({LOCAL_DISCOVERY_ANNOTATION: "web"}),
+    )));
+
+    let store = ClusterStore::empty();
+    let mut s = stream(&index, &store, "fed");
+    let first = next(&mut s).await.unwrap();
+    assert_eq!(summary(&first), [("add", vec!["10.1.0.1:8080".into()])]);
+    assert_eq!(s.held(), 1);
+
+    // The local member changes to api: its endpoint in, web's out.
+    index.apply(Event::Apply(federated(
+        json!({LOCAL_DISCOVERY_ANNOTATION: "api"}),
+    )));
+    let changed = next(&mut s).await.unwrap();
+    assert_eq!(
+        summary(&changed),
+        [
+            ("add", vec!["10.1.0.2:8080".into()]),
+            ("remove", vec!["10.1.0.1:8080".into()])
+        ]
+    );
+
+    // A member in a cluster that is not linked has no endpoints; when no member has any,
+    // NoEndpoints says so.
+    index.apply(Event::Apply(federated(
+        json!({LOCAL_DISCOVERY_ANNOTATION: "", REMOTE_DISCOVERY_ANNOTATION: "web@east"}),
+    )));
+    let emptied = next(&mut s).await.unwrap();
+    assert_eq!(
+        summary(&emptied),
+        [
+            ("remove", vec!["10.1.0.2:8080".into()]),
+            ("no-endpoints", vec!["true".into()])
+        ]
+    );
+    assert_eq!(s.held(), 0);
+
+    // No longer federated: the stream ends.
+    index.apply(Event::Apply(federated(json!({}))));
+    assert!(next(&mut s).await.is_none());
+}
+
+#[tokio::test]
+async fn remote_members_come_from_the_linked_cluster_in_its_trust_domain() {
+    // East's state directory: web with one pod.
+    let east = tempfile::tempdir().unwrap();
+    let docs: Vec<Value> = vec![
+        serde_json::to_value(pod("web-0", "10.2.0.1", "web")).unwrap(),
+        serde_json::to_value(service("web", json!({}), json!({}))).unwrap(),
+        serde_json::to_value(slice("web", &[("web-0", "10.2.0.1")])).unwrap(),
+    ];
+    std::fs::write(
+        east.path().join("state.json"),
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": docs})).unwrap(),
+    )
+    .unwrap();
+
+    let mut watches = Watches::new(IndexMetrics::default());
+    let link_metrics = LinkMetrics::default();
+    let store = ClusterStore::watch(
+        &mut watches,
+        ClusterStoreConfig {
+            namespace: "linkerd".into(),
+            offline: [("east".to_string(), east.path().to_path_buf())].into(),
+            ..ClusterStoreConfig::default()
+        },
+        IndexMetrics::default(),
+        link_metrics.clone(),
+    );
+    let secret: Secret = typed(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": "east-link", "namespace": "linkerd",
+            "labels": {"multicluster.linkerd.io/cluster-name": "east"},
+            "annotations": {
+                "multicluster.linkerd.io/trust-domain": "east.example",
+                "multicluster.linkerd.io/cluster-domain": "cluster.local",
+            },
+        },
+        "type": "mirror.linkerd.io/remote-kubeconfig",
+        "data": {"kubeconfig": "YXBpVmVyc2lvbjogdjEK"},
+    }));
+    watches.apply(Event::Apply(secret.clone()));
+    let mut clusters = store.clusters();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        clusters.wait_for(|c| c.contains_key("east")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+
+    // Local: a web pod, and a federated Service of the local and east web.
+    let index = local_index();
+    index.apply(Event::Apply(pod("web-0", "10.1.0.1", "web")));
+    index.apply(Event::Apply(service("web", json!({}), json!({}))));
+    index.apply(Event::Apply(slice("web", &[("web-0", "10.1.0.1")])));
+    index.apply(Event::Apply(service(
+        "fed",
+        json!({}),
+        json!({LOCAL_DISCOVERY_ANNOTATION: "web", REMOTE_DISCOVERY_ANNOTATION: "web@east"}),
+    )));
+
+    let mut s = stream(&index, &store, "fed");
+    let first = next(&mut s).await.unwrap();
+    assert_eq!(
+        summary(&first),
+        [
+            ("add", vec!["10.1.0.1:8080".into()]),
+            ("add", vec!["10.2.0.1:8080".into()])
+        ]
+    );
+    let identity = |u: &Update| match u.update.as_ref().unwrap() {
+        update::Update::Add(set) => format!("{:?}", set.addrs[0].tls_identity),
+        other => panic!("{other:?}"),
+    };
+    assert!(identity(&first[0]).contains("web.ns.serviceaccount.identity.linkerd.cluster.local"));
+    assert!(identity(&first[1]).contains("web.ns.serviceaccount.identity.linkerd.east.example"));
+
+    // The link goes: east's endpoint is removed, the local one stays.
+    watches.apply(Event::<Secret>::Delete(ObjectRef {
+        namespace: "linkerd".into(),
+        name: "east-link".into(),
+    }));
+    let unlinked = next(&mut s).await.unwrap();
+    assert_eq!(
+        summary(&unlinked),
+        [("remove", vec!["10.2.0.1:8080".into()])]
+    );
+
+    // It comes back: so does east's endpoint.
+    watches.apply(Event::Apply(secret));
+    let relinked = next(&mut s).await.unwrap();
+    assert_eq!(summary(&relinked), [("add", vec!["10.2.0.1:8080".into()])]);
+    assert_eq!(link_metrics.errors("no_kubeconfig"), 0);
+}

@@ -1,0 +1,553 @@
+//! The multicluster cluster store (spec/destination.md §J, issue 16): one [`DiscoveryIndex`]
+//! per linked cluster, following the link Secrets of the control-plane namespace.
+//!
+//! A link is a Secret of type [`LINK_SECRET_TYPE`] labelled [`CLUSTER_NAME_LABEL`]
+//! ([`SecretInfo::link`]). When one appears, the linked cluster's discovery index is built and
+//! fed from its own source: the directory given for that cluster name
+//! (`--linked-cluster-state NAME=DIR`, offline mode), else a client of the Secret's
+//! `kubeconfig`. When the Secret changes the cluster's watches restart on a new index; when it
+//! goes they stop and the index is dropped. Streams find the clusters through
+//! [`ClusterStore::clusters`], and see a link go or come back there.
+//!
+//! A Secret that cannot be used (no `kubeconfig`, a malformed one, no trust or cluster domain,
+//! a directory that cannot be read) is logged with its namespace/name, counted in
+//! `multicluster_link_errors_total{reason}`, and skipped; other links and the local cluster
+//! are not affected. A linked cluster whose API server does not answer its initial lists is
+//! logged and shown `unreachable` in `multicluster_linked_clusters{cluster,state}`; whatever
+//! its index holds (nothing, or the last known endpoints) is kept until its Secret goes. A
+//! cluster whose watches fail later (its API server gone) is shown `unreachable`, logged and
+//! counted the same way, keeps its endpoints, and is `connected` again when its watches get
+//! answers.
+//!
+//! When a link goes, its series (state, cache sizes) are removed.
+
+use k8s_openapi::api::core::v1::Secret;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::PathBuf,
+    sync::Arc,
+    time::Duration,
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::{
+    discovery::DiscoveryIndex,
+    metrics::IndexMetrics,
+    model::{CLUSTER_NAME_LABEL, LINK_SECRET_TYPE, LinkSecret, ObjectRef, SecretInfo},
+    source::{ClusterSource, Event, kube::KubeSource, offline::OfflineSource},
+    watches::{Started, WatchScope, Watches},
+};
+
+/// How long a linked cluster may take to deliver its initial lists before it is reported
+/// unreachable (it keeps being retried): the default of
+/// [`ClusterStoreConfig::unreachable_after`].
+pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
+
+/// The linked clusters now, by name.
+pub type Clusters = BTreeMap<String, Arc<LinkedCluster>>;
+
+/// What the cluster store needs besides the Secrets.
+#[derive(Clone, Debug)]
+pub struct ClusterStoreConfig {
+    /// The control-plane namespace: only link Secrets there count.
+    pub namespace: String,
+    /// `--linked-cluster-state NAME=DIR`: linked clusters served from a directory of
+    /// manifests instead of their Secret's kubeconfig.
+    pub offline: BTreeMap<String, PathBuf>,
+    /// How long a linked cluster may take to deliver its initial lists before it is reported
+    /// unreachable ([`UNREACHABLE_AFTER`] by default).
+    pub unreachable_after: Duration,
+}
+
+impl Default for ClusterStoreConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "linkerd".to_string(),
+            offline: BTreeMap::new(),
+            unreachable_after: UNREACHABLE_AFTER,
+        }
+    }
+}
+
+/// One linked cluster: its domains and its discovery index, fed while it is linked.
+pub struct LinkedCluster {
+    /// The cluster's name (the Secret's [`CLUSTER_NAME_LABEL`]).
+    pub name: String,
+    /// Identities of the cluster's pods end in `.<controller-namespace>.<trust_domain>`.
+    pub trust_domain: String,
+    /// Names there are `<svc>.<ns>.svc.<cluster_domain>`.
+    pub cluster_domain: String,
+    /// The link Secret.
+    pub secret: ObjectRef,
+    /// Where its objects come from: `dir <path>` or `api <url>`.
+    pub source: String,
+    /// The cluster's discovery index.
+    pub index: DiscoveryIndex,
+    /// The Secret's link, as the cluster was started from it.
+    link: LinkSecret,
+    /// The index metrics of this cluster (`cluster="<name>"`).
+    metrics: IndexMetrics,
+    ready: watch::Receiver<bool>,
+    started: Started,
+    monitor: tokio::task::JoinHandle<()>,
+}
+
+/// The linked clusters, followed from the link Secrets. Cheap to clone.
+#[derive(Clone)]
+pub struct ClusterStore {
+    clusters: watch::Receiver<Arc<Clusters>>,
+}
+
+/// `multicluster_*` metrics.
+#[derive(Clone, Debug, Default)]
+pub struct LinkMetrics {
+    linked: Family<LinkStateLabels, Gauge>,
+    errors: Family<ReasonLabels, Counter>,
+    size: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LinkStateLabels {
+    cluster: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// Why a link was not started.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("kubeconfig is not UTF-8 YAML of a kubeconfig: {0}")]
+    Kubeconfig(String),
+    #[error("no client can be built from the kubeconfig: {0}")]
+    Client(String),
+    #[error("--linked-cluster-state directory: {0}")]
+    Dir(String),
+}
+
+impl StartError {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Kubeconfig(_) => "malformed_kubeconfig",
+            Self::Client(_) => "client",
+            Self::Dir(_) => "state_dir",
+        }
+    }
+}
+
+// === impl LinkMetrics ===
+
+impl LinkMetrics {
+    /// Registers `multicluster_linked_clusters{cluster,state}` (1 for each linked cluster's
+    /// state, `connected` or `unreachable`), `multicluster_link_errors_total{reason}` (link
+    /// Secrets or clusters that could not be used: `no_cluster_name`, `missing_annotation`,
+    /// `no_kubeconfig`, `malformed_kubeconfig`, `client`, `state_dir`, `duplicate_cluster`,
+    /// `unreachable`) and `cluster_store_size` (linked clusters, as upstream).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "multicluster_linked_clusters",
+            "Linked clusters by state (connected: initial lists received; unreachable: not yet)",
+            metrics.linked.clone(),
+        );
+        registry.register(
+            "multicluster_link_errors",
+            "Link Secrets or linked clusters that could not be used, by reason",
+            metrics.errors.clone(),
+        );
+        registry.register(
+            "cluster_store_size",
+            "Number of linked clusters",
+            metrics.size.clone(),
+        );
+        metrics
+    }
+
+    fn error(&self, reason: &'static str) {
+        self.errors.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    fn set_state(&self, cluster: &str, connected: bool) {
+        let (on, off) = if connected {
+            ("connected", "unreachable")
+        } else {
+            ("unreachable", "connected")
+        };
+        self.linked.remove(&LinkStateLabels {
+            cluster: cluster.to_string(),
+            state: off,
+        });
+        self.linked
+            .get_or_create(&LinkStateLabels {
+                cluster: cluster.to_string(),
+                state: on,
+            })
+            .set(1);
+    }
+
+    fn forget(&self, cluster: &str) {
+        for state in ["connected", "unreachable"] {
+            self.linked.remove(&LinkStateLabels {
+                cluster: cluster.to_string(),
+                state,
+            });
+        }
+    }
+
+    /// How many link errors of `reason` were counted (tests, diagnostics).
+    pub fn errors(&self, reason: &'static str) -> u64 {
+        self.errors.get_or_create(&ReasonLabels { reason }).get()
+    }
+}
+
+// === impl LinkedCluster ===
+
+impl LinkedCluster {
+    /// Whether the cluster has delivered every initial list (its API server answered, or its
+    /// directory was read).
+    pub fn is_connected(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Stops the watches and removes the cluster's cache-size series (the link went).
+    fn stop(&self) {
+        self.abort();
+        self.metrics.forget_cache_sizes();
+    }
+
+    fn abort(&self) {
+        self.started.abort();
+        self.monitor.abort();
+    }
+}
+
+impl Drop for LinkedCluster {
+    /// Stops the watches; the series are left alone, as a restarted link of the same name may
+    /// own them by now.
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
+impl std::fmt::Debug for LinkedCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkedCluster")
+            .field("name", &self.name)
+            .field("trust_domain", &self.trust_domain)
+            .field("cluster_domain", &self.cluster_domain)
+            .field("secret", &self.secret)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl ClusterStore ===
+
+impl ClusterStore {
+    /// A store that follows the link Secrets `watches` delivers (the Secrets of
+    /// `config.namespace` labelled [`CLUSTER_NAME_LABEL`] of type [`LINK_SECRET_TYPE`], as
+    /// kube mode lists them). Linked clusters' indexes count invalid objects and cache sizes in
+    /// `index_metrics` (`cluster="<name>"`). Must be called within a Tokio runtime: a task
+    /// starts and stops the links.
+    pub fn watch(
+        watches: &mut Watches,
+        config: ClusterStoreConfig,
+        index_metrics: IndexMetrics,
+        metrics: LinkMetrics,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        watches.add_scoped::<Secret>(
+            tx,
+            WatchScope {
+                namespace: Some(config.namespace.clone()),
+                labels: Some(CLUSTER_NAME_LABEL.to_string()),
+                fields: Some(format!("type={LINK_SECRET_TYPE}")),
+            },
+        );
+        let (clusters_tx, clusters) = watch::channel(Arc::new(Clusters::new()));
+        let links = Links {
+            config,
+            index_metrics,
+            metrics,
+            secrets: BTreeMap::new(),
+            valid: BTreeMap::new(),
+            clusters: clusters_tx,
+        };
+        tokio::spawn(links.run(rx));
+        Self { clusters }
+    }
+
+    /// A store with no links and no Secrets followed.
+    pub fn empty() -> Self {
+        Self {
+            clusters: watch::channel(Arc::new(Clusters::new())).1,
+        }
+    }
+
+    /// The linked cluster `name`, if it is linked now.
+    pub fn get(&self, name: &str) -> Option<Arc<LinkedCluster>> {
+        self.clusters.borrow().get(name).cloned()
+    }
+
+    /// The linked clusters; the receiver sees every link added, changed or removed.
+    pub fn clusters(&self) -> watch::Receiver<Arc<Clusters>> {
+        self.clusters.clone()
+    }
+}
+
+/// The task that starts and stops links as their Secrets change.
+struct Links {
+    config: ClusterStoreConfig,
+    index_metrics: IndexMetrics,
+    metrics: LinkMetrics,
+    /// The link Secrets now, as delivered.
+    secrets: BTreeMap<ObjectRef, Arc<SecretInfo>>,
+    /// The usable ones.
+    valid: BTreeMap<ObjectRef, LinkSecret>,
+    clusters: watch::Sender<Arc<Clusters>>,
+}
+
+impl Links {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Event<Arc<SecretInfo>>>) {
+        while let Some(event) = rx.recv().await {
+            self.apply(event);
+            // Whatever else arrived is applied before links are started.
+            while let Ok(event) = rx.try_recv() {
+                self.apply(event);
+            }
+            self.reconcile().await;
+        }
+    }
+
+    fn apply(&mut self, event: Event<Arc<SecretInfo>>) {
+        match event {
+            Event::Apply(secret) => self.insert(secret),
+            Event::Delete(key) => {
+                self.secrets.remove(&key);
+                self.valid.remove(&key);
+            }
+            Event::Reset(secrets) => {
+                let keep: BTreeSet<ObjectRef> = secrets
+                    .iter()
+                    .map(|s| ObjectRef {
+                        namespace: s.namespace.clone(),
+                        name: s.name.clone(),
+                    })
+                    .collect();
+                self.secrets.retain(|k, _| keep.contains(k));
+                self.valid.retain(|k, _| keep.contains(k));
+                for secret in secrets {
+                    self.insert(secret);
+                }
+            }
+        }
+    }
+
+    /// Notes a Secret delivered; a link Secret new or changed is checked (and a bad one
+    /// reported) once.
+    fn insert(&mut self, secret: Arc<SecretInfo>) {
+        let key = ObjectRef {
+            namespace: secret.namespace.clone(),
+            name: secret.name.clone(),
+        };
+        // Offline mode delivers every Secret of the directory.
+        if secret.namespace != self.config.namespace || !secret.is_link() {
+            if self.secrets.remove(&key).is_some() {
+                self.valid.remove(&key);
+            }
+            return;
+        }
+        if self.secrets.get(&key).is_some_and(|s| **s == *secret) {
+            return;
+        }
+        match secret.link() {
+            Ok(link) => {
+                self.valid.insert(key.clone(), link);
+            }
+            Err(error) => {
+                tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), %error, "ignoring link Secret");
+                self.metrics.error(error.reason());
+                self.valid.remove(&key);
+            }
+        }
+        self.secrets.insert(key, secret);
+    }
+
+    /// Starts, restarts and stops links to match the valid Secrets.
+    async fn reconcile(&mut self) {
+        let mut wanted: BTreeMap<String, (ObjectRef, LinkSecret)> = BTreeMap::new();
+        for (key, link) in &self.valid {
+            if let Some((first, _)) = wanted.get(&link.cluster) {
+                tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %link.cluster, first = %format!("{}/{}", first.namespace, first.name), "another link Secret names this cluster; ignoring this one");
+                continue;
+            }
+            wanted.insert(link.cluster.clone(), (key.clone(), link.clone()));
+        }
+
+        let current = self.clusters.borrow().clone();
+        let mut next = Clusters::new();
+        let mut changed = false;
+        for (name, cluster) in current.iter() {
+            let same = wanted
+                .get(name)
+                .is_some_and(|(key, link)| *key == cluster.secret && *link == cluster.link);
+            if same {
+                next.insert(name.clone(), cluster.clone());
+            } else {
+                tracing::info!(cluster = %name, secret = %format!("{}/{}", cluster.secret.namespace, cluster.secret.name), "stopping linked cluster");
+                cluster.stop();
+                self.metrics.forget(name);
+                changed = true;
+            }
+        }
+        for (name, (key, link)) in wanted {
+            if next.contains_key(&name) {
+                continue;
+            }
+            match self.start(&key, link).await {
+                Ok(cluster) => {
+                    next.insert(name, Arc::new(cluster));
+                    changed = true;
+                }
+                Err(error) => {
+                    tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %name, %error, "cannot start linked cluster");
+                    self.metrics.error(error.reason());
+                }
+            }
+        }
+        if changed {
+            self.metrics.size.set(next.len() as i64);
+            self.clusters.send_replace(Arc::new(next));
+        }
+    }
+
+    async fn start(&self, key: &ObjectRef, link: LinkSecret) -> Result<LinkedCluster, StartError> {
+        let (reachable_tx, reachable) = watch::channel(true);
+        let metrics = self
+            .index_metrics
+            .for_cluster(&link.cluster)
+            .with_reachability(Arc::new(reachable_tx));
+        let (source, described) = match self.config.offline.get(&link.cluster) {
+            Some(dir) => {
+                let source = OfflineSource::new(dir.clone(), metrics.clone())
+                    .map_err(|e| StartError::Dir(e.to_string()))?;
+                (
+                    ClusterSource::Offline(source),
+                    format!("dir {}", dir.display()),
+                )
+            }
+            None => {
+                let client = kube_client(&link.kubeconfig).await?;
+                let url = client.1;
+                (
+                    ClusterSource::Kube(KubeSource::new(client.0, metrics.clone())),
+                    format!("api {url}"),
+                )
+            }
+        };
+        let index = DiscoveryIndex::new();
+        let mut watches = Watches::new(metrics.clone());
+        index.watch(&mut watches);
+        let started = watches.start(&source).await;
+        let ready = started.ready();
+        let monitor = tokio::spawn(monitor(
+            link.cluster.clone(),
+            key.clone(),
+            ready.clone(),
+            reachable,
+            self.metrics.clone(),
+            self.config.unreachable_after,
+        ));
+        tracing::info!(cluster = %link.cluster, secret = %format!("{}/{}", key.namespace, key.name), source = %described, trust_domain = %link.trust_domain, "linked cluster started");
+        Ok(LinkedCluster {
+            name: link.cluster.clone(),
+            trust_domain: link.trust_domain.clone(),
+            cluster_domain: link.cluster_domain.clone(),
+            link,
+            secret: key.clone(),
+            source: described,
+            index,
+            metrics,
+            ready,
+            started,
+            monitor,
+        })
+    }
+}
+
+/// A client of the cluster `kubeconfig` describes (its current context), and its URL.
+async fn kube_client(kubeconfig: &[u8]) -> Result<(kube::Client, String), StartError> {
+    let text =
+        std::str::from_utf8(kubeconfig).map_err(|e| StartError::Kubeconfig(e.to_string()))?;
+    let parsed = kube::config::Kubeconfig::from_yaml(text)
+        .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
+        .await
+        .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
+    let url = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))?;
+    Ok((client, url))
+}
+
+/// Follows a linked cluster's state into the state gauge: `unreachable` when its initial
+/// lists take longer than `after`, `connected` once they are in; after that, `unreachable`
+/// while its watches fail (`reachable` false) and `connected` again when they get answers.
+/// Each fall to `unreachable` is logged with the Secret's name and counted.
+async fn monitor(
+    cluster: String,
+    secret: ObjectRef,
+    mut ready: watch::Receiver<bool>,
+    mut reachable: watch::Receiver<bool>,
+    metrics: LinkMetrics,
+    after: Duration,
+) {
+    let secret = format!("{}/{}", secret.namespace, secret.name);
+    metrics.set_state(&cluster, *ready.borrow());
+    if !*ready.borrow() {
+        // `Ok(false)`: the watches were stopped.
+        let waited = tokio::time::timeout(after, ready.wait_for(|r| *r))
+            .await
+            .map(|r| r.is_ok());
+        match waited {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(_) => {
+                tracing::warn!(%cluster, %secret, "linked cluster unreachable: no initial lists yet; retrying");
+                metrics.error("unreachable");
+                if ready.wait_for(|r| *r).await.is_err() {
+                    return;
+                }
+            }
+        }
+        tracing::info!(%cluster, "linked cluster connected");
+        metrics.set_state(&cluster, true);
+    }
+    reachable.borrow_and_update();
+    while reachable.changed().await.is_ok() {
+        let up = *reachable.borrow_and_update();
+        if up {
+            tracing::info!(%cluster, "linked cluster reachable again");
+        } else {
+            tracing::warn!(%cluster, %secret, "linked cluster unreachable; serving its last known endpoints while retrying");
+            metrics.error("unreachable");
+        }
+        metrics.set_state(&cluster, up);
+    }
+}
+
+impl std::fmt::Debug for ClusterStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.clusters.borrow().keys().cloned().collect();
+        f.debug_struct("ClusterStore")
+            .field("clusters", &names)
+            .finish()
+    }
+}

@@ -1,0 +1,300 @@
+//! The cluster store in kube mode (issue 16): a link Secret whose kubeconfig points at a
+//! scripted API server on loopback (`fake_apiserver`) gives a discovery index of that cluster,
+//! which keeps its endpoints while the server is down and follows the new state when it comes
+//! back; an unreachable cluster is reported and does not disturb the others; a changed Secret
+//! restarts the cluster's watches and a deleted one stops them.
+
+mod fake_apiserver;
+
+use base64::Engine;
+use fake_apiserver::{FakeApi, PODS, SLICES, TIMEOUT};
+use k8s_openapi::api::core::v1::Secret;
+use linkerd_index::{
+    ClusterStore, ClusterStoreConfig, EndpointsKey, EndpointsView, Event, IndexMetrics,
+    LinkMetrics, LinkedCluster, ObjectRef, Watches,
+};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+use tokio::sync::watch;
+
+const NS: &str = "emojivoto";
+
+/// A kubeconfig of a cluster at `server`, with a token user.
+fn kubeconfig(server: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{server}\"}}\nusers:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
+    )
+}
+
+/// The link Secret of cluster `cluster` in `linkerd`, with `kubeconfig`.
+fn link(cluster: &str, kubeconfig: &str) -> Secret {
+    let data = base64::engine::general_purpose::STANDARD.encode(kubeconfig);
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": format!("cluster-credentials-{cluster}"), "namespace": "linkerd",
+            "labels": {"multicluster.linkerd.io/cluster-name": cluster},
+            "annotations": {
+                "multicluster.linkerd.io/trust-domain": format!("{cluster}.local"),
+                "multicluster.linkerd.io/cluster-domain": "cluster.local",
+            },
+        },
+        "type": "mirror.linkerd.io/remote-kubeconfig",
+        "data": {"kubeconfig": data},
+    }))
+    .unwrap()
+}
+
+fn mk_service() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web-svc", "namespace": NS},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    })
+}
+
+fn mk_pod(name: &str, ip: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"containers": [{"name": "web"}]},
+        "status": {"phase": "Running", "podIPs": [{"ip": ip}]},
+    })
+}
+
+fn mk_slice(pods: &[(&str, &str)]) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-svc-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "web-svc"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": pods.iter().map(|(pod, ip)| json!({
+            "addresses": [ip], "conditions": {"ready": true},
+            "targetRef": {"kind": "Pod", "namespace": NS, "name": pod},
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn web_key() -> EndpointsKey {
+    EndpointsKey {
+        service: ObjectRef {
+            namespace: NS.into(),
+            name: "web-svc".into(),
+        },
+        port: 80,
+        hostname: None,
+    }
+}
+
+fn addrs(view: &EndpointsView) -> Vec<SocketAddr> {
+    let mut addrs: Vec<SocketAddr> = view.endpoints.values().map(|e| e.addr).collect();
+    addrs.sort();
+    addrs
+}
+
+fn socks(list: &[&str]) -> Vec<SocketAddr> {
+    list.iter().map(|a| a.parse().unwrap()).collect()
+}
+
+/// Waits until the view's addresses are `want`.
+async fn wait_addrs(rx: &mut watch::Receiver<Arc<EndpointsView>>, want: &[&str]) {
+    let want = socks(want);
+    let waited = tokio::time::timeout(TIMEOUT, rx.wait_for(|v| addrs(v) == want))
+        .await
+        .map(|r| r.is_ok());
+    assert!(
+        waited == Ok(true),
+        "addresses {:?}, want {want:?}",
+        addrs(&rx.borrow())
+    );
+}
+
+/// Waits until the store holds cluster `name` other than `not` (a restarted one).
+async fn wait_cluster(
+    store: &ClusterStore,
+    name: &str,
+    not: Option<&Arc<LinkedCluster>>,
+) -> Arc<LinkedCluster> {
+    let mut clusters = store.clusters();
+    let found = tokio::time::timeout(
+        TIMEOUT,
+        clusters.wait_for(|c| {
+            c.get(name)
+                .is_some_and(|c| not.is_none_or(|n| !Arc::ptr_eq(n, c)))
+        }),
+    )
+    .await;
+    assert!(matches!(found, Ok(Ok(_))), "cluster {name} not linked");
+    store.get(name).unwrap()
+}
+
+/// The text encoding of `registry`.
+fn encode(registry: &Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text
+}
+
+/// Waits until `registry` encodes `line`.
+async fn wait_metric(registry: &Registry, line: &str) {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !encode(registry).contains(line) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{line} not reached:\n{}",
+            encode(registry)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn store(
+    watches: &mut Watches,
+    registry: &mut Registry,
+    unreachable_after: Duration,
+) -> ClusterStore {
+    let metrics = LinkMetrics::register(registry);
+    let index_metrics = IndexMetrics::register(registry);
+    ClusterStore::watch(
+        watches,
+        ClusterStoreConfig {
+            namespace: "linkerd".into(),
+            unreachable_after,
+            ..ClusterStoreConfig::default()
+        },
+        index_metrics,
+        metrics,
+    )
+}
+
+#[tokio::test]
+async fn a_linked_cluster_keeps_its_endpoints_while_its_api_server_is_down() {
+    let api = FakeApi::start([
+        mk_service(),
+        mk_pod("web-1", "10.2.0.1"),
+        mk_slice(&[("web-1", "10.2.0.1")]),
+    ])
+    .await;
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let store = store(&mut watches, &mut registry, Duration::from_secs(10));
+    watches.apply(Event::Apply(link("east", &kubeconfig(&api.url()))));
+
+    let east = wait_cluster(&store, "east", None).await;
+    assert_eq!(east.trust_domain, "east.local");
+    assert!(
+        east.source.starts_with(&format!("api {}", api.url())),
+        "{}",
+        east.source
+    );
+    let mut web = east.index.endpoints(web_key());
+    wait_addrs(&mut web, &["10.2.0.1:8080"]).await;
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
+    )
+    .await;
+    wait_metric(&registry, r#"pod_cache_size{cluster="east"} 1"#).await;
+
+    // The API server goes away; east scales up meanwhile.
+    api.go_down();
+    api.apply(PODS, mk_pod("web-2", "10.2.0.2"));
+    api.apply(
+        SLICES,
+        mk_slice(&[("web-1", "10.2.0.1"), ("web-2", "10.2.0.2")]),
+    );
+
+    // The cluster is reported unreachable; its last known endpoints are kept.
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="unreachable"} 1"#,
+    )
+    .await;
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="unreachable"} 1"#,
+    )
+    .await;
+    assert_eq!(addrs(&web.borrow()), socks(&["10.2.0.1:8080"]));
+
+    // It comes back: the new state is followed.
+    api.come_back();
+    wait_addrs(&mut web, &["10.2.0.1:8080", "10.2.0.2:8080"]).await;
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
+    )
+    .await;
+    assert!(!encode(&registry).contains(r#"cluster="east",state="unreachable""#));
+
+    // The Secret deleted: the cluster is unlinked and its watches stop.
+    watches.apply(Event::<Secret>::Delete(ObjectRef {
+        namespace: "linkerd".into(),
+        name: "cluster-credentials-east".into(),
+    }));
+    let mut clusters = store.clusters();
+    tokio::time::timeout(TIMEOUT, clusters.wait_for(|c| c.is_empty()))
+        .await
+        .unwrap()
+        .unwrap();
+    api.wait_for_watches_closed(PODS).await;
+    wait_metric(&registry, "cluster_store_size 0").await;
+    assert!(!encode(&registry).contains(r#"cluster="east""#));
+}
+
+#[tokio::test]
+async fn an_unreachable_cluster_is_reported_and_a_changed_secret_restarts_it() {
+    let api = FakeApi::start([
+        mk_service(),
+        mk_pod("web-1", "10.2.0.1"),
+        mk_slice(&[("web-1", "10.2.0.1")]),
+    ])
+    .await;
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let store = store(&mut watches, &mut registry, Duration::from_millis(100));
+    watches.apply(Event::Apply(link(
+        "west",
+        &kubeconfig(&format!("http://{closed}")),
+    )));
+    watches.apply(Event::Apply(link("east", &kubeconfig(&api.url()))));
+
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="west",state="unreachable"} 1"#,
+    )
+    .await;
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="unreachable"} 1"#,
+    )
+    .await;
+    let west = wait_cluster(&store, "west", None).await;
+    assert!(!west.is_connected());
+    // East is served all the same.
+    let east = wait_cluster(&store, "east", None).await;
+    wait_addrs(&mut east.index.endpoints(web_key()), &["10.2.0.1:8080"]).await;
+
+    // West's Secret now points at the server: its watches restart on a new index.
+    watches.apply(Event::Apply(link("west", &kubeconfig(&api.url()))));
+    let restarted = wait_cluster(&store, "west", Some(&west)).await;
+    wait_addrs(
+        &mut restarted.index.endpoints(web_key()),
+        &["10.2.0.1:8080"],
+    )
+    .await;
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="west",state="connected"} 1"#,
+    )
+    .await;
+    assert!(!encode(&registry).contains(r#"cluster="west",state="unreachable""#));
+    // East was not restarted.
+    assert!(Arc::ptr_eq(&east, &store.get("east").unwrap()));
+}
