@@ -88,6 +88,28 @@ pub struct OwnerRef {
     pub name: String,
 }
 
+/// `addresses` parsed as IP addresses, for field `field` of object `kind` `namespace/name`.
+/// An address that does not parse is logged, naming the object, the field and the value, and
+/// skipped; the others are kept (the API server validates these fields, so this is a
+/// hand-written manifest's typo, which must not take the object's other addresses with it).
+pub(crate) fn parse_ips(
+    (kind, namespace, name): (&str, &str, &str),
+    field: &str,
+    addresses: &[String],
+) -> Vec<std::net::IpAddr> {
+    let mut ips = Vec::with_capacity(addresses.len());
+    for address in addresses {
+        match address.parse() {
+            Ok(ip) => ips.push(ip),
+            Err(_) => tracing::warn!(
+                %kind, object = %format!("{namespace}/{name}"), %field, %address,
+                "skipping an address that is not an IP address"
+            ),
+        }
+    }
+    ips
+}
+
 /// `(namespace, name)` of an object; namespace is `""` for cluster-scoped kinds.
 pub(crate) fn names(
     kind: &'static str,

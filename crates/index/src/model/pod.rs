@@ -196,7 +196,8 @@ impl PodInfo {
             .map(|list| PortSet::parse(list).0)
             .unwrap_or_default();
         let probe_paths = probe_paths(&containers);
-        let mut ips: Vec<IpAddr> = ips.iter().filter_map(|ip| ip.parse().ok()).collect();
+        let object = ("Pod", namespace.as_str(), name.as_str());
+        let mut ips: Vec<IpAddr> = super::parse_ips(object, "status.podIPs", &ips);
         ips.shrink_to_fit();
         Ok(Self {
             probe_paths,
@@ -213,7 +214,7 @@ impl PodInfo {
             phase: status.phase,
             terminating: metadata.deletion_timestamp.is_some(),
             ips,
-            host_ips: host_ips.iter().filter_map(|ip| ip.parse().ok()).collect(),
+            host_ips: super::parse_ips(object, "status.hostIPs", &host_ips),
             owner,
             container_ports,
             proxy,

@@ -120,7 +120,13 @@ impl SliceInfo {
                 zone_hints.sort();
                 zone_hints.dedup();
                 SliceEndpoint {
-                    addresses: ep.addresses.iter().filter_map(|a| a.parse().ok()).collect(),
+                    // FQDN slices hold host names, which no IP endpoint is made of.
+                    addresses: if address_type == AddressType::Fqdn {
+                        Vec::new()
+                    } else {
+                        let object = ("EndpointSlice", namespace.as_str(), name.as_str());
+                        super::parse_ips(object, "endpoints.addresses", &ep.addresses)
+                    },
                     ready: ep.conditions.and_then(|c| c.ready).unwrap_or(true),
                     hostname: ep.hostname,
                     zone: ep.zone,

@@ -1,0 +1,95 @@
+//! An address that is not an IP address (a hand-written manifest's typo) is logged with the
+//! object, the field and the value, and skipped alone: the object's other addresses are kept.
+
+use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
+use linkerd_index::model::decode_json;
+use std::{
+    io::Write,
+    net::IpAddr,
+    sync::{Arc, Mutex},
+};
+
+/// The log lines written while `f` runs.
+fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
+#[test]
+fn a_pod_ip_that_does_not_parse_is_logged_and_skipped_alone() {
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"shop"},
+        "spec":{"containers":[{"name":"app"}]},
+        "status":{"phase":"Running","podIP":"10.0.0.7",
+            "podIPs":[{"ip":"10.0.0.7"},{"ip":"fd00::7x"}],
+            "hostIPs":[{"ip":"not-an-ip"},{"ip":"192.168.1.2"}]}}"#;
+    let (decoded, log) = logged(|| decode_json::<Pod>(pod));
+    let pod = decoded.expect("the pod decodes");
+    assert_eq!(pod.ips, ["10.0.0.7".parse::<IpAddr>().unwrap()]);
+    assert_eq!(pod.host_ips, ["192.168.1.2".parse::<IpAddr>().unwrap()]);
+    assert!(log.contains("shop/web-1"), "{log}");
+    assert!(
+        log.contains("status.podIPs") && log.contains("fd00::7x"),
+        "{log}"
+    );
+    assert!(
+        log.contains("status.hostIPs") && log.contains("not-an-ip"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_slice_address_that_does_not_parse_is_logged_and_skipped_alone() {
+    let slice = r#"{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
+        "metadata":{"name":"web-abc","namespace":"shop","labels":{"kubernetes.io/service-name":"web"}},
+        "addressType":"IPv4","ports":[{"port":8080}],
+        "endpoints":[{"addresses":["10.0.0.8","10.0.0.300"]},{"addresses":["10.0.0.9"]}]}"#;
+    let (decoded, log) = logged(|| decode_json::<EndpointSlice>(slice));
+    let slice = decoded.expect("the slice decodes");
+    let addresses: Vec<Vec<IpAddr>> = slice
+        .endpoints
+        .iter()
+        .map(|e| e.addresses.clone())
+        .collect();
+    assert_eq!(
+        addresses,
+        [
+            vec!["10.0.0.8".parse::<IpAddr>().unwrap()],
+            vec!["10.0.0.9".parse().unwrap()]
+        ]
+    );
+    assert!(
+        log.contains("shop/web-abc") && log.contains("10.0.0.300"),
+        "{log}"
+    );
+
+    // An FQDN slice's host names are no IP endpoints, and no typo either: nothing is logged.
+    let fqdn = slice_json_fqdn();
+    let (decoded, log) = logged(|| decode_json::<EndpointSlice>(&fqdn));
+    assert!(decoded.expect("decodes").endpoints[0].addresses.is_empty());
+    assert!(!log.contains("not an IP address"), "{log}");
+}
+
+fn slice_json_fqdn() -> String {
+    r#"{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
+        "metadata":{"name":"ext","namespace":"shop"},"addressType":"FQDN",
+        "endpoints":[{"addresses":["db.example.com"]}]}"#
+        .to_string()
+}
