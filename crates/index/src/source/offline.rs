@@ -66,6 +66,8 @@ pub enum OfflineError {
 pub enum FileError {
     #[error("cannot read: {0}")]
     Read(#[from] std::io::Error),
+    #[error("not UTF-8: {0}")]
+    NotUtf8(std::str::Utf8Error),
     #[error("invalid YAML: {0}")]
     Yaml(#[from] serde_saphyr::Error),
     #[error("invalid JSON: {0}")]
@@ -568,9 +570,19 @@ impl StateDir {
             .flat_map(|f| &f.objects)
             .map(|(id, d)| (id, *d))
             .collect();
+        let manifests = match documents.manifests(path) {
+            Ok(manifests) => manifests,
+            Err(error) => {
+                return Loaded::Failed {
+                    error,
+                    retry: false,
+                    content_hash: Some(content_hash),
+                };
+            }
+        };
         let mut objects = Vec::new();
         let mut fresh = Vec::new();
-        for m in documents.manifests(path) {
+        for m in manifests {
             let key = (m.type_key, m.obj_key);
             // The object's id where the directory has one already.
             let id = match self.defs.get_key_value(&key) {
@@ -842,6 +854,7 @@ fn decode_from_file(
     let documents = Documents::parse(path, &bytes).ok()?;
     documents
         .manifests(path)
+        .ok()?
         .iter()
         .find(|m| m.type_key == key.0 && m.obj_key == key.1 && m.digest == digest)
         .map(|m| feed.decode_json(&m.json))

@@ -44,7 +44,7 @@ impl Manifest<'_> {
 pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Manifest<'static>>, FileError> {
     let documents = Documents::parse(path, bytes)?;
     Ok(documents
-        .manifests(path)
+        .manifests(path)?
         .into_iter()
         .map(|m| Manifest {
             json: Cow::Owned(m.json.into_owned()),
@@ -63,9 +63,7 @@ impl<'a> Documents<'a> {
     /// Any syntax error rejects the whole file, so a file is never half-applied; so does
     /// nesting deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any parsing.
     pub fn parse(path: &Path, bytes: &'a [u8]) -> Result<Self, FileError> {
-        let text = std::str::from_utf8(bytes).map_err(|e| {
-            FileError::Read(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-        })?;
+        let text = std::str::from_utf8(bytes).map_err(FileError::NotUtf8)?;
         // Editors on Windows start UTF-8 files with a byte order mark; kubectl reads past it.
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         if nesting_exceeds(bytes, MAX_NESTING) {
@@ -83,7 +81,10 @@ impl<'a> Documents<'a> {
     /// The objects, with `kind: List` expanded. Documents that are not objects, and objects
     /// without `apiVersion`, `kind` or `metadata.name`, are logged (naming `path`) and skipped
     /// alone: one bad entry of a large List must not take the rest of the cluster with it.
-    pub fn manifests(&self, path: &Path) -> Vec<Manifest<'_>> {
+    ///
+    /// Errors when an object nests deeper than serde_json reads (128 levels): splitting a JSON
+    /// file into its objects does not count levels, so this is where such a file is refused.
+    pub fn manifests(&self, path: &Path) -> Result<Vec<Manifest<'_>>, FileError> {
         let mut manifests = Vec::new();
         for (index, document) in self.0.iter().enumerate() {
             let items: Box<dyn Iterator<Item = &str>> = match document {
@@ -114,7 +115,7 @@ impl<'a> Documents<'a> {
                 }
             };
             for json in items {
-                match summarize(json) {
+                match summarize(json)? {
                     Some((type_key, obj_key, digest)) => manifests.push(Manifest {
                         type_key,
                         obj_key,
@@ -131,7 +132,7 @@ impl<'a> Documents<'a> {
                 }
             }
         }
-        manifests
+        Ok(manifests)
     }
 }
 
@@ -390,15 +391,15 @@ impl<'de> serde::Deserialize<'de> for YamlItems {
 // === keys and digest ===
 
 /// The keys and digest of one object's JSON text, in one pass over it; `None` when it is not
-/// an object with `apiVersion`, `kind` and `metadata.name` strings.
-fn summarize(json: &str) -> Option<(TypeKey, ObjectKey, Digest)> {
+/// an object with `apiVersion`, `kind` and `metadata.name` strings. Errors only when the text
+/// nests deeper than serde_json reads.
+fn summarize(json: &str) -> Result<Option<(TypeKey, ObjectKey, Digest)>, serde_json::Error> {
     let mut head = Head::default();
     let mut deserializer = serde_json::Deserializer::from_str(json);
     let digest = DigestSeed {
         capture: Capture::Object(&mut head),
     }
-    .deserialize(&mut deserializer)
-    .ok()?;
+    .deserialize(&mut deserializer)?;
     let Head {
         api_version: Some(api_version),
         kind: Some(kind),
@@ -406,14 +407,14 @@ fn summarize(json: &str) -> Option<(TypeKey, ObjectKey, Digest)> {
         namespace,
     } = head
     else {
-        return None;
+        return Ok(None);
     };
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    Some((
+    Ok(Some((
         (group.to_string(), kind),
         (namespace.unwrap_or_default(), name),
-    ))
-    .map(|(t, k)| (t, k, digest))
+        digest,
+    )))
 }
 
 /// The fields of an object that name it.

@@ -94,7 +94,22 @@ fn malformed_files_are_errors_naming_the_problem() {
             .to_string();
         assert!(err.contains(needle), "{text:?}: {err}");
     }
-    assert!(parse_manifests(Path::new("x.yaml"), &[0xff, 0xfe]).is_err());
+    let err = parse_manifests(Path::new("x.yaml"), b"kind: caf\xe9\n").unwrap_err();
+    assert!(matches!(err, FileError::NotUtf8(_)), "{err}");
+    assert!(err.to_string().starts_with("not UTF-8: "), "{err}");
+    // A JSON object nested deeper than serde_json reads (128) refuses its file, as the README
+    // says, instead of being skipped for lacking a name it has.
+    let deep = format!(
+        r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"a"}}}}
+        {{"apiVersion":"v1","kind":"Service","metadata":{{"name":"b"}},"x":{}1{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let err = parse_manifests(Path::new("x.json"), deep.as_bytes()).unwrap_err();
+    assert!(
+        err.to_string().contains("recursion limit exceeded"),
+        "{err}"
+    );
 }
 
 #[test]
