@@ -293,6 +293,11 @@ impl OfflineSource {
                         .is_ok()
                 {}
                 let todo = std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
+                // Only files that are not manifests changed (notes, an editor's swap file):
+                // there is nothing to read.
+                if !todo.rescan && !todo.paths.iter().any(|p| is_manifest_name(p)) {
+                    continue;
+                }
                 let read = tokio::task::spawn_blocking(move || {
                     let (changes, decoded) = if todo.rescan {
                         state.rescan()

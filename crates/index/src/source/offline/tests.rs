@@ -391,6 +391,15 @@ async fn reading_the_directory_does_not_trigger_another_read() {
     );
     assert!(settled <= 2, "{settled} reloads for two writes");
     assert_eq!(metrics.invalid_files.get(), 1);
+
+    // Files that are not manifests (notes, an editor's temporary file) are no reason to read.
+    for i in 0..5 {
+        write(dir.path(), "notes.txt", &format!("{i}"));
+        write(dir.path(), "a.yaml~", &format!("{i}"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(metrics.offline_reloads.get(), settled);
 }
 
 /// A state directory whose Services are delivered into `DELIVERED` of the test's thread.
