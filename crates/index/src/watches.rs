@@ -329,10 +329,6 @@ impl<K: Kind> KindFeed for KindWatch<K> {
         K::INVALID_REMOVES
     }
 
-    fn decode(&self, document: &serde_json::Value) -> Result<AnyObject, DecodeError> {
-        decode_value::<K>(document).map(|o| Arc::new(o) as AnyObject)
-    }
-
     fn decode_json(&self, document: &str) -> Result<AnyObject, DecodeError> {
         decode_json::<K>(document).map(|o| Arc::new(o) as AnyObject)
     }

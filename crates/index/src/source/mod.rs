@@ -51,8 +51,6 @@ pub trait KindFeed: Send + Sync + 'static {
     fn label(&self) -> &'static str;
     /// Whether an invalid update removes the version delivered before ([`Kind::INVALID_REMOVES`]).
     fn invalid_removes(&self) -> bool;
-    /// Decodes one document of the kind.
-    fn decode(&self, document: &serde_json::Value) -> Result<AnyObject, DecodeError>;
     /// Decodes one document of the kind from JSON text.
     fn decode_json(&self, document: &str) -> Result<AnyObject, DecodeError>;
     /// Delivers events of objects this feed decoded, as one batch.

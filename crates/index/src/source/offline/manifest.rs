@@ -32,8 +32,9 @@ pub struct Manifest<'a> {
     pub json: Cow<'a, str>,
 }
 
+#[cfg(test)]
 impl Manifest<'_> {
-    /// The object as a document tree (tests and error paths only: the kinds decode from text).
+    /// The object as a document tree, for tests: the kinds decode from the text.
     pub fn value(&self) -> Value {
         serde_json::from_str(&self.json).unwrap_or(Value::Null)
     }
