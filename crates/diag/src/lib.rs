@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod endpoints;
+pub mod explain;
 pub mod output;
 pub mod policy;
 pub mod profile;
@@ -39,6 +40,11 @@ pub enum Command {
     /// (`OutboundPolicies.Watch`).
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Explains a policy decision: `explain inbound NS/POD PORT` (would the pod's proxy admit
+    /// this request, and why) or `explain outbound AUTHORITY|IP:PORT` (which route, backends,
+    /// timeouts and retries a request gets). Exit status 0 allowed, 1 denied, 2 no answer.
+    #[command(subcommand)]
+    Explain(explain::ExplainCommand),
 }
 
 /// Why a run stopped other than by the server ending its stream. The `Display` of each
@@ -90,6 +96,12 @@ pub enum Error {
     /// Standard output could not be written (other than a closed pipe, which ends the run).
     #[error("write output")]
     Output(#[source] std::io::Error),
+    /// `explain` decided that the request is denied (or has no route); the reason.
+    #[error("denied: {0}")]
+    Denied(String),
+    /// `explain` cannot answer the question.
+    #[error(transparent)]
+    Explain(#[from] explain::ExplainError),
 }
 
 // === impl Args ===
@@ -103,6 +115,20 @@ impl Args {
             Command::Endpoints(args) => args.run(&mut stdout).await,
             Command::Profile(args) => args.run(&mut stdout).await,
             Command::Policy(command) => command.run(&mut stdout).await,
+            Command::Explain(command) => command.run(&mut stdout).await,
+        }
+    }
+}
+
+// === impl Error ===
+
+impl Error {
+    /// The process's exit status for this error: 2 when `explain` cannot answer, else 1 (for
+    /// `explain`, a denial).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Explain(_) => 2,
+            _ => 1,
         }
     }
 }
