@@ -336,7 +336,7 @@ fn http_timeouts_text(rule: &http_route::Rule) -> String {
     timeouts_text(rule.timeouts.as_ref(), legacy)
 }
 
-/// `request 10s, response 5s, idle 1m`; the deprecated per-rule request timeout when the
+/// `request 10s, response 5s, idle 60s`; the deprecated per-rule request timeout when the
 /// rule has no `timeouts`; `none`.
 fn timeouts_text(timeouts: Option<&Timeouts>, legacy: Option<&prost_types::Duration>) -> String {
     let mut parts = Vec::new();
