@@ -80,13 +80,17 @@ fn identities_exact_and_by_suffix() {
     let from = |tls| authz_admits(&a, &client(Some("10.0.0.1"), tls));
     assert_eq!(
         from(id(WEB)),
-        Ok(format!("10.0.0.1 is in 0.0.0.0/0; identity {WEB} is listed"))
+        Ok(format!(
+            "10.0.0.1 is in 0.0.0.0/0; identity {WEB} is listed"
+        ))
     );
     assert_eq!(
         from(id("nginx.ingress-nginx.serviceaccount")),
-        Ok("10.0.0.1 is in 0.0.0.0/0; identity nginx.ingress-nginx.serviceaccount ends with \
+        Ok(
+            "10.0.0.1 is in 0.0.0.0/0; identity nginx.ingress-nginx.serviceaccount ends with \
             .ingress-nginx.serviceaccount"
-            .into())
+                .into()
+        )
     );
     // A suffix needs a label before it, as `*.` does.
     assert_eq!(
@@ -150,9 +154,11 @@ fn networks_with_exceptions_and_without_an_address() {
     );
     assert_eq!(
         authz_admits(&a, &client(Some("192.168.1.1"), ClientTls::Plain)),
-        Err("network not covered: 192.168.1.1 is in none of 10.244.0.0/16, \
+        Err(
+            "network not covered: 192.168.1.1 is in none of 10.244.0.0/16, \
              10.20.0.0/16 except 10.20.3.200/32"
-            .into())
+                .into()
+        )
     );
     assert!(authz_admits(&a, &client(None, id(WEB))).is_err());
     let everywhere = authz(
@@ -201,8 +207,12 @@ fn a_server_without_routes_gets_one_that_matches_everything() {
             Permit::Unauthenticated(PermitUnauthenticated {}),
         )],
     );
-    let (text, decision) =
-        explain_server(&server, &client(Some("10.0.0.1"), ClientTls::Plain), &get("/x")).unwrap();
+    let (text, decision) = explain_server(
+        &server,
+        &client(Some("10.0.0.1"), ClientTls::Plain),
+        &get("/x"),
+    )
+    .unwrap();
     assert_eq!(
         decision,
         Decision::Allowed("allowed by authorizationpolicy:all on route default:default".into())
@@ -216,8 +226,12 @@ fn a_server_without_routes_gets_one_that_matches_everything() {
 #[test]
 fn localhost_is_always_admitted_by_the_proxy() {
     let server = http1_server(vec![], vec![]);
-    let (text, decision) =
-        explain_server(&server, &client(Some("127.0.0.1"), ClientTls::Plain), &get("/")).unwrap();
+    let (text, decision) = explain_server(
+        &server,
+        &client(Some("127.0.0.1"), ClientTls::Plain),
+        &get("/"),
+    )
+    .unwrap();
     assert_eq!(
         decision,
         Decision::Allowed("allowed by default:localhost on route default:default".into())
@@ -226,8 +240,12 @@ fn localhost_is_always_admitted_by_the_proxy() {
         text.contains("authorization default:localhost (proxy): admits: 127.0.0.1 is localhost"),
         "{text}"
     );
-    let (_, decision) =
-        explain_server(&server, &client(Some("10.0.0.1"), ClientTls::Plain), &get("/")).unwrap();
+    let (_, decision) = explain_server(
+        &server,
+        &client(Some("10.0.0.1"), ClientTls::Plain),
+        &get("/"),
+    )
+    .unwrap();
     assert!(matches!(decision, Decision::Denied(_)));
 }
 
@@ -239,7 +257,11 @@ fn opaque_ports_check_the_connection_against_the_server() {
         }),
         ..http1_server(
             vec![],
-            vec![authz("web", vec![net("0.0.0.0/0", &[])], identities(&[WEB], &[]))],
+            vec![authz(
+                "web",
+                vec![net("0.0.0.0/0", &[])],
+                identities(&[WEB], &[]),
+            )],
         )
     };
     let (text, decision) =
@@ -249,8 +271,12 @@ fn opaque_ports_check_the_connection_against_the_server() {
         Decision::Allowed("allowed by authorizationpolicy:web".into())
     );
     assert!(text.contains("rate limit: none (not HTTP)"), "{text}");
-    let (_, decision) =
-        explain_server(&server, &client(Some("10.0.0.1"), ClientTls::Plain), &get("/")).unwrap();
+    let (_, decision) = explain_server(
+        &server,
+        &client(Some("10.0.0.1"), ClientTls::Plain),
+        &get("/"),
+    )
+    .unwrap();
     assert_eq!(
         decision,
         Decision::Denied(
@@ -331,13 +357,25 @@ fn rate_limit_override_then_per_identity() {
 #[test]
 fn identities_are_dns_like_names_or_spiffe_ids() {
     assert_eq!(check_identity(WEB), Ok(()));
-    assert_eq!(check_identity("spiffe://cluster.local/ns/web/sa/web"), Ok(()));
+    assert_eq!(
+        check_identity("spiffe://cluster.local/ns/web/sa/web"),
+        Ok(())
+    );
     for (bad, why) in [
         ("", "empty"),
-        ("web..emojivoto", "an empty label (two dots, or a dot at an end)"),
-        ("web.emojivoto.", "an empty label (two dots, or a dot at an end)"),
+        (
+            "web..emojivoto",
+            "an empty label (two dots, or a dot at an end)",
+        ),
+        (
+            "web.emojivoto.",
+            "an empty label (two dots, or a dot at an end)",
+        ),
         ("-web.emojivoto", "label \"-web\" starts or ends with '-'"),
-        ("spiffe:///ns", "a SPIFFE ID names a trust domain: spiffe://DOMAIN/PATH"),
+        (
+            "spiffe:///ns",
+            "a SPIFFE ID names a trust domain: spiffe://DOMAIN/PATH",
+        ),
     ] {
         assert_eq!(check_identity(bad), Err(why.to_string()), "{bad:?}");
     }
@@ -345,7 +383,10 @@ fn identities_are_dns_like_names_or_spiffe_ids() {
     assert!(why.starts_with("'*' is not allowed"), "{why}");
     assert_eq!(
         check_identity(&"a".repeat(64)),
-        Err(format!("label {:?} is longer than 63 characters", "a".repeat(64)))
+        Err(format!(
+            "label {:?} is longer than 63 characters",
+            "a".repeat(64)
+        ))
     );
 }
 
@@ -385,7 +426,10 @@ fn workloads_are_sent_in_the_json_form() {
     }
     for port in [0, 65536] {
         assert_eq!(
-            args("emojivoto/web-0", port).port_spec().unwrap_err().to_string(),
+            args("emojivoto/web-0", port)
+                .port_spec()
+                .unwrap_err()
+                .to_string(),
             format!("invalid PORT \"{port}\": not a port number (1-65535)")
         );
     }

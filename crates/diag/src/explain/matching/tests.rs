@@ -119,9 +119,15 @@ fn method_headers_and_query_parameters() {
     let mut request = get("/");
     assert_eq!(http_score(&m, &request), Err("method is not POST".into()));
     request.method = "POST".into();
-    assert_eq!(http_score(&m, &request), Err("header x-env is missing".into()));
+    assert_eq!(
+        http_score(&m, &request),
+        Err("header x-env is missing".into())
+    );
     request.headers.push(("x-env".into(), "dev".into()));
-    assert_eq!(http_score(&m, &request), Err("header x-env is not prod".into()));
+    assert_eq!(
+        http_score(&m, &request),
+        Err("header x-env is not prod".into())
+    );
     request.headers.push(("x-env".into(), "prod".into()));
     assert_eq!(
         http_score(&m, &request),
@@ -182,10 +188,7 @@ fn the_longest_path_wins_then_the_method_then_the_earliest() {
 
 #[test]
 fn rules_without_matches_match_everything_and_misses_say_why() {
-    let routes = [route(
-        vec![],
-        vec![vec![exact("/a"), exact("/b")], vec![]],
-    )];
+    let routes = [route(vec![], vec![vec![exact("/a"), exact("/b")], vec![]])];
     let choice = choose_http(&routes, &get("/c"));
     assert_eq!(choice.selected, Some(0));
     assert_eq!(selected_rule(&choice, 0), Some(1));
@@ -243,7 +246,10 @@ fn grpc_calls_are_posts_to_service_and_method() {
         ..Default::default()
     };
     assert_eq!(
-        grpc_score(&m, &call("POST", "/emojivoto.v1.VotingService/VoteDoughnut")),
+        grpc_score(
+            &m,
+            &call("POST", "/emojivoto.v1.VotingService/VoteDoughnut")
+        ),
         Ok(GrpcScore {
             service: 26,
             method: 0,

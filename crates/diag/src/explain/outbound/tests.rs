@@ -18,7 +18,10 @@ fn target_hosts() {
         target_host("web-svc.emojivoto.svc.cluster.local:80"),
         "web-svc.emojivoto.svc.cluster.local"
     );
-    assert_eq!(target_host("web-svc.emojivoto.svc"), "web-svc.emojivoto.svc");
+    assert_eq!(
+        target_host("web-svc.emojivoto.svc"),
+        "web-svc.emojivoto.svc"
+    );
     assert_eq!(target_host("10.96.0.1:80"), "10.96.0.1");
     assert_eq!(target_host("[fd00::1]:80"), "fd00::1");
 }
@@ -54,10 +57,7 @@ fn retries_and_timeouts() {
         idle: Some(duration(60_000)),
     };
     assert_eq!(timeouts_text(Some(&timeouts), None), "request 3s, idle 60s");
-    assert_eq!(
-        timeouts_text(None, Some(&duration(1500))),
-        "request 1.5s"
-    );
+    assert_eq!(timeouts_text(None, Some(&duration(1500))), "request 1.5s");
     assert_eq!(timeouts_text(None, None), "none");
 }
 
