@@ -4,7 +4,8 @@
 //! Each subcommand is a module ([`endpoints`], [`profile`], [`policy`]); [`client`] connects to
 //! the server and [`output`] renders the proxy API's messages, so that rendering is tested
 //! without a network. `main.rs` only parses the command line, handles Ctrl-C and turns an
-//! [`Error`] into a one-line message and exit code 1.
+//! [`Error`] into a one-line message and its exit code ([`Error::exit_code`]: 1, or 2 when
+//! [`explain`] cannot answer).
 
 #![deny(rust_2018_idioms, missing_docs)]
 #![forbid(unsafe_code)]
@@ -29,6 +30,10 @@ pub struct Args {
 
 /// The subcommands: one per API a proxy consumes.
 #[derive(Debug, clap::Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per run; `explain` carries the controller's offline flags"
+)]
 pub enum Command {
     /// Streams `Destination.Get` for an authority: the endpoints a proxy would balance over.
     Endpoints(endpoints::EndpointsArgs),
