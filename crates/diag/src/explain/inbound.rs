@@ -284,13 +284,13 @@ pub(crate) fn build_request(
 fn strip_port(authority: &str) -> &str {
     match authority.rsplit_once(':') {
         Some((host, port))
-            if !host.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && !port.is_empty() =>
+            if !host.is_empty()
+                && !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                // A bare IPv6 address has colons but no port.
+                && (host.starts_with('[') || !host.contains(':')) =>
         {
-            if host.starts_with('[') || !host.contains(':') {
-                host
-            } else {
-                authority
-            }
+            host
         }
         _ => authority,
     }
@@ -651,10 +651,10 @@ pub fn authz_admits(authz: &Authz, client: &Client) -> Result<String, String> {
     Ok(format!("{network}; {authn}"))
 }
 
-/// The proxy's `default:localhost`: any client from a loopback address.
+/// The proxy's `default:localhost`: any client from 127.0.0.1 or ::1 (exactly those).
 fn localhost_admits(client: &Client) -> Result<String, String> {
     match client.ip {
-        Some(ip) if ip.is_loopback() && is_localhost(ip) => Ok(format!(
+        Some(ip) if is_localhost(ip) => Ok(format!(
             "{ip} is localhost; unauthenticated clients are allowed"
         )),
         Some(ip) => Err(format!("network not covered: {ip} is not 127.0.0.1 or ::1")),

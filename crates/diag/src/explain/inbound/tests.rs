@@ -451,6 +451,9 @@ fn requests_from_flags() {
         request.text(),
         "GET /api/list?x=1 (host web.example.com, header x-env: prod)"
     );
+    assert_eq!(strip_port("[fd00::1]:80"), "[fd00::1]");
+    assert_eq!(strip_port("fd00::1"), "fd00::1");
+    assert_eq!(strip_port("web:http"), "web:http");
     let error = build_request("GET".into(), "api", &[], None).unwrap_err();
     assert_eq!(
         error.to_string(),
