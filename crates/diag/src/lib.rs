@@ -4,13 +4,15 @@
 //! Each subcommand is a module ([`endpoints`], [`profile`], [`policy`]); [`client`] connects to
 //! the server and [`output`] renders the proxy API's messages, so that rendering is tested
 //! without a network. `main.rs` only parses the command line, handles Ctrl-C and turns an
-//! [`Error`] into a one-line message and exit code 1.
+//! [`Error`] into a one-line message and its exit code ([`Error::exit_code`]: 1, or 2 when
+//! [`explain`] cannot answer).
 
 #![deny(rust_2018_idioms, missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod endpoints;
+pub mod explain;
 pub mod output;
 pub mod policy;
 pub mod profile;
@@ -28,6 +30,10 @@ pub struct Args {
 
 /// The subcommands: one per API a proxy consumes.
 #[derive(Debug, clap::Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per run; `explain` carries the controller's offline flags"
+)]
 pub enum Command {
     /// Streams `Destination.Get` for an authority: the endpoints a proxy would balance over.
     Endpoints(endpoints::EndpointsArgs),
@@ -39,6 +45,11 @@ pub enum Command {
     /// (`OutboundPolicies.Watch`).
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Explains a policy decision: `explain inbound NS/POD PORT` (would the pod's proxy admit
+    /// this request, and why) or `explain outbound AUTHORITY|IP:PORT` (which route, backends,
+    /// timeouts and retries a request gets). Exit status 0 allowed, 1 denied, 2 no answer.
+    #[command(subcommand)]
+    Explain(explain::ExplainCommand),
 }
 
 /// Why a run stopped other than by the server ending its stream. The `Display` of each
@@ -90,6 +101,12 @@ pub enum Error {
     /// Standard output could not be written (other than a closed pipe, which ends the run).
     #[error("write output")]
     Output(#[source] std::io::Error),
+    /// `explain` decided that the request is denied (or has no route); the reason.
+    #[error("denied: {0}")]
+    Denied(String),
+    /// `explain` cannot answer the question.
+    #[error(transparent)]
+    Explain(#[from] explain::ExplainError),
 }
 
 // === impl Args ===
@@ -103,6 +120,20 @@ impl Args {
             Command::Endpoints(args) => args.run(&mut stdout).await,
             Command::Profile(args) => args.run(&mut stdout).await,
             Command::Policy(command) => command.run(&mut stdout).await,
+            Command::Explain(command) => command.run(&mut stdout).await,
+        }
+    }
+}
+
+// === impl Error ===
+
+impl Error {
+    /// The process's exit status for this error: 2 when `explain` cannot answer, else 1 (for
+    /// `explain`, a denial).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Explain(_) => 2,
+            _ => 1,
         }
     }
 }

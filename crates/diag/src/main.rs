@@ -16,7 +16,7 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("dst-diag: {}", diag::error_line(&error));
-            ExitCode::FAILURE
+            ExitCode::from(error.exit_code())
         }
     }
 }

@@ -39,6 +39,14 @@ pub use self::outbound::{
 pub use self::profile::{
     profile_json, profile_table, request_match_text, response_match_text, write_profile,
 };
+// Names and matches as `explain` prints them too.
+pub(crate) use self::{
+    inbound::{
+        authz_name, grpc_filter_text, host_text, http_filter_text, labels_name, network_text,
+        route_name,
+    },
+    profile::{duration_text, method_text},
+};
 
 /// How updates are printed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -370,7 +370,7 @@ pub fn grpc_match_text(m: &GrpcRouteMatch) -> String {
 
 /// A server's or authorization's name from its labels, `<kind>:<name>`; `<no labels>` when
 /// the server sent neither.
-fn labels_name(labels: &HashMap<String, String>) -> String {
+pub(crate) fn labels_name(labels: &HashMap<String, String>) -> String {
     match (labels.get("kind"), labels.get("name")) {
         (Some(kind), Some(name)) => format!("{kind}:{name}"),
         (None, Some(name)) => name.clone(),
@@ -379,7 +379,7 @@ fn labels_name(labels: &HashMap<String, String>) -> String {
 }
 
 /// An authorization's name: from its labels, else from its metadata.
-fn authz_name(authz: &Authz) -> String {
+pub(crate) fn authz_name(authz: &Authz) -> String {
     if authz.labels.contains_key("name") {
         return labels_name(&authz.labels);
     }
@@ -391,7 +391,7 @@ fn authz_name(authz: &Authz) -> String {
 }
 
 /// A route's name from its metadata (see the module documentation).
-fn route_name(meta: Option<&Metadata>) -> String {
+pub(crate) fn route_name(meta: Option<&Metadata>) -> String {
     match meta.and_then(|m| m.kind.as_ref()) {
         Some(metadata::Kind::Default(name)) => format!("default:{name}"),
         Some(metadata::Kind::Resource(r)) if r.group.is_empty() => {
@@ -453,7 +453,7 @@ fn cidr_text(net: &IpNetwork) -> String {
 }
 
 /// `10.20.0.0/16`, or `10.20.0.0/16 except 10.20.3.200/32,10.20.4.0/24`.
-fn network_text(network: &Network) -> String {
+pub(crate) fn network_text(network: &Network) -> String {
     let net = network
         .net
         .as_ref()
@@ -476,7 +476,7 @@ fn suffix_pattern(parts: &[String]) -> String {
 }
 
 /// A host match: the exact name, or `*.example.com` for a suffix (sent as reversed labels).
-fn host_text(host: &HostMatch) -> String {
+pub(crate) fn host_text(host: &HostMatch) -> String {
     match &host.r#match {
         Some(host_match::Match::Exact(name)) => name.clone(),
         Some(host_match::Match::Suffix(s)) => {
@@ -527,7 +527,7 @@ fn query_text(q: &QueryParamMatch) -> String {
     }
 }
 
-fn http_filter_text(f: &inbound_http_route::Filter) -> String {
+pub(crate) fn http_filter_text(f: &inbound_http_route::Filter) -> String {
     use inbound_http_route::filter::Kind;
     match &f.kind {
         Some(Kind::RequestHeaderModifier(m)) => header_modifier_text(m),
@@ -537,7 +537,7 @@ fn http_filter_text(f: &inbound_http_route::Filter) -> String {
     }
 }
 
-fn grpc_filter_text(f: &grpc_route::Filter) -> String {
+pub(crate) fn grpc_filter_text(f: &grpc_route::Filter) -> String {
     use grpc_route::filter::Kind;
     match &f.kind {
         Some(Kind::RequestHeaderModifier(m)) => header_modifier_text(m),

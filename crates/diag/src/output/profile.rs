@@ -223,7 +223,7 @@ fn count_or_none(n: usize) -> String {
 }
 
 /// `GET`, an unregistered method as sent, or a bracketed note when it cannot be read.
-pub(super) fn method_text(method: &HttpMethod) -> String {
+pub(crate) fn method_text(method: &HttpMethod) -> String {
     match &method.r#type {
         Some(http_method::Type::Registered(code)) => http_method::Registered::try_from(*code)
             .map(|m| m.as_str_name().to_string())
@@ -300,7 +300,7 @@ fn meta_text(meta: Option<&Metadata>) -> String {
 
 /// A duration as Go prints short ones: `500ms`, `15s`, `1.5s`, `250us`, `0s`; a negative one
 /// gets a `-` in front.
-pub(super) fn duration_text(d: &prost_types::Duration) -> String {
+pub(crate) fn duration_text(d: &prost_types::Duration) -> String {
     let nanos = i128::from(d.seconds) * 1_000_000_000 + i128::from(d.nanos);
     let sign = if nanos < 0 { "-" } else { "" };
     let n = nanos.unsigned_abs();

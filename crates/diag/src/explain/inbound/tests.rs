@@ -1,0 +1,467 @@
+use super::*;
+use linkerd2_proxy_api::{
+    inbound::{
+        Authn, IdentitySuffix, Network, ProxyProtocol,
+        authn::{PermitMeshTls, PermitUnauthenticated},
+        http_local_rate_limit::{Limit, Override, r#override::ClientIdentities},
+    },
+    meta::{Metadata, Resource},
+    net::IpNetwork,
+};
+use std::collections::HashMap;
+
+const WEB: &str = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local";
+
+fn net(cidr: &str, except: &[&str]) -> Network {
+    let parse = |c: &str| IpNetwork::from(c.parse::<ipnet::IpNet>().unwrap());
+    Network {
+        net: Some(parse(cidr)),
+        except: except.iter().map(|e| parse(e)).collect(),
+    }
+}
+
+fn authz(name: &str, networks: Vec<Network>, permit: Permit) -> Authz {
+    Authz {
+        networks,
+        authentication: Some(Authn {
+            permit: Some(permit),
+        }),
+        labels: HashMap::from([
+            ("kind".to_string(), "authorizationpolicy".to_string()),
+            ("name".to_string(), name.to_string()),
+        ]),
+        metadata: None,
+    }
+}
+
+fn identities(names: &[&str], suffixes: &[&[&str]]) -> Permit {
+    Permit::MeshTls(PermitMeshTls {
+        clients: Some(Clients::Identities(PermitClientIdentities {
+            identities: names
+                .iter()
+                .map(|n| linkerd2_proxy_api::inbound::Identity {
+                    name: n.to_string(),
+                })
+                .collect(),
+            suffixes: suffixes
+                .iter()
+                .map(|parts| IdentitySuffix {
+                    parts: parts.iter().map(|p| p.to_string()).collect(),
+                })
+                .collect(),
+        })),
+    })
+}
+
+fn tls_only() -> Permit {
+    Permit::MeshTls(PermitMeshTls {
+        clients: Some(Clients::Unauthenticated(PermitUnauthenticated {})),
+    })
+}
+
+fn client(ip: Option<&str>, tls: ClientTls) -> Client {
+    Client {
+        ip: ip.map(|ip| ip.parse().unwrap()),
+        tls,
+    }
+}
+
+fn id(name: &str) -> ClientTls {
+    ClientTls::Identity(name.into())
+}
+
+#[test]
+fn identities_exact_and_by_suffix() {
+    let a = authz(
+        "a",
+        vec![net("0.0.0.0/0", &[])],
+        identities(&[WEB], &[&["ingress-nginx", "serviceaccount"]]),
+    );
+    let from = |tls| authz_admits(&a, &client(Some("10.0.0.1"), tls));
+    assert_eq!(
+        from(id(WEB)),
+        Ok(format!(
+            "10.0.0.1 is in 0.0.0.0/0; identity {WEB} is listed"
+        ))
+    );
+    assert_eq!(
+        from(id("nginx.ingress-nginx.serviceaccount")),
+        Ok(
+            "10.0.0.1 is in 0.0.0.0/0; identity nginx.ingress-nginx.serviceaccount ends with \
+            .ingress-nginx.serviceaccount"
+                .into()
+        )
+    );
+    // A suffix needs a label before it, as `*.` does.
+    assert_eq!(
+        from(id("xingress-nginx.serviceaccount")),
+        Err(format!(
+            "wrong identity: xingress-nginx.serviceaccount is none of {WEB}, \
+             *.ingress-nginx.serviceaccount"
+        ))
+    );
+    assert_eq!(
+        from(ClientTls::Plain),
+        Err(format!(
+            "no authentication: it requires one of the identities {WEB}, \
+             *.ingress-nginx.serviceaccount, and the client is not mTLS"
+        ))
+    );
+    assert_eq!(
+        from(ClientTls::NoIdentity),
+        Err(format!(
+            "no authentication: it requires one of the identities {WEB}, \
+             *.ingress-nginx.serviceaccount, and the client has no identity"
+        ))
+    );
+    // The empty suffix is any identity.
+    let any = authz("any", vec![net("0.0.0.0/0", &[])], identities(&[], &[&[]]));
+    assert_eq!(
+        authz_admits(&any, &client(Some("10.0.0.1"), id("x.y"))),
+        Ok("10.0.0.1 is in 0.0.0.0/0; any identity is allowed".into())
+    );
+}
+
+#[test]
+fn tls_without_identity_admits_any_mtls_client() {
+    let a = authz("tls", vec![net("10.0.0.0/8", &[])], tls_only());
+    assert_eq!(
+        authz_admits(&a, &client(Some("10.1.2.3"), ClientTls::NoIdentity)),
+        Ok("10.1.2.3 is in 10.0.0.0/8; any mTLS client is allowed".into())
+    );
+    assert_eq!(
+        authz_admits(&a, &client(Some("10.1.2.3"), ClientTls::Plain)),
+        Err("no authentication: it requires mesh TLS, and the client is not mTLS".into())
+    );
+}
+
+#[test]
+fn networks_with_exceptions_and_without_an_address() {
+    let a = authz(
+        "cluster",
+        vec![
+            net("10.244.0.0/16", &[]),
+            net("10.20.0.0/16", &["10.20.3.200/32"]),
+        ],
+        Permit::Unauthenticated(PermitUnauthenticated {}),
+    );
+    assert_eq!(
+        authz_admits(&a, &client(Some("10.20.3.200"), ClientTls::Plain)),
+        Err(
+            "network not covered: 10.20.3.200 is in 10.20.0.0/16 but excepted by 10.20.3.200/32"
+                .into()
+        )
+    );
+    assert_eq!(
+        authz_admits(&a, &client(Some("192.168.1.1"), ClientTls::Plain)),
+        Err(
+            "network not covered: 192.168.1.1 is in none of 10.244.0.0/16, \
+             10.20.0.0/16 except 10.20.3.200/32"
+                .into()
+        )
+    );
+    assert!(authz_admits(&a, &client(None, id(WEB))).is_err());
+    let everywhere = authz(
+        "all",
+        vec![net("0.0.0.0/0", &[]), net("::/0", &[])],
+        Permit::Unauthenticated(PermitUnauthenticated {}),
+    );
+    assert_eq!(
+        authz_admits(&everywhere, &client(None, id(WEB))),
+        Ok("0.0.0.0/0 covers every address; unauthenticated clients are allowed".into())
+    );
+}
+
+fn http1_server(routes: Vec<HttpRoute>, authzs: Vec<Authz>) -> Server {
+    Server {
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
+                routes,
+                local_rate_limit: None,
+            })),
+        }),
+        server_ips: vec![],
+        authorizations: authzs,
+        labels: HashMap::from([
+            ("kind".to_string(), "server".to_string()),
+            ("name".to_string(), "web-http".to_string()),
+        ]),
+    }
+}
+
+fn get(path: &str) -> Request {
+    Request {
+        method: "GET".into(),
+        path: path.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_server_without_routes_gets_one_that_matches_everything() {
+    let server = http1_server(
+        vec![],
+        vec![authz(
+            "all",
+            vec![net("0.0.0.0/0", &[])],
+            Permit::Unauthenticated(PermitUnauthenticated {}),
+        )],
+    );
+    let (text, decision) = explain_server(
+        &server,
+        &client(Some("10.0.0.1"), ClientTls::Plain),
+        &get("/x"),
+    )
+    .unwrap();
+    assert_eq!(
+        decision,
+        Decision::Allowed("allowed by authorizationpolicy:all on route default:default".into())
+    );
+    assert!(
+        text.contains("route default:default: selected: rule 1 matches *"),
+        "{text}"
+    );
+}
+
+#[test]
+fn localhost_is_always_admitted_by_the_proxy() {
+    let server = http1_server(vec![], vec![]);
+    let (text, decision) = explain_server(
+        &server,
+        &client(Some("127.0.0.1"), ClientTls::Plain),
+        &get("/"),
+    )
+    .unwrap();
+    assert_eq!(
+        decision,
+        Decision::Allowed("allowed by default:localhost on route default:default".into())
+    );
+    assert!(
+        text.contains("authorization default:localhost (proxy): admits: 127.0.0.1 is localhost"),
+        "{text}"
+    );
+    let (_, decision) = explain_server(
+        &server,
+        &client(Some("10.0.0.1"), ClientTls::Plain),
+        &get("/"),
+    )
+    .unwrap();
+    assert!(matches!(decision, Decision::Denied(_)));
+}
+
+#[test]
+fn opaque_ports_check_the_connection_against_the_server() {
+    let server = Server {
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {})),
+        }),
+        ..http1_server(
+            vec![],
+            vec![authz(
+                "web",
+                vec![net("0.0.0.0/0", &[])],
+                identities(&[WEB], &[]),
+            )],
+        )
+    };
+    let (text, decision) =
+        explain_server(&server, &client(Some("10.0.0.1"), id(WEB)), &get("/")).unwrap();
+    assert_eq!(
+        decision,
+        Decision::Allowed("allowed by authorizationpolicy:web".into())
+    );
+    assert!(text.contains("rate limit: none (not HTTP)"), "{text}");
+    let (_, decision) = explain_server(
+        &server,
+        &client(Some("10.0.0.1"), ClientTls::Plain),
+        &get("/"),
+    )
+    .unwrap();
+    assert_eq!(
+        decision,
+        Decision::Denied(
+            "no authorization of server:web-http admits the connection (the proxy closes it)"
+                .into()
+        )
+    );
+}
+
+#[test]
+fn a_server_without_protocol_cannot_be_explained() {
+    let server = Server {
+        protocol: None,
+        ..http1_server(vec![], vec![])
+    };
+    let error = explain_server(&server, &client(None, id(WEB)), &get("/")).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the policy received is invalid: the Server has no protocol"
+    );
+}
+
+#[test]
+fn rate_limit_override_then_per_identity() {
+    let limit = HttpLocalRateLimit {
+        metadata: Some(Metadata {
+            kind: Some(metadata::Kind::Resource(Resource {
+                group: "policy.linkerd.io".into(),
+                kind: "HTTPLocalRateLimitPolicy".into(),
+                name: "web-rl".into(),
+                ..Default::default()
+            })),
+        }),
+        total: Some(Limit {
+            requests_per_second: 100,
+        }),
+        identity: Some(Limit {
+            requests_per_second: 20,
+        }),
+        overrides: vec![Override {
+            limit: Some(Limit {
+                requests_per_second: 50,
+            }),
+            clients: Some(ClientIdentities {
+                identities: vec![linkerd2_proxy_api::inbound::Identity { name: WEB.into() }],
+            }),
+        }],
+    };
+    let text = |tls| {
+        let mut lines = vec![];
+        rate_limit_lines(
+            Some(&limit),
+            &client(None, tls),
+            &Decision::Allowed(String::new()),
+            &mut lines,
+        );
+        lines.remove(0)
+    };
+    assert_eq!(
+        text(id(WEB)),
+        format!(
+            "rate limit: httplocalratelimitpolicy:web-rl: total 100/s shared by all clients, \
+             override 50/s for identity {WEB}"
+        )
+    );
+    assert_eq!(
+        text(id("other.ns")),
+        "rate limit: httplocalratelimitpolicy:web-rl: total 100/s shared by all clients, \
+         20/s for identity other.ns"
+    );
+    assert_eq!(
+        text(ClientTls::Plain),
+        "rate limit: httplocalratelimitpolicy:web-rl: total 100/s shared by all clients, \
+         20/s shared by the clients without an identity"
+    );
+}
+
+#[test]
+fn identities_are_dns_like_names_or_spiffe_ids() {
+    assert_eq!(check_identity(WEB), Ok(()));
+    assert_eq!(
+        check_identity("spiffe://cluster.local/ns/web/sa/web"),
+        Ok(())
+    );
+    for (bad, why) in [
+        ("", "empty"),
+        (
+            "web..emojivoto",
+            "an empty label (two dots, or a dot at an end)",
+        ),
+        (
+            "web.emojivoto.",
+            "an empty label (two dots, or a dot at an end)",
+        ),
+        ("-web.emojivoto", "label \"-web\" starts or ends with '-'"),
+        (
+            "spiffe:///ns",
+            "a SPIFFE ID names a trust domain: spiffe://DOMAIN/PATH",
+        ),
+    ] {
+        assert_eq!(check_identity(bad), Err(why.to_string()), "{bad:?}");
+    }
+    let why = check_identity("*.emojivoto.serviceaccount").unwrap_err();
+    assert!(why.starts_with("'*' is not allowed"), "{why}");
+    assert_eq!(
+        check_identity(&"a".repeat(64)),
+        Err(format!(
+            "label {:?} is longer than 63 characters",
+            "a".repeat(64)
+        ))
+    );
+}
+
+fn args(workload: &str, port: u32) -> InboundArgs {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: InboundArgs,
+    }
+    Cli::parse_from([
+        "explain",
+        workload,
+        &port.to_string(),
+        "--client-ip",
+        "10.0.0.1",
+        "--cluster-state",
+        "/nonexistent",
+    ])
+    .args
+}
+
+#[test]
+fn workloads_are_sent_in_the_json_form() {
+    let spec = args("emojivoto/web-0", 8080).port_spec().unwrap();
+    assert_eq!(spec.workload, r#"{"ns":"emojivoto","pod":"web-0"}"#);
+    assert_eq!(spec.port, 8080);
+    let spec = args("emojivoto:web-0", 80).port_spec().unwrap();
+    assert_eq!(spec.workload, r#"{"ns":"emojivoto","pod":"web-0"}"#);
+    let json = r#"{"ns":"edge","external_workload":"vm-1"}"#;
+    assert_eq!(args(json, 80).port_spec().unwrap().workload, json);
+    for bad in ["web-0", "/web-0", "emojivoto/", "a/b/c"] {
+        assert_eq!(
+            args(bad, 80).port_spec().unwrap_err().to_string(),
+            format!("invalid WORKLOAD {bad:?}: expected NAMESPACE/POD")
+        );
+    }
+    for port in [0, 65536] {
+        assert_eq!(
+            args("emojivoto/web-0", port)
+                .port_spec()
+                .unwrap_err()
+                .to_string(),
+            format!("invalid PORT \"{port}\": not a port number (1-65535)")
+        );
+    }
+}
+
+#[test]
+fn requests_from_flags() {
+    let request = build_request(
+        "GET".into(),
+        "/api/list?x=1",
+        &["Host: web.example.com:8080".into(), "x-env:prod".into()],
+        None,
+    )
+    .unwrap();
+    assert_eq!(request.path, "/api/list");
+    assert_eq!(request.query.as_deref(), Some("x=1"));
+    assert_eq!(request.host.as_deref(), Some("web.example.com"));
+    assert_eq!(
+        request.text(),
+        "GET /api/list?x=1 (host web.example.com, header x-env: prod)"
+    );
+    assert_eq!(strip_port("[fd00::1]:80"), "[fd00::1]");
+    assert_eq!(strip_port("fd00::1"), "fd00::1");
+    assert_eq!(strip_port("web:http"), "web:http");
+    let error = build_request("GET".into(), "api", &[], None).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid --path \"api\": a path starts with /"
+    );
+    let error = build_request("GET".into(), "/", &["x-env".into()], None).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid --header \"x-env\": expected NAME:VALUE"
+    );
+}

@@ -1,0 +1,589 @@
+//! Which route a request takes, decided as linkerd2-proxy's route matching does (its
+//! `linkerd-http-route` crate, the Gateway API's precedence rules) and explained: for every
+//! route, rule and match, either how well it matches or the first condition that fails.
+//!
+//! The rules followed:
+//!
+//! - A route with hosts applies only when one of them matches the request's host: an exact
+//!   name (case-insensitive, a trailing dot ignored unless the match has one) or a `*.suffix`
+//!   (at least one label before it). Its score is the best host match; exact beats suffix, then
+//!   longer beats shorter. A route without hosts has no host score, which loses to any.
+//! - A rule without matches matches every request as a `/` prefix would. Otherwise its score is
+//!   its best matching match, the earliest on a tie.
+//! - An HTTP match scores by the length of the path it matched (exact, prefix on whole segments,
+//!   or an anchored regex), then whether it named the method, then the number of headers, then
+//!   of query parameters. A gRPC match needs `POST` and a `/service/method` path, and scores by
+//!   the lengths of the service and method it named, then the number of headers.
+//! - The best route wins, then its best rule; the earliest wins every tie (routes are sent
+//!   oldest first, spec/policy.md §4.8).
+
+use linkerd2_proxy_api::{
+    grpc_route::GrpcRouteMatch,
+    http_route::{
+        HeaderMatch, HostMatch, HttpRouteMatch, QueryParamMatch, header_match, host_match,
+        path_match, query_param_match,
+    },
+    http_types::{HttpMethod, http_method},
+};
+use regex::Regex;
+
+use crate::output::method_text;
+
+/// The request to explain, as the proxy sees it after normalising its URI.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    /// `GET`, `POST`, ... (methods are case-sensitive on the wire; the command line upper-cases
+    /// them).
+    pub method: String,
+    /// The path, starting with `/`, without the query.
+    pub path: String,
+    /// The raw query string after `?`, if any.
+    pub query: Option<String>,
+    /// Header names (lower case) and values, in the order given.
+    pub headers: Vec<(String, String)>,
+    /// The host the request is for (`Host` or `:authority`, without the port), if known.
+    pub host: Option<String>,
+}
+
+/// How well a route's hosts match: exact beats suffix, then the longer match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HostScore {
+    /// A `*.suffix` match of this many characters (with the dots).
+    Suffix(usize),
+    /// An exact match of a name this long.
+    Exact(usize),
+}
+
+/// How well an HTTP match matched, ordered as the proxy ranks them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HttpScore {
+    /// Characters of the path matched (1 for the implicit `/` prefix).
+    pub path: usize,
+    /// Whether the match named the method.
+    pub method: bool,
+    /// Header conditions met.
+    pub headers: usize,
+    /// Query parameter conditions met.
+    pub query_params: usize,
+}
+
+/// How well a gRPC match matched, ordered as the proxy ranks them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GrpcScore {
+    /// Characters of the service name matched (0 when the match names none).
+    pub service: usize,
+    /// Characters of the method name matched (0 when the match names none).
+    pub method: usize,
+    /// Header conditions met.
+    pub headers: usize,
+}
+
+/// The score of a whole route: its host score (none when it names no hosts), then its best
+/// rule's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RouteScore<S> {
+    /// The best host match, or `None` for a route that applies to every host.
+    pub host: Option<HostScore>,
+    /// The best rule's score.
+    pub rule: S,
+}
+
+/// How one route fared against the request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteOutcome<S> {
+    /// The route matches: its score, the index of its best rule, and that rule's matching
+    /// match as text (`*` for a rule without matches).
+    Matches {
+        /// The score compared with other routes.
+        score: RouteScore<S>,
+        /// The index of the rule that matches best.
+        rule: usize,
+        /// The match of that rule that matched, as [`crate::output::http_match_text`] prints it.
+        matched: String,
+    },
+    /// The route does not match; why, in one line.
+    Misses(String),
+}
+
+/// The verdict over a list of routes: each route's outcome and the index of the one taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteChoice<S> {
+    /// One outcome per route, in the order the routes were sent.
+    pub outcomes: Vec<RouteOutcome<S>>,
+    /// The index of the route the request takes, if any matches.
+    pub selected: Option<usize>,
+}
+
+/// A route as the matcher needs it: hosts, and per rule its matches.
+pub trait RouteMatches {
+    /// The kind of match the rules hold.
+    type Match;
+    /// The route's host matches (empty: every host).
+    fn hosts(&self) -> &[HostMatch];
+    /// The matches of each rule, in order.
+    fn rules(&self) -> Vec<&[Self::Match]>;
+}
+
+// === impl Request ===
+
+impl Request {
+    /// The values of header `name` (lower case), in order.
+    fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The query's name/value pairs, decoded as `application/x-www-form-urlencoded`.
+    fn query_pairs(&self) -> Vec<(String, String)> {
+        let Some(query) = &self.query else {
+            return vec![];
+        };
+        query
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| {
+                let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+                (form_decode(name), form_decode(value))
+            })
+            .collect()
+    }
+
+    /// `GET /api/list?x=1 (host web.example.com, header x-env: prod)`.
+    pub fn text(&self) -> String {
+        let mut text = format!("{} {}", self.method, self.path);
+        if let Some(query) = &self.query {
+            text.push('?');
+            text.push_str(query);
+        }
+        let mut extra = Vec::new();
+        if let Some(host) = &self.host {
+            extra.push(format!("host {host}"));
+        }
+        extra.extend(
+            self.headers
+                .iter()
+                .filter(|(n, _)| n != "host")
+                .map(|(n, v)| format!("header {n}: {v}")),
+        );
+        if !extra.is_empty() {
+            text.push_str(&format!(" ({})", extra.join(", ")));
+        }
+        text
+    }
+}
+
+/// Chooses among `routes` for `request` with `score` deciding each match, as the proxy does
+/// (see the module documentation).
+pub fn choose<R, S>(
+    routes: &[R],
+    request: &Request,
+    score: impl Fn(&R::Match, &Request) -> Result<S, String>,
+    default_score: S,
+    match_text: impl Fn(&R::Match) -> String,
+) -> RouteChoice<S>
+where
+    R: RouteMatches,
+    S: Ord + Copy,
+{
+    let outcomes: Vec<RouteOutcome<S>> = routes
+        .iter()
+        .map(|route| route_outcome(route, request, &score, default_score, &match_text))
+        .collect();
+    let mut selected: Option<(usize, RouteScore<S>)> = None;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        if let RouteOutcome::Matches { score, .. } = outcome {
+            // Strictly better only: the earliest route wins a tie.
+            if selected.is_none_or(|(_, best)| *score > best) {
+                selected = Some((i, *score));
+            }
+        }
+    }
+    RouteChoice {
+        outcomes,
+        selected: selected.map(|(i, _)| i),
+    }
+}
+
+fn route_outcome<R, S>(
+    route: &R,
+    request: &Request,
+    score: &impl Fn(&R::Match, &Request) -> Result<S, String>,
+    default_score: S,
+    match_text: &impl Fn(&R::Match) -> String,
+) -> RouteOutcome<S>
+where
+    R: RouteMatches,
+    S: Ord + Copy,
+{
+    let host = if route.hosts().is_empty() {
+        None
+    } else {
+        match best_host(route.hosts(), request.host.as_deref()) {
+            Ok(host) => Some(host),
+            Err(why) => return RouteOutcome::Misses(why),
+        }
+    };
+    let mut best: Option<(usize, S, String)> = None;
+    let mut misses = Vec::new();
+    for (i, matches) in route.rules().into_iter().enumerate() {
+        let found = if matches.is_empty() {
+            Ok((default_score, "*".to_string()))
+        } else {
+            best_match(matches, request, score, match_text)
+        };
+        match found {
+            Ok((s, text)) => {
+                if best.as_ref().is_none_or(|(_, b, _)| s > *b) {
+                    best = Some((i, s, text));
+                }
+            }
+            Err(why) => misses.push(format!("rule {}: {why}", i + 1)),
+        }
+    }
+    match best {
+        Some((rule, s, matched)) => RouteOutcome::Matches {
+            score: RouteScore { host, rule: s },
+            rule,
+            matched,
+        },
+        None if misses.is_empty() => RouteOutcome::Misses("it has no rules".into()),
+        None => RouteOutcome::Misses(misses.join("; ")),
+    }
+}
+
+/// The index of the rule that decided the selected route.
+pub fn selected_rule<S>(choice: &RouteChoice<S>, selected: usize) -> Option<usize> {
+    match choice.outcomes.get(selected) {
+        Some(RouteOutcome::Matches { rule, .. }) => Some(*rule),
+        _ => None,
+    }
+}
+
+/// One line per route, named by `name(index)`: selected, matching but not selected (less
+/// specific, or tied with an earlier route), or why it does not match.
+pub fn route_lines<S: Ord + Copy>(
+    choice: &RouteChoice<S>,
+    name: impl Fn(usize) -> String,
+) -> Vec<String> {
+    let best = choice.selected.and_then(|i| match choice.outcomes.get(i) {
+        Some(RouteOutcome::Matches { score, .. }) => Some(*score),
+        _ => None,
+    });
+    choice
+        .outcomes
+        .iter()
+        .enumerate()
+        .map(|(i, outcome)| {
+            let text = match outcome {
+                RouteOutcome::Matches { rule, matched, .. } if Some(i) == choice.selected => {
+                    format!("selected: rule {} matches {matched}", rule + 1)
+                }
+                RouteOutcome::Matches {
+                    score,
+                    rule,
+                    matched,
+                } => {
+                    let how = if Some(*score) == best {
+                        "matches as well, but an earlier route wins"
+                    } else {
+                        "matches less specifically"
+                    };
+                    format!("not selected: {how} (rule {} matches {matched})", rule + 1)
+                }
+                RouteOutcome::Misses(why) => format!("does not match: {why}"),
+            };
+            format!("route {}: {text}", name(i))
+        })
+        .collect()
+}
+
+/// The best of a rule's matches (the first on a tie), with its text, or why none matched.
+fn best_match<M, S: Ord + Copy>(
+    matches: &[M],
+    request: &Request,
+    score: &impl Fn(&M, &Request) -> Result<S, String>,
+    match_text: &impl Fn(&M) -> String,
+) -> Result<(S, String), String> {
+    let mut best: Option<(S, &M)> = None;
+    let mut misses = Vec::new();
+    for m in matches {
+        match score(m, request) {
+            Ok(s) => {
+                if best.is_none_or(|(b, _)| s > b) {
+                    best = Some((s, m));
+                }
+            }
+            Err(why) => misses.push(why),
+        }
+    }
+    match best {
+        Some((s, m)) => Ok((s, match_text(m))),
+        None => Err(misses.join(", ")),
+    }
+}
+
+/// The best host match of a route, or why none applies.
+fn best_host(hosts: &[HostMatch], host: Option<&str>) -> Result<HostScore, String> {
+    let names = || {
+        hosts
+            .iter()
+            .map(crate::output::host_text)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(host) = host else {
+        return Err(format!(
+            "it applies to hosts {} and the request names no host",
+            names()
+        ));
+    };
+    hosts
+        .iter()
+        .filter_map(|m| host_score(m, host))
+        .reduce(|a, b| if a >= b { a } else { b })
+        .ok_or_else(|| format!("host {host} is not one of {}", names()))
+}
+
+/// How `host` matches one host match, if it does.
+fn host_score(m: &HostMatch, host: &str) -> Option<HostScore> {
+    match m.r#match.as_ref()? {
+        host_match::Match::Exact(name) => {
+            let host = if name.ends_with('.') {
+                host
+            } else {
+                host.strip_suffix('.').unwrap_or(host)
+            };
+            name.eq_ignore_ascii_case(host)
+                .then_some(HostScore::Exact(name.len()))
+        }
+        host_match::Match::Suffix(suffix) => {
+            let labels = &suffix.reverse_labels;
+            let mut rest = if labels.first().is_some_and(|l| l.is_empty()) {
+                host
+            } else {
+                host.strip_suffix('.').unwrap_or(host)
+            };
+            let mut length = 0;
+            for label in labels {
+                let cut = rest.len().checked_sub(label.len())?;
+                let (head, tail) = (rest.get(..cut)?, rest.get(cut..)?);
+                if !tail.eq_ignore_ascii_case(label) {
+                    return None;
+                }
+                // At least one more label must come before each suffix label.
+                rest = head.strip_suffix('.')?;
+                length += label.len() + 1;
+            }
+            Some(HostScore::Suffix(length))
+        }
+    }
+}
+
+/// Scores an HTTP match against `request`, or says which condition fails first (the method,
+/// then the path, headers and query parameters, in the proxy's order).
+pub fn http_score(m: &HttpRouteMatch, request: &Request) -> Result<HttpScore, String> {
+    let mut score = HttpScore::default();
+    if let Some(method) = &m.method {
+        let wanted = method_name(method);
+        if wanted != request.method {
+            return Err(format!("method is not {wanted}"));
+        }
+        score.method = true;
+    }
+    if let Some(path) = &m.path {
+        score.path = path_length(path.kind.as_ref(), &request.path)?;
+    }
+    for h in &m.headers {
+        header_matches(h, request)?;
+    }
+    score.headers = m.headers.len();
+    for q in &m.query_params {
+        query_matches(q, request)?;
+    }
+    score.query_params = m.query_params.len();
+    Ok(score)
+}
+
+/// Scores a gRPC match against `request`: `POST` to `/service/method`, then headers.
+pub fn grpc_score(m: &GrpcRouteMatch, request: &Request) -> Result<GrpcScore, String> {
+    if request.method != "POST" {
+        return Err("a gRPC call is a POST".into());
+    }
+    let mut parts = request.path.split('/');
+    let (Some(""), Some(service), Some(method)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(format!("path {} is not /<service>/<method>", request.path));
+    };
+    let mut score = GrpcScore::default();
+    if let Some(rpc) = &m.rpc {
+        if !rpc.service.is_empty() {
+            if rpc.service != service {
+                return Err(format!("service is not {}", rpc.service));
+            }
+            score.service = rpc.service.len();
+        }
+        if !rpc.method.is_empty() {
+            if rpc.method != method {
+                return Err(format!("method is not {}", rpc.method));
+            }
+            score.method = rpc.method.len();
+        }
+    }
+    for h in &m.headers {
+        header_matches(h, request)?;
+    }
+    score.headers = m.headers.len();
+    Ok(score)
+}
+
+/// The score of a rule without matches (a `/` prefix).
+pub const DEFAULT_HTTP_SCORE: HttpScore = HttpScore {
+    path: 1,
+    method: false,
+    headers: 0,
+    query_params: 0,
+};
+
+impl Default for HttpScore {
+    fn default() -> Self {
+        DEFAULT_HTTP_SCORE
+    }
+}
+
+/// The length of the path matched, or why it does not match.
+fn path_length(kind: Option<&path_match::Kind>, path: &str) -> Result<usize, String> {
+    match kind {
+        Some(path_match::Kind::Exact(exact)) if exact == path => Ok(exact.len()),
+        Some(path_match::Kind::Exact(exact)) => Err(format!("path is not {exact}")),
+        Some(path_match::Kind::Prefix(prefix)) => {
+            if prefix == "/" {
+                return Ok(1);
+            }
+            let prefix = prefix.trim_end_matches('/');
+            // Whole segments only: `/api` covers `/api` and `/api/x`, not `/apix`.
+            match path.trim_end_matches('/').strip_prefix(prefix) {
+                Some(rest) if rest.is_empty() || rest.starts_with('/') => Ok(prefix.len()),
+                _ => Err(format!("path is not under {prefix}")),
+            }
+        }
+        Some(path_match::Kind::Regex(re)) => {
+            if anchored_match(re, path)? {
+                Ok(path.len())
+            } else {
+                Err(format!("path does not match ~{re}"))
+            }
+        }
+        // The proxy refuses a match without a kind, and with it the whole policy.
+        None => Err("its path match is empty (an invalid policy)".into()),
+    }
+}
+
+/// Whether `re` matches all of `value`: the proxy takes the leftmost match and requires it to
+/// span the value, which is not quite a full match for alternations (`a|ab` on `ab`).
+fn anchored_match(re: &str, value: &str) -> Result<bool, String> {
+    let regex =
+        Regex::new(re).map_err(|e| format!("regex {re:?} is invalid (an invalid policy): {e}"))?;
+    Ok(regex
+        .find(value)
+        .is_some_and(|m| m.start() == 0 && m.end() == value.len()))
+}
+
+fn header_matches(h: &HeaderMatch, request: &Request) -> Result<(), String> {
+    let name = h.name.to_ascii_lowercase();
+    let ok = match &h.value {
+        Some(header_match::Value::Exact(value)) => request
+            .header_values(&name)
+            .any(|v| v.as_bytes() == value.as_slice()),
+        Some(header_match::Value::Regex(re)) => {
+            let mut ok = false;
+            for v in request.header_values(&name) {
+                ok |= anchored_match(re, v)?;
+            }
+            ok
+        }
+        None => return Err(format!("header {name} has no value to match (invalid)")),
+    };
+    if ok {
+        return Ok(());
+    }
+    if request.header_values(&name).next().is_none() {
+        return Err(format!("header {name} is missing"));
+    }
+    Err(match &h.value {
+        Some(header_match::Value::Exact(value)) => {
+            format!("header {name} is not {}", String::from_utf8_lossy(value))
+        }
+        Some(header_match::Value::Regex(re)) => format!("header {name} does not match ~{re}"),
+        None => unreachable!("handled above"),
+    })
+}
+
+fn query_matches(q: &QueryParamMatch, request: &Request) -> Result<(), String> {
+    let pairs = request.query_pairs();
+    let mut values = pairs.iter().filter(|(n, _)| *n == q.name).map(|(_, v)| v);
+    let ok = match &q.value {
+        Some(query_param_match::Value::Exact(value)) => values.any(|v| v == value),
+        Some(query_param_match::Value::Regex(re)) => {
+            let mut ok = false;
+            for v in values {
+                ok |= anchored_match(re, v)?;
+            }
+            ok
+        }
+        None => return Err(format!("query parameter {} has no value (invalid)", q.name)),
+    };
+    if ok {
+        Ok(())
+    } else if !pairs.iter().any(|(n, _)| *n == q.name) {
+        Err(format!("query parameter {} is missing", q.name))
+    } else {
+        Err(match &q.value {
+            Some(query_param_match::Value::Exact(v)) => {
+                format!("query parameter {} is not {v}", q.name)
+            }
+            Some(query_param_match::Value::Regex(re)) => {
+                format!("query parameter {} does not match ~{re}", q.name)
+            }
+            None => unreachable!("handled above"),
+        })
+    }
+}
+
+/// The method a match names, as it appears on the wire.
+fn method_name(method: &HttpMethod) -> String {
+    match &method.r#type {
+        Some(http_method::Type::Unregistered(name)) => name.clone(),
+        _ => method_text(method),
+    }
+}
+
+/// Decodes `+` and `%XX` escapes; a malformed escape stays as it is.
+fn form_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests;

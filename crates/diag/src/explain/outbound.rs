@@ -1,0 +1,479 @@
+//! `dst-diag explain outbound`: where a client proxy sends a request, from the
+//! `OutboundPolicy` it receives for the target: the route and rule that match
+//! ([`super::matching`], as linkerd2-proxy's outbound router decides), that rule's filters,
+//! backends with their weights and the `Destination.Get` path each resolves, timeouts and
+//! retries.
+//!
+//! A `Detect` target is taken as HTTP/1 (its HTTP/2 routes are the same routes). Opaque and TLS
+//! targets have no request matches; their first route carries every connection.
+
+use linkerd2_proxy_api::{
+    http_route::Timeouts,
+    outbound::{
+        ExponentialBackoff, GrpcRoute, HttpRoute, OutboundPolicy, TrafficSpec, grpc_route,
+        http_route, proxy_protocol, traffic_spec::Target,
+    },
+};
+use serde_json::Value;
+
+use super::{
+    Decision, ExplainError,
+    inbound::build_request,
+    line,
+    matching::{self, DEFAULT_HTTP_SCORE, GrpcScore, Request, RouteChoice, RouteMatches},
+    source::PolicySource,
+};
+use crate::output::{
+    duration_text, grpc_match_text, http_match_text, metadata_text, outbound_policy_json,
+};
+
+/// The flags of `dst-diag explain outbound`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct OutboundArgs {
+    /// What the client calls: a Service authority (`web-svc.emojivoto.svc.cluster.local:80`)
+    /// or an address (`10.96.34.218:80`).
+    pub target: String,
+
+    /// The client's namespace: consumer routes of that namespace apply (spec/policy.md §5.4).
+    #[arg(long, default_value = "default")]
+    pub source_namespace: String,
+
+    /// The request's method (default GET; POST for gRPC).
+    #[arg(long)]
+    pub method: Option<String>,
+
+    /// The request's path, with an optional `?query` (default `/`).
+    #[arg(long)]
+    pub path: Option<String>,
+
+    /// A gRPC call to this service: POST to `/SERVICE/METHOD`.
+    #[arg(long, value_name = "SERVICE", conflicts_with = "path")]
+    pub grpc_service: Option<String>,
+
+    /// The gRPC method, with `--grpc-service`.
+    #[arg(long, value_name = "METHOD", requires = "grpc_service")]
+    pub grpc_method: Option<String>,
+
+    /// A request header, `NAME:VALUE` (repeatable); `host:NAME` overrides the target's host.
+    #[arg(long = "header", value_name = "NAME:VALUE")]
+    pub headers: Vec<String>,
+
+    /// Where the policy comes from, and the controller flags used offline.
+    #[command(flatten)]
+    pub source: PolicySource,
+}
+
+// === impl OutboundArgs ===
+
+impl OutboundArgs {
+    /// The request a proxy in `--source-namespace` sends, as `dst-diag policy outbound` does.
+    pub fn traffic_spec(&self) -> TrafficSpec {
+        let target = match self.target.parse::<std::net::SocketAddr>() {
+            Ok(addr) => Target::Addr(addr.into()),
+            Err(_) => Target::Authority(self.target.clone()),
+        };
+        TrafficSpec {
+            source_workload: format!("{}:dst-diag", self.source_namespace),
+            target: Some(target),
+        }
+    }
+
+    /// The request the flags describe, for the target's host unless a `host` header is given.
+    pub fn request(&self, grpc: bool) -> Result<Request, ExplainError> {
+        let grpc = grpc || self.grpc_service.is_some();
+        let method = match &self.method {
+            Some(m) if m.trim().is_empty() => {
+                return Err(ExplainError::InvalidArgument {
+                    flag: "--method",
+                    value: m.clone(),
+                    reason: "empty".into(),
+                });
+            }
+            Some(m) => m.trim().to_ascii_uppercase(),
+            None if grpc => "POST".into(),
+            None => "GET".into(),
+        };
+        let path = match (&self.grpc_service, &self.path) {
+            (Some(service), _) => format!(
+                "/{service}/{}",
+                self.grpc_method.as_deref().unwrap_or_default()
+            ),
+            (None, Some(path)) => path.clone(),
+            (None, None) => "/".into(),
+        };
+        build_request(
+            method,
+            &path,
+            &self.headers,
+            Some(target_host(&self.target)),
+        )
+    }
+
+    /// The explanation and the decision (routed, or no route).
+    pub async fn explain(&self) -> Result<(String, Decision), ExplainError> {
+        let policy = self
+            .source
+            .outbound_policy(self.traffic_spec(), &self.target)
+            .await?;
+        let is_grpc = matches!(
+            policy.protocol.as_ref().and_then(|p| p.kind.as_ref()),
+            Some(proxy_protocol::Kind::Grpc(_))
+        );
+        let request = self.request(is_grpc)?;
+        explain_policy(&policy, &request)
+    }
+}
+
+/// The host of a target: `web-svc.emojivoto.svc.cluster.local:80` → the name, an `ip:port` →
+/// the IP.
+fn target_host(target: &str) -> String {
+    if let Ok(addr) = target.parse::<std::net::SocketAddr>() {
+        return addr.ip().to_string();
+    }
+    match target.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host.to_string(),
+        _ => target.to_string(),
+    }
+}
+
+/// Routes `request` with `policy`, as the client proxy would.
+///
+/// Errors: [`ExplainError::InvalidPolicy`] for a policy without a protocol.
+pub fn explain_policy(
+    policy: &OutboundPolicy,
+    request: &Request,
+) -> Result<(String, Decision), ExplainError> {
+    let kind = policy
+        .protocol
+        .as_ref()
+        .and_then(|p| p.kind.as_ref())
+        .ok_or_else(|| ExplainError::InvalidPolicy("the OutboundPolicy has no protocol".into()))?;
+    let summary = outbound_policy_json(policy);
+    let mut lines = vec![
+        line("policy", metadata_text(policy.metadata.as_ref())),
+        line("protocol", summary["protocol"].as_str().unwrap_or_default()),
+    ];
+    // `summary["routes"]` lists a Detect target's HTTP/1 routes, then its opaque ones.
+    let routes_json = summary["routes"].as_array().cloned().unwrap_or_default();
+    let decision = match kind {
+        proxy_protocol::Kind::Detect(d) => {
+            let routes = d.http1.as_ref().map(|h| &h.routes[..]).unwrap_or_default();
+            lines.push(line("request", request.text()));
+            explain_http(routes, request, &routes_json, &mut lines)
+        }
+        proxy_protocol::Kind::Http1(h) => {
+            lines.push(line("request", request.text()));
+            explain_http(&h.routes, request, &routes_json, &mut lines)
+        }
+        proxy_protocol::Kind::Http2(h) => {
+            lines.push(line("request", request.text()));
+            explain_http(&h.routes, request, &routes_json, &mut lines)
+        }
+        proxy_protocol::Kind::Grpc(g) => {
+            lines.push(line("request", request.text()));
+            explain_grpc(&g.routes, request, &routes_json, &mut lines)
+        }
+        proxy_protocol::Kind::Opaque(_) | proxy_protocol::Kind::Tls(_) => {
+            lines.push(line(
+                "request",
+                "a connection (the target is not HTTP: request flags do not apply)",
+            ));
+            match routes_json.first() {
+                Some(route) => {
+                    let name = route["route"].as_str().unwrap_or_default().to_string();
+                    lines.push(format!(
+                        "route {name}: selected (the first route carries every connection)"
+                    ));
+                    push_backends(route, 0, &mut lines);
+                    Decision::Allowed(format!("routed by route {name}"))
+                }
+                None => Decision::Denied(
+                    "the policy has no route (the proxy fails the connection)".into(),
+                ),
+            }
+        }
+    };
+    lines.push(match &decision {
+        Decision::Allowed(text) => line("decision", text),
+        Decision::Denied(reason) => line("decision", format!("no route: {reason}")),
+    });
+    Ok((lines.join("\n"), decision))
+}
+
+fn explain_http(
+    routes: &[HttpRoute],
+    request: &Request,
+    routes_json: &[Value],
+    lines: &mut Vec<String>,
+) -> Decision {
+    let choice = matching::choose(
+        routes,
+        request,
+        matching::http_score,
+        DEFAULT_HTTP_SCORE,
+        http_match_text,
+    );
+    let Some((i, r)) = push_choice(&choice, routes_json, lines) else {
+        return Decision::Denied("no route matches the request (the proxy fails it)".into());
+    };
+    if let Some(rule) = routes.get(i).and_then(|route| route.rules.get(r)) {
+        lines.push(line("timeouts", http_timeouts_text(rule)));
+        lines.push(line("retries", http_retry_text(rule.retry.as_ref())));
+    }
+    routed(routes_json, i, r)
+}
+
+fn explain_grpc(
+    routes: &[GrpcRoute],
+    request: &Request,
+    routes_json: &[Value],
+    lines: &mut Vec<String>,
+) -> Decision {
+    let choice = matching::choose(
+        routes,
+        request,
+        matching::grpc_score,
+        GrpcScore::default(),
+        grpc_match_text,
+    );
+    let Some((i, r)) = push_choice(&choice, routes_json, lines) else {
+        return Decision::Denied("no route matches the call (the proxy fails it)".into());
+    };
+    if let Some(rule) = routes.get(i).and_then(|route| route.rules.get(r)) {
+        // Older controllers send only the deprecated per-rule request timeout.
+        #[allow(deprecated)]
+        let legacy = rule.request_timeout.as_ref();
+        lines.push(line(
+            "timeouts",
+            timeouts_text(rule.timeouts.as_ref(), legacy),
+        ));
+        lines.push(line("retries", grpc_retry_text(rule.retry.as_ref())));
+    }
+    routed(routes_json, i, r)
+}
+
+fn routed(routes_json: &[Value], route: usize, rule: usize) -> Decision {
+    let name = routes_json
+        .get(route)
+        .and_then(|r| r["route"].as_str())
+        .unwrap_or_default();
+    Decision::Allowed(format!("routed by route {name} rule {}", rule + 1))
+}
+
+/// One line per route, then the selected rule's filters and backends; the selected route and
+/// rule indexes.
+fn push_choice<S: Ord + Copy>(
+    choice: &RouteChoice<S>,
+    routes_json: &[Value],
+    lines: &mut Vec<String>,
+) -> Option<(usize, usize)> {
+    let name = |i: usize| {
+        routes_json
+            .get(i)
+            .and_then(|r| r["route"].as_str())
+            .unwrap_or("<no name>")
+            .to_string()
+    };
+    lines.extend(matching::route_lines(choice, name));
+    let selected = choice.selected?;
+    let rule = matching::selected_rule(choice, selected)?;
+    if let Some(route) = routes_json.get(selected) {
+        push_backends(route, rule, lines);
+    }
+    Some((selected, rule))
+}
+
+/// The filters and backends of rule `rule` of a route's summary.
+fn push_backends(route: &Value, rule: usize, lines: &mut Vec<String>) {
+    let rule = &route["rules"][rule];
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(String::from))
+            .collect()
+    };
+    let filters = strings(&rule["filters"]);
+    if !filters.is_empty() {
+        lines.push(line("filters", filters.join("; ")));
+    }
+    let backends = rule["backends"].as_array().cloned().unwrap_or_default();
+    if backends.is_empty() {
+        lines.push(line(
+            "backends",
+            "none (the proxy fails what this rule matches)",
+        ));
+    }
+    let total: u64 = backends.iter().filter_map(|b| b["weight"].as_u64()).sum();
+    for b in &backends {
+        let weight = b["weight"].as_u64().unwrap_or_default();
+        let share = if total == 0 || backends.len() == 1 {
+            String::new()
+        } else {
+            format!(" ({}%)", weight * 100 / total)
+        };
+        let failures = strings(&b["failures"]);
+        let failures = if failures.is_empty() {
+            String::new()
+        } else {
+            format!(", fails {}", failures.join(", "))
+        };
+        lines.push(line(
+            "backend",
+            format!(
+                "weight {weight}{share} {} -> {}{failures}",
+                b["backend"].as_str().unwrap_or_default(),
+                b["target"].as_str().unwrap_or_default()
+            ),
+        ));
+    }
+}
+
+fn http_timeouts_text(rule: &http_route::Rule) -> String {
+    // Older controllers send only the deprecated per-rule request timeout.
+    #[allow(deprecated)]
+    let legacy = rule.request_timeout.as_ref();
+    timeouts_text(rule.timeouts.as_ref(), legacy)
+}
+
+/// `request 10s, response 5s, idle 60s`; the deprecated per-rule request timeout when the
+/// rule has no `timeouts`; `none`.
+fn timeouts_text(timeouts: Option<&Timeouts>, legacy: Option<&prost_types::Duration>) -> String {
+    let mut parts = Vec::new();
+    if let Some(t) = timeouts {
+        for (name, d) in [
+            ("request", &t.request),
+            ("response", &t.response),
+            ("idle", &t.idle),
+        ] {
+            if let Some(d) = d {
+                parts.push(format!("{name} {}", duration_text(d)));
+            }
+        }
+    }
+    if parts.is_empty()
+        && let Some(d) = legacy
+    {
+        parts.push(format!("request {}", duration_text(d)));
+    }
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn http_retry_text(retry: Option<&http_route::Retry>) -> String {
+    let Some(retry) = retry else {
+        return "none".into();
+    };
+    let on: Vec<String> = retry
+        .conditions
+        .iter()
+        .flat_map(|c| &c.status_ranges)
+        .map(|r| {
+            if r.start == r.end {
+                r.start.to_string()
+            } else {
+                format!("{}-{}", r.start, r.end)
+            }
+        })
+        .collect();
+    let on = if on.is_empty() {
+        "no status".to_string()
+    } else {
+        format!("status {}", on.join(","))
+    };
+    retry_text(
+        retry.max_retries,
+        &on,
+        retry.max_request_bytes,
+        retry.timeout.as_ref(),
+        retry.backoff.as_ref(),
+    )
+}
+
+fn grpc_retry_text(retry: Option<&grpc_route::Retry>) -> String {
+    let Some(retry) = retry else {
+        return "none".into();
+    };
+    let mut on = Vec::new();
+    if let Some(c) = &retry.conditions {
+        for (set, name) in [
+            (c.cancelled, "cancelled"),
+            (c.deadine_exceeded, "deadline-exceeded"),
+            (c.resource_exhausted, "resource-exhausted"),
+            (c.internal, "internal"),
+            (c.unavailable, "unavailable"),
+        ] {
+            if set {
+                on.push(name);
+            }
+        }
+    }
+    let on = if on.is_empty() {
+        "no status".to_string()
+    } else {
+        on.join(",")
+    };
+    retry_text(
+        retry.max_retries,
+        &on,
+        retry.max_request_bytes,
+        retry.timeout.as_ref(),
+        retry.backoff.as_ref(),
+    )
+}
+
+/// `up to 3 on status 500-599, each try 1s, backoff 25ms-250ms, bodies up to 64KiB`.
+fn retry_text(
+    max: u32,
+    on: &str,
+    max_bytes: u32,
+    timeout: Option<&prost_types::Duration>,
+    backoff: Option<&ExponentialBackoff>,
+) -> String {
+    let mut text = format!("up to {max} on {on}");
+    if let Some(t) = timeout {
+        text.push_str(&format!(", each try {}", duration_text(t)));
+    }
+    if let Some(b) = backoff {
+        let d = |d: &Option<prost_types::Duration>| {
+            d.as_ref().map_or_else(|| "?".to_string(), duration_text)
+        };
+        text.push_str(&format!(
+            ", backoff {}-{}",
+            d(&b.min_backoff),
+            d(&b.max_backoff)
+        ));
+    }
+    if max_bytes > 0 {
+        text.push_str(&format!(", bodies up to {max_bytes} bytes"));
+    }
+    text
+}
+
+// === impl RouteMatches ===
+
+impl RouteMatches for HttpRoute {
+    type Match = linkerd2_proxy_api::http_route::HttpRouteMatch;
+    fn hosts(&self) -> &[linkerd2_proxy_api::http_route::HostMatch] {
+        &self.hosts
+    }
+    fn rules(&self) -> Vec<&[Self::Match]> {
+        self.rules.iter().map(|r| &r.matches[..]).collect()
+    }
+}
+
+impl RouteMatches for GrpcRoute {
+    type Match = linkerd2_proxy_api::grpc_route::GrpcRouteMatch;
+    fn hosts(&self) -> &[linkerd2_proxy_api::http_route::HostMatch] {
+        &self.hosts
+    }
+    fn rules(&self) -> Vec<&[Self::Match]> {
+        self.rules.iter().map(|r| &r.matches[..]).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,125 @@
+use super::*;
+use linkerd2_proxy_api::{
+    http_route::{HttpRouteMatch, PathMatch, path_match},
+    meta::{Metadata, metadata},
+    outbound::{ProxyProtocol, http_route::retry::Conditions},
+};
+
+fn duration(millis: i32) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::from(millis / 1000),
+        nanos: (millis % 1000) * 1_000_000,
+    }
+}
+
+#[test]
+fn target_hosts() {
+    assert_eq!(
+        target_host("web-svc.emojivoto.svc.cluster.local:80"),
+        "web-svc.emojivoto.svc.cluster.local"
+    );
+    assert_eq!(
+        target_host("web-svc.emojivoto.svc"),
+        "web-svc.emojivoto.svc"
+    );
+    assert_eq!(target_host("10.96.0.1:80"), "10.96.0.1");
+    assert_eq!(target_host("[fd00::1]:80"), "fd00::1");
+}
+
+#[test]
+fn retries_and_timeouts() {
+    let retry = http_route::Retry {
+        max_retries: 2,
+        max_request_bytes: 0,
+        conditions: Some(Conditions {
+            status_ranges: vec![
+                http_route::retry::conditions::StatusRange {
+                    start: 500,
+                    end: 599,
+                },
+                http_route::retry::conditions::StatusRange {
+                    start: 429,
+                    end: 429,
+                },
+            ],
+        }),
+        timeout: Some(duration(300)),
+        backoff: None,
+    };
+    assert_eq!(
+        http_retry_text(Some(&retry)),
+        "up to 2 on status 500-599,429, each try 300ms"
+    );
+    assert_eq!(http_retry_text(None), "none");
+    let timeouts = Timeouts {
+        request: Some(duration(3000)),
+        response: None,
+        idle: Some(duration(60_000)),
+    };
+    assert_eq!(timeouts_text(Some(&timeouts), None), "request 3s, idle 60s");
+    assert_eq!(timeouts_text(None, Some(&duration(1500))), "request 1.5s");
+    assert_eq!(timeouts_text(None, None), "none");
+}
+
+#[test]
+fn a_request_no_route_matches_is_not_routed() {
+    let policy = OutboundPolicy {
+        metadata: Some(Metadata {
+            kind: Some(metadata::Kind::Default("test".into())),
+        }),
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
+                routes: vec![HttpRoute {
+                    metadata: Some(Metadata {
+                        kind: Some(metadata::Kind::Default("api".into())),
+                    }),
+                    hosts: vec![],
+                    rules: vec![http_route::Rule {
+                        matches: vec![HttpRouteMatch {
+                            path: Some(PathMatch {
+                                kind: Some(path_match::Kind::Prefix("/api".into())),
+                            }),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }],
+                }],
+                failure_accrual: None,
+            })),
+        }),
+    };
+    let request = Request {
+        method: "GET".into(),
+        path: "/web".into(),
+        ..Default::default()
+    };
+    let (text, decision) = explain_policy(&policy, &request).unwrap();
+    assert_eq!(
+        decision,
+        Decision::Denied("no route matches the request (the proxy fails it)".into())
+    );
+    assert_eq!(
+        text,
+        [
+            "policy:     default:test",
+            "protocol:   http1",
+            "request:    GET /web",
+            "route default:api: does not match: rule 1: path is not under /api",
+            "decision:   no route: no route matches the request (the proxy fails it)",
+        ]
+        .join("\n")
+    );
+    let request = Request {
+        path: "/api/x".into(),
+        ..request
+    };
+    let (text, decision) = explain_policy(&policy, &request).unwrap();
+    assert_eq!(
+        decision,
+        Decision::Allowed("routed by route default:api rule 1".into())
+    );
+    assert!(
+        text.contains("backends:   none (the proxy fails what this rule matches)"),
+        "{text}"
+    );
+}
