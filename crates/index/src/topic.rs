@@ -2,49 +2,36 @@
 //!
 //! Many streams share a topic; each reads the newest snapshot when it wakes, so a slow stream
 //! never blocks the index or another stream and never needs a queue (DESIGN.md "Data flow" 4).
-//! The index drops a topic when its last receiver is gone.
+//!
+//! A topic whose last receiver is gone is dropped by the index the next time it would
+//! recompute it (a change to its group), or when the topics of its kind have doubled since they
+//! were last swept. No task waits on each topic: with one topic per watched pod port, such a
+//! task cost more than the stream itself. An idle topic is never stale: it is either current or
+//! gone, since any change that would alter it drops it first.
+//!
+//! Topics of one kind may share their views ([`SharedViews`]): the inbound policy of every pod
+//! of a Deployment on one port is the same value, held once however many pods are watched.
 
 use parking_lot::Mutex;
 use std::{
     collections::HashMap,
-    hash::Hash,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    hash::{BuildHasher, Hash},
+    sync::{Arc, Weak},
 };
 use tokio::sync::watch;
 
-/// The publishing side of one topic.
+/// The publishing side of one topic: the only sender of its channel, so its receivers see the
+/// channel close when the index drops it.
 #[derive(Debug)]
 pub struct Topic<V> {
-    id: u64,
     tx: watch::Sender<Arc<V>>,
-    /// Dropped with the topic: tells the task watching for its last receiver to let go of its
-    /// sender handle, so receivers see the channel close.
-    dropped: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-/// What the task that garbage-collects a topic holds: a sender handle to wait on for the last
-/// receiver, and the signal that the index dropped the topic (then the handle must go too).
-pub struct TopicWatch<V> {
-    pub closed: watch::Sender<Arc<V>>,
-    pub dropped: tokio::sync::oneshot::Receiver<()>,
 }
 
 impl<V: PartialEq> Topic<V> {
-    /// A topic holding `initial`; `id` tells this topic apart from a later one for the same key.
-    pub fn new(id: u64, initial: V) -> Self {
-        let (tx, _) = watch::channel(Arc::new(initial));
-        Self {
-            id,
-            tx,
-            dropped: None,
-        }
-    }
-
-    pub fn id(&self) -> u64 {
-        self.id
+    /// A topic holding `initial`.
+    pub fn new(initial: Arc<V>) -> Self {
+        let (tx, _) = watch::channel(initial);
+        Self { tx }
     }
 
     /// A new receiver; its first `borrow()` is the current snapshot.
@@ -52,13 +39,14 @@ impl<V: PartialEq> Topic<V> {
         self.tx.subscribe()
     }
 
-    /// Publishes `view` unless it equals the current snapshot; returns whether it was published.
-    pub fn publish(&self, view: V) -> bool {
+    /// Publishes `view`, allocated by `views`, unless it equals the current snapshot; returns
+    /// whether it was published.
+    fn publish(&self, view: V, views: &mut impl ViewAlloc<V>) -> bool {
         self.tx.send_if_modified(|current| {
             if **current == view {
                 return false;
             }
-            *current = Arc::new(view);
+            *current = views.alloc(view);
             true
         })
     }
@@ -67,35 +55,123 @@ impl<V: PartialEq> Topic<V> {
     pub fn is_idle(&self) -> bool {
         self.tx.receiver_count() == 0
     }
+}
 
-    /// What a garbage-collecting task waits on. Its sender handle keeps the channel open, so
-    /// the task must drop it once `dropped` fires (the index removed the topic).
-    pub fn watch(&mut self) -> TopicWatch<V> {
-        let (tx, dropped) = tokio::sync::oneshot::channel();
-        self.dropped = Some(tx);
-        TopicWatch {
-            closed: self.tx.clone(),
-            dropped,
+/// How the topics of one kind allocate the views they publish.
+pub(crate) trait ViewAlloc<V>: Default {
+    fn alloc(&mut self, view: V) -> Arc<V>;
+}
+
+/// Each view is its own allocation.
+#[derive(Debug, Default)]
+pub(crate) struct NotShared;
+
+impl<V> ViewAlloc<V> for NotShared {
+    fn alloc(&mut self, view: V) -> Arc<V> {
+        Arc::new(view)
+    }
+}
+
+/// Equal views share one allocation: publishing a view equal to one a topic of the same kind
+/// holds hands out that one. For views that many topics compute alike (the inbound policy of
+/// each pod of a Deployment); the watch streams then also share its translation, which is
+/// made once per view (`policy::views::SharedTranslations`).
+///
+/// Views are found by hash; the views no topic holds any more are forgotten when their hash
+/// comes up again, and all at once whenever the table has doubled since the last sweep.
+#[derive(Debug)]
+pub(crate) struct SharedViews<V> {
+    by_hash: HashMap<u64, Vec<Weak<V>>>,
+    hasher: foldhash::fast::FixedState,
+    /// Entries in `by_hash`, counting those gone since the last sweep.
+    entries: usize,
+    /// `entries` after the last sweep.
+    swept: usize,
+}
+
+impl<V> Default for SharedViews<V> {
+    fn default() -> Self {
+        Self {
+            by_hash: HashMap::new(),
+            hasher: Default::default(),
+            entries: 0,
+            swept: 0,
         }
+    }
+}
+
+/// Entries below which the table is not swept.
+const SHARED_VIEWS_MIN_SWEEP: usize = 1024;
+
+impl<V: Hash + Eq> ViewAlloc<V> for SharedViews<V> {
+    fn alloc(&mut self, view: V) -> Arc<V> {
+        let hash = self.hasher.hash_one(&view);
+        let same_hash = self.by_hash.entry(hash).or_default();
+        let before = same_hash.len();
+        same_hash.retain(|v| v.strong_count() > 0);
+        self.entries -= before - same_hash.len();
+        if let Some(shared) = same_hash
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|shared| **shared == view)
+        {
+            return shared;
+        }
+        let view = Arc::new(view);
+        same_hash.push(Arc::downgrade(&view));
+        self.entries += 1;
+        if self.entries >= (2 * self.swept).max(SHARED_VIEWS_MIN_SWEEP) {
+            self.by_hash.retain(|_, views| {
+                views.retain(|v| v.strong_count() > 0);
+                !views.is_empty()
+            });
+            self.entries = self.by_hash.values().map(Vec::len).sum();
+            self.swept = self.entries;
+        }
+        view
+    }
+}
+
+impl<V> SharedViews<V> {
+    /// The views held by a topic now (entries not yet swept are not counted).
+    #[cfg(test)]
+    pub(crate) fn live(&self) -> usize {
+        self.by_hash
+            .values()
+            .flatten()
+            .filter(|v| v.strong_count() > 0)
+            .count()
     }
 }
 
 /// The topics of one kind of view, grouped by what invalidates them (a service, an IP) and
-/// keyed within the group (port, hostname, client namespace, ...).
+/// keyed within the group (port, hostname, client namespace, ...); `A` allocates their views
+/// ([`NotShared`] or [`SharedViews`]).
 #[derive(Debug)]
-pub(crate) struct Topics<G, K, V> {
+pub(crate) struct Topics<G, K, V, A = NotShared> {
     groups: HashMap<G, HashMap<K, Topic<V>>>,
+    views: A,
+    /// Topics created since the last sweep for idle ones.
+    created: usize,
+    /// Topics alive after the last sweep.
+    swept: usize,
 }
 
-impl<G, K, V> Default for Topics<G, K, V> {
+/// Topics created before the first sweep.
+const TOPICS_MIN_SWEEP: usize = 256;
+
+impl<G, K, V, A: Default> Default for Topics<G, K, V, A> {
     fn default() -> Self {
         Self {
             groups: HashMap::new(),
+            views: A::default(),
+            created: 0,
+            swept: 0,
         }
     }
 }
 
-impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq> Topics<G, K, V> {
+impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq, A: ViewAlloc<V>> Topics<G, K, V, A> {
     /// A receiver of topic `(group, key)`, if it exists.
     pub(crate) fn get(&self, group: &G, key: &K) -> Option<watch::Receiver<Arc<V>>> {
         self.groups
@@ -104,39 +180,28 @@ impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq> Topics<G, K, V> {
             .map(Topic::subscribe)
     }
 
-    /// Creates topic `(group, key)` holding `view`, numbered `id`. Returns a receiver, and the
-    /// sender handle to wait on for the topic's last receiver to go.
-    pub(crate) fn insert(
-        &mut self,
-        group: G,
-        key: K,
-        id: u64,
-        view: V,
-    ) -> (watch::Receiver<Arc<V>>, TopicWatch<V>) {
-        let mut topic = Topic::new(id, view);
+    /// Creates topic `(group, key)` holding `view` and returns a receiver. Sweeps the idle
+    /// topics first when as many topics were created since the last sweep as were alive after
+    /// it (at least [`TOPICS_MIN_SWEEP`]), so idle topics never outnumber live ones by much.
+    pub(crate) fn insert(&mut self, group: G, key: K, view: V) -> watch::Receiver<Arc<V>> {
+        if self.created >= self.swept.max(TOPICS_MIN_SWEEP) {
+            self.sweep();
+        }
+        self.created += 1;
+        let topic = Topic::new(self.views.alloc(view));
         let rx = topic.subscribe();
-        let watch = topic.watch();
         self.groups.entry(group).or_default().insert(key, topic);
-        (rx, watch)
+        rx
     }
 
-    /// Drops topic `(group, key)` if it is still the one numbered `id` and has no receiver.
-    /// Returns `false` while that topic lives on with receivers (wait again), `true` otherwise.
-    pub(crate) fn drop_if_idle(&mut self, group: &G, key: &K, id: u64) -> bool {
-        let Some(topics) = self.groups.get_mut(group) else {
-            return true;
-        };
-        match topics.get(key) {
-            Some(t) if t.id() == id && t.is_idle() => {
-                topics.remove(key);
-                if topics.is_empty() {
-                    self.groups.remove(group);
-                }
-                true
-            }
-            Some(t) if t.id() == id => false,
-            _ => true,
-        }
+    /// Drops every topic without a receiver.
+    pub(crate) fn sweep(&mut self) {
+        self.groups.retain(|_, topics| {
+            topics.retain(|_, t| !t.is_idle());
+            !topics.is_empty()
+        });
+        self.created = 0;
+        self.swept = self.len();
     }
 
     /// Recomputes every topic of `group` with `compute(key)`, publishing what changed and
@@ -147,7 +212,7 @@ impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq> Topics<G, K, V> {
         };
         topics.retain(|_, t| !t.is_idle());
         for (key, topic) in topics.iter() {
-            topic.publish(compute(key));
+            topic.publish(compute(key), &mut self.views);
         }
         if topics.is_empty() {
             self.groups.remove(group);
@@ -173,52 +238,37 @@ impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq> Topics<G, K, V> {
         self.groups.keys()
     }
 
-    /// The number of topics alive.
+    /// The number of topics with receivers.
     pub(crate) fn len(&self) -> usize {
-        self.groups.values().map(HashMap::len).sum()
+        self.groups
+            .values()
+            .flat_map(HashMap::values)
+            .filter(|t| !t.is_idle())
+            .count()
     }
 }
 
 /// A receiver of topic `(group, key)` among the topics `select` picks in an index's state,
-/// creating the topic with `compute` (under the state's lock) if needed. A task drops the topic
-/// when its last receiver goes (linkerd2-proxy's "tasks end with their clients").
-pub(crate) fn subscribe<S, G, K, V>(
-    state: &Arc<Mutex<S>>,
-    next_id: &AtomicU64,
-    select: fn(&mut S) -> &mut Topics<G, K, V>,
+/// creating the topic with `compute` (under the state's lock) if needed.
+pub(crate) fn subscribe<S, G, K, V, A>(
+    state: &Mutex<S>,
+    select: fn(&mut S) -> &mut Topics<G, K, V, A>,
     group: G,
     key: K,
     compute: impl FnOnce(&S) -> V,
 ) -> watch::Receiver<Arc<V>>
 where
-    S: Send + 'static,
-    G: Hash + Eq + Clone + Send + 'static,
-    K: Hash + Eq + Clone + Send + 'static,
-    V: PartialEq + Send + Sync + 'static,
+    G: Hash + Eq + Clone,
+    K: Hash + Eq + Clone,
+    V: PartialEq,
+    A: ViewAlloc<V>,
 {
     let mut locked = state.lock();
     if let Some(rx) = select(&mut locked).get(&group, &key) {
         return rx;
     }
     let view = compute(&locked);
-    let id = next_id.fetch_add(1, Ordering::Relaxed);
-    let (rx, mut watch) = select(&mut locked).insert(group.clone(), key.clone(), id, view);
-    drop(locked);
-    let state = state.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = watch.closed.closed() => {}
-                // Removed by the index (its workload was deleted): let go of the sender so
-                // the receivers see the channel close.
-                _ = &mut watch.dropped => return,
-            }
-            if select(&mut state.lock()).drop_if_idle(&group, &key, id) {
-                return;
-            }
-        }
-    });
-    rx
+    select(&mut locked).insert(group, key, view)
 }
 
 #[cfg(test)]
@@ -227,15 +277,82 @@ mod tests {
 
     #[tokio::test]
     async fn identical_views_are_not_published() {
-        let topic = Topic::new(1, 1u32);
+        let topic = Topic::new(Arc::new(1u32));
         let mut rx = topic.subscribe();
-        assert!(!topic.publish(1));
+        assert!(!topic.publish(1, &mut NotShared));
         assert!(!rx.has_changed().unwrap());
-        assert!(topic.publish(2));
+        assert!(topic.publish(2, &mut NotShared));
         assert!(rx.has_changed().unwrap());
         assert_eq!(**rx.borrow_and_update(), 2);
         assert!(!topic.is_idle());
         drop(rx);
         assert!(topic.is_idle());
+    }
+
+    #[test]
+    fn equal_views_of_shared_topics_are_one_allocation() {
+        let mut topics: Topics<&str, u16, String, SharedViews<String>> = Topics::default();
+        let a = topics.insert("web-0", 80, "policy".to_string());
+        let b = topics.insert("web-1", 80, "policy".to_string());
+        let c = topics.insert("web-1", 9090, "other".to_string());
+        assert!(Arc::ptr_eq(&a.borrow(), &b.borrow()));
+        assert!(!Arc::ptr_eq(&a.borrow(), &c.borrow()));
+        assert_eq!(topics.views.live(), 2);
+
+        // A change makes one topic's view equal to another's: it is published as that one.
+        topics.republish(&"web-1", |port| match port {
+            80 => "changed".to_string(),
+            _ => "policy".to_string(),
+        });
+        assert_eq!(**b.borrow(), "changed");
+        assert!(Arc::ptr_eq(&a.borrow(), &c.borrow()));
+        assert_eq!(topics.views.live(), 2);
+
+        // Views no topic holds are dropped, whatever the table keeps.
+        drop((a, b, c));
+        topics.remove_group(&"web-0");
+        topics.remove_group(&"web-1");
+        assert_eq!(topics.views.live(), 0);
+    }
+
+    #[test]
+    fn shared_views_forget_the_views_no_topic_holds() {
+        let mut views = SharedViews::<u32>::default();
+        for round in 0..10u32 {
+            let held: Vec<Arc<u32>> = (0..1000).map(|i| views.alloc(round * 1000 + i)).collect();
+            assert_eq!(views.live(), 1000);
+            drop(held);
+        }
+        // Swept as the table doubles: at most twice the largest live set, plus one round.
+        assert!(views.entries <= 3 * 1000, "{} entries", views.entries);
+    }
+
+    #[test]
+    fn idle_topics_go_at_their_next_change_or_sweep() {
+        let mut topics: Topics<u32, u16, u32> = Topics::default();
+        let web = topics.insert(1, 80, 1);
+        let admin = topics.insert(1, 9990, 1);
+        let other = topics.insert(2, 80, 1);
+        drop(admin);
+        drop(other);
+        assert_eq!(topics.len(), 1);
+        // A change to group 1 drops its idle topic and publishes to the other.
+        topics.republish(&1, |_| 2);
+        assert_eq!(topics.groups[&1].len(), 1);
+        assert_eq!(**web.borrow(), 2);
+        // Group 2 is untouched: its idle topic waits for the sweep, holding a current view.
+        assert_eq!(topics.groups[&2].len(), 1);
+        let again = topics.get(&2, &80).expect("the idle topic");
+        assert_eq!(**again.borrow(), 1);
+        drop(again);
+
+        // Topics created and dropped in bulk are swept as they double, never all kept.
+        for i in 0..(4 * TOPICS_MIN_SWEEP as u32) {
+            drop(topics.insert(100 + i, 80, i));
+        }
+        let kept: usize = topics.groups.values().map(HashMap::len).sum();
+        assert!(kept <= TOPICS_MIN_SWEEP + 2, "{kept} topics kept");
+        assert_eq!(topics.len(), 1);
+        drop(web);
     }
 }

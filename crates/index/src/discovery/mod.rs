@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use std::{
     collections::{BTreeSet, HashMap},
     net::IpAddr,
-    sync::{Arc, atomic::AtomicU64},
+    sync::Arc,
 };
 use tokio::sync::watch;
 
@@ -50,7 +50,6 @@ use crate::{
 #[derive(Clone)]
 pub struct DiscoveryIndex {
     state: Arc<Mutex<Discovery>>,
-    next_topic_id: Arc<AtomicU64>,
 }
 
 /// The stores and topics of a discovery index. Only the index's watches mutate them, under
@@ -111,7 +110,6 @@ impl DiscoveryIndex {
     pub fn new() -> Self {
         Self {
             state: Arc::default(),
-            next_topic_id: Arc::default(),
         }
     }
 
@@ -146,7 +144,6 @@ impl DiscoveryIndex {
         let sub_key = (key.port, key.hostname.clone());
         subscribe(
             &self.state,
-            &self.next_topic_id,
             |d| &mut d.endpoint_topics,
             key.service.clone(),
             sub_key,
@@ -162,7 +159,6 @@ impl DiscoveryIndex {
     ) -> watch::Receiver<Arc<ServiceProfileView>> {
         subscribe(
             &self.state,
-            &self.next_topic_id,
             |d| &mut d.profile_topics,
             key.service.clone(),
             key.clone(),
@@ -179,7 +175,6 @@ impl DiscoveryIndex {
         profiles::address_conflict(&self.state.lock(), &key)?;
         Ok(subscribe(
             &self.state,
-            &self.next_topic_id,
             |d| &mut d.endpoint_profile_topics,
             key.ip,
             key.port,

@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     str::FromStr,
-    sync::{Arc, atomic::AtomicU64},
+    sync::Arc,
 };
 use tokio::sync::watch;
 
@@ -34,7 +34,7 @@ use crate::{
         RouteKey,
         parents::{ParentKey, ParentKind, ParentLookup, ParentState, StatusRoutes},
     },
-    topic::{Topics, subscribe},
+    topic::{SharedViews, Topics, subscribe},
     watches::Watches,
 };
 use linkerd_k8s_api::server::ProxyProtocol;
@@ -45,7 +45,6 @@ pub use self::view::*;
 #[derive(Clone)]
 pub struct InboundIndex {
     state: Arc<Mutex<Inbound>>,
-    next_topic_id: Arc<AtomicU64>,
 }
 
 /// The stores and topics of the inbound index. Only its watches mutate them, under its lock.
@@ -65,7 +64,8 @@ pub(crate) struct Inbound {
     /// Every HTTP and gRPC route's parents, whether or not it converts: offline mode's route
     /// acceptance (a route that does not convert still conflicts others).
     pub(crate) route_parents: StatusRoutes,
-    topics: Topics<WorkloadRef, u16, InboundServer>,
+    /// Equal policies (every pod of a Deployment on one port) share one view.
+    topics: Topics<WorkloadRef, u16, InboundServer, SharedViews<InboundServer>>,
     /// Objects skipped as invalid, so that a re-applied one is not logged again.
     pub(crate) skipped: Skipped,
     pub(crate) metrics: IndexMetrics,
@@ -245,7 +245,6 @@ impl InboundIndex {
                 skipped: Skipped::default(),
                 metrics,
             })),
-            next_topic_id: Arc::default(),
         }
     }
 
@@ -281,7 +280,6 @@ impl InboundIndex {
             .ok_or(UnknownWorkload)?;
         Ok(subscribe(
             &self.state,
-            &self.next_topic_id,
             |i| &mut i.topics,
             workload,
             port,

@@ -10,8 +10,9 @@ use crate::routes::{GrpcRule, HostMatch, HttpRule};
 /// The protocol-detection timeout of `Detect` servers (§1.2 constants).
 pub const DETECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The policy of one workload port.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The policy of one workload port. Equal policies of different workload ports share one
+/// allocation in the index (`Hash`: see `topic::SharedViews`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct InboundServer {
     pub reference: ServerRef,
     pub protocol: InboundProtocol,
@@ -34,7 +35,7 @@ pub enum ServerRef {
 }
 
 /// The protocol a server's port speaks (§4.5).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum InboundProtocol {
     Detect { timeout: Duration },
     Http1,
@@ -54,7 +55,7 @@ pub enum AuthorizationRef {
 }
 
 /// Which clients an authorization admits.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClientAuthorization {
     /// Client networks; empty means the cluster networks (§4.8).
     pub networks: Vec<Network>,
@@ -62,7 +63,7 @@ pub struct ClientAuthorization {
 }
 
 /// How clients must authenticate.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ClientAuthentication {
     /// Any client, TLS or not.
     Unauthenticated,
@@ -81,7 +82,7 @@ pub enum IdentityMatch {
 }
 
 /// A route attached to a server, with its own authorizations.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct InboundRoute<R> {
     pub reference: RouteRef,
     /// RFC 3339 creation time; routes with one sort first (§4.8).
@@ -105,7 +106,7 @@ pub enum RouteRef {
 }
 
 /// A local rate limit (§4.7).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RateLimit {
     /// The HTTPLocalRateLimitPolicy's name.
     pub name: String,
@@ -117,7 +118,7 @@ pub struct RateLimit {
 }
 
 /// A rate limit for some client identities.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RateLimitOverride {
     pub requests_per_second: u32,
     /// Exact identities of the ServiceAccounts named.

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use std::{
     collections::{BTreeSet, HashMap},
     net::{IpAddr, SocketAddr},
-    sync::{Arc, atomic::AtomicU64},
+    sync::Arc,
 };
 
 use super::{
@@ -38,7 +38,6 @@ use crate::{
 #[derive(Clone)]
 pub struct OutboundIndex {
     state: Arc<Mutex<Outbound>>,
-    next_topic_id: Arc<AtomicU64>,
 }
 
 /// The stores and topics of the outbound index. Only its watches mutate them, under its lock.
@@ -102,7 +101,6 @@ impl OutboundIndex {
                 skipped: Skipped::default(),
                 metrics,
             })),
-            next_topic_id: Arc::default(),
         }
     }
 
@@ -158,7 +156,6 @@ impl OutboundIndex {
                     ResolvedAddr::Fallback(addr) => {
                         return Ok(OutboundLookup::Watch(subscribe(
                             &self.state,
-                            &self.next_topic_id,
                             |o| &mut o.fallback_topics,
                             (),
                             addr,
@@ -174,7 +171,6 @@ impl OutboundIndex {
                         let net = network.clone();
                         return Ok(OutboundLookup::Watch(subscribe(
                             &self.state,
-                            &self.next_topic_id,
                             |o| &mut o.egress_topics,
                             network,
                             key,
@@ -191,7 +187,6 @@ impl OutboundIndex {
         let namespace = source_namespace.to_string();
         Ok(OutboundLookup::Watch(subscribe(
             &self.state,
-            &self.next_topic_id,
             |o| &mut o.outbound_topics,
             service,
             key,
