@@ -8,7 +8,7 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
 /// The gRPC service name of inbound policy.
 pub const INBOUND_SERVICE: &str = "io.linkerd.proxy.inbound.InboundServerPolicies";
@@ -74,9 +74,14 @@ pub const OUTBOUND_WATCH: Method = Method {
     streaming: true,
 };
 
-/// Handles to the policy controller's gRPC metrics; cheap to clone.
+/// Handles to the policy controller's gRPC metrics; cheap to clone (one pointer, which every
+/// open stream's [`Rpc`] holds).
 #[derive(Clone, Debug)]
-pub struct PolicyMetrics {
+pub struct PolicyMetrics(Arc<Families>);
+
+/// The metric families behind a [`PolicyMetrics`].
+#[derive(Debug)]
+pub struct Families {
     started: Family<GrpcLabels, Counter>,
     received: Family<GrpcLabels, Counter>,
     sent: Family<GrpcLabels, Counter>,
@@ -101,16 +106,24 @@ pub struct SubscriberGuard(Gauge);
 
 // === impl PolicyMetrics ===
 
+impl std::ops::Deref for PolicyMetrics {
+    type Target = Families;
+
+    fn deref(&self) -> &Families {
+        &self.0
+    }
+}
+
 impl Default for PolicyMetrics {
     fn default() -> Self {
-        Self {
+        Self(Arc::new(Families {
             started: Family::default(),
             received: Family::default(),
             sent: Family::default(),
             handled: Family::default(),
             handling: Family::new_with_constructor(handling_histogram),
             inbound_subscribers: Gauge::default(),
-        }
+        }))
     }
 }
 

@@ -163,7 +163,8 @@ pub const STREAM_BUFFER: usize = 512;
 pub trait StreamingMethod: Clone + Send + Sync + 'static {
     type Request: prost::Message + Default + Send + 'static;
     type Response: prost::Message + Send + Sync + 'static;
-    type Stream: Stream<Item = Result<Shared<Self::Response>, Status>> + Send + 'static;
+    /// Usually a boxed stream: [`WatchBody`] holds it as it is, without boxing it again.
+    type Stream: Stream<Item = Result<Shared<Self::Response>, Status>> + Send + Unpin + 'static;
 
     /// The method's gRPC path, `/package.Service/Method`.
     const PATH: &'static str;
@@ -298,7 +299,7 @@ impl<M: StreamingMethod> Codec for DecodeOnly<M> {
 /// first.
 pub struct WatchBody<S> {
     /// `None` once the trailers went out.
-    stream: Option<Pin<Box<S>>>,
+    stream: Option<S>,
     /// Whether the last frame handed out is still held.
     in_flight: Arc<InFlight>,
 }
@@ -332,7 +333,7 @@ impl Drop for HandedFrame {
 impl<S> WatchBody<S> {
     pub fn new(stream: S) -> Self {
         Self {
-            stream: Some(Box::pin(stream)),
+            stream: Some(stream),
             in_flight: Arc::default(),
         }
     }
@@ -340,7 +341,7 @@ impl<S> WatchBody<S> {
 
 impl<S, M> hyper::body::Body for WatchBody<S>
 where
-    S: Stream<Item = Result<Shared<M>, Status>>,
+    S: Stream<Item = Result<Shared<M>, Status>> + Unpin,
     M: prost::Message,
 {
     type Data = Bytes;
@@ -361,7 +362,7 @@ where
                 return Poll::Pending;
             }
         }
-        let status = match std::task::ready!(stream.as_mut().poll_next(cx)) {
+        let status = match std::task::ready!(Pin::new(stream).poll_next(cx)) {
             Some(Ok(message)) => match message.frame() {
                 Ok(frame) => {
                     in_flight.held.store(true, Ordering::Release);

@@ -1,11 +1,28 @@
 //! Graceful shutdown: SIGINT or SIGTERM ends every open stream with `OK`, then the process.
 
+use futures::{
+    FutureExt,
+    future::{BoxFuture, Shared},
+};
+use std::future::Future;
 use tokio::sync::watch;
 
 /// A signal that flips once, when the process is asked to stop.
-#[derive(Clone, Debug)]
+///
+/// Every watch stream waits on it, so a waiter is small: a handle to one shared future (two
+/// words, and a waker slot while it waits), not a receiver and its `changed()` future each
+/// (about 180 bytes per stream).
+#[derive(Clone)]
 pub struct Shutdown {
-    rx: watch::Receiver<bool>,
+    signaled: Shared<BoxFuture<'static, ()>>,
+}
+
+impl std::fmt::Debug for Shutdown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shutdown")
+            .field("signaled", &self.signaled.peek().is_some())
+            .finish()
+    }
 }
 
 /// The side that triggers a [`Shutdown`].
@@ -16,8 +33,16 @@ pub struct Trigger {
 
 /// A new, untriggered shutdown signal.
 pub fn channel() -> (Trigger, Shutdown) {
-    let (tx, rx) = watch::channel(false);
-    (Trigger { tx }, Shutdown { rx })
+    let (tx, mut rx) = watch::channel(false);
+    let signaled = async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    (
+        Trigger { tx },
+        Shutdown {
+            signaled: signaled.boxed().shared(),
+        },
+    )
 }
 
 impl Trigger {
@@ -55,7 +80,45 @@ impl Trigger {
 
 impl Shutdown {
     /// Resolves once shutdown is triggered (or its trigger is dropped).
-    pub async fn signaled(mut self) {
-        let _ = self.rx.wait_for(|stop| *stop).await;
+    pub fn signaled(self) -> impl Future<Output = ()> + Send + Unpin + 'static {
+        self.signaled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    #[tokio::test]
+    async fn every_waiter_resolves_when_triggered() {
+        let (trigger, shutdown) = channel();
+        let mut waiters: Vec<_> = (0..3).map(|_| shutdown.clone().signaled()).collect();
+        for waiter in &mut waiters {
+            assert!(waiter.now_or_never().is_none());
+        }
+        trigger.trigger();
+        for waiter in waiters {
+            tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+                .await
+                .expect("signaled");
+        }
+        // A waiter made after the trigger resolves at once.
+        assert!(shutdown.signaled().now_or_never().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_trigger_signals() {
+        let (trigger, shutdown) = channel();
+        drop(trigger);
+        tokio::time::timeout(std::time::Duration::from_secs(5), shutdown.signaled())
+            .await
+            .expect("signaled");
+    }
+
+    #[test]
+    fn a_waiter_is_small() {
+        let (_trigger, shutdown) = channel();
+        assert!(std::mem::size_of_val(&shutdown.signaled()) <= 16);
     }
 }

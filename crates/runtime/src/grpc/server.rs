@@ -189,9 +189,12 @@ async fn serve_connection(
     settings: Http2Settings,
     mut phase: watch::Receiver<Phase>,
 ) {
+    // The router's future holds the whole request until the handler has it, and hyper keeps
+    // each stream's future as large as it ever is for the stream's life: boxed, the router's
+    // future goes once the response head is ready, about 270 bytes less per watch stream.
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
         let mut routes = routes.clone();
-        routes.call(request.map(Body::new))
+        Box::pin(routes.call(request.map(Body::new))) as Pin<Box<dyn Future<Output = _> + Send>>
     });
     let (mut streams, executor) = ConnectionStreams::new();
     let mut builder = hyper::server::conn::http2::Builder::new(executor);
