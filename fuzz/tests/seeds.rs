@@ -50,7 +50,10 @@ fn group(object: &Value) -> &str {
 }
 
 fn field<'a>(object: &'a Value, pointer: &str) -> &'a str {
-    object.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 struct Corpus {
@@ -60,7 +63,9 @@ struct Corpus {
 
 impl Corpus {
     fn new(name: &str) -> Self {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(name);
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("corpus")
+            .join(name);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("corpus dir");
         Self {
@@ -111,15 +116,25 @@ fn review(uid: &str, api_version: &str, object: &Value, operation: &str) -> Vec<
 fn write_seed_corpora() {
     let objects = fixture_objects();
     let of_kind = |k: &'static str| objects.iter().filter(move |o| kind(o) == k);
-    let token = |ns: &str| format!("{{\"ns\":\"{ns}\",\"nodeName\":\"ip-10-20-1-11.eu-west-1.compute.internal\",\"pod\":\"client-0\"}}");
+    let token = |ns: &str| {
+        format!(
+            "{{\"ns\":\"{ns}\",\"nodeName\":\"ip-10-20-1-11.eu-west-1.compute.internal\",\"pod\":\"client-0\"}}"
+        )
+    };
 
     // get_path
     let mut c = Corpus::new("get_path");
     for svc in of_kind("Service") {
-        let (name, ns) = (field(svc, "/metadata/name"), field(svc, "/metadata/namespace"));
+        let (name, ns) = (
+            field(svc, "/metadata/name"),
+            field(svc, "/metadata/namespace"),
+        );
         for port in svc["spec"]["ports"].as_array().into_iter().flatten() {
             let port = port["port"].as_u64().unwrap_or(80);
-            c.add(format!("{name}.{ns}.svc.cluster.local:{port}\n{}", token(ns)));
+            c.add(format!(
+                "{name}.{ns}.svc.cluster.local:{port}\n{}",
+                token(ns)
+            ));
         }
         if let Some(ip) = svc.pointer("/spec/clusterIP").and_then(Value::as_str) {
             c.add(format!("{ip}:80\nns:{ns}"));
@@ -140,7 +155,10 @@ fn write_seed_corpora() {
     let mut inbound = Corpus::new("inbound_port_spec");
     let mut outbound = Corpus::new("outbound_traffic_spec");
     for pod in of_kind("Pod") {
-        let (name, ns) = (field(pod, "/metadata/name"), field(pod, "/metadata/namespace"));
+        let (name, ns) = (
+            field(pod, "/metadata/name"),
+            field(pod, "/metadata/namespace"),
+        );
         let mut ports: Vec<u32> = vec![4191];
         for container in pod["spec"]["containers"].as_array().into_iter().flatten() {
             for port in container["ports"].as_array().into_iter().flatten() {
@@ -161,18 +179,30 @@ fn write_seed_corpora() {
         inbound.add(&json);
     }
     for ew in of_kind("ExternalWorkload") {
-        let (name, ns) = (field(ew, "/metadata/name"), field(ew, "/metadata/namespace"));
+        let (name, ns) = (
+            field(ew, "/metadata/name"),
+            field(ew, "/metadata/namespace"),
+        );
         let mut spec = 8080u32.to_le_bytes().to_vec();
-        spec.extend_from_slice(format!("{{\"ns\":\"{ns}\",\"external_workload\":\"{name}\"}}").as_bytes());
+        spec.extend_from_slice(
+            format!("{{\"ns\":\"{ns}\",\"external_workload\":\"{name}\"}}").as_bytes(),
+        );
         inbound.add(&spec);
     }
     for svc in of_kind("Service") {
-        let (name, ns) = (field(svc, "/metadata/name"), field(svc, "/metadata/namespace"));
+        let (name, ns) = (
+            field(svc, "/metadata/name"),
+            field(svc, "/metadata/namespace"),
+        );
         for port in svc["spec"]["ports"].as_array().into_iter().flatten() {
             let port = port["port"].as_u64().unwrap_or(80);
-            outbound.add(format!("{ns}:client\nauthority {name}.{ns}.svc.cluster.local:{port}"));
+            outbound.add(format!(
+                "{ns}:client\nauthority {name}.{ns}.svc.cluster.local:{port}"
+            ));
             if let Some(ip) = svc.pointer("/spec/clusterIP").and_then(Value::as_str) {
-                outbound.add(format!("{{\"ns\":\"{ns}\",\"pod\":\"client\"}}\naddr {ip} {port}"));
+                outbound.add(format!(
+                    "{{\"ns\":\"{ns}\",\"pod\":\"client\"}}\naddr {ip} {port}"
+                ));
             }
         }
     }
@@ -199,7 +229,10 @@ fn write_seed_corpora() {
             continue;
         }
         c.with_prefix(1, serde_json::to_vec_pretty(object).expect("encodes"));
-        c.with_prefix(0, format!("---\n{}\n", serde_json::to_string(object).expect("encodes")));
+        c.with_prefix(
+            0,
+            format!("---\n{}\n", serde_json::to_string(object).expect("encodes")),
+        );
     }
     let list = json!({"apiVersion": "v1", "kind": "List", "items": objects.iter().filter(|o| kind(o) == "Service").take(3).collect::<Vec<_>>()});
     c.with_prefix(1, serde_json::to_vec(&list).expect("encodes"));
@@ -241,15 +274,32 @@ fn write_seed_corpora() {
     // port_list
     let mut c = Corpus::new("port_list");
     for object in &objects {
-        for key in ["config.linkerd.io/opaque-ports", "config.linkerd.io/skip-inbound-ports", "config.linkerd.io/skip-outbound-ports"] {
-            for pointer in ["/metadata/annotations", "/spec/template/metadata/annotations"] {
-                if let Some(v) = object.pointer(pointer).and_then(|a| a.get(key)).and_then(Value::as_str) {
+        for key in [
+            "config.linkerd.io/opaque-ports",
+            "config.linkerd.io/skip-inbound-ports",
+            "config.linkerd.io/skip-outbound-ports",
+        ] {
+            for pointer in [
+                "/metadata/annotations",
+                "/spec/template/metadata/annotations",
+            ] {
+                if let Some(v) = object
+                    .pointer(pointer)
+                    .and_then(|a| a.get(key))
+                    .and_then(Value::as_str)
+                {
                     c.add(v);
                 }
             }
         }
     }
-    for extra in ["25,587,3306,4444,5432,6379,9300,11211", "4000-4100, 8080 ,http,", "1-65535", "0,65536,2-1,+80", "admin-http,grpc , linkerd-proxy"] {
+    for extra in [
+        "25,587,3306,4444,5432,6379,9300,11211",
+        "4000-4100, 8080 ,http,",
+        "1-65535",
+        "0,65536,2-1,+80",
+        "admin-http,grpc , linkerd-proxy",
+    ] {
         c.add(extra);
     }
 
@@ -257,9 +307,19 @@ fn write_seed_corpora() {
     let mut c = Corpus::new("label_selector");
     for server in of_kind("Server") {
         let ns = field(server, "/metadata/namespace");
-        let selector = server.pointer("/spec/podSelector").or(server.pointer("/spec/externalWorkloadSelector"));
-        for pod in of_kind("Pod").filter(|p| field(p, "/metadata/namespace") == ns).take(4) {
-            c.add(serde_json::to_vec(&json!({"selector": selector, "labels": pod["metadata"]["labels"]})).expect("encodes"));
+        let selector = server
+            .pointer("/spec/podSelector")
+            .or(server.pointer("/spec/externalWorkloadSelector"));
+        for pod in of_kind("Pod")
+            .filter(|p| field(p, "/metadata/namespace") == ns)
+            .take(4)
+        {
+            c.add(
+                serde_json::to_vec(
+                    &json!({"selector": selector, "labels": pod["metadata"]["labels"]}),
+                )
+                .expect("encodes"),
+            );
         }
     }
     c.add(r#"{"selector":{"matchExpressions":[{"key":"app","operator":"In","values":["web","vote"]},{"key":"tier","operator":"DoesNotExist"},{"key":"x","operator":"Exists","values":["y"]}]},"labels":{"app":"web"}}"#);
@@ -267,7 +327,10 @@ fn write_seed_corpora() {
 
     // route_match
     let mut c = Corpus::new("route_match");
-    for route in objects.iter().filter(|o| kind(o) == "HTTPRoute" || kind(o) == "GRPCRoute") {
+    for route in objects
+        .iter()
+        .filter(|o| kind(o) == "HTTPRoute" || kind(o) == "GRPCRoute")
+    {
         let form = u8::from(kind(route) == "GRPCRoute");
         for rule in route["spec"]["rules"].as_array().into_iter().flatten() {
             for m in rule["matches"].as_array().into_iter().flatten() {
@@ -281,11 +344,23 @@ fn write_seed_corpora() {
         }
     }
     for (form, m) in [
-        (0, r#"{"path":{"type":"RegularExpression","value":"/api/v[0-9]+/.*"},"method":"POST","headers":[{"name":"x-user","value":"a"},{"type":"RegularExpression","name":"x-id","value":"[0-9]+"}],"queryParams":[{"type":"RegularExpression","name":"q","value":"a|b"}]}"#),
+        (
+            0,
+            r#"{"path":{"type":"RegularExpression","value":"/api/v[0-9]+/.*"},"method":"POST","headers":[{"name":"x-user","value":"a"},{"type":"RegularExpression","name":"x-id","value":"[0-9]+"}],"queryParams":[{"type":"RegularExpression","name":"q","value":"a|b"}]}"#,
+        ),
         (0, r#"{"path":{"type":"Exact","value":"/"}}"#),
-        (1, r#"{"method":{"type":"Exact","service":"emojivoto.v1.EmojiService","method":"ListAll"},"headers":[{"name":"x","value":"y"}]}"#),
-        (1, r#"{"method":{"type":"RegularExpression","service":"a.*"}}"#),
-        (2, r#"{"all":[{"method":"GET"},{"not":{"pathRegex":"/admin/.*"}},{"any":[{"pathRegex":"/a"},{"pathRegex":"(/b"}]}]}"#),
+        (
+            1,
+            r#"{"method":{"type":"Exact","service":"emojivoto.v1.EmojiService","method":"ListAll"},"headers":[{"name":"x","value":"y"}]}"#,
+        ),
+        (
+            1,
+            r#"{"method":{"type":"RegularExpression","service":"a.*"}}"#,
+        ),
+        (
+            2,
+            r#"{"all":[{"method":"GET"},{"not":{"pathRegex":"/admin/.*"}},{"any":[{"pathRegex":"/a"},{"pathRegex":"(/b"}]}]}"#,
+        ),
     ] {
         c.with_prefix(form, m);
     }

@@ -36,7 +36,11 @@ pub fn sp_admission(data: &[u8]) {
     // The index takes the objects of its kind as the API server stores them: with their own
     // `apiVersion` and `kind`.
     if is_sp && object_kind.is_some_and(|(g, k)| g == "linkerd.io" && k == "ServiceProfile") {
-        applies(("linkerd.io", "ServiceProfile"), object, "an admitted ServiceProfile");
+        applies(
+            ("linkerd.io", "ServiceProfile"),
+            object,
+            "an admitted ServiceProfile",
+        );
     }
 }
 

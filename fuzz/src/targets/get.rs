@@ -31,7 +31,11 @@ fn check_path(path: &str) {
     let profile = parse_profile_target(path, DOMAIN);
     match parse_service_name(path, DOMAIN) {
         Ok(name) => {
-            let labels = [Some(&name.service), Some(&name.namespace), name.instance.as_ref()];
+            let labels = [
+                Some(&name.service),
+                Some(&name.namespace),
+                name.instance.as_ref(),
+            ];
             for label in labels.into_iter().flatten() {
                 assert!(
                     !label.is_empty() && !label.contains('.') && label.len() <= 63,

@@ -11,14 +11,12 @@
 //! message the spec gives for the first broken rule, else `NotFound`; an answer carries a
 //! protocol; every message fits in a gRPC status.
 
+use linkerd_runtime::shutdown;
 use linkerd2_proxy_api::{
     inbound::{PortSpec, inbound_server_policies_server::InboundServerPolicies},
     net::{IpAddress, TcpAddress},
-    outbound::{
-        TrafficSpec, outbound_policies_server::OutboundPolicies, traffic_spec::Target,
-    },
+    outbound::{TrafficSpec, outbound_policies_server::OutboundPolicies, traffic_spec::Target},
 };
-use linkerd_runtime::shutdown;
 use policy::{
     InboundPolicyService, InboundTranslator, OutboundPolicyService, OutboundTranslator,
     PolicyMetrics,
@@ -102,7 +100,10 @@ pub fn inbound_port_spec(data: &[u8]) {
     match (answer, expected_invalid) {
         (Ok(server), None) => {
             let server = server.into_inner();
-            assert!(server.protocol.is_some(), "{what}: a server without protocol");
+            assert!(
+                server.protocol.is_some(),
+                "{what}: a server without protocol"
+            );
         }
         (Err(status), None) => {
             check_message(&what, &status);
@@ -155,8 +156,14 @@ pub fn outbound_traffic_spec(data: &[u8]) {
     match (answer, expected_invalid) {
         (Ok(policy), None) => {
             let policy = policy.into_inner();
-            assert!(policy.protocol.is_some(), "{what}: a policy without protocol");
-            assert!(policy.metadata.is_some(), "{what}: a policy without metadata");
+            assert!(
+                policy.protocol.is_some(),
+                "{what}: a policy without protocol"
+            );
+            assert!(
+                policy.metadata.is_some(),
+                "{what}: a policy without metadata"
+            );
         }
         (Err(status), None) => {
             check_message(&what, &status);

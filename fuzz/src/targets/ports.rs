@@ -34,7 +34,11 @@ fn reference_port(s: &str) -> Option<u16> {
     match s.trim_start_matches('0').len() {
         0 => None,
         n if n > 5 => None,
-        _ => s.parse::<u32>().ok().filter(|p| *p <= 65535).map(|p| p as u16),
+        _ => s
+            .parse::<u32>()
+            .ok()
+            .filter(|p| *p <= 65535)
+            .map(|p| p as u16),
     }
 }
 
@@ -83,7 +87,11 @@ pub fn port_list(data: &[u8]) {
             assert_eq!(annotation, set, "{list:?}");
         }
         Err(error) => {
-            assert_eq!(Some(&error.item.as_str()), expected_invalid.first(), "{list:?}");
+            assert_eq!(
+                Some(&error.item.as_str()),
+                expected_invalid.first(),
+                "{list:?}"
+            );
             assert!(error.to_string().contains(&format!("{:?}", error.item)));
         }
     }

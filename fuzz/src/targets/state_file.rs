@@ -60,7 +60,10 @@ pub fn state_file(data: &[u8]) {
             other => panic!("{name}: {manifest:?} read again from its JSON text: {other:?}"),
         }
         if let Some(Err(error)) = indexes.apply_json(&manifest.type_key, &manifest.json) {
-            assert!(!error.to_string().is_empty(), "{name}: an empty decode error");
+            assert!(
+                !error.to_string().is_empty(),
+                "{name}: an empty decode error"
+            );
         }
     }
 }
