@@ -19,6 +19,10 @@
 //!   as PEM files and a kustomize overlay of deploy/ with the Secrets and caBundles.
 //! - `cargo xtask check-deploy`: every manifest of deploy/ decodes into its Kubernetes type, and
 //!   the custom resources of deploy/examples/ and tests/fixtures/ match the generated CRDs.
+//! - `cargo xtask soak --minutes N`: 100,000 streams of each gRPC API opened and closed while
+//!   the state churns: each server's RSS and open file descriptors at start, middle and end.
+//! - `cargo xtask fuzz [--seconds N]`: every fuzz target of fuzz/ under libFuzzer (cargo-fuzz,
+//!   stable toolchain) for N seconds each: inputs executed per target, and failures.
 //!
 //! The alias lives in `.cargo/config.toml`; nothing in the workspace depends on this crate.
 
@@ -43,12 +47,14 @@ mod cluster_gen;
 mod crds;
 mod dev;
 mod fake_kube;
+mod fuzz;
 mod inbound_gen;
 mod outbound_gen;
 mod scale_gen;
 mod server;
 #[cfg(test)]
 mod shim_deps;
+mod soak;
 mod static_kube;
 
 /// Workspace tasks for the linkerd-destination rebuild.
@@ -96,6 +102,13 @@ enum Command {
     /// loopback list/watch API server): prints time to ready and RSS at ready, settled and at
     /// its peak.
     BenchScale(bench_scale::BenchScaleArgs),
+    /// Run every fuzz target of fuzz/ under libFuzzer (`cargo install cargo-fuzz --locked`)
+    /// for --seconds each: prints inputs executed per target and fails on any failing input.
+    Fuzz(fuzz::FuzzArgs),
+    /// Run `destination` and `policy-controller` offline on emojivoto plus a churned Service,
+    /// open and close --streams streams of each gRPC API over --minutes: prints the servers'
+    /// RSS and open file descriptors at start, middle and end.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -111,6 +124,8 @@ fn main() -> anyhow::Result<()> {
         Command::CheckDeploy(args) => check_deploy::run(&root, args),
         Command::BenchOutbound(args) => bench_outbound::run(&root, args),
         Command::BenchScale(args) => bench_scale::run(&root, args),
+        Command::Fuzz(args) => fuzz::run(&root, args),
+        Command::Soak(args) => soak::run(&root, args),
     }
 }
 

@@ -96,7 +96,12 @@ impl PortSet {
     }
 }
 
+/// A decimal port 1-65535: digits only (`str::parse` would also take `+80`; upstream's
+/// `strconv.ParseUint` takes no sign).
 fn parse_port(s: &str) -> Option<u16> {
+    if !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     match s.parse::<u16>() {
         Ok(0) | Err(_) => None,
         Ok(p) => Some(p),
@@ -166,6 +171,16 @@ mod tests {
                 "{list}"
             );
         }
+    }
+
+    /// Found by the `port_list` fuzz target: `str::parse` reads `+80` as 80, where upstream's
+    /// `strconv.ParseUint` refuses any sign.
+    #[test]
+    fn signed_ports_are_invalid_items() {
+        let (set, invalid) = PortSet::parse("+80,4000-+4001,-1, 8080");
+        assert_eq!(set.to_string(), "8080");
+        let bad: Vec<_> = invalid.into_iter().map(|i| i.item).collect();
+        assert_eq!(bad, ["+80", "4000-+4001", "-1"]);
     }
 
     #[test]

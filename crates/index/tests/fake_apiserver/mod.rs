@@ -141,6 +141,8 @@ struct State {
     requests: Vec<SeenRequest>,
     /// While set (the API server down), connections are closed as they are accepted.
     down: bool,
+    /// Connections closed that way.
+    refused: usize,
     /// The tasks serving open connections, aborted when the server goes down.
     connections: Vec<tokio::task::AbortHandle>,
 }
@@ -212,6 +214,7 @@ impl FakeApi {
                 collections,
                 requests: Vec::new(),
                 down: false,
+                refused: 0,
                 connections: Vec::new(),
             }),
             changed,
@@ -237,6 +240,7 @@ impl FakeApi {
                 };
                 if server.state.lock().down {
                     drop(io);
+                    server.mutate(|state| state.refused += 1);
                     continue;
                 }
                 let shared = server.clone();
@@ -284,6 +288,31 @@ impl FakeApi {
                 Some(_) => "MODIFIED",
             };
             collection.record(version, kind, obj);
+        });
+    }
+
+    /// Creates or replaces an object as [`FakeApi::apply`] does, but the open watches of
+    /// `path` get only the first half of the event's line before their connection's stream
+    /// ends: a watch cut mid-event. The event is in the history, so a watch resuming from
+    /// before it gets it whole.
+    pub fn apply_cut(&self, path: &str, mut obj: Value) {
+        self.shared.mutate(|state| {
+            state.version += 1;
+            let version = state.version;
+            obj["metadata"]["resourceVersion"] = json!(version.to_string());
+            let collection = state.collection(path);
+            let key = object_key(&obj);
+            let kind = match collection.objects.insert(key, obj.clone()) {
+                None => "ADDED",
+                Some(_) => "MODIFIED",
+            };
+            obj["apiVersion"] = json!(collection.api_version);
+            let line = watch_line(kind, obj.clone());
+            let half = line.slice(..line.len() / 2);
+            for watch in collection.watches.drain(..) {
+                let _ = watch.tx.send(half.clone());
+            }
+            collection.history.push((version, kind, obj));
         });
     }
 
@@ -396,6 +425,20 @@ impl FakeApi {
                 connection.abort();
             }
         });
+    }
+
+    /// Waits until `n` connections have been refused while down; fails the test after
+    /// [`TIMEOUT`].
+    pub async fn wait_for_refused(&self, n: usize) {
+        let mut changed = self.shared.changed.subscribe();
+        let wait = async {
+            while self.shared.state.lock().refused < n {
+                changed.changed().await.expect("the server owns the sender");
+            }
+        };
+        if tokio::time::timeout(TIMEOUT, wait).await.is_err() {
+            panic!("timed out waiting for {n} refused connections");
+        }
     }
 
     pub fn come_back(&self) {
