@@ -8,8 +8,7 @@ use clap::{Parser, ValueEnum};
 use linkerd_index::ClusterArgs;
 use linkerd_index::PortSet;
 use linkerd_runtime::{
-    LogArgs, go_flags::Unimplemented, parse_bool, parse_domain, parse_listen_addr,
-    parse_namespace,
+    LogArgs, go_flags::Unimplemented, parse_bool, parse_domain, parse_listen_addr, parse_namespace,
 };
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
 

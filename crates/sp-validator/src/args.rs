@@ -86,7 +86,9 @@ mod tests {
         assert_eq!(line.args.log.log_level, "info");
         assert_eq!(
             line.warnings,
-            ["-enable-pprof=false: accepted as upstream's chart passes it, not implemented here: no /debug/pprof endpoints are served"]
+            [
+                "-enable-pprof=false: accepted as upstream's chart passes it, not implemented here: no /debug/pprof endpoints are served"
+            ]
         );
     }
 }
