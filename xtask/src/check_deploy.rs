@@ -965,7 +965,7 @@ impl Manifests {
                 (None, None) => None,
             }
         });
-        if !down.is_some_and(|n| n <= 1) {
+        if down.is_none_or(|n| n > 1) {
             errors.push(format!(
                 "{source}: Deployment {name}: {replicas} replicas need a PodDisruptionBudget that lets drains evict one pod at a time"
             ));

@@ -30,6 +30,7 @@ pub struct Unimplemented {
 /// A parsed command line and the warnings to log once logging is set up.
 #[derive(Debug)]
 pub struct CommandLine<T> {
+    /// The parsed flags.
     pub args: T,
     /// One line per [`Unimplemented`] flag given: the flag as written, then what it means here.
     pub warnings: Vec<String>,
