@@ -101,8 +101,16 @@ pub struct Process {
 impl Process {
     /// Starts `bin` with `args`, stderr captured.
     pub fn start(bin: &Path, args: &[String]) -> Self {
+        Self::start_with_env(bin, args, &[])
+    }
+
+    /// Starts `bin` with `args` and these environment variables set (and
+    /// `LINKERD_CLUSTER_STATE` removed, so that kube mode is not overridden), stderr captured.
+    pub fn start_with_env(bin: &Path, args: &[String], env: &[(&str, &str)]) -> Self {
         let child = Command::new(bin)
             .args(args)
+            .env_remove("LINKERD_CLUSTER_STATE")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -122,7 +130,9 @@ impl Process {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("not ready after {timeout:?}");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("not ready after {timeout:?}: {}", self.stderr());
     }
 
     /// Sends SIGTERM without waiting (the test's own runtime must keep driving its clients
@@ -165,4 +175,105 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+pub mod kube_api;
+
+/// The arguments of an upstream chart container in `tests/fixtures/upstream-chart/NAME.args`:
+/// one per line, `#` lines skipped.
+pub fn chart_args(name: &str) -> Vec<String> {
+    let path = fixture("upstream-chart").join(format!("{name}.args"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The objects of a YAML fixture file (multi-document), as JSON.
+pub fn fixture_objects(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    linkerd_k8s_api::yaml::from_documents::<serde_json::Value>(&text)
+        .unwrap()
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// A self-signed certificate for `localhost` written as `tls.crt` and `tls.key` into `dir`;
+/// returns it (DER) for clients to trust.
+pub fn write_localhost_cert(dir: &Path) -> rustls::pki_types::CertificateDer<'static> {
+    let rcgen::CertifiedKey { cert, signing_key } =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), signing_key.serialize_pem()).unwrap();
+    cert.der().clone()
+}
+
+/// `POST /` of a JSON body over HTTPS (HTTP/1.1, TLS 1.3) to a server whose certificate is `ca`
+/// for `localhost`, as the API server sends an AdmissionReview; returns (status, body).
+pub async fn https_post(
+    addr: SocketAddr,
+    ca: &rustls::pki_types::CertificateDer<'static>,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(
+            rustls::pki_types::ServerName::try_from("localhost").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let body = body.to_string();
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    // A server may close without close_notify once it has answered.
+    let _ = tls.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (
+        code,
+        serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// The payload of a chunked HTTP/1.1 body.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
 }

@@ -8,7 +8,9 @@
 //!    PodDisruptionBudget, Service target ports and probe ports against container ports,
 //!    volume mounts, webhook services, RBAC bindings and the service account, the containers'
 //!    hardening, and RBAC that grants reads on every kind the index watches and writes only
-//!    on status subresources, leases and events.
+//!    on status subresources, leases and events. A Deployment of several replicas (the `ha`
+//!    overlay) must survive the loss of one: a required anti-affinity across nodes that selects
+//!    its own pods, and one pod down at a time in rolling updates and drains.
 //! 3. Every custom resource of ours in `deploy/examples/` and `tests/fixtures/` validates
 //!    against the openAPIV3Schema of its version in the CRDs of `deploy/crds/`. Fields the
 //!    schema does not know are pruned by the API server (or refused with `kubectl apply
@@ -301,7 +303,7 @@ impl Options {
             deploy_dir: root.join("deploy"),
             example_dirs: vec![root.join("deploy/examples")],
             fixture_dirs: vec![root.join("tests/fixtures")],
-            overlay_dirs: vec![root.join("deploy/certify")],
+            overlay_dirs: vec![root.join("deploy/certify"), root.join("deploy/ha")],
             external_tools,
             workspace: Some(root.to_path_buf()),
         }
@@ -854,6 +856,120 @@ impl Manifests {
                 ));
             }
         }
+        self.check_availability(d, &labels, errors);
+    }
+
+    /// Anti-affinity terms select the pod's own labels (else they spread nothing), and a
+    /// Deployment of several replicas stays available with one replica fewer: one node's
+    /// failure takes one replica at most (required anti-affinity on `kubernetes.io/hostname`),
+    /// and rolling updates and drains take one pod down at a time (`maxUnavailable` of the
+    /// strategy and of a PodDisruptionBudget).
+    fn check_availability(
+        &self,
+        d: &Named<Deployment>,
+        labels: &BTreeMap<String, String>,
+        errors: &mut Vec<String>,
+    ) {
+        let source = &d.source;
+        let name = d.obj.metadata.name.as_deref().unwrap_or_default();
+        let Some(spec) = &d.obj.spec else { return };
+        let anti = spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|p| p.affinity.as_ref())
+            .and_then(|a| a.pod_anti_affinity.as_ref());
+        let required = anti
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .clone()
+            })
+            .unwrap_or_default();
+        let preferred = anti
+            .and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .clone()
+            })
+            .unwrap_or_default();
+        let terms = required
+            .iter()
+            .chain(preferred.iter().map(|w| &w.pod_affinity_term));
+        for term in terms {
+            if !term
+                .label_selector
+                .as_ref()
+                .is_some_and(|s| selects_with_expressions(s, labels))
+            {
+                errors.push(format!(
+                    "{source}: Deployment {name}: a podAntiAffinity term (topologyKey {}) does not select the Deployment's own pods",
+                    term.topology_key
+                ));
+            }
+        }
+
+        let replicas = spec.replicas.unwrap_or(1);
+        if replicas < 2 {
+            return;
+        }
+        if !required
+            .iter()
+            .any(|t| t.topology_key == "kubernetes.io/hostname")
+        {
+            errors.push(format!(
+                "{source}: Deployment {name}: {replicas} replicas without a required podAntiAffinity on kubernetes.io/hostname may share a node"
+            ));
+        }
+        let rolling = spec
+            .strategy
+            .as_ref()
+            .and_then(|s| s.rolling_update.as_ref());
+        let percent_of = |value: Option<&IntOrString>, default: &str, round_up: bool| {
+            let value = value
+                .cloned()
+                .unwrap_or_else(|| IntOrString::String(default.to_string()));
+            resolve_count(&value, replicas, round_up)
+        };
+        let unavailable = percent_of(
+            rolling.and_then(|r| r.max_unavailable.as_ref()),
+            "25%",
+            false,
+        );
+        let surge = percent_of(rolling.and_then(|r| r.max_surge.as_ref()), "25%", true);
+        match (unavailable, surge) {
+            (Some(0), Some(0)) => errors.push(format!(
+                "{source}: Deployment {name}: maxUnavailable and maxSurge are both 0, which the API server refuses"
+            )),
+            (Some(u), Some(_)) if u > 1 => errors.push(format!(
+                "{source}: Deployment {name}: a rolling update may take {u} of {replicas} pods down at once; at most 1 keeps {} ready",
+                replicas - 1
+            )),
+            (Some(_), Some(_)) => {}
+            _ => errors.push(format!(
+                "{source}: Deployment {name}: maxUnavailable or maxSurge is not a count or a percentage"
+            )),
+        }
+        let budget = self.pdbs.iter().find(|pdb| {
+            pdb.obj.metadata.namespace == d.obj.metadata.namespace
+                && pdb
+                    .obj
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.selector.as_ref())
+                    .is_some_and(|s| selects(s, labels))
+        });
+        let down = budget.and_then(|pdb| {
+            let spec = pdb.obj.spec.as_ref()?;
+            match (&spec.max_unavailable, &spec.min_available) {
+                (Some(max), _) => resolve_count(max, replicas, true),
+                (None, Some(min)) => resolve_count(min, replicas, true).map(|m| replicas - m),
+                (None, None) => None,
+            }
+        });
+        if down.is_none_or(|n| n > 1) {
+            errors.push(format!(
+                "{source}: Deployment {name}: {replicas} replicas need a PodDisruptionBudget that lets drains evict one pod at a time"
+            ));
+        }
     }
 
     fn check_webhooks(&self, errors: &mut Vec<String>) {
@@ -1179,6 +1295,45 @@ fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool 
     !match_labels.is_empty()
         && selector.match_expressions.is_none()
         && match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// Whether `selector` selects `labels`, with `matchExpressions` (In, NotIn, Exists,
+/// DoesNotExist) as the API server evaluates them. An empty selector selects nothing here.
+fn selects_with_expressions(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let match_labels = selector.match_labels.clone().unwrap_or_default();
+    let expressions = selector.match_expressions.clone().unwrap_or_default();
+    if match_labels.is_empty() && expressions.is_empty() {
+        return false;
+    }
+    match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+        && expressions.iter().all(|e| {
+            let value = labels.get(&e.key);
+            let values = e.values.clone().unwrap_or_default();
+            match e.operator.as_str() {
+                "In" => value.is_some_and(|v| values.contains(v)),
+                "NotIn" => value.is_none_or(|v| !values.contains(v)),
+                "Exists" => value.is_some(),
+                "DoesNotExist" => value.is_none(),
+                _ => false,
+            }
+        })
+}
+
+/// A count or a percentage of `total` (`25%`), rounded up or down as the API server rounds
+/// that field; `None` when it is neither.
+fn resolve_count(value: &IntOrString, total: i32, round_up: bool) -> Option<i32> {
+    match value {
+        IntOrString::Int(n) => Some(*n),
+        IntOrString::String(text) => {
+            let percent: i32 = text.strip_suffix('%')?.parse().ok()?;
+            let scaled = percent.checked_mul(total)?;
+            Some(if round_up {
+                (scaled + 99) / 100
+            } else {
+                scaled / 100
+            })
+        }
+    }
 }
 
 fn probe_port(probe: &Probe) -> Option<&IntOrString> {

@@ -1,14 +1,47 @@
 //! The `destination` command line, with upstream's flag names and defaults
 //! (spec/destination.md §A.2). Booleans take an explicit value as Go flags do:
-//! `--enable-ipv6=false`.
+//! `--enable-ipv6=false`. The binary reads its command line through
+//! [`linkerd_runtime::go_flags`], so upstream's chart's `-addr=:8086` style works too, and the
+//! upstream flags in [`UNIMPLEMENTED`] are accepted with a warning.
 
 use clap::{Parser, ValueEnum};
 use linkerd_index::ClusterArgs;
 use linkerd_index::PortSet;
-use linkerd_runtime::{LogArgs, parse_bool, parse_domain, parse_listen_addr, parse_namespace};
+use linkerd_runtime::{
+    LogArgs, go_flags::Unimplemented, parse_bool, parse_domain, parse_listen_addr, parse_namespace,
+};
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
 
 use crate::translate::{TranslatorConfig, parse_http2_params};
+
+/// Upstream's flags (spec §A.2) that this binary accepts and ignores, with what they mean here.
+pub const UNIMPLEMENTED: &[Unimplemented] = &[
+    Unimplemented {
+        name: "enable-endpoint-slices",
+        takes_value: false,
+        meaning: "EndpointSlices are always read, core Endpoints never",
+    },
+    Unimplemented {
+        name: "enable-pprof",
+        takes_value: false,
+        meaning: "no /debug/pprof endpoints are served",
+    },
+    Unimplemented {
+        name: "trace-collector",
+        takes_value: true,
+        meaning: "no traces are exported",
+    },
+    Unimplemented {
+        name: "stream-queue-capacity",
+        takes_value: true,
+        meaning: "streams have no update queue to size: each sends the newest state when it can",
+    },
+    Unimplemented {
+        name: "export-queue-metrics",
+        takes_value: false,
+        meaning: "no workqueue_* metrics are exported",
+    },
+];
 
 /// Serves `io.linkerd.proxy.destination.Destination` to Linkerd proxies.
 #[derive(Clone, Debug, Parser)]
@@ -162,6 +195,44 @@ mod tests {
         assert!(config.force_opaque_transport);
         assert!(config.default_opaque_ports.contains(3306));
         assert!(config.meshed_http2_params.is_none());
+    }
+
+    #[test]
+    fn upstream_charts_arguments() {
+        // spec/sp-validator-and-pod.md §c.2, rendered with the chart's defaults.
+        let line = linkerd_runtime::go_flags::try_parse_from::<Args, _, _>(
+            [
+                "destination",
+                "-addr=:8086",
+                "-controller-namespace=linkerd",
+                "-outbound-transport-mode=transport-header",
+                "-enable-h2-upgrade=true",
+                "-log-level=info",
+                "-log-format=plain",
+                "-enable-endpoint-slices=true",
+                "-cluster-domain=cluster.local",
+                "-identity-trust-domain=cluster.local",
+                "-default-opaque-ports=25,587,3306,4444,5432,6379,9300,11211",
+                "-enable-ipv6=false",
+                "-enable-pprof=false",
+                r#"--meshed-http2-client-params={"keep_alive":{"interval":{"seconds":10},"timeout":{"seconds":3},"while_idle":true}}"#,
+            ],
+            UNIMPLEMENTED,
+        )
+        .unwrap();
+        let args = &line.args;
+        assert_eq!(args.addr, "0.0.0.0:8086".parse().unwrap());
+        assert_eq!(args.admin_addr, "0.0.0.0:9996".parse().unwrap());
+        assert!(args.enable_h2_upgrade && !args.enable_ipv6);
+        let config = args.translator_config().unwrap();
+        assert!(config.force_opaque_transport);
+        assert!(config.default_opaque_ports.contains(11211));
+        let keep_alive = config.meshed_http2_params.unwrap().keep_alive.unwrap();
+        assert_eq!(keep_alive.interval.unwrap().seconds, 10);
+        assert_eq!(keep_alive.timeout.unwrap().seconds, 3);
+        assert_eq!(line.warnings.len(), 2, "{:?}", line.warnings);
+        assert!(line.warnings[0].starts_with("-enable-endpoint-slices=true: "));
+        assert!(line.warnings[1].starts_with("-enable-pprof=false: "));
     }
 
     #[test]

@@ -1,23 +1,25 @@
 //! `destination`: the Destination gRPC server of the linkerd-destination pod.
 
 use anyhow::Context;
-use clap::Parser;
 use destination::{
     Args, DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind,
 };
 use linkerd_index::{
     ClusterStore, ClusterStoreConfig, DiscoveryIndex, IndexMetrics, LinkMetrics, Watches,
 };
-use linkerd_runtime::{Admin, shutdown};
+use linkerd_runtime::{Admin, go_flags, shutdown};
 use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    linkerd_runtime::exit_code(run(Args::parse()).await)
+    let line = go_flags::parse::<Args>(destination::args::UNIMPLEMENTED);
+    linkerd_runtime::exit_code(run(line).await)
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
-    args.log.init()?;
+async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
+    line.args.log.init()?;
+    line.log_warnings();
+    let args = line.args;
     let translator = EndpointTranslator::new(args.translator_config()?);
     let linked_dirs = args.linked_cluster_dirs()?;
 

@@ -1,7 +1,6 @@
 //! `policy-controller`: the policy container of the linkerd-destination pod.
 
 use anyhow::Context;
-use clap::Parser;
 use k8s_openapi::{
     api::{apps::v1::Deployment, coordination::v1::Lease},
     apimachinery::pkg::apis::meta::v1::OwnerReference,
@@ -11,7 +10,7 @@ use linkerd_index::{
     ClusterSource, InboundIndex, IndexMetrics, OutboundIndex, StatusIndex, Watches,
 };
 use linkerd_runtime::{
-    Admin, shutdown,
+    Admin, go_flags, shutdown,
     tls::{HttpsServer, ServerTls, TlsFiles},
 };
 use policy::{
@@ -25,7 +24,10 @@ use std::{sync::Arc, time::Duration};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    linkerd_runtime::exit_code(run(Args::parse()).await)
+    // Upstream's policy controller takes `--flag=value` already; through go_flags a flag
+    // given twice takes its last value, so the chart's `additionalArgs` can override its own.
+    let line = go_flags::parse::<Args>(&[]);
+    linkerd_runtime::exit_code(run(line.args).await)
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {

@@ -6,9 +6,8 @@
 //! SIGINT or SIGTERM both servers stop accepting and finish open requests.
 
 use anyhow::Context;
-use clap::Parser;
 use linkerd_runtime::{
-    Admin, shutdown,
+    Admin, go_flags, shutdown,
     tls::{HttpsServer, ServerTls, TlsFiles},
 };
 use sp_validator::{Args, WebhookMetrics, router};
@@ -16,11 +15,14 @@ use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    linkerd_runtime::exit_code(run(Args::parse()).await)
+    let line = go_flags::parse::<Args>(sp_validator::args::UNIMPLEMENTED);
+    linkerd_runtime::exit_code(run(line).await)
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
-    args.log.init()?;
+async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
+    line.args.log.init()?;
+    line.log_warnings();
+    let args = line.args;
 
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = WebhookMetrics::register(&mut registry);

@@ -36,7 +36,10 @@ fn check_copy(tmp: &tempfile::TempDir) -> Report {
         deploy_dir: tmp.path().join("deploy"),
         example_dirs: vec![tmp.path().join("deploy/examples")],
         fixture_dirs: vec![],
-        overlay_dirs: vec![tmp.path().join("deploy/certify")],
+        overlay_dirs: vec![
+            tmp.path().join("deploy/certify"),
+            tmp.path().join("deploy/ha"),
+        ],
         external_tools: false,
         workspace: None,
     })
@@ -399,10 +402,14 @@ fn unknown_api_versions_are_errors() {
         "apiVersion: policy/v1",
         "apiVersion: policy/v1beta1",
     );
-    assert_one_error(
-        &check_copy(&tmp),
-        "knows no Kubernetes type for policy/v1beta1 PodDisruptionBudget",
+    let report = check_copy(&tmp);
+    assert_eq!(report.errors.len(), 2, "{:#?}", report.errors);
+    assert!(
+        report.errors[0]
+            .contains("knows no Kubernetes type for policy/v1beta1 PodDisruptionBudget")
     );
+    // The budget is not read, so deploy/ha's three replicas have none.
+    assert!(report.errors[1].contains("3 replicas need a PodDisruptionBudget"));
 }
 
 #[test]
@@ -648,7 +655,10 @@ fn custom_resources_are_validated_against_the_crds() {
         deploy_dir: tmp.path().join("deploy"),
         example_dirs: vec![],
         fixture_dirs: vec![fixtures],
-        overlay_dirs: vec![tmp.path().join("deploy/certify")],
+        overlay_dirs: vec![
+            tmp.path().join("deploy/certify"),
+            tmp.path().join("deploy/ha"),
+        ],
         external_tools: false,
         workspace: None,
     })
@@ -822,4 +832,134 @@ fn overlay_patches_are_applied_and_checked() {
         "name: linkerd-nothing",
     );
     assert_one_error(&check_copy(&tmp), "no object matches the target");
+}
+
+/// deploy/ha: three replicas on three nodes, one pod down at a time in rolling updates and
+/// drains; everything else as deploy/.
+#[test]
+fn ha_overlay() {
+    let mut docs = Vec::new();
+    let mut report = Report::default();
+    load_kustomization(
+        &root().join("deploy/ha"),
+        &mut docs,
+        &mut BTreeSet::new(),
+        &mut report,
+    )
+    .unwrap();
+    assert!(report.errors.is_empty(), "{:#?}", report.errors);
+    let doc = docs
+        .iter()
+        .find(|d| d.value["kind"] == "Deployment")
+        .unwrap();
+    let deployment: Deployment = decode_strict(&doc.value).unwrap();
+    let spec = deployment.spec.unwrap();
+    assert_eq!(spec.replicas, Some(3));
+    let rolling = spec.strategy.unwrap().rolling_update.unwrap();
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(1)));
+    assert_eq!(
+        resolve_count(rolling.max_surge.as_ref().unwrap(), 3, true),
+        Some(1)
+    );
+    let anti = spec
+        .template
+        .spec
+        .unwrap()
+        .affinity
+        .unwrap()
+        .pod_anti_affinity
+        .unwrap();
+    let required = anti
+        .required_during_scheduling_ignored_during_execution
+        .unwrap();
+    assert_eq!(required.len(), 1);
+    assert_eq!(required[0].topology_key, "kubernetes.io/hostname");
+    let preferred = anti
+        .preferred_during_scheduling_ignored_during_execution
+        .unwrap();
+    assert_eq!(
+        preferred[0].pod_affinity_term.topology_key,
+        "topology.kubernetes.io/zone"
+    );
+    let pdb = docs
+        .iter()
+        .find(|d| d.value["kind"] == "PodDisruptionBudget")
+        .unwrap();
+    assert_eq!(pdb.value["spec"]["maxUnavailable"], 1);
+}
+
+/// Replicas that could go down together are errors: two at once in a rolling update, an
+/// anti-affinity that selects other pods, several replicas without one, or no budget.
+#[test]
+fn availability_of_several_replicas_is_checked() {
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "ha/deployment-ha.yaml",
+        "maxUnavailable: 1",
+        "maxUnavailable: 2",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "a rolling update may take 2 of 3 pods down at once",
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "ha/deployment-ha.yaml",
+        "maxUnavailable: 1",
+        "maxUnavailable: 50%",
+    );
+    assert!(
+        check_copy(&tmp).errors.is_empty(),
+        "50% of 3 rounds down to 1"
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "ha/deployment-ha.yaml",
+        "values: [destination]",
+        "values: [identity]",
+    );
+    let report = check_copy(&tmp);
+    assert_eq!(report.errors.len(), 1, "{:#?}", report.errors);
+    assert!(report.errors[0].contains(
+        "a podAntiAffinity term (topologyKey kubernetes.io/hostname) does not select the Deployment's own pods"
+    ));
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "ha/deployment-ha.yaml",
+        "topologyKey: kubernetes.io/hostname",
+        "topologyKey: kubernetes.io/arch",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "3 replicas without a required podAntiAffinity on kubernetes.io/hostname",
+    );
+
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "base/pdb.yaml",
+        "maxUnavailable: 1",
+        "maxUnavailable: 2",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "3 replicas need a PodDisruptionBudget that lets drains evict one pod at a time",
+    );
+}
+
+#[test]
+fn counts_and_percentages() {
+    let pct = |s: &str| IntOrString::String(s.to_string());
+    assert_eq!(resolve_count(&pct("25%"), 3, false), Some(0));
+    assert_eq!(resolve_count(&pct("25%"), 3, true), Some(1));
+    assert_eq!(resolve_count(&pct("100%"), 3, false), Some(3));
+    assert_eq!(resolve_count(&IntOrString::Int(2), 3, true), Some(2));
+    assert_eq!(resolve_count(&pct("half"), 3, true), None);
 }
