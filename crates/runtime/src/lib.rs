@@ -14,7 +14,9 @@
 pub mod admin;
 pub mod args;
 pub mod grpc;
+pub mod introspect;
 pub mod log;
+pub mod process;
 pub mod shutdown;
 pub mod tls;
 

@@ -189,8 +189,15 @@ async fn serve_connection(
     settings: Http2Settings,
     mut phase: watch::Receiver<Phase>,
 ) {
-    let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+    // The peer, where tonic's `Request::remote_addr` looks for it (the introspection API
+    // shows each stream's).
+    let connect_info = tonic::transport::server::TcpConnectInfo {
+        local_addr: tcp.local_addr().ok(),
+        remote_addr: tcp.peer_addr().ok(),
+    };
+    let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
         let mut routes = routes.clone();
+        request.extensions_mut().insert(connect_info.clone());
         routes.call(request.map(Body::new))
     });
     let (mut streams, executor) = ConnectionStreams::new();
