@@ -8,7 +8,7 @@ use destination::{
 use linkerd_index::{
     ClusterStore, ClusterStoreConfig, DiscoveryIndex, IndexMetrics, LinkMetrics, Watches,
 };
-use linkerd_runtime::{Admin, shutdown};
+use linkerd_runtime::{Admin, introspect::StreamRegistry, shutdown};
 use std::sync::Arc;
 
 #[tokio::main]
@@ -25,6 +25,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let index_metrics = IndexMetrics::register(&mut registry);
     let metrics = DestinationMetrics::register(&mut registry);
     let link_metrics = LinkMetrics::register(&mut registry);
+    let streams = StreamRegistry::register(&mut registry);
+    linkerd_runtime::process::register(&mut registry);
 
     let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(trigger.on_signal());
@@ -53,6 +55,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on --addr {}", args.addr))?;
     tracing::info!(%addr, %admin_addr, "serving Destination");
+    linkerd_runtime::introspect::spawn(args.introspection_addr, streams.clone(), shutdown.clone())
+        .await;
 
     let service = DestinationService::new(
         index,
@@ -62,7 +66,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         shutdown.clone(),
     )
-    .with_clusters(clusters);
+    .with_clusters(clusters)
+    .with_streams(streams);
     serve(listener, service, shutdown).await;
     let _ = admin.await;
     Ok(())

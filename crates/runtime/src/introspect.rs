@@ -434,6 +434,27 @@ impl Collector for BehindCollector {
     }
 }
 
+/// Binds `addr` and serves the introspection API of `streams` on it until `shutdown`, in a
+/// task of its own. A bind failure is logged, not returned: the API is for operators, and a
+/// taken port must not stop the server from serving proxies. Returns the bound address.
+pub async fn spawn(
+    addr: SocketAddr,
+    streams: StreamRegistry,
+    shutdown: crate::shutdown::Shutdown,
+) -> Option<SocketAddr> {
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(%addr, %error, "cannot listen on --introspection-addr; serving without the introspection API");
+            return None;
+        }
+    };
+    let local = listener.local_addr().ok()?;
+    tracing::info!(addr = %local, "serving the introspection API");
+    tokio::spawn(serve(listener, streams, shutdown.signaled()));
+    Some(local)
+}
+
 /// Milliseconds since the Unix epoch (0 for times before it).
 pub fn unix_ms(time: SystemTime) -> i64 {
     time.duration_since(UNIX_EPOCH)
