@@ -14,6 +14,7 @@ pub mod endpoints;
 pub mod output;
 pub mod policy;
 pub mod profile;
+pub mod streams;
 
 pub use self::output::OutputFormat;
 
@@ -39,6 +40,14 @@ pub enum Command {
     /// (`OutboundPolicies.Watch`).
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Lists the watch streams a server holds open, from its introspection API: API, client
+    /// pod, target, peer, messages sent, and whether each is behind its topic.
+    Streams(streams::StreamsArgs),
+    /// Shows one open stream and what it last sent (for `Get`, the whole set its proxy holds).
+    Stream(streams::StreamArgs),
+    /// Shows every stream one pod's proxy holds on destination and policy-controller, and
+    /// whether each is in sync with the current view.
+    ProxyStatus(streams::ProxyStatusArgs),
 }
 
 /// Why a run stopped other than by the server ending its stream. The `Display` of each
@@ -103,6 +112,9 @@ impl Args {
             Command::Endpoints(args) => args.run(&mut stdout).await,
             Command::Profile(args) => args.run(&mut stdout).await,
             Command::Policy(command) => command.run(&mut stdout).await,
+            Command::Streams(args) => args.run(&mut stdout).await,
+            Command::Stream(args) => args.run(&mut stdout).await,
+            Command::ProxyStatus(args) => args.run(&mut stdout).await,
         }
     }
 }
