@@ -467,13 +467,14 @@ mod tests {
         let table = streams_table(&[info(1, false), info(12, true)], now).render();
         assert_eq!(
             table,
-            "ID  API  POD                   TARGET                                  PEER             SENT  LAST SENT  OPENED    BEHIND\n\
+            "ID  API  POD                   TARGET                                  PEER             SENT  LAST SENT  OPENED     BEHIND\n\
              1   Get  emojivoto/vote-bot-0  web-svc.emojivoto.svc.cluster.local:80  127.0.0.1:50000  3     1m5s ago   1m35s ago  no\n\
              12  Get  emojivoto/vote-bot-0  web-svc.emojivoto.svc.cluster.local:80  127.0.0.1:50000  3     1m5s ago   1m35s ago  yes"
         );
         assert_eq!(ago(0, now), "-");
         assert_eq!(ago(1_094_500, now), "0s ago");
-        assert_eq!(ago(1_095_000 - 7_200_000 - 60_000, now), "2h1m ago");
+        let later = UNIX_EPOCH + Duration::from_millis(10_000_000);
+        assert_eq!(ago(10_000_000 - 7_260_000, later), "2h1m ago");
     }
 
     #[test]
