@@ -151,7 +151,10 @@ async fn offline_mode_serves_and_follows_file_edits() {
         metrics.contains("stream_convergence_seconds_count{api=\"Get\"} 2\n"),
         "{metrics}"
     );
-    assert!(metrics.contains("streams_behind{api=\"Get\"} 0\n"), "{metrics}");
+    assert!(
+        metrics.contains("streams_behind{api=\"Get\"} 0\n"),
+        "{metrics}"
+    );
     for name in [
         "process_cpu_seconds_total ",
         "process_resident_memory_bytes ",

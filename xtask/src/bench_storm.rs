@@ -291,13 +291,19 @@ async fn storm(
         tokio::time::sleep(POLL).await;
     };
     let idle = Duration::from_secs(args.idle_secs);
-    eprintln!("streams closed; watching the server's CPU for {} s...", idle.as_secs());
+    eprintln!(
+        "streams closed; watching the server's CPU for {} s...",
+        idle.as_secs()
+    );
     let idle_cpu0 = server::cpu_time(pid)?;
     tokio::time::sleep(idle).await;
     let idle_cpu = server::cpu_time(pid)?.saturating_sub(idle_cpu0);
     let rss_after = server::rss_bytes(pid)?;
     if let Some(status) = server.try_wait()? {
-        bail!("destination exited during the benchmark ({status}){}", server.log_tail());
+        bail!(
+            "destination exited during the benchmark ({status}){}",
+            server.log_tail()
+        );
     }
     drop(channels);
     server.stop(Duration::from_secs(5)).await?;
@@ -326,8 +332,12 @@ async fn subscribers(admin_addr: SocketAddr) -> anyhow::Result<f64> {
     let (code, body) = server::http_get(admin_addr, "/metrics")
         .await
         .with_context(|| format!("cannot read http://{admin_addr}/metrics"))?;
-    ensure!(code == 200, "GET http://{admin_addr}/metrics answered {code}");
-    Ok(metric_sum(&body, "profile_subscribers", "") + metric_sum(&body, "endpoints_subscribers", ""))
+    ensure!(
+        code == 200,
+        "GET http://{admin_addr}/metrics answered {code}"
+    );
+    Ok(metric_sum(&body, "profile_subscribers", "")
+        + metric_sum(&body, "endpoints_subscribers", ""))
 }
 
 /// One `Get` stream: reports its first message (an `Add` of the service's `endpoints`
@@ -343,7 +353,10 @@ async fn get_stream(
     let request = GetDestination {
         scheme: "k8s".to_string(),
         path: authority.clone(),
-        context_token: format!(r#"{{"ns":"{}","pod":"client-{stream}"}}"#, cluster_gen::NAMESPACE),
+        context_token: format!(
+            r#"{{"ns":"{}","pod":"client-{stream}"}}"#,
+            cluster_gen::NAMESPACE
+        ),
     };
     let sent = Instant::now();
     let (updates, problem) = match client.get(request).await {
@@ -352,7 +365,9 @@ async fn get_stream(
             let problem = match updates.message().await {
                 Ok(Some(u)) => match u.update {
                     Some(update::Update::Add(set)) if set.addrs.len() == endpoints => None,
-                    other => Some(format!("{authority}: first update {other:?}, expected an Add of {endpoints}")),
+                    other => Some(format!(
+                        "{authority}: first update {other:?}, expected an Add of {endpoints}"
+                    )),
                 },
                 Ok(None) => Some("the stream ended before its first update".to_string()),
                 Err(status) => Some(format!("failed before its first update: {status}")),
@@ -428,7 +443,10 @@ impl Report {
         );
         println!("  time to first message, all:        {}", line(&self.all));
         println!("  time to first message, Get:        {}", line(&self.get));
-        println!("  time to first message, GetProfile: {}", line(&self.profile));
+        println!(
+            "  time to first message, GetProfile: {}",
+            line(&self.profile)
+        );
         println!(
             "  server CPU during the storm: {:.0} ms",
             millis(self.storm_server_cpu)

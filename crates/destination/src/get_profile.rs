@@ -9,8 +9,8 @@ use linkerd_index::{
         EndpointProfileKey, EndpointProfileView, ServiceProfileKey, ServiceProfileView,
     },
 };
-use linkerd2_proxy_api::destination::{DestinationProfile, GetDestination};
 use linkerd_runtime::introspect::{LastSent, StreamMeta, StreamRecord};
+use linkerd2_proxy_api::destination::{DestinationProfile, GetDestination};
 use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Instant};
 use tokio::sync::watch;
 use tonic::Status;
@@ -57,13 +57,9 @@ impl DestinationService {
                 let services = self.index.services_by_cluster_ip(addr.ip());
                 match services.as_slice() {
                     [] => self.endpoint_profile(addr, meta, started),
-                    [svc] => self.service_profile(
-                        svc.object_ref(),
-                        addr.port(),
-                        token.ns,
-                        meta,
-                        started,
-                    ),
+                    [svc] => {
+                        self.service_profile(svc.object_ref(), addr.port(), token.ns, meta, started)
+                    }
                     _ => Err(Status::failed_precondition(format!(
                         "found {} services with conflicting cluster IP {}",
                         services.len(),
@@ -178,7 +174,9 @@ impl DestinationService {
             started,
         );
         let record = self.streams.open(meta, Some(&rx));
-        Ok(Box::pin(updates(rx, target, guard, record).take_until(shutdown)))
+        Ok(Box::pin(
+            updates(rx, target, guard, record).take_until(shutdown),
+        ))
     }
 
     /// The profile of a workload address (§D.5).

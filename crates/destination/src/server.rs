@@ -1,6 +1,7 @@
 //! The tonic service implementing `io.linkerd.proxy.destination.Destination`.
 
 use futures::{Stream, StreamExt};
+use linkerd_index::EndpointsView;
 use linkerd_index::{ClusterStore, DiscoveryIndex, EndpointsKey, ObjectRef};
 use linkerd_runtime::{
     grpc::{Http2Settings, Shared, StreamingMethod, WatchStreams},
@@ -11,7 +12,6 @@ use linkerd2_proxy_api::destination::{
     DestinationProfile, GetDestination, Update,
     destination_server::{Destination, DestinationServer},
 };
-use linkerd_index::EndpointsView;
 use std::{collections::VecDeque, net::SocketAddr, pin::Pin, sync::Arc, time::Instant};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status, codegen::BoxFuture};

@@ -3,12 +3,13 @@
 
 mod support;
 
-use destination::{DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind};
+use destination::{
+    DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind,
+};
 use k8s_openapi::api::{core::v1::Pod, core::v1::Service, discovery::v1::EndpointSlice};
 use linkerd_index::Event;
 use linkerd_introspection_api::{
-    GetStreamRequest, ListStreamsRequest, StreamInfo,
-    introspection_client::IntrospectionClient,
+    GetStreamRequest, ListStreamsRequest, StreamInfo, introspection_client::IntrospectionClient,
 };
 use linkerd_runtime::{introspect::StreamRegistry, shutdown};
 use linkerd2_proxy_api::destination::{
@@ -35,7 +36,9 @@ fn token(pod: &str) -> String {
 /// The slice of `web` with the pods of `ready` (index → ready).
 fn slice(ready: &[bool]) -> EndpointSlice {
     let names: Vec<String> = (0..ready.len()).map(|p| format!("web-{p}")).collect();
-    let ips: Vec<String> = (0..ready.len()).map(|p| format!("10.1.0.{}", p + 1)).collect();
+    let ips: Vec<String> = (0..ready.len())
+        .map(|p| format!("10.1.0.{}", p + 1))
+        .collect();
     let eps: Vec<(&str, &str, bool)> = (0..ready.len())
         .map(|p| (names[p].as_str(), ips[p].as_str(), ready[p]))
         .collect();
@@ -223,7 +226,10 @@ async fn three_streams_are_listed_and_one_shows_the_set_its_client_holds() {
         assert_eq!(info.messages_sent, 1);
         assert!(!info.behind, "{info:?}");
         assert!(info.peer.starts_with("127.0.0.1:"), "{}", info.peer);
-        assert_eq!(info.client_identity, "", "no identity without the shim forwarding one");
+        assert_eq!(
+            info.client_identity, "",
+            "no identity without the shim forwarding one"
+        );
         assert!(info.opened_at_unix_ms > 0 && info.last_sent_at_unix_ms >= info.opened_at_unix_ms);
     }
     assert_eq!(listed[0].pod, "shop/client-0");
@@ -249,10 +255,16 @@ async fn three_streams_are_listed_and_one_shows_the_set_its_client_holds() {
     }
     let mut held = BTreeSet::new();
     apply(&mut held, s.holding(listed[1].id).await);
-    assert_eq!(held, sets[1], "what the API says equals what the client received");
+    assert_eq!(
+        held, sets[1],
+        "what the API says equals what the client received"
+    );
     assert_eq!(held.len(), PODS - 2);
     let after = s.all().await;
-    assert!(after.iter().all(|i| !i.behind && i.messages_sent >= 2), "{after:?}");
+    assert!(
+        after.iter().all(|i| !i.behind && i.messages_sent >= 2),
+        "{after:?}"
+    );
 
     // Bad input: clear errors, and the streams go on.
     let status = s
@@ -274,7 +286,10 @@ async fn three_streams_are_listed_and_one_shows_the_set_its_client_holds() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
-    assert_eq!(status.message(), "invalid pod \"client-1\": expected namespace/name");
+    assert_eq!(
+        status.message(),
+        "invalid pod \"client-1\": expected namespace/name"
+    );
     s.set_ready(3, true);
     let want = expected(&s.ready);
     read_until(&mut streams[0], &mut sets[0], &want).await;
@@ -318,7 +333,10 @@ async fn the_convergence_histogram_counts_one_observation_per_stream_per_change(
     assert_eq!(first.fully_qualified_name, "web.shop.svc.cluster.local");
     // First messages answer requests: no observation.
     let text = s.scrape();
-    assert!(!text.contains("stream_convergence_seconds_count{api=\"Get\"}"), "{text}");
+    assert!(
+        !text.contains("stream_convergence_seconds_count{api=\"Get\"}"),
+        "{text}"
+    );
 
     for change in 1..=2u64 {
         s.set_ready(change as usize, false);
@@ -343,7 +361,10 @@ async fn the_convergence_histogram_counts_one_observation_per_stream_per_change(
         .await;
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].pod, "shop/client-0");
-    assert_eq!(listed[0].messages_sent, 1, "endpoint changes leave the profile as it was");
+    assert_eq!(
+        listed[0].messages_sent, 1,
+        "endpoint changes leave the profile as it was"
+    );
     let sent = s
         .introspection
         .get_stream(GetStreamRequest { id: listed[0].id })
@@ -352,7 +373,10 @@ async fn the_convergence_histogram_counts_one_observation_per_stream_per_change(
         .into_inner()
         .last_sent
         .unwrap();
-    assert_eq!(sent.type_name, "io.linkerd.proxy.destination.DestinationProfile");
+    assert_eq!(
+        sent.type_name,
+        "io.linkerd.proxy.destination.DestinationProfile"
+    );
     assert_eq!(DestinationProfile::decode(&sent.value[..]).unwrap(), first);
 }
 
@@ -378,7 +402,10 @@ async fn a_stream_that_stops_reading_shows_as_behind_until_it_reads_again() {
         let want = expected(&s.ready);
         read_until(&mut reading, &mut reading_set, &want).await;
         let listed = s.all().await;
-        assert!(!listed[1].behind, "the reading stream is up to date: {listed:?}");
+        assert!(
+            !listed[1].behind,
+            "the reading stream is up to date: {listed:?}"
+        );
         if listed[0].behind {
             break;
         }

@@ -289,7 +289,13 @@ impl ProxyStatusArgs {
             }
             OutputFormat::Table => {
                 let mut table = Table::new([
-                    "SERVER", "ID", "API", "TARGET", "SENT", "LAST SENT", "STATUS",
+                    "SERVER",
+                    "ID",
+                    "API",
+                    "TARGET",
+                    "SENT",
+                    "LAST SENT",
+                    "STATUS",
                 ]);
                 for (server, s) in &rows {
                     table.push([
@@ -325,7 +331,15 @@ pub fn sync_status(stream: &StreamInfo) -> &'static str {
 /// The streams as rows: ID, API, POD, TARGET, PEER, SENT, LAST SENT, OPENED, BEHIND.
 pub fn streams_table(streams: &[StreamInfo], now: SystemTime) -> Table {
     let mut table = Table::new([
-        "ID", "API", "POD", "TARGET", "PEER", "SENT", "LAST SENT", "OPENED", "BEHIND",
+        "ID",
+        "API",
+        "POD",
+        "TARGET",
+        "PEER",
+        "SENT",
+        "LAST SENT",
+        "OPENED",
+        "BEHIND",
     ]);
     for s in streams {
         table.push([
@@ -387,11 +401,11 @@ pub enum Sent {
     /// `Destination.Get`: the whole set the proxy holds, as one update.
     Update(Update),
     /// `Destination.GetProfile`.
-    Profile(DestinationProfile),
+    Profile(Box<DestinationProfile>),
     /// `InboundServerPolicies.WatchPort`.
-    Inbound(Server),
+    Inbound(Box<Server>),
     /// `OutboundPolicies.Watch`.
-    Outbound(OutboundPolicy),
+    Outbound(Box<OutboundPolicy>),
 }
 
 impl Sent {
@@ -403,13 +417,17 @@ impl Sent {
             tonic::Status::data_loss(format!("last sent {} does not decode: {e}", sent.type_name))
         };
         Ok(match sent.type_name.as_str() {
-            "io.linkerd.proxy.destination.Update" => Self::Update(Update::decode(bytes).map_err(fail)?),
-            "io.linkerd.proxy.destination.DestinationProfile" => {
-                Self::Profile(DestinationProfile::decode(bytes).map_err(fail)?)
+            "io.linkerd.proxy.destination.Update" => {
+                Self::Update(Update::decode(bytes).map_err(fail)?)
             }
-            "io.linkerd.proxy.inbound.Server" => Self::Inbound(Server::decode(bytes).map_err(fail)?),
+            "io.linkerd.proxy.destination.DestinationProfile" => {
+                Self::Profile(Box::new(DestinationProfile::decode(bytes).map_err(fail)?))
+            }
+            "io.linkerd.proxy.inbound.Server" => {
+                Self::Inbound(Box::new(Server::decode(bytes).map_err(fail)?))
+            }
             "io.linkerd.proxy.outbound.OutboundPolicy" => {
-                Self::Outbound(OutboundPolicy::decode(bytes).map_err(fail)?)
+                Self::Outbound(Box::new(OutboundPolicy::decode(bytes).map_err(fail)?))
             }
             other => {
                 return Err(tonic::Status::data_loss(format!(
@@ -497,6 +515,9 @@ mod tests {
             value: vec![],
         })
         .unwrap_err();
-        assert_eq!(status.message(), "last sent message of unknown type \"x.Y\"");
+        assert_eq!(
+            status.message(),
+            "last sent message of unknown type \"x.Y\""
+        );
     }
 }

@@ -42,7 +42,7 @@ async fn start() -> Servers {
     let index = DiscoveryIndex::new();
     let mut watches = Watches::new(metrics.clone());
     index.watch(&mut watches);
-    let source = OfflineSource::new(&fixture(), metrics).expect("fixture dir");
+    let source = OfflineSource::new(fixture(), metrics).expect("fixture dir");
     watches.start(&ClusterSource::Offline(source)).await;
     let streams = StreamRegistry::new();
     let service = DestinationService::new(
@@ -83,15 +83,17 @@ async fn start() -> Servers {
     let index = InboundIndex::new(config, metrics.clone());
     let mut watches = Watches::new(metrics.clone());
     index.watch(&mut watches);
-    let source = OfflineSource::new(&fixture(), metrics).expect("fixture dir");
+    let source = OfflineSource::new(fixture(), metrics).expect("fixture dir");
     watches.start(&ClusterSource::Offline(source)).await;
     let streams = StreamRegistry::new();
-    let service =
-        InboundPolicyService::new(index, translator, PolicyMetrics::default(), shutdown.clone())
-            .with_streams(streams.clone());
-    let (listener, policy) = policy::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let service = InboundPolicyService::new(
+        index,
+        translator,
+        PolicyMetrics::default(),
+        shutdown.clone(),
+    )
+    .with_streams(streams.clone());
+    let (listener, policy) = policy::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     tokio::spawn(policy::serve(listener, service, shutdown.clone()));
     let policy_introspection =
         linkerd_runtime::introspect::spawn("127.0.0.1:0".parse().unwrap(), streams, shutdown)
@@ -207,7 +209,9 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
     assert_eq!(shown["id"], id);
     assert_eq!(shown["last_sent"], diag::output::update_json(&first));
     assert!(
-        shown["last_sent"]["add"]["addrs"].as_array().is_some_and(|a| !a.is_empty()),
+        shown["last_sent"]["add"]["addrs"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty()),
         "{shown}"
     );
 
@@ -281,7 +285,10 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
     .await;
     assert_eq!(code, Some(0));
     let shown: Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!(shown["last_sent"], diag::output::inbound_server_json(&server));
+    assert_eq!(
+        shown["last_sent"],
+        diag::output::inbound_server_json(&server)
+    );
 
     // Bad input: a clear message, exit status 1, and the streams go on.
     let (code, stdout, stderr) = wait_output(dst_diag(&[

@@ -179,7 +179,7 @@ impl OutboundPolicyService {
             client_identity: None,
             target: match &spec.target {
                 Some(Target::Authority(authority)) => authority.clone(),
-                Some(Target::Addr(addr)) => match addr.ip.clone().map(std::net::IpAddr::try_from) {
+                Some(Target::Addr(addr)) => match addr.ip.map(std::net::IpAddr::try_from) {
                     Some(Ok(ip)) => SocketAddr::new(ip, addr.port as u16).to_string(),
                     _ => format!("?:{}", addr.port),
                 },

@@ -102,9 +102,8 @@ fn echo(s: &str) -> String {
 /// `namespace/name` (the introspection API's `pod`); `None` when it does not parse.
 pub fn workload_name(workload: &str) -> Option<String> {
     match parse_workload(workload).ok()? {
-        WorkloadRef::Pod { namespace, name } | WorkloadRef::ExternalWorkload { namespace, name } => {
-            Some(format!("{namespace}/{name}"))
-        }
+        WorkloadRef::Pod { namespace, name }
+        | WorkloadRef::ExternalWorkload { namespace, name } => Some(format!("{namespace}/{name}")),
     }
 }
 

@@ -106,6 +106,9 @@ pub struct LastSent {
     encode: Box<dyn Fn() -> Vec<u8> + Send + Sync>,
 }
 
+/// A proxy API message's protobuf name and its encoding.
+pub type EncodedMessage = (&'static str, Vec<u8>);
+
 /// The filters of [`StreamRegistry::list`]; each unset one matches every stream.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StreamFilter {
@@ -230,7 +233,7 @@ impl StreamRegistry {
 
     /// Stream `id` and what it last sent (`None` before its first message); `None` when no
     /// open stream has that ID.
-    pub fn get(&self, id: u64) -> Option<(StreamSummary, Option<(&'static str, Vec<u8>)>)> {
+    pub fn get(&self, id: u64) -> Option<(StreamSummary, Option<EncodedMessage>)> {
         let entry = self.inner.streams.lock().get(&id).cloned()?;
         let summary = entry.summary();
         let last = entry

@@ -166,7 +166,10 @@ mod tests {
         let fds = value(&text, "process_open_fds");
         let listed = std::fs::read_dir("/proc/self/fd").unwrap().count() as f64;
         // The listing itself holds one descriptor; other test threads may open a few.
-        assert!(fds >= 5.0 && (fds - listed).abs() <= 8.0, "fds {fds} vs {listed}");
+        assert!(
+            fds >= 5.0 && (fds - listed).abs() <= 8.0,
+            "fds {fds} vs {listed}"
+        );
         drop((a, b));
 
         let start = value(&text, "process_start_time_seconds");
@@ -174,6 +177,9 @@ mod tests {
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_secs_f64();
-        assert!(start <= now + 1.0 && start > now - 3600.0, "start {start}, now {now}");
+        assert!(
+            start <= now + 1.0 && start > now - 3600.0,
+            "start {start}, now {now}"
+        );
     }
 }

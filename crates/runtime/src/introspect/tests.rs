@@ -22,18 +22,39 @@ fn streams_are_listed_in_open_order_with_filters_and_leave_when_dropped() {
     let registry = StreamRegistry::new();
     let (_tx, rx) = watch::channel(Arc::new(1u32));
     let a = registry.open(
-        meta("Get", "web.emojivoto.svc.cluster.local:80", Some("emojivoto/vote-bot"), "10.0.0.1:4000"),
+        meta(
+            "Get",
+            "web.emojivoto.svc.cluster.local:80",
+            Some("emojivoto/vote-bot"),
+            "10.0.0.1:4000",
+        ),
         Some(&rx),
     );
     let b = registry.open(
-        meta("GetProfile", "web.emojivoto.svc.cluster.local:80", Some("emojivoto/web-0"), "10.0.0.2:4000"),
+        meta(
+            "GetProfile",
+            "web.emojivoto.svc.cluster.local:80",
+            Some("emojivoto/web-0"),
+            "10.0.0.2:4000",
+        ),
         Some(&rx),
     );
-    let c = registry.open::<u32>(meta("WatchPort", "emojivoto:web-0 port 8080", Some("emojivoto/web-0"), "10.0.0.2:4001"), None);
+    let c = registry.open::<u32>(
+        meta(
+            "WatchPort",
+            "emojivoto:web-0 port 8080",
+            Some("emojivoto/web-0"),
+            "10.0.0.2:4001",
+        ),
+        None,
+    );
 
     let all = registry.list(&StreamFilter::default());
     assert_eq!(ids(&all), [a.id(), b.id(), c.id()]);
-    assert_eq!(all[0].meta.context_token, "token of web.emojivoto.svc.cluster.local:80");
+    assert_eq!(
+        all[0].meta.context_token,
+        "token of web.emojivoto.svc.cluster.local:80"
+    );
     assert_eq!(all[2].meta.api, "WatchPort");
 
     let by_pod = StreamFilter {
@@ -59,7 +80,10 @@ fn streams_are_listed_in_open_order_with_filters_and_leave_when_dropped() {
 
     let b_id = b.id();
     drop(b);
-    assert_eq!(ids(&registry.list(&StreamFilter::default())), [a.id(), c.id()]);
+    assert_eq!(
+        ids(&registry.list(&StreamFilter::default())),
+        [a.id(), c.id()]
+    );
     assert!(registry.get(b_id).is_none());
     assert_eq!(registry.len(), 2);
 }
@@ -109,12 +133,19 @@ fn one_convergence_observation_per_change_a_stream_writes() {
     let mut metrics = Registry::default();
     let registry = StreamRegistry::register(&mut metrics);
     let (_tx, rx) = watch::channel(Arc::new(1u32));
-    let record = registry.open(meta("WatchPort", "w port 1", None, "127.0.0.1:1"), Some(&rx));
+    let record = registry.open(
+        meta("WatchPort", "w port 1", None, "127.0.0.1:1"),
+        Some(&rx),
+    );
     let view = rx.borrow().clone();
     record.caught_up(&view, true, None);
     // Not written: no observation.
     record.caught_up(&view, false, Some(Instant::now()));
-    record.caught_up(&view, true, Some(Instant::now() - Duration::from_millis(30)));
+    record.caught_up(
+        &view,
+        true,
+        Some(Instant::now() - Duration::from_millis(30)),
+    );
 
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &metrics).unwrap();
@@ -122,9 +153,18 @@ fn one_convergence_observation_per_change_a_stream_writes() {
         text.contains("stream_convergence_seconds_count{api=\"WatchPort\"} 1\n"),
         "{text}"
     );
-    assert!(text.contains("stream_convergence_seconds_bucket{le=\"0.025\",api=\"WatchPort\"} 0\n"), "{text}");
-    assert!(text.contains("stream_convergence_seconds_bucket{le=\"0.05\",api=\"WatchPort\"} 1\n"), "{text}");
-    assert!(text.contains("streams_behind{api=\"WatchPort\"} 0\n"), "{text}");
+    assert!(
+        text.contains("stream_convergence_seconds_bucket{le=\"0.025\",api=\"WatchPort\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stream_convergence_seconds_bucket{le=\"0.05\",api=\"WatchPort\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("streams_behind{api=\"WatchPort\"} 0\n"),
+        "{text}"
+    );
     assert!(text.contains("streams_behind{api=\"Get\"} 0\n"), "{text}");
 }
 
@@ -144,12 +184,18 @@ fn filters_that_cannot_match_are_refused_with_the_field_named() {
         pod: "web-0".into(),
         ..ListStreamsRequest::default()
     });
-    assert_eq!(status.message(), "invalid pod \"web-0\": expected namespace/name");
+    assert_eq!(
+        status.message(),
+        "invalid pod \"web-0\": expected namespace/name"
+    );
     let status = bad(ListStreamsRequest {
         peer_ip: "10.0.0".into(),
         ..ListStreamsRequest::default()
     });
-    assert_eq!(status.message(), "invalid peer_ip \"10.0.0\": not an IP address");
+    assert_eq!(
+        status.message(),
+        "invalid peer_ip \"10.0.0\": not an IP address"
+    );
 
     let ok = service::filter(&ListStreamsRequest {
         api: "Watch".into(),
