@@ -144,6 +144,26 @@ async fn offline_mode_serves_and_follows_file_edits() {
         ["10.244.0.99:8080".parse::<SocketAddr>().unwrap()]
     );
 
+    // Two file reads, two changes to the one stream: two convergence observations (the first
+    // message answered the request and is not one). The process metrics are there too.
+    let (_, metrics) = http_get(admin, "/metrics").unwrap();
+    assert!(
+        metrics.contains("stream_convergence_seconds_count{api=\"Get\"} 2\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("streams_behind{api=\"Get\"} 0\n"),
+        "{metrics}"
+    );
+    for name in [
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
+    ] {
+        assert!(metrics.contains(name), "{name} in {metrics}");
+    }
+
     // An object that does not decode as its kind is skipped, and the log names its file.
     std::fs::write(
         state.path().join("bad-service.yaml"),

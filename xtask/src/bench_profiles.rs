@@ -82,22 +82,22 @@ pub struct BenchProfilesArgs {
 
 /// One stream's first message, as its task read it.
 #[derive(Debug)]
-struct First {
-    stream: usize,
+pub(crate) struct First {
+    pub(crate) stream: usize,
     /// From just before the request to the first profile.
-    latency: Duration,
-    at: Instant,
+    pub(crate) latency: Duration,
+    pub(crate) at: Instant,
     /// Why the stream failed or its first profile is not the generated one.
-    problem: Option<String>,
+    pub(crate) problem: Option<String>,
 }
 
 /// How a stream's task ended.
 #[derive(Debug, Default)]
-struct Held {
+pub(crate) struct Held {
     /// Messages after the first, while nothing changed (should be none).
-    extra_messages: usize,
+    pub(crate) extra_messages: usize,
     /// The server ended the stream before the client closed it.
-    ended_early: Option<String>,
+    pub(crate) ended_early: Option<String>,
 }
 
 /// Everything measured, for printing.
@@ -346,7 +346,7 @@ async fn storm(
 /// One `GetProfile` stream: reports its first profile (checked against the generated one),
 /// then holds the stream, counting any further message, until `close` turns true; dropping
 /// the stream then resets it.
-async fn profile_stream(
+pub(crate) async fn profile_stream(
     stream: usize,
     service: usize,
     authority: String,

@@ -6,6 +6,8 @@
 //!   `Destination.Get` on a generated cluster.
 //! - `cargo xtask bench-profiles`: a storm of `GetProfile` streams on a generated cluster with
 //!   ServiceProfiles: time to every stream's first profile, memory, and idle CPU after closing.
+//! - `cargo xtask bench-storm`: 5,000 `GetProfile` and 5,000 `Get` streams opened at once on
+//!   500 Services: time to first message, peak RSS, CPU during the storm and after it.
 //! - `cargo xtask bench-inbound`: 10,000 `WatchPort` streams on the policy controller and one
 //!   AuthorizationPolicy change that reaches them all: latency, memory per stream, CPU.
 //! - `cargo xtask bench-outbound`: 10,000 `OutboundPolicies.Watch` streams over 500 Services
@@ -41,6 +43,7 @@ mod bench_outbound;
 mod bench_profiles;
 mod bench_scale;
 mod bench_slow;
+mod bench_storm;
 mod certs;
 mod check_deploy;
 mod cluster_gen;
@@ -78,6 +81,9 @@ enum Command {
     /// thousands of `GetProfile` streams at once, close them: prints first-profile latency,
     /// memory, and the server's CPU once idle.
     BenchProfiles(bench_profiles::BenchProfilesArgs),
+    /// 5,000 `GetProfile` and 5,000 `Get` streams opened at once on 500 Services (linkerd2
+    /// #15583): time to first message, peak RSS, CPU during the storm and after it.
+    BenchStorm(bench_storm::BenchStormArgs),
     /// Generate pods with Servers and one namespace-wide AuthorizationPolicy, run
     /// `policy-controller` on it, open a `WatchPort` stream per pod port, change the policy:
     /// prints change-to-delivery latency, memory per stream and the server's CPU per change.
@@ -118,6 +124,7 @@ fn main() -> anyhow::Result<()> {
         Command::Dev(args) => dev::run(&root, args),
         Command::Bench(args) => bench::run(&root, args),
         Command::BenchProfiles(args) => bench_profiles::run(&root, args),
+        Command::BenchStorm(args) => bench_storm::run(&root, args),
         Command::BenchInbound(args) => bench_inbound::run(&root, args),
         Command::GenCrds(args) => crds::run(&root, args),
         Command::GenCerts(args) => certs::run(&root, args),

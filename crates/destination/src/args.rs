@@ -55,6 +55,13 @@ pub struct Args {
     #[arg(long, alias = "metrics-addr", default_value = "0.0.0.0:9996", value_parser = parse_listen_addr)]
     pub admin_addr: SocketAddr,
 
+    /// Introspection API listen address (gRPC, `proto/introspection.proto`): the open streams
+    /// and what each last sent. Loopback by default: it shows every proxy's endpoints, so it is
+    /// reached with `kubectl port-forward`, never through the mTLS port. If it cannot be bound,
+    /// the error is logged and the Destination service runs without it.
+    #[arg(long, env = "LINKERD_DESTINATION_INTROSPECTION_ADDR", default_value = "127.0.0.1:9986", value_parser = parse_listen_addr)]
+    pub introspection_addr: SocketAddr,
+
     /// The control-plane namespace: pods whose `linkerd.io/control-plane-ns` label equals it
     /// get an mTLS identity.
     #[arg(long, default_value = "linkerd", value_parser = parse_namespace)]
@@ -240,6 +247,7 @@ mod tests {
         let args = Args::try_parse_from(["destination"]).unwrap();
         assert_eq!(args.addr, "0.0.0.0:8086".parse().unwrap());
         assert_eq!(args.admin_addr, "0.0.0.0:9996".parse().unwrap());
+        assert_eq!(args.introspection_addr, "127.0.0.1:9986".parse().unwrap());
         assert!(args.enable_ipv6 && args.enable_h2_upgrade && !args.ext_endpoint_zone_weights);
         assert!(Args::try_parse_from(["destination", "--enable-ipv6=maybe"]).is_err());
         assert!(Args::try_parse_from(["destination", "--addr=nowhere"]).is_err());

@@ -12,7 +12,7 @@
 //! made once or twice, not once per stream.
 
 use linkerd_index::{AddressId, Endpoint, EndpointsView, Workload, model::AddressType};
-use linkerd_runtime::grpc::Shared;
+use linkerd_runtime::{grpc::Shared, introspect::LastSent};
 use linkerd2_proxy_api::{
     destination::{AddrSet, NoEndpoints, Update, WeightedAddrSet, update},
     net::TcpAddress,
@@ -27,6 +27,9 @@ use thread_local::ThreadLocal;
 use tokio::sync::watch;
 
 use crate::translate::EndpointTranslator;
+
+/// The protobuf name of `Update`, as the introspection API names what a `Get` stream sent.
+pub const UPDATE_TYPE: &str = "io.linkerd.proxy.destination.Update";
 
 /// What a stream filters on: the client's position and the server's address-family setting.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -265,6 +268,34 @@ impl EndpointsStream {
     /// first message).
     pub fn exists(&self) -> bool {
         self.last.as_ref().is_some_and(|view| view.exists())
+    }
+
+    /// The view the stream last computed its updates from (`None` before the first).
+    pub fn last_view(&self) -> Option<&Arc<EndpointsView>> {
+        self.last.as_ref()
+    }
+
+    /// What the client holds after the updates of [`Self::last_view`], as one `Update` made
+    /// when asked for (the introspection API): an `Add` of the whole filtered set, or
+    /// `NoEndpoints`. `None` before the first message.
+    pub fn holding(&self) -> Option<LastSent> {
+        let view = self.last.clone()?;
+        let filter = self.filter.clone();
+        let translator = self.translator.clone();
+        Some(LastSent::lazy(UPDATE_TYPE, move || {
+            let set = filter.apply(&view);
+            let zone = filter.client_zone.as_deref();
+            let addrs: Vec<_> = set
+                .iter()
+                .filter_map(|(_, ep)| translator.weighted_addr(ep, zone).ok())
+                .collect();
+            let update = if addrs.is_empty() {
+                no_endpoints(view.exists())
+            } else {
+                add(addrs, &view)
+            };
+            prost::Message::encode_to_vec(&update)
+        }))
     }
 
     /// Waits for the next view and returns the updates it causes (possibly none: a change that

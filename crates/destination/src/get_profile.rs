@@ -9,6 +9,7 @@ use linkerd_index::{
         EndpointProfileKey, EndpointProfileView, ServiceProfileKey, ServiceProfileView,
     },
 };
+use linkerd_runtime::introspect::{LastSent, StreamMeta, StreamRecord};
 use linkerd2_proxy_api::destination::{DestinationProfile, GetDestination};
 use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Instant};
 use tokio::sync::watch;
@@ -36,18 +37,29 @@ impl DestinationService {
     pub(crate) fn profile_stream(
         &self,
         request: GetDestination,
+        peer: Option<SocketAddr>,
         started: Instant,
     ) -> Result<ProfileStream, Status> {
         let target = parse_profile_target(&request.path, &self.cluster_domain)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let token = ContextToken::parse(&request.context_token);
         tracing::debug!(path = %request.path, ?token, "GetProfile");
+        let meta = StreamMeta {
+            api: "GetProfile",
+            peer,
+            client_identity: None,
+            target: request.path.clone(),
+            pod: token.pod_ref(),
+            context_token: request.context_token.clone(),
+        };
         match target {
             ProfileTarget::Addr(addr) => {
                 let services = self.index.services_by_cluster_ip(addr.ip());
                 match services.as_slice() {
-                    [] => self.endpoint_profile(addr, started),
-                    [svc] => self.service_profile(svc.object_ref(), addr.port(), token.ns, started),
+                    [] => self.endpoint_profile(addr, meta, started),
+                    [svc] => {
+                        self.service_profile(svc.object_ref(), addr.port(), token.ns, meta, started)
+                    }
                     _ => Err(Status::failed_precondition(format!(
                         "found {} services with conflicting cluster IP {}",
                         services.len(),
@@ -61,7 +73,7 @@ impl DestinationService {
                     name: name.service,
                 };
                 let Some(instance) = name.instance else {
-                    return self.service_profile(service, name.port, token.ns, started);
+                    return self.service_profile(service, name.port, token.ns, meta, started);
                 };
                 let ip = self
                     .index
@@ -73,7 +85,7 @@ impl DestinationService {
                             service.namespace, service.name
                         ))
                     })?;
-                self.endpoint_profile(SocketAddr::new(ip, name.port), started)
+                self.endpoint_profile(SocketAddr::new(ip, name.port), meta, started)
             }
         }
     }
@@ -84,6 +96,7 @@ impl DestinationService {
         service: ObjectRef,
         port: u16,
         client_namespace: Option<String>,
+        meta: StreamMeta,
         started: Instant,
     ) -> Result<ProfileStream, Status> {
         let fqn = format!(
@@ -108,11 +121,19 @@ impl DestinationService {
         // 2): the proxy falls back to its client policy.
         if !svc.ports.iter().any(|p| p.port == port) {
             let guard = ProfileGuard::undeclared_port(self.metrics.clone(), started);
+            let record = self.streams.open::<()>(meta, None);
             let stream = futures::stream::once(async { Ok(profile::empty_profile()) })
                 .chain(futures::stream::pending())
                 .take_until(shutdown)
-                // The guard lives as long as the stream: the stream is counted when it ends.
-                .inspect(move |_| guard.sent());
+                // The guard and the record live as long as the stream: the stream is counted
+                // when it ends.
+                .inspect(move |_| {
+                    guard.sent();
+                    record.sent(
+                        1,
+                        Some(LastSent::message(PROFILE_TYPE, profile::empty_profile())),
+                    );
+                });
             return Ok(Box::pin(stream));
         }
         if svc.external_name {
@@ -152,13 +173,17 @@ impl DestinationService {
             },
             started,
         );
-        Ok(Box::pin(updates(rx, target, guard).take_until(shutdown)))
+        let record = self.streams.open(meta, Some(&rx));
+        Ok(Box::pin(
+            updates(rx, target, guard, record).take_until(shutdown),
+        ))
     }
 
     /// The profile of a workload address (§D.5).
     fn endpoint_profile(
         &self,
         addr: SocketAddr,
+        meta: StreamMeta,
         started: Instant,
     ) -> Result<ProfileStream, Status> {
         let rx = self
@@ -171,8 +196,9 @@ impl DestinationService {
         let translator = self.translator.clone();
         let target = move |view: &EndpointProfileView| endpoint_profile(&translator, view);
         let guard = ProfileGuard::workload(self.metrics.clone(), started);
+        let record = self.streams.open(meta, Some(&rx));
         Ok(Box::pin(
-            updates(rx, target, guard).take_until(self.shutdown.clone().signaled()),
+            updates(rx, target, guard, record).take_until(self.shutdown.clone().signaled()),
         ))
     }
 }
@@ -180,10 +206,16 @@ impl DestinationService {
 /// The profiles of a topic: the current one first, then one per view whose translation differs
 /// from the last sent. A view that translates to nothing (an endpoint that cannot be sent) is
 /// skipped.
+///
+/// `record` is told what was sent and which view the client is up to date with: a view whose
+/// profile was already sent is caught up at once; one that sends a profile is caught up when
+/// the stream is next polled, which [`linkerd_runtime::grpc::WatchStreams`] does only once
+/// HTTP/2 took the profile.
 fn updates<V, F>(
     rx: watch::Receiver<Arc<V>>,
     translate: F,
     guard: ProfileGuard,
+    record: StreamRecord<V>,
 ) -> impl Stream<Item = Result<DestinationProfile, Status>> + Send
 where
     V: Send + Sync + 'static,
@@ -192,9 +224,12 @@ where
     struct State<V, F> {
         rx: watch::Receiver<Arc<V>>,
         translate: F,
-        last: Option<DestinationProfile>,
+        last: Option<Arc<DestinationProfile>>,
         started: bool,
         guard: ProfileGuard,
+        record: StreamRecord<V>,
+        /// The view of the profile handed out last, and when its change was seen.
+        handed: Option<(Arc<V>, Option<Instant>)>,
     }
     let state = State {
         rx,
@@ -202,26 +237,51 @@ where
         last: None,
         started: false,
         guard,
+        record,
+        handed: None,
     };
     futures::stream::unfold(state, |mut st| async move {
+        if let Some((view, seen)) = st.handed.take() {
+            st.record.caught_up(&view, true, seen);
+        }
         loop {
             if st.started {
                 st.rx.changed().await.ok()?;
             }
+            let first = !st.started;
             st.started = true;
             let view = st.rx.borrow_and_update().clone();
             let Some(profile) = (st.translate)(&view) else {
+                st.record.caught_up(&view, false, None);
                 continue;
             };
-            if st.last.as_ref() == Some(&profile) {
+            if st.last.as_deref() == Some(&profile) {
+                st.record.caught_up(&view, false, None);
                 continue;
             }
+            let profile = Arc::new(profile);
             st.last = Some(profile.clone());
             st.guard.sent();
-            return Some((Ok(profile), st));
+            let sent = profile.clone();
+            st.record.sent(
+                1,
+                Some(LastSent::lazy(PROFILE_TYPE, move || {
+                    prost::Message::encode_to_vec(&*sent)
+                })),
+            );
+            // A stream's first message answers its request, not a change.
+            let seen = (!first)
+                .then(|| linkerd_index::change_seen_at(&view))
+                .flatten();
+            st.handed = Some((view, seen));
+            return Some((Ok(Arc::unwrap_or_clone(profile)), st));
         }
     })
 }
+
+/// The protobuf name of `DestinationProfile`, as the introspection API names what a
+/// `GetProfile` stream sent.
+pub const PROFILE_TYPE: &str = "io.linkerd.proxy.destination.DestinationProfile";
 
 /// The endpoint profile of `view` (§D.5): the default retry budget, `opaque_protocol`, and the
 /// address as `Get` would send it, without `zone_locality` and with the workload's

@@ -7,7 +7,7 @@ use destination::{
 use linkerd_index::{
     ClusterStore, ClusterStoreConfig, DiscoveryIndex, IndexMetrics, LinkMetrics, Watches,
 };
-use linkerd_runtime::{Admin, go_flags, shutdown};
+use linkerd_runtime::{Admin, go_flags, introspect::StreamRegistry, shutdown};
 use std::sync::Arc;
 
 #[tokio::main]
@@ -27,6 +27,8 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
     let index_metrics = IndexMetrics::register(&mut registry);
     let metrics = DestinationMetrics::register(&mut registry);
     let link_metrics = LinkMetrics::register(&mut registry);
+    let streams = StreamRegistry::register(&mut registry);
+    linkerd_runtime::process::register(&mut registry);
 
     let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(trigger.on_signal());
@@ -55,6 +57,8 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on --addr {}", args.addr))?;
     tracing::info!(%addr, %admin_addr, "serving Destination");
+    linkerd_runtime::introspect::spawn(args.introspection_addr, streams.clone(), shutdown.clone())
+        .await;
 
     let service = DestinationService::new(
         index,
@@ -64,7 +68,8 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
         metrics,
         shutdown.clone(),
     )
-    .with_clusters(clusters);
+    .with_clusters(clusters)
+    .with_streams(streams);
     serve(listener, service, shutdown).await;
     let _ = admin.await;
     Ok(())

@@ -1,16 +1,18 @@
 //! The tonic service implementing `io.linkerd.proxy.destination.Destination`.
 
 use futures::{Stream, StreamExt};
+use linkerd_index::EndpointsView;
 use linkerd_index::{ClusterStore, DiscoveryIndex, EndpointsKey, ObjectRef};
 use linkerd_runtime::{
     grpc::{Http2Settings, Shared, StreamingMethod, WatchStreams},
+    introspect::{StreamMeta, StreamRecord, StreamRegistry},
     shutdown::Shutdown,
 };
 use linkerd2_proxy_api::destination::{
     DestinationProfile, GetDestination, Update,
     destination_server::{Destination, DestinationServer},
 };
-use std::{net::SocketAddr, pin::Pin, sync::Arc};
+use std::{collections::VecDeque, net::SocketAddr, pin::Pin, sync::Arc, time::Instant};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status, codegen::BoxFuture};
 
@@ -35,6 +37,8 @@ pub struct DestinationService {
     pub(crate) cluster_domain: String,
     enable_ipv6: bool,
     pub(crate) metrics: DestinationMetrics,
+    /// The open streams, for the introspection API and the stream metrics.
+    pub(crate) streams: StreamRegistry,
     pub(crate) shutdown: Shutdown,
 }
 
@@ -58,8 +62,21 @@ impl DestinationService {
             cluster_domain,
             enable_ipv6,
             metrics,
+            streams: StreamRegistry::new(),
             shutdown,
         }
+    }
+
+    /// The same service, recording its `Get` and `GetProfile` streams in `streams` (the
+    /// introspection API's registry; by default one nobody reads).
+    pub fn with_streams(mut self, streams: StreamRegistry) -> Self {
+        self.streams = streams;
+        self
+    }
+
+    /// The registry of this service's open streams.
+    pub fn streams(&self) -> &StreamRegistry {
+        &self.streams
     }
 
     /// The same service, with remote-discovery and federated Services served from the linked
@@ -97,6 +114,7 @@ impl DestinationService {
         request: Request<GetDestination>,
     ) -> Result<BoxStream<Shared<Update>>, Status> {
         let started = self.metrics.started("Get");
+        let peer = request.remote_addr();
         let request = request.into_inner();
         let name = match parse_service_name(&request.path, &self.cluster_domain) {
             Ok(name) => name,
@@ -108,6 +126,8 @@ impl DestinationService {
         };
         let token = ContextToken::parse(&request.context_token);
         tracing::debug!(path = %request.path, ?token, "Get");
+        let (request_path, request_token) = (request.path, request.context_token);
+        let client_pod = token.pod_ref();
 
         let rx = self.index.endpoints(EndpointsKey {
             service: ObjectRef {
@@ -198,7 +218,16 @@ impl DestinationService {
             nodename: token.node_name.unwrap_or_default(),
         };
         let guard = StreamGuard::new(self.metrics.clone(), labels, started);
+        let meta = StreamMeta {
+            api: "Get",
+            peer,
+            client_identity: None,
+            target: request_path,
+            pod: client_pod,
+            context_token: request_token,
+        };
         if let Some(request) = request {
+            let record = self.streams.open::<()>(meta, None);
             let stream = MulticlusterStream::new(
                 rx,
                 &self.clusters,
@@ -207,33 +236,86 @@ impl DestinationService {
                 request,
                 self.metrics.unknown_cluster_members.clone(),
             );
-            let updates =
-                futures::stream::unfold((stream, guard), |(mut stream, guard)| async move {
+            let updates = futures::stream::unfold(
+                (stream, guard, record),
+                |(mut stream, guard, record)| async move {
                     let updates = stream.next_updates().await?;
                     guard.sent(updates.len() as u64);
                     guard.holds(stream.held(), stream.exists());
+                    record.sent(updates.len() as u64, None);
                     Some((
                         futures::stream::iter(updates.into_iter().map(|u| Ok(Shared::new(u)))),
-                        (stream, guard),
+                        (stream, guard, record),
                     ))
-                })
-                .flatten()
-                .take_until(self.shutdown.clone().signaled());
+                },
+            )
+            .flatten()
+            .take_until(self.shutdown.clone().signaled());
             return Ok(Box::pin(updates));
         }
+        let record = self.streams.open(meta, Some(&rx));
         let stream = EndpointsStream::new(rx, filter, self.translator.clone(), self.deltas.clone());
-        let updates = futures::stream::unfold((stream, guard), |(mut stream, guard)| async move {
-            let updates = stream.next_updates().await?;
-            guard.sent(updates.len() as u64);
-            guard.holds(stream.held(), stream.exists());
-            Some((
-                futures::stream::iter(updates.into_iter().map(Ok)),
-                (stream, guard),
-            ))
+        let state = GetState {
+            stream,
+            guard,
+            record,
+            pending: VecDeque::new(),
+            seen: None,
+        };
+        let updates = futures::stream::unfold(state, |mut state| async move {
+            let update = state.next().await?;
+            Some((Ok(update), state))
         })
-        .flatten()
         .take_until(self.shutdown.clone().signaled());
         Ok(Box::pin(updates))
+    }
+}
+
+/// One local `Get` stream as served: the updates of its last view not yet handed to HTTP/2,
+/// and its introspection record, told once they all are.
+struct GetState {
+    stream: EndpointsStream,
+    guard: StreamGuard,
+    record: StreamRecord<EndpointsView>,
+    pending: VecDeque<Shared<Update>>,
+    /// When the index saw the change behind `pending` (`None`: not a change).
+    seen: Option<Instant>,
+}
+
+impl GetState {
+    /// The next update to send; `None` once the topic is gone. Each is asked for only after
+    /// HTTP/2 took the one before ([`WatchStreams`]), so the last of a view's updates being
+    /// taken means the client was sent everything up to that view.
+    async fn next(&mut self) -> Option<Shared<Update>> {
+        loop {
+            if let Some(update) = self.pending.pop_front() {
+                if self.pending.is_empty()
+                    && let Some(view) = self.stream.last_view()
+                {
+                    self.record.caught_up(view, true, self.seen);
+                }
+                return Some(update);
+            }
+            let first = self.stream.last_view().is_none();
+            let updates = self.stream.next_updates().await?;
+            self.guard.sent(updates.len() as u64);
+            self.guard.holds(self.stream.held(), self.stream.exists());
+            let Some(view) = self.stream.last_view() else {
+                continue;
+            };
+            if updates.is_empty() {
+                // A change that does not concern this client: nothing to send for it.
+                self.record.caught_up(view, false, None);
+                continue;
+            }
+            // A stream's first message answers its request, not a change.
+            self.seen = (!first)
+                .then(|| linkerd_index::change_seen_at(view))
+                .flatten();
+            self.record
+                .sent(updates.len() as u64, self.stream.holding());
+            self.pending.extend(updates);
+        }
     }
 }
 
@@ -302,7 +384,8 @@ impl Destination for DestinationService {
         request: Request<GetDestination>,
     ) -> Result<Response<Self::GetProfileStream>, Status> {
         let started = self.metrics.started("GetProfile");
-        match self.profile_stream(request.into_inner(), started) {
+        let peer = request.remote_addr();
+        match self.profile_stream(request.into_inner(), peer, started) {
             Ok(stream) => Ok(Response::new(stream)),
             Err(status) => {
                 self.metrics.handled("GetProfile", status.code(), started);

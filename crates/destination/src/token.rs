@@ -21,6 +21,16 @@ pub struct ContextToken {
 }
 
 impl ContextToken {
+    /// The client pod as `namespace/name`, when the token names both.
+    pub fn pod_ref(&self) -> Option<String> {
+        match (&self.ns, &self.pod) {
+            (Some(ns), Some(pod)) if !ns.is_empty() && !pod.is_empty() => {
+                Some(format!("{ns}/{pod}"))
+            }
+            _ => None,
+        }
+    }
+
     /// Parses a token; never fails.
     pub fn parse(token: &str) -> Self {
         let token = token.trim();

@@ -16,6 +16,7 @@ pub mod explain;
 pub mod output;
 pub mod policy;
 pub mod profile;
+pub mod streams;
 
 pub use self::output::OutputFormat;
 
@@ -50,6 +51,14 @@ pub enum Command {
     /// timeouts and retries a request gets). Exit status 0 allowed, 1 denied, 2 no answer.
     #[command(subcommand)]
     Explain(explain::ExplainCommand),
+    /// Lists the watch streams a server holds open, from its introspection API: API, client
+    /// pod, target, peer, messages sent, and whether each is behind its topic.
+    Streams(streams::StreamsArgs),
+    /// Shows one open stream and what it last sent (for `Get`, the whole set its proxy holds).
+    Stream(streams::StreamArgs),
+    /// Shows every stream one pod's proxy holds on destination and policy-controller, and
+    /// whether each is in sync with the current view.
+    ProxyStatus(streams::ProxyStatusArgs),
 }
 
 /// Why a run stopped other than by the server ending its stream. The `Display` of each
@@ -121,6 +130,9 @@ impl Args {
             Command::Profile(args) => args.run(&mut stdout).await,
             Command::Policy(command) => command.run(&mut stdout).await,
             Command::Explain(command) => command.run(&mut stdout).await,
+            Command::Streams(args) => args.run(&mut stdout).await,
+            Command::Stream(args) => args.run(&mut stdout).await,
+            Command::ProxyStatus(args) => args.run(&mut stdout).await,
         }
     }
 }

@@ -56,5 +56,6 @@ pub use self::{
     outbound::OutboundIndex,
     source::{ClusterArgs, ClusterSource, Event},
     status::StatusIndex,
+    topic::change_seen_at,
     watches::{Fed, Sink, Started, WatchScope, Watches},
 };

@@ -66,6 +66,8 @@ pub struct IndexMetrics {
     pub(crate) invalid_files: Counter,
     pub(crate) conflicting_objects: Counter,
     pub(crate) offline_reloads: Counter,
+    /// Relists after a kind's initial list, by kind.
+    pub(crate) watch_restarts: Family<KindLabels, Counter>,
     /// Whether the API server answers this cluster's watches: the last watch event was a
     /// success or an error status (`true`), or an error without one (`false`: connection
     /// refused or reset, a timeout). Set only for linked clusters.
@@ -85,6 +87,7 @@ impl Default for IndexMetrics {
             invalid_files: Counter::default(),
             conflicting_objects: Counter::default(),
             offline_reloads: Counter::default(),
+            watch_restarts: Family::default(),
             api_reachable: None,
         }
     }
@@ -101,7 +104,9 @@ impl IndexMetrics {
     /// (histograms of the delay from an object's last update to its watch event; observed by the
     /// `kube` source only),
     /// `index_invalid_objects_total{kind}` (objects that could not be decoded or indexed),
-    /// `offline_invalid_files_total` and `offline_conflicting_objects_total` (offline source).
+    /// `offline_invalid_files_total` and `offline_conflicting_objects_total` (offline source),
+    /// `index_watch_restarts_total{kind}` (relists after a kind's initial list: its watch
+    /// started over after an error or an expired resourceVersion; upstream has no such metric).
     pub fn register(registry: &mut Registry) -> Self {
         let mut metrics = Self::default();
         for (kind, name) in CACHE_SIZE {
@@ -126,6 +131,11 @@ impl IndexMetrics {
             "index_invalid_objects",
             "Objects skipped because they could not be decoded or indexed",
             metrics.invalid_objects.clone(),
+        );
+        registry.register(
+            "index_watch_restarts",
+            "Times a kind's watch started over with a new list after its initial one",
+            metrics.watch_restarts.clone(),
         );
         registry.register(
             "offline_invalid_files",
@@ -195,6 +205,14 @@ impl IndexMetrics {
             .iter()
             .find(|(k, _)| *k == kind)
             .map(|(_, h)| h.clone())
+    }
+
+    pub(crate) fn watch_restarted(&self, kind: &str) {
+        self.watch_restarts
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .inc();
     }
 
     pub(crate) fn invalid_object(&self, kind: &str) {

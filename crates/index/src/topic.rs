@@ -14,17 +14,75 @@
 
 use parking_lot::Mutex;
 use std::{
+    cell::Cell,
     collections::HashMap,
     hash::{BuildHasher, Hash},
-    sync::{Arc, Weak},
+    sync::{Arc, LazyLock, Weak},
+    time::Instant,
 };
 use tokio::sync::watch;
+
+/// When the index saw the change that each topic's current view comes from, by the view's
+/// address: the start of the convergence a stream measures when it writes the view out
+/// ([`change_seen_at`]). An entry lives while its view is its topic's current one, so an
+/// address is never reused while it has an entry. Sharded: every publish and every stream's
+/// write looks it up. A view shared by several topics ([`SharedViews`]) loses its entry when
+/// the first of them replaces it; the others' streams, which write a change as soon as it is
+/// published, have then mostly observed it already.
+static SEEN: LazyLock<[Mutex<HashMap<usize, Instant>>; SEEN_SHARDS]> =
+    LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
+const SEEN_SHARDS: usize = 16;
+
+thread_local! {
+    /// When the event being applied on this thread was seen ([`ChangeSeen`]).
+    static APPLYING: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Marks the events applied on this thread, until dropped, as seen at one instant: the views
+/// they publish are stamped with it rather than with the time of publishing.
+pub(crate) struct ChangeSeen(Option<Instant>);
+
+/// When the index saw the change that produced `view` (a watch event, a state-directory
+/// read), while `view` is its topic's current view; `None` for a view no change produced (a
+/// topic's first) or one already replaced.
+pub fn change_seen_at<V>(view: &Arc<V>) -> Option<Instant> {
+    let key = seen_key(view);
+    seen_shard(key).lock().get(&key).copied()
+}
+
+fn seen_key<V>(view: &Arc<V>) -> usize {
+    Arc::as_ptr(view) as *const () as usize
+}
+
+fn seen_shard(key: usize) -> &'static Mutex<HashMap<usize, Instant>> {
+    // Allocations are at least 8-byte aligned: the low bits say nothing.
+    &SEEN[(key >> 4) % SEEN_SHARDS]
+}
+
+impl ChangeSeen {
+    pub(crate) fn now() -> Self {
+        Self(APPLYING.replace(Some(Instant::now())))
+    }
+}
+
+impl Drop for ChangeSeen {
+    fn drop(&mut self) {
+        APPLYING.set(self.0);
+    }
+}
 
 /// The publishing side of one topic: the only sender of its channel, so its receivers see the
 /// channel close when the index drops it.
 #[derive(Debug)]
 pub struct Topic<V> {
     tx: watch::Sender<Arc<V>>,
+}
+
+impl<V> Drop for Topic<V> {
+    fn drop(&mut self) {
+        let key = seen_key(&self.tx.borrow());
+        seen_shard(key).lock().remove(&key);
+    }
 }
 
 impl<V: PartialEq> Topic<V> {
@@ -46,7 +104,12 @@ impl<V: PartialEq> Topic<V> {
             if **current == view {
                 return false;
             }
+            let old = seen_key(current);
+            seen_shard(old).lock().remove(&old);
             *current = views.alloc(view);
+            let new = seen_key(current);
+            let seen = APPLYING.get().unwrap_or_else(Instant::now);
+            seen_shard(new).lock().insert(new, seen);
             true
         })
     }
@@ -274,6 +337,32 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_published_view_is_stamped_with_when_its_change_was_seen_until_replaced() {
+        let topic = Topic::new(Arc::new(1u32));
+        let first = topic.subscribe().borrow().clone();
+        assert_eq!(change_seen_at(&first), None, "a first view is no change");
+
+        let seen = {
+            let _applying = ChangeSeen::now();
+            let seen = APPLYING.get().unwrap();
+            assert!(topic.publish(2, &mut NotShared));
+            seen
+        };
+        assert_eq!(APPLYING.get(), None);
+        let second = topic.subscribe().borrow().clone();
+        assert_eq!(change_seen_at(&second), Some(seen));
+
+        // Outside an event, the time of publishing.
+        let before = Instant::now();
+        assert!(topic.publish(3, &mut NotShared));
+        let third = topic.subscribe().borrow().clone();
+        assert_eq!(change_seen_at(&second), None, "replaced");
+        assert!(change_seen_at(&third).unwrap() >= before);
+        drop(topic);
+        assert_eq!(change_seen_at(&third), None, "topic gone");
+    }
 
     #[tokio::test]
     async fn identical_views_are_not_published() {

@@ -160,6 +160,7 @@ impl Watches {
             return;
         };
         if let Some(kind) = kind.as_any_ref().downcast_ref::<KindSinks<K>>() {
+            let _seen = crate::topic::ChangeSeen::now();
             let events = [event];
             for sink in &kind.sinks {
                 sink.apply(&events);
@@ -298,6 +299,8 @@ impl<K: Kind> KindWatch<K> {
         if events.is_empty() {
             return;
         }
+        // The views these events change are stamped with now: when the index saw them.
+        let _seen = crate::topic::ChangeSeen::now();
         let mut stored = None;
         for sink in &self.sinks {
             let count = sink.apply(&events);
@@ -307,6 +310,10 @@ impl<K: Kind> KindWatch<K> {
             self.metrics.set_cache_size(K::LABEL, count);
         }
         let reset = events.iter().any(|e| matches!(e, Event::Reset(_)));
+        if reset && self.synced.load(Ordering::Acquire) {
+            // A relist after the initial one: the watch started over (an error, 410 Gone).
+            self.metrics.watch_restarted(K::LABEL);
+        }
         if reset && !self.synced.swap(true, Ordering::AcqRel) {
             tracing::debug!(kind = K::LABEL, "initial list applied");
             if self.readiness.pending.fetch_sub(1, Ordering::AcqRel) == 1 {

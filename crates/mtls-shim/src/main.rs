@@ -16,6 +16,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = ShimMetrics::register(&mut registry);
+    linkerd_runtime::process::register(&mut registry);
 
     let identity = args.identity().map_err(anyhow::Error::msg)?;
     let config = Config {

@@ -27,6 +27,13 @@ pub struct Args {
     #[arg(long, default_value = "0.0.0.0:9990", value_parser = parse_listen_addr)]
     pub admin_addr: SocketAddr,
 
+    /// Introspection API listen address (gRPC, `proto/introspection.proto`): the open streams
+    /// and what each last sent. Loopback by default: it shows every proxy's policies, so it is
+    /// reached with `kubectl port-forward`, never through the mTLS port. If it cannot be bound,
+    /// the error is logged and the policy APIs run without it.
+    #[arg(long, env = "LINKERD_POLICY_INTROSPECTION_ADDR", default_value = "127.0.0.1:9980", value_parser = parse_listen_addr)]
+    pub introspection_addr: SocketAddr,
+
     /// HTTPS listen address of the policy admission webhook.
     #[arg(long, default_value = "0.0.0.0:9443", value_parser = parse_listen_addr)]
     pub server_addr: SocketAddr,
@@ -221,6 +228,7 @@ mod tests {
         let args = Args::try_parse_from(["policy-controller"]).unwrap();
         assert_eq!(args.grpc_addr, "0.0.0.0:8090".parse().unwrap());
         assert_eq!(args.admin_addr, "0.0.0.0:9990".parse().unwrap());
+        assert_eq!(args.introspection_addr, "127.0.0.1:9980".parse().unwrap());
         assert_eq!(args.server_addr, "0.0.0.0:9443".parse().unwrap());
         assert_eq!(
             args.server_tls_certs,

@@ -5,6 +5,7 @@ use futures::{Stream, StreamExt};
 use linkerd_index::inbound::{InboundIndex, InboundServer, WorkloadRef};
 use linkerd_runtime::{
     grpc::{Shared, StreamingMethod, WatchStreams},
+    introspect::{LastSent, StreamMeta, StreamRegistry},
     shutdown::Shutdown,
 };
 use linkerd2_proxy_api::inbound::{
@@ -19,8 +20,12 @@ use crate::{
     metrics::{GET_PORT, PolicyMetrics, Rpc, SubscriberGuard, WATCH_PORT},
     translate::InboundTranslator,
     views::{DistinctViews, SharedTranslations},
-    workload::{parse_port, parse_workload},
+    workload::{parse_port, parse_workload, workload_name},
 };
+
+/// The protobuf name of the inbound `Server`, as the introspection API names what a
+/// `WatchPort` stream sent.
+pub const SERVER_TYPE: &str = "io.linkerd.proxy.inbound.Server";
 
 /// `InboundServerPolicies` over an [`InboundIndex`].
 #[derive(Clone)]
@@ -30,6 +35,8 @@ pub struct InboundPolicyService {
     /// The `WatchPort` messages, shared by the streams of a topic.
     translations: Arc<SharedTranslations<InboundServer, Server>>,
     metrics: PolicyMetrics,
+    /// The open `WatchPort` streams, for the introspection API and the stream metrics.
+    streams: StreamRegistry,
     shutdown: Shutdown,
 }
 
@@ -81,8 +88,16 @@ impl InboundPolicyService {
             translator: Arc::new(translator),
             translations: Arc::new(SharedTranslations::new()),
             metrics,
+            streams: StreamRegistry::new(),
             shutdown,
         }
+    }
+
+    /// The same service, recording its `WatchPort` streams in `streams` (the introspection
+    /// API's registry; by default one nobody reads).
+    pub fn with_streams(mut self, streams: StreamRegistry) -> Self {
+        self.streams = streams;
+        self
     }
 
     /// The tonic service, ready to add to a `Server`: the generated server, with the
@@ -120,8 +135,18 @@ impl InboundPolicyService {
             Ok(rx) => rx,
             Err(status) => return Err(rpc.fail(status)),
         };
+        let spec = request.get_ref();
+        let meta = StreamMeta {
+            api: "WatchPort",
+            peer: request.remote_addr(),
+            client_identity: None,
+            target: format!("{} port {}", spec.workload, spec.port),
+            pod: workload_name(&spec.workload),
+            context_token: spec.workload.clone(),
+        };
+        let record = self.streams.open(meta, Some(&rx));
         let state = WatchState {
-            views: DistinctViews::new(rx),
+            views: DistinctViews::new(rx).recorded(record),
             translator: self.translator.clone(),
             translations: self.translations.clone(),
             rpc,
@@ -178,10 +203,13 @@ impl WatchState {
     async fn next(&mut self) -> Option<Shared<Server>> {
         let view = self.views.next().await?;
         let translator = &self.translator;
-        Some(
-            self.translations
-                .get_or_translate(&view, |view| translator.server(view)),
-        )
+        let message = self
+            .translations
+            .get_or_translate(&view, |view| translator.server(view));
+        if let Some(record) = self.views.record() {
+            record.sent(1, Some(LastSent::message(SERVER_TYPE, message.clone())));
+        }
+        Some(message)
     }
 }
 

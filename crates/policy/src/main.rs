@@ -37,6 +37,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let index_metrics = IndexMetrics::register(&mut registry);
     let metrics = PolicyMetrics::register(&mut registry);
     let status_metrics = StatusMetrics::register(&mut registry);
+    let streams = linkerd_runtime::introspect::StreamRegistry::register(&mut registry);
+    linkerd_runtime::process::register(&mut registry);
 
     let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(trigger.on_signal());
@@ -93,20 +95,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on --grpc-addr {}", args.grpc_addr))?;
     tracing::info!(%grpc_addr, %admin_addr, "serving InboundServerPolicies and OutboundPolicies");
+    linkerd_runtime::introspect::spawn(args.introspection_addr, streams.clone(), shutdown.clone())
+        .await;
 
     let inbound = InboundPolicyService::new(
         inbound_index,
         InboundTranslator::new(args.cluster_networks.0.clone()),
         metrics.clone(),
         shutdown.clone(),
-    );
+    )
+    .with_streams(streams.clone());
     let outbound = OutboundPolicyService::new(
         outbound_index,
         OutboundTranslator::new(args.allow_l5d_request_headers),
         args.cluster_domain.clone(),
         metrics,
         shutdown.clone(),
-    );
+    )
+    .with_streams(streams);
     let serving = serve_policies(listener, inbound, Some(outbound), shutdown);
     match status_writer {
         None => serving.await,

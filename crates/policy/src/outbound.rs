@@ -8,6 +8,7 @@ use linkerd_index::{
 };
 use linkerd_runtime::{
     grpc::{Shared, StreamingMethod, WatchStreams},
+    introspect::{LastSent, StreamMeta, StreamRegistry},
     shutdown::Shutdown,
 };
 use linkerd2_proxy_api::outbound::{
@@ -22,8 +23,12 @@ use crate::{
     metrics::{OUTBOUND_GET, OUTBOUND_WATCH, PolicyMetrics, Rpc},
     translate::outbound::OutboundTranslator,
     views::{DistinctViews, SharedTranslations},
-    workload::parse_workload,
+    workload::{parse_workload, workload_name},
 };
+
+/// The protobuf name of `OutboundPolicy`, as the introspection API names what a `Watch`
+/// stream sent.
+pub const POLICY_TYPE: &str = "io.linkerd.proxy.outbound.OutboundPolicy";
 
 /// `OutboundPolicies` over an [`OutboundIndex`].
 #[derive(Clone)]
@@ -35,6 +40,8 @@ pub struct OutboundPolicyService {
     /// `--cluster-domain`: authorities are `<name>.<namespace>.svc.<cluster-domain>[:port]`.
     cluster_domain: String,
     metrics: PolicyMetrics,
+    /// The open `Watch` streams, for the introspection API and the stream metrics.
+    streams: StreamRegistry,
     shutdown: Shutdown,
 }
 
@@ -85,8 +92,16 @@ impl OutboundPolicyService {
             translations: Arc::new(SharedTranslations::new()),
             cluster_domain,
             metrics,
+            streams: StreamRegistry::new(),
             shutdown,
         }
+    }
+
+    /// The same service, recording its `Watch` streams in `streams` (the introspection API's
+    /// registry; by default one nobody reads).
+    pub fn with_streams(mut self, streams: StreamRegistry) -> Self {
+        self.streams = streams;
+        self
     }
 
     /// The tonic service, ready to add to a `Server`: the generated server, with the `Watch`
@@ -157,23 +172,42 @@ impl OutboundPolicyService {
             Err(status) => return Err(rpc.fail(status)),
         };
         let shutdown = self.shutdown.clone().signaled();
+        let spec = request.get_ref();
+        let meta = StreamMeta {
+            api: "Watch",
+            peer: request.remote_addr(),
+            client_identity: None,
+            target: match &spec.target {
+                Some(Target::Authority(authority)) => authority.clone(),
+                Some(Target::Addr(addr)) => match addr.ip.map(std::net::IpAddr::try_from) {
+                    Some(Ok(ip)) => SocketAddr::new(ip, addr.port as u16).to_string(),
+                    _ => format!("?:{}", addr.port),
+                },
+                None => String::new(),
+            },
+            pod: workload_name(&spec.source_workload),
+            context_token: spec.source_workload.clone(),
+        };
         match lookup {
             OutboundLookup::Fixed(policy) => {
                 let first = Shared::new(self.translator.policy(&policy));
                 rpc.sent();
+                let record = self.streams.open::<()>(meta, None);
+                record.sent(1, Some(LastSent::message(POLICY_TYPE, first.clone())));
                 let stream = futures::stream::once(async move { Ok(first) })
                     .chain(futures::stream::pending())
                     .take_until(shutdown);
                 // `rpc` finishes (counted OK) when the stream drops.
                 let stream = stream.map(move |m| {
-                    let _ = &rpc;
+                    let _ = (&rpc, &record);
                     m
                 });
                 Ok(Box::pin(stream))
             }
             OutboundLookup::Watch(rx) => {
+                let record = self.streams.open(meta, Some(&rx));
                 let state = WatchState {
-                    views: DistinctViews::new(rx),
+                    views: DistinctViews::new(rx).recorded(record),
                     translator: self.translator.clone(),
                     translations: self.translations.clone(),
                     rpc,
@@ -292,10 +326,13 @@ impl WatchState {
     async fn next(&mut self) -> Option<Shared<ApiPolicy>> {
         let view = self.views.next().await?;
         let translator = &self.translator;
-        Some(
-            self.translations
-                .get_or_translate(&view, |view| translator.policy(view)),
-        )
+        let message = self
+            .translations
+            .get_or_translate(&view, |view| translator.policy(view));
+        if let Some(record) = self.views.record() {
+            record.sent(1, Some(LastSent::message(POLICY_TYPE, message.clone())));
+        }
+        Some(message)
     }
 }
 

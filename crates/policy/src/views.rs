@@ -5,8 +5,8 @@
 //! The streams of one topic send the same view, so its translation is made once
 //! ([`SharedTranslations`]) and sent by each of them as one [`Shared`] message.
 
-use linkerd_runtime::grpc::Shared;
-use std::{cell::RefCell, collections::VecDeque, sync::Arc};
+use linkerd_runtime::{grpc::Shared, introspect::StreamRecord};
+use std::{cell::RefCell, collections::VecDeque, sync::Arc, time::Instant};
 use thread_local::ThreadLocal;
 use tokio::sync::watch;
 
@@ -14,6 +14,11 @@ use tokio::sync::watch;
 pub(crate) struct DistinctViews<V> {
     rx: watch::Receiver<Arc<V>>,
     last: Option<Arc<V>>,
+    /// The stream's introspection record, told which view the client is up to date with.
+    record: Option<StreamRecord<V>>,
+    /// The view last returned, and when the index saw its change (`None` for a first view),
+    /// until the next call says the stream took it.
+    handed: Option<(Arc<V>, Option<Instant>)>,
 }
 
 /// The messages of the views translated lately, by view, so that the streams of a topic
@@ -40,14 +45,36 @@ const TRANSLATIONS_PER_THREAD: usize = 16;
 
 impl<V: PartialEq> DistinctViews<V> {
     pub(crate) fn new(rx: watch::Receiver<Arc<V>>) -> Self {
-        Self { rx, last: None }
+        Self {
+            rx,
+            last: None,
+            record: None,
+            handed: None,
+        }
+    }
+
+    /// The same views, reported to `record`: a view is written out when the next one is
+    /// asked for (a watch stream asks only once HTTP/2 took its last message), and a view
+    /// equal to the last one sent is written out at once.
+    pub(crate) fn recorded(mut self, record: StreamRecord<V>) -> Self {
+        self.record = Some(record);
+        self
+    }
+
+    /// The stream's record, if it has one.
+    pub(crate) fn record(&self) -> Option<&StreamRecord<V>> {
+        self.record.as_ref()
     }
 
     /// The current view on the first call, then the next view not equal to the last one
     /// returned; `None` once the topic is gone (its target was deleted).
     pub(crate) async fn next(&mut self) -> Option<Arc<V>> {
+        if let (Some(record), Some((view, seen))) = (&self.record, self.handed.take()) {
+            record.caught_up(&view, true, seen);
+        }
         loop {
-            if self.last.is_some() {
+            let first = self.last.is_none();
+            if !first {
                 self.rx.changed().await.ok()?;
             }
             let view = self.rx.borrow_and_update().clone();
@@ -58,7 +85,17 @@ impl<V: PartialEq> DistinctViews<V> {
                 .is_some_and(|last| Arc::ptr_eq(last, &view) || **last == *view);
             if !unchanged {
                 self.last = Some(view.clone());
+                if self.record.is_some() {
+                    // A stream's first message answers its request, not a change.
+                    let seen = (!first)
+                        .then(|| linkerd_index::change_seen_at(&view))
+                        .flatten();
+                    self.handed = Some((view.clone(), seen));
+                }
                 return Some(view);
+            }
+            if let Some(record) = &self.record {
+                record.caught_up(&view, false, None);
             }
         }
     }

@@ -98,6 +98,15 @@ fn echo(s: &str) -> String {
     format!("{}...", &s[..end])
 }
 
+/// The workload a `PortSpec.workload` or `TrafficSpec.source_workload` names, as
+/// `namespace/name` (the introspection API's `pod`); `None` when it does not parse.
+pub fn workload_name(workload: &str) -> Option<String> {
+    match parse_workload(workload).ok()? {
+        WorkloadRef::Pod { namespace, name }
+        | WorkloadRef::ExternalWorkload { namespace, name } => Some(format!("{namespace}/{name}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,7 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
 
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = WebhookMetrics::register(&mut registry);
+    linkerd_runtime::process::register(&mut registry);
 
     let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(trigger.on_signal());

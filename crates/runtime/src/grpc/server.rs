@@ -189,11 +189,18 @@ async fn serve_connection(
     settings: Http2Settings,
     mut phase: watch::Receiver<Phase>,
 ) {
+    // The peer, where tonic's `Request::remote_addr` looks for it (the introspection API
+    // shows each stream's).
+    let connect_info = tonic::transport::server::TcpConnectInfo {
+        local_addr: tcp.local_addr().ok(),
+        remote_addr: tcp.peer_addr().ok(),
+    };
     // The router's future holds the whole request until the handler has it, and hyper keeps
     // each stream's future as large as it ever is for the stream's life: boxed, the router's
     // future goes once the response head is ready, about 270 bytes less per watch stream.
-    let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
         let mut routes = routes.clone();
+        request.extensions_mut().insert(connect_info.clone());
         Box::pin(routes.call(request.map(Body::new))) as Pin<Box<dyn Future<Output = _> + Send>>
     });
     let (mut streams, executor) = ConnectionStreams::new();

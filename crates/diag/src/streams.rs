@@ -1,0 +1,523 @@
+//! `dst-diag streams`, `dst-diag stream ID` and `dst-diag proxy-status NS/POD`: what the
+//! watch streams a server holds open were sent, read from its introspection API
+//! (`proto/introspection.proto`), served on loopback: destination `127.0.0.1:9986`,
+//! policy-controller `127.0.0.1:9980` (reach them with `kubectl port-forward`).
+
+use linkerd_introspection_api::{
+    GetStreamRequest, ListStreamsRequest, SentMessage, StreamInfo,
+    introspection_client::IntrospectionClient,
+};
+use linkerd2_proxy_api::{
+    destination::{DestinationProfile, Update},
+    inbound::Server,
+    outbound::OutboundPolicy,
+};
+use prost::Message;
+use serde_json::{Value, json};
+use std::{
+    io::{self, Write},
+    time::{SystemTime, UNIX_EPOCH},
+};
+use tonic::transport::Channel;
+
+use crate::{
+    Error,
+    client::{self, MAX_MESSAGE_SIZE},
+    output::{self, OutputFormat, Table},
+};
+
+/// Where `destination` serves its introspection API inside the pod.
+pub const DEFAULT_DESTINATION_INTROSPECTION: &str = "http://127.0.0.1:9986";
+/// Where `policy-controller` serves its introspection API inside the pod.
+pub const DEFAULT_POLICY_INTROSPECTION: &str = "http://127.0.0.1:9980";
+
+/// The flags of `dst-diag streams`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct StreamsArgs {
+    /// Only streams of this API: `Get`, `GetProfile` (destination), `WatchPort`, `Watch`
+    /// (policy-controller).
+    #[arg(long)]
+    pub api: Option<String>,
+
+    /// Only streams of this client pod (`namespace/name`), as its context token or workload
+    /// names it.
+    #[arg(long)]
+    pub pod: Option<String>,
+
+    /// Only streams whose TCP peer has this IP address.
+    #[arg(long)]
+    pub peer: Option<String>,
+
+    /// Only streams whose target contains this text.
+    #[arg(long)]
+    pub target: Option<String>,
+
+    /// Only streams behind their topic: they have not written out the newest view.
+    #[arg(long)]
+    pub behind: bool,
+
+    /// The introspection API: `http://host:port` or `host:port` (destination's by default;
+    /// policy-controller's is `127.0.0.1:9980`).
+    #[arg(long, env = "DST_DIAG_INTROSPECTION", default_value = DEFAULT_DESTINATION_INTROSPECTION)]
+    pub introspection: String,
+
+    /// `table`: one row per stream; `json`: one JSON object per stream and line.
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+/// The flags of `dst-diag stream`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct StreamArgs {
+    /// The stream's ID, as `dst-diag streams` lists it.
+    pub id: u64,
+
+    /// The introspection API: `http://host:port` or `host:port`.
+    #[arg(long, env = "DST_DIAG_INTROSPECTION", default_value = DEFAULT_DESTINATION_INTROSPECTION)]
+    pub introspection: String,
+
+    /// `table`: the stream, then what it last sent as `dst-diag` prints that API's messages;
+    /// `json`: one JSON object with both.
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+/// The flags of `dst-diag proxy-status`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ProxyStatusArgs {
+    /// The pod whose proxy to show, `namespace/name`.
+    pub pod: String,
+
+    /// destination's introspection API; empty to leave destination out.
+    #[arg(long, default_value = DEFAULT_DESTINATION_INTROSPECTION)]
+    pub destination_introspection: String,
+
+    /// policy-controller's introspection API; empty to leave the policy controller out.
+    #[arg(long, default_value = DEFAULT_POLICY_INTROSPECTION)]
+    pub policy_introspection: String,
+
+    /// `table`: one row per stream; `json`: one JSON object per stream and line.
+    #[arg(short, long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+/// Connects to an introspection API given as `--introspection` (or another `flag`).
+async fn connect(flag: &'static str, addr: &str) -> Result<IntrospectionClient<Channel>, Error> {
+    let channel = client::connect_to(flag, addr).await?;
+    Ok(IntrospectionClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE))
+}
+
+/// The open streams that match `request`. Errors: the connection, or a refused request
+/// ([`Error::Status`] with the server's message, e.g. a pod not written `namespace/name`).
+async fn list(
+    flag: &'static str,
+    addr: &str,
+    request: ListStreamsRequest,
+) -> Result<Vec<StreamInfo>, Error> {
+    let mut api = connect(flag, addr).await?;
+    let target = addr.to_string();
+    let response = client::response(
+        "ListStreams",
+        &target,
+        client::RESPONSE_TIMEOUT,
+        api.list_streams(request),
+    )
+    .await?;
+    Ok(response.into_inner().streams)
+}
+
+/// Writes `text` and a newline; a closed pipe is not an error.
+fn emit(out: &mut impl Write, text: &str) -> Result<bool, Error> {
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+        Err(error) => Err(Error::Output(error)),
+    }
+}
+
+// === impl StreamsArgs ===
+
+impl StreamsArgs {
+    /// The request these flags make; the server checks the filters.
+    pub fn request(&self) -> ListStreamsRequest {
+        ListStreamsRequest {
+            api: self.api.clone().unwrap_or_default(),
+            pod: self.pod.clone().unwrap_or_default(),
+            peer_ip: self.peer.clone().unwrap_or_default(),
+            target_contains: self.target.clone().unwrap_or_default(),
+            behind_only: self.behind,
+        }
+    }
+
+    /// Prints the open streams that match, oldest first.
+    ///
+    /// Errors: the connection ([`Error::Connect`]), a refused filter ([`Error::Status`]), or
+    /// `out` failing otherwise ([`Error::Output`]).
+    pub async fn run(&self, out: &mut impl Write) -> Result<(), Error> {
+        let streams = list("--introspection", &self.introspection, self.request()).await?;
+        let now = SystemTime::now();
+        match self.output {
+            OutputFormat::Json => {
+                for stream in &streams {
+                    if !emit(out, &stream_json(stream).to_string())? {
+                        return Ok(());
+                    }
+                }
+            }
+            OutputFormat::Table => {
+                emit(out, &streams_table(&streams, now).render())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+// === impl StreamArgs ===
+
+impl StreamArgs {
+    /// Prints stream `id` and what it last sent, as `dst-diag` prints that API's messages.
+    ///
+    /// Errors: the connection ([`Error::Connect`]), an unknown ID ([`Error::Status`],
+    /// `NotFound`), a message that does not decode ([`Error::Status`], `DataLoss`), or `out`
+    /// failing otherwise ([`Error::Output`]).
+    pub async fn run(&self, out: &mut impl Write) -> Result<(), Error> {
+        let mut api = connect("--introspection", &self.introspection).await?;
+        let target = format!("stream {}", self.id);
+        let response = client::response(
+            "GetStream",
+            &target,
+            client::RESPONSE_TIMEOUT,
+            api.get_stream(GetStreamRequest { id: self.id }),
+        )
+        .await?
+        .into_inner();
+        let stream = response.stream.unwrap_or_default();
+        let sent = match &response.last_sent {
+            Some(sent) => Some(Sent::decode(sent).map_err(|status| Error::Status {
+                rpc: "GetStream",
+                target: target.clone(),
+                status,
+            })?),
+            None => None,
+        };
+        let result = match self.output {
+            OutputFormat::Json => {
+                let mut object = stream_json(&stream);
+                object["last_sent"] = sent.as_ref().map_or(Value::Null, Sent::json);
+                writeln!(out, "{object}").and_then(|()| out.flush())
+            }
+            OutputFormat::Table => {
+                let now = SystemTime::now();
+                let header = streams_table(std::slice::from_ref(&stream), now).render();
+                writeln!(out, "{header}\n").and_then(|()| match &sent {
+                    None => writeln!(out, "(nothing sent yet)").and_then(|()| out.flush()),
+                    Some(sent) => sent.write(out, self.output),
+                })
+            }
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+            Err(error) => Err(Error::Output(error)),
+        }
+    }
+}
+
+// === impl ProxyStatusArgs ===
+
+impl ProxyStatusArgs {
+    /// Prints every stream the pod's proxy holds on destination and policy-controller, and
+    /// whether each is in sync (has written out its topic's newest view) or behind.
+    ///
+    /// A server that cannot be reached is reported on stderr and left out; the run fails only
+    /// when neither answers, or a server refuses the pod ([`Error::Status`]).
+    pub async fn run(&self, out: &mut impl Write) -> Result<(), Error> {
+        let request = ListStreamsRequest {
+            pod: self.pod.clone(),
+            ..ListStreamsRequest::default()
+        };
+        let servers = [
+            (
+                "destination",
+                "--destination-introspection",
+                &self.destination_introspection,
+            ),
+            (
+                "policy",
+                "--policy-introspection",
+                &self.policy_introspection,
+            ),
+        ];
+        let mut rows = Vec::new();
+        let mut unreachable = None;
+        let mut answered = 0;
+        for (server, flag, addr) in servers {
+            if addr.trim().is_empty() {
+                continue;
+            }
+            match list(flag, addr, request.clone()).await {
+                Ok(streams) => {
+                    answered += 1;
+                    rows.extend(streams.into_iter().map(|s| (server, s)));
+                }
+                Err(error @ Error::Connect { .. }) => {
+                    eprintln!(
+                        "dst-diag: {server}: {} (left out)",
+                        crate::error_line(&error)
+                    );
+                    unreachable = Some(error);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        if answered == 0
+            && let Some(error) = unreachable
+        {
+            return Err(error);
+        }
+        let now = SystemTime::now();
+        match self.output {
+            OutputFormat::Json => {
+                for (server, stream) in &rows {
+                    let mut object = stream_json(stream);
+                    object["server"] = json!(server);
+                    object["status"] = json!(sync_status(stream));
+                    if !emit(out, &object.to_string())? {
+                        return Ok(());
+                    }
+                }
+            }
+            OutputFormat::Table => {
+                let mut table = Table::new([
+                    "SERVER",
+                    "ID",
+                    "API",
+                    "TARGET",
+                    "SENT",
+                    "LAST SENT",
+                    "STATUS",
+                ]);
+                for (server, s) in &rows {
+                    table.push([
+                        server.to_string(),
+                        s.id.to_string(),
+                        s.api.clone(),
+                        s.target.clone(),
+                        s.messages_sent.to_string(),
+                        ago(s.last_sent_at_unix_ms, now),
+                        sync_status(s).to_string(),
+                    ]);
+                }
+                let behind = rows.iter().filter(|(_, s)| s.behind).count();
+                let summary = format!(
+                    "{}: {} streams, {} in sync, {} behind",
+                    self.pod,
+                    rows.len(),
+                    rows.len() - behind,
+                    behind
+                );
+                emit(out, &format!("{summary}\n{}", table.render()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `SYNCED` when the stream has written out its topic's newest view, else `BEHIND`.
+pub fn sync_status(stream: &StreamInfo) -> &'static str {
+    if stream.behind { "BEHIND" } else { "SYNCED" }
+}
+
+/// The streams as rows: ID, API, POD, TARGET, PEER, SENT, LAST SENT, OPENED, BEHIND.
+pub fn streams_table(streams: &[StreamInfo], now: SystemTime) -> Table {
+    let mut table = Table::new([
+        "ID",
+        "API",
+        "POD",
+        "TARGET",
+        "PEER",
+        "SENT",
+        "LAST SENT",
+        "OPENED",
+        "BEHIND",
+    ]);
+    for s in streams {
+        table.push([
+            s.id.to_string(),
+            s.api.clone(),
+            or_dash(&s.pod),
+            s.target.clone(),
+            or_dash(&s.peer),
+            s.messages_sent.to_string(),
+            ago(s.last_sent_at_unix_ms, now),
+            ago(s.opened_at_unix_ms, now),
+            if s.behind { "yes" } else { "no" }.to_string(),
+        ]);
+    }
+    table
+}
+
+/// A stream as a JSON object, with the API's field names.
+pub fn stream_json(s: &StreamInfo) -> Value {
+    json!({
+        "id": s.id,
+        "api": s.api,
+        "peer": s.peer,
+        "client_identity": s.client_identity,
+        "target": s.target,
+        "pod": s.pod,
+        "context_token": s.context_token,
+        "opened_at_unix_ms": s.opened_at_unix_ms,
+        "messages_sent": s.messages_sent,
+        "last_sent_at_unix_ms": s.last_sent_at_unix_ms,
+        "behind": s.behind,
+    })
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() { "-".into() } else { s.into() }
+}
+
+/// `12s ago` for a time in milliseconds since the Unix epoch; `-` for 0 (never).
+pub fn ago(unix_ms: i64, now: SystemTime) -> String {
+    if unix_ms <= 0 {
+        return "-".into();
+    }
+    let now_ms = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let secs = (now_ms - unix_ms).max(0) / 1000;
+    match secs {
+        0..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m{}s ago", secs / 60, secs % 60),
+        _ => format!("{}h{}m ago", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+/// A message a stream sent, decoded by its type name.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Sent {
+    /// `Destination.Get`: the whole set the proxy holds, as one update.
+    Update(Update),
+    /// `Destination.GetProfile`.
+    Profile(Box<DestinationProfile>),
+    /// `InboundServerPolicies.WatchPort`.
+    Inbound(Box<Server>),
+    /// `OutboundPolicies.Watch`.
+    Outbound(Box<OutboundPolicy>),
+}
+
+impl Sent {
+    /// Decodes `sent`. Errors: `DataLoss` naming the type for bytes that do not decode, or a
+    /// type this client does not know.
+    pub fn decode(sent: &SentMessage) -> Result<Self, tonic::Status> {
+        let bytes = &sent.value[..];
+        let fail = |e: prost::DecodeError| {
+            tonic::Status::data_loss(format!("last sent {} does not decode: {e}", sent.type_name))
+        };
+        Ok(match sent.type_name.as_str() {
+            "io.linkerd.proxy.destination.Update" => {
+                Self::Update(Update::decode(bytes).map_err(fail)?)
+            }
+            "io.linkerd.proxy.destination.DestinationProfile" => {
+                Self::Profile(Box::new(DestinationProfile::decode(bytes).map_err(fail)?))
+            }
+            "io.linkerd.proxy.inbound.Server" => {
+                Self::Inbound(Box::new(Server::decode(bytes).map_err(fail)?))
+            }
+            "io.linkerd.proxy.outbound.OutboundPolicy" => {
+                Self::Outbound(Box::new(OutboundPolicy::decode(bytes).map_err(fail)?))
+            }
+            other => {
+                return Err(tonic::Status::data_loss(format!(
+                    "last sent message of unknown type {other:?}"
+                )));
+            }
+        })
+    }
+
+    /// Writes the message as `dst-diag` writes its API's stream.
+    pub fn write(&self, out: &mut impl Write, format: OutputFormat) -> io::Result<()> {
+        match self {
+            Self::Update(update) => output::write_update(out, format, update),
+            Self::Profile(profile) => output::write_profile(out, format, profile),
+            Self::Inbound(server) => output::write_inbound_server(out, format, server),
+            Self::Outbound(policy) => output::write_outbound_policy(out, format, policy),
+        }
+    }
+
+    /// The message as `dst-diag -o json` prints it.
+    pub fn json(&self) -> Value {
+        match self {
+            Self::Update(update) => output::update_json(update),
+            Self::Profile(profile) => output::profile_json(profile),
+            Self::Inbound(server) => output::inbound_server_json(server),
+            Self::Outbound(policy) => output::outbound_policy_json(policy),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn info(id: u64, behind: bool) -> StreamInfo {
+        StreamInfo {
+            id,
+            api: "Get".into(),
+            peer: "127.0.0.1:50000".into(),
+            client_identity: String::new(),
+            target: "web-svc.emojivoto.svc.cluster.local:80".into(),
+            pod: "emojivoto/vote-bot-0".into(),
+            context_token: "{}".into(),
+            opened_at_unix_ms: 1_000_000,
+            messages_sent: 3,
+            last_sent_at_unix_ms: 1_030_000,
+            behind,
+        }
+    }
+
+    #[test]
+    fn streams_render_as_aligned_rows() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_095_000);
+        let table = streams_table(&[info(1, false), info(12, true)], now).render();
+        assert_eq!(
+            table,
+            "ID  API  POD                   TARGET                                  PEER             SENT  LAST SENT  OPENED     BEHIND\n\
+             1   Get  emojivoto/vote-bot-0  web-svc.emojivoto.svc.cluster.local:80  127.0.0.1:50000  3     1m5s ago   1m35s ago  no\n\
+             12  Get  emojivoto/vote-bot-0  web-svc.emojivoto.svc.cluster.local:80  127.0.0.1:50000  3     1m5s ago   1m35s ago  yes"
+        );
+        assert_eq!(ago(0, now), "-");
+        assert_eq!(ago(1_094_500, now), "0s ago");
+        let later = UNIX_EPOCH + Duration::from_millis(10_000_000);
+        assert_eq!(ago(10_000_000 - 7_260_000, later), "2h1m ago");
+    }
+
+    #[test]
+    fn a_message_that_does_not_decode_is_named() {
+        let status = Sent::decode(&SentMessage {
+            type_name: "io.linkerd.proxy.inbound.Server".into(),
+            value: vec![0xff, 0xff],
+        })
+        .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::DataLoss);
+        assert!(
+            status
+                .message()
+                .starts_with("last sent io.linkerd.proxy.inbound.Server does not decode"),
+            "{}",
+            status.message()
+        );
+        let status = Sent::decode(&SentMessage {
+            type_name: "x.Y".into(),
+            value: vec![],
+        })
+        .unwrap_err();
+        assert_eq!(
+            status.message(),
+            "last sent message of unknown type \"x.Y\""
+        );
+    }
+}

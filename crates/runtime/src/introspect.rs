@@ -1,0 +1,469 @@
+//! What the watch streams of a server hold and sent: the stream registry behind the
+//! introspection API (`proto/introspection.proto`), and the metrics that show whether the
+//! streams keep up with the index.
+//!
+//! A server opens a [`StreamRecord`] for each watch stream it serves ([`StreamRegistry::open`])
+//! and tells it what it wrote ([`StreamRecord::sent`]) and which view of its topic it has
+//! written out ([`StreamRecord::caught_up`]). The record goes when the stream ends. From the
+//! records the registry answers [`StreamRegistry::list`] and [`StreamRegistry::get`], and it
+//! exports:
+//!
+//! - `stream_convergence_seconds{api}`: histogram of the time from the index seeing the change
+//!   (a watch event, a state-directory read) to a stream writing the message the change
+//!   causes, one observation per stream per change it sends (buckets 1 ms to 60 s). The
+//!   first message of a stream is not a change and is not observed.
+//! - `streams_behind{api}`: gauge of the open streams whose topic holds a newer view than they
+//!   have written out (computed when scraped).
+//!
+//! Upstream has neither metric; these names are the project's (README, "Metrics").
+//!
+//! A record costs its stream one short, uncontended lock per message, and the registry's lock
+//! once when the stream opens and once when it closes.
+
+use parking_lot::Mutex;
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{family::Family, gauge::ConstGauge, histogram::Histogram},
+    registry::Registry,
+};
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
+use tokio::sync::watch;
+
+mod service;
+
+pub use self::service::{IntrospectionService, serve};
+
+/// The APIs whose streams are recorded, as [`StreamMeta::api`] names them.
+pub const APIS: [&str; 4] = ["Get", "GetProfile", "WatchPort", "Watch"];
+
+/// Buckets of `stream_convergence_seconds`, in seconds: 1 ms to 60 s.
+const CONVERGENCE_BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// The open watch streams of one server, and their metrics. Cheap to clone; every clone sees
+/// the same streams.
+#[derive(Clone, Debug)]
+pub struct StreamRegistry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    next_id: AtomicU64,
+    streams: Mutex<BTreeMap<u64, Arc<Entry>>>,
+    convergence: Family<ApiLabels, Histogram, fn() -> Histogram>,
+}
+
+/// The `api` label of the stream metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    pub api: &'static str,
+}
+
+/// What a stream is, as its request says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamMeta {
+    /// One of [`APIS`].
+    pub api: &'static str,
+    /// The TCP peer (the mtls-shim's loopback address when the shim relays).
+    pub peer: Option<SocketAddr>,
+    /// The client's mesh identity, when the connection carries it (the mtls-shim does not
+    /// forward it: it relays bytes).
+    pub client_identity: Option<String>,
+    /// What the stream watches: a path, `WORKLOAD port N`, an authority.
+    pub target: String,
+    /// The client pod, `namespace/name`, when the request names it.
+    pub pod: Option<String>,
+    /// The request's context token, verbatim.
+    pub context_token: String,
+}
+
+/// One stream, as the introspection API shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamSummary {
+    pub id: u64,
+    pub meta: StreamMeta,
+    pub opened_at: SystemTime,
+    pub messages_sent: u64,
+    pub last_sent_at: Option<SystemTime>,
+    pub behind: bool,
+}
+
+/// A proxy API message a stream sent, encoded when asked for: `type_name` is its protobuf
+/// name (`io.linkerd.proxy.destination.Update`, ...).
+pub struct LastSent {
+    pub type_name: &'static str,
+    encode: Box<dyn Fn() -> Vec<u8> + Send + Sync>,
+}
+
+/// A proxy API message's protobuf name and its encoding.
+pub type EncodedMessage = (&'static str, Vec<u8>);
+
+/// The filters of [`StreamRegistry::list`]; each unset one matches every stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamFilter {
+    pub api: Option<String>,
+    pub pod: Option<String>,
+    pub peer_ip: Option<IpAddr>,
+    pub target_contains: Option<String>,
+    pub behind_only: bool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    meta: StreamMeta,
+    opened_at: SystemTime,
+    progress: Option<Arc<dyn Progress>>,
+    sent: Mutex<Sent>,
+}
+
+#[derive(Default)]
+struct Sent {
+    count: u64,
+    at: Option<SystemTime>,
+    last: Option<LastSent>,
+}
+
+/// Whether a stream has written out the newest view of its topic.
+trait Progress: Send + Sync + std::fmt::Debug {
+    fn behind(&self) -> bool;
+}
+
+/// A topic's receiver (a clone of the stream's, which it does not advance) and the view the
+/// stream last wrote out.
+struct TopicProgress<V> {
+    rx: watch::Receiver<Arc<V>>,
+    written: Mutex<Option<Arc<V>>>,
+}
+
+/// A stream's entry in its registry, removed when dropped (the stream ended).
+#[derive(Debug)]
+pub struct StreamRecord<V = ()> {
+    entry: Arc<Entry>,
+    progress: Option<Arc<TopicProgress<V>>>,
+    registry: StreamRegistry,
+}
+
+// === impl StreamRegistry ===
+
+impl Default for StreamRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn convergence_histogram() -> Histogram {
+    Histogram::new(CONVERGENCE_BUCKETS)
+}
+
+impl StreamRegistry {
+    /// A registry whose metrics are registered nowhere (tests, tools).
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                next_id: AtomicU64::new(1),
+                streams: Mutex::default(),
+                convergence: Family::new_with_constructor(convergence_histogram),
+            }),
+        }
+    }
+
+    /// A registry whose `stream_convergence_seconds` and `streams_behind` are in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let this = Self::new();
+        registry.register(
+            "stream_convergence_seconds",
+            "Time from the index seeing a change to a watch stream writing the message it causes",
+            this.inner.convergence.clone(),
+        );
+        registry.register_collector(Box::new(BehindCollector(this.clone())));
+        this
+    }
+
+    /// Records a new stream of `meta` following the topic of `rx` (`None`: a stream that
+    /// follows no single topic, never shown behind). Keep the record as long as the stream.
+    pub fn open<V: Send + Sync + 'static>(
+        &self,
+        meta: StreamMeta,
+        rx: Option<&watch::Receiver<Arc<V>>>,
+    ) -> StreamRecord<V> {
+        let progress = rx.map(|rx| {
+            Arc::new(TopicProgress {
+                rx: rx.clone(),
+                written: Mutex::new(None),
+            })
+        });
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed).max(1);
+        let entry = Arc::new(Entry {
+            id,
+            meta,
+            opened_at: SystemTime::now(),
+            progress: progress.clone().map(|p| p as Arc<dyn Progress>),
+            sent: Mutex::default(),
+        });
+        self.inner.streams.lock().insert(id, entry.clone());
+        StreamRecord {
+            entry,
+            progress,
+            registry: self.clone(),
+        }
+    }
+
+    /// The open streams that pass `filter`, oldest first.
+    pub fn list(&self, filter: &StreamFilter) -> Vec<StreamSummary> {
+        let entries: Vec<Arc<Entry>> = self.inner.streams.lock().values().cloned().collect();
+        entries
+            .iter()
+            .filter(|e| filter.matches_meta(&e.meta))
+            .map(|e| e.summary())
+            .filter(|s| !filter.behind_only || s.behind)
+            .collect()
+    }
+
+    /// Stream `id` and what it last sent (`None` before its first message); `None` when no
+    /// open stream has that ID.
+    pub fn get(&self, id: u64) -> Option<(StreamSummary, Option<EncodedMessage>)> {
+        let entry = self.inner.streams.lock().get(&id).cloned()?;
+        let summary = entry.summary();
+        let last = entry
+            .sent
+            .lock()
+            .last
+            .as_ref()
+            .map(|l| (l.type_name, (l.encode)()));
+        Some((summary, last))
+    }
+
+    /// The number of open streams.
+    pub fn len(&self) -> usize {
+        self.inner.streams.lock().len()
+    }
+
+    /// Whether no stream is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `stream_convergence_seconds` histogram of `api`.
+    pub fn convergence(&self, api: &'static str) -> Histogram {
+        self.inner
+            .convergence
+            .get_or_create(&ApiLabels { api })
+            .clone()
+    }
+
+    /// Open streams that are behind, by API.
+    pub fn behind_counts(&self) -> BTreeMap<&'static str, i64> {
+        let entries: Vec<Arc<Entry>> = self.inner.streams.lock().values().cloned().collect();
+        let mut counts: BTreeMap<&'static str, i64> = APIS.iter().map(|a| (*a, 0)).collect();
+        for entry in entries {
+            if entry.behind() {
+                *counts.entry(entry.meta.api).or_default() += 1;
+            }
+        }
+        counts
+    }
+}
+
+// === impl Entry ===
+
+impl Entry {
+    fn behind(&self) -> bool {
+        self.progress.as_ref().is_some_and(|p| p.behind())
+    }
+
+    fn summary(&self) -> StreamSummary {
+        let (messages_sent, last_sent_at) = {
+            let sent = self.sent.lock();
+            (sent.count, sent.at)
+        };
+        StreamSummary {
+            id: self.id,
+            meta: self.meta.clone(),
+            opened_at: self.opened_at,
+            messages_sent,
+            last_sent_at,
+            behind: self.behind(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Sent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sent")
+            .field("count", &self.count)
+            .field("at", &self.at)
+            .field("last", &self.last.as_ref().map(|l| l.type_name))
+            .finish()
+    }
+}
+
+// === impl TopicProgress ===
+
+impl<V: Send + Sync> Progress for TopicProgress<V> {
+    fn behind(&self) -> bool {
+        let current = self.rx.borrow().clone();
+        match &*self.written.lock() {
+            Some(written) => !Arc::ptr_eq(written, &current),
+            // Before its first message a stream is behind: it has a view to send.
+            None => true,
+        }
+    }
+}
+
+impl<V> std::fmt::Debug for TopicProgress<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicProgress").finish_non_exhaustive()
+    }
+}
+
+// === impl StreamRecord ===
+
+impl<V> StreamRecord<V> {
+    /// The stream's ID in the introspection API.
+    pub fn id(&self) -> u64 {
+        self.entry.id
+    }
+
+    /// The stream wrote `messages` messages; `last`, if given, is what its client holds now.
+    pub fn sent(&self, messages: u64, last: Option<LastSent>) {
+        let mut sent = self.entry.sent.lock();
+        sent.count += messages;
+        sent.at = Some(SystemTime::now());
+        if last.is_some() {
+            sent.last = last;
+        }
+    }
+
+    /// The stream has written out everything `view` causes. When it wrote something for it
+    /// and the index saw the change at `seen`, the delay is observed in
+    /// `stream_convergence_seconds`.
+    pub fn caught_up(&self, view: &Arc<V>, wrote: bool, seen: Option<Instant>) {
+        if let Some(progress) = &self.progress {
+            *progress.written.lock() = Some(view.clone());
+        }
+        if wrote && let Some(seen) = seen {
+            self.observe(seen);
+        }
+    }
+
+    /// Observes the delay since `seen` in `stream_convergence_seconds` (a stream without a
+    /// single topic, which has no view to report).
+    pub fn observe(&self, seen: Instant) {
+        self.registry
+            .convergence(self.entry.meta.api)
+            .observe(seen.elapsed().as_secs_f64());
+    }
+}
+
+impl<V> Drop for StreamRecord<V> {
+    fn drop(&mut self) {
+        self.registry.inner.streams.lock().remove(&self.entry.id);
+    }
+}
+
+// === impl LastSent ===
+
+impl LastSent {
+    /// `message`, encoded when asked for.
+    pub fn message<M: prost::Message + Send + Sync + 'static>(
+        type_name: &'static str,
+        message: M,
+    ) -> Self {
+        Self::lazy(type_name, move || message.encode_to_vec())
+    }
+
+    /// The message `encode` makes when asked for (a whole endpoint set, made from the view
+    /// the stream last sent from).
+    pub fn lazy(
+        type_name: &'static str,
+        encode: impl Fn() -> Vec<u8> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            type_name,
+            encode: Box::new(encode),
+        }
+    }
+}
+
+// === impl StreamFilter ===
+
+impl StreamFilter {
+    fn matches_meta(&self, meta: &StreamMeta) -> bool {
+        self.api.as_deref().is_none_or(|api| api == meta.api)
+            && self
+                .pod
+                .as_deref()
+                .is_none_or(|pod| meta.pod.as_deref() == Some(pod))
+            && self
+                .peer_ip
+                .is_none_or(|ip| meta.peer.is_some_and(|p| p.ip() == ip))
+            && self
+                .target_contains
+                .as_deref()
+                .is_none_or(|t| meta.target.contains(t))
+    }
+}
+
+/// `streams_behind{api}`, counted when scraped.
+#[derive(Debug)]
+struct BehindCollector(StreamRegistry);
+
+impl Collector for BehindCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let counts = self.0.behind_counts();
+        let mut metric = encoder.encode_descriptor(
+            "streams_behind",
+            "Open watch streams whose topic holds a newer view than they have written out",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (api, count) in counts {
+            let gauge = ConstGauge::new(count);
+            gauge.encode(metric.encode_family(&ApiLabels { api })?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Binds `addr` and serves the introspection API of `streams` on it until `shutdown`, in a
+/// task of its own. A bind failure is logged, not returned: the API is for operators, and a
+/// taken port must not stop the server from serving proxies. Returns the bound address.
+pub async fn spawn(
+    addr: SocketAddr,
+    streams: StreamRegistry,
+    shutdown: crate::shutdown::Shutdown,
+) -> Option<SocketAddr> {
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(%addr, %error, "cannot listen on --introspection-addr; serving without the introspection API");
+            return None;
+        }
+    };
+    let local = listener.local_addr().ok()?;
+    tracing::info!(addr = %local, "serving the introspection API");
+    tokio::spawn(serve(listener, streams, shutdown.signaled()));
+    Some(local)
+}
+
+/// Milliseconds since the Unix epoch (0 for times before it).
+pub fn unix_ms(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,209 @@
+use super::*;
+use linkerd_introspection_api::ListStreamsRequest;
+use std::time::Duration;
+
+fn meta(api: &'static str, target: &str, pod: Option<&str>, peer: &str) -> StreamMeta {
+    StreamMeta {
+        api,
+        peer: Some(peer.parse().unwrap()),
+        client_identity: None,
+        target: target.to_string(),
+        pod: pod.map(str::to_string),
+        context_token: format!("token of {target}"),
+    }
+}
+
+fn ids(summaries: &[StreamSummary]) -> Vec<u64> {
+    summaries.iter().map(|s| s.id).collect()
+}
+
+#[test]
+fn streams_are_listed_in_open_order_with_filters_and_leave_when_dropped() {
+    let registry = StreamRegistry::new();
+    let (_tx, rx) = watch::channel(Arc::new(1u32));
+    let a = registry.open(
+        meta(
+            "Get",
+            "web.emojivoto.svc.cluster.local:80",
+            Some("emojivoto/vote-bot"),
+            "10.0.0.1:4000",
+        ),
+        Some(&rx),
+    );
+    let b = registry.open(
+        meta(
+            "GetProfile",
+            "web.emojivoto.svc.cluster.local:80",
+            Some("emojivoto/web-0"),
+            "10.0.0.2:4000",
+        ),
+        Some(&rx),
+    );
+    let c = registry.open::<u32>(
+        meta(
+            "WatchPort",
+            "emojivoto:web-0 port 8080",
+            Some("emojivoto/web-0"),
+            "10.0.0.2:4001",
+        ),
+        None,
+    );
+
+    let all = registry.list(&StreamFilter::default());
+    assert_eq!(ids(&all), [a.id(), b.id(), c.id()]);
+    assert_eq!(
+        all[0].meta.context_token,
+        "token of web.emojivoto.svc.cluster.local:80"
+    );
+    assert_eq!(all[2].meta.api, "WatchPort");
+
+    let by_pod = StreamFilter {
+        pod: Some("emojivoto/web-0".into()),
+        ..StreamFilter::default()
+    };
+    assert_eq!(ids(&registry.list(&by_pod)), [b.id(), c.id()]);
+    let by_api = StreamFilter {
+        api: Some("GetProfile".into()),
+        ..StreamFilter::default()
+    };
+    assert_eq!(ids(&registry.list(&by_api)), [b.id()]);
+    let by_peer = StreamFilter {
+        peer_ip: Some("10.0.0.1".parse().unwrap()),
+        ..StreamFilter::default()
+    };
+    assert_eq!(ids(&registry.list(&by_peer)), [a.id()]);
+    let by_target = StreamFilter {
+        target_contains: Some("port 8080".into()),
+        ..StreamFilter::default()
+    };
+    assert_eq!(ids(&registry.list(&by_target)), [c.id()]);
+
+    let b_id = b.id();
+    drop(b);
+    assert_eq!(
+        ids(&registry.list(&StreamFilter::default())),
+        [a.id(), c.id()]
+    );
+    assert!(registry.get(b_id).is_none());
+    assert_eq!(registry.len(), 2);
+}
+
+#[test]
+fn a_stream_is_behind_until_it_writes_out_the_topics_newest_view() {
+    let registry = StreamRegistry::new();
+    let (tx, rx) = watch::channel(Arc::new(1u32));
+    let record = registry.open(meta("Get", "a:80", None, "127.0.0.1:1"), Some(&rx));
+    // Before its first message.
+    assert!(registry.list(&StreamFilter::default())[0].behind);
+
+    let first = rx.borrow().clone();
+    record.sent(1, Some(LastSent::message("test.UInt32", 1u32)));
+    record.caught_up(&first, true, None);
+    assert!(!registry.list(&StreamFilter::default())[0].behind);
+    assert_eq!(registry.behind_counts()["Get"], 0);
+
+    tx.send(Arc::new(2)).unwrap();
+    let summary = &registry.list(&StreamFilter::default())[0];
+    assert!(summary.behind);
+    assert_eq!(summary.messages_sent, 1);
+    assert_eq!(registry.behind_counts()["Get"], 1);
+    let behind_only = StreamFilter {
+        behind_only: true,
+        ..StreamFilter::default()
+    };
+    assert_eq!(registry.list(&behind_only).len(), 1);
+
+    // The stream wrote the new view out.
+    let second = rx.borrow().clone();
+    record.sent(2, None);
+    record.caught_up(&second, true, None);
+    let summary = &registry.list(&StreamFilter::default())[0];
+    assert!(!summary.behind);
+    assert_eq!(summary.messages_sent, 3);
+    assert!(summary.last_sent_at.is_some());
+    // `None` keeps what was last sent.
+    let (_, last) = registry.get(record.id()).unwrap();
+    let (type_name, bytes) = last.unwrap();
+    assert_eq!(type_name, "test.UInt32");
+    assert_eq!(<u32 as prost::Message>::decode(&bytes[..]).unwrap(), 1);
+}
+
+#[test]
+fn one_convergence_observation_per_change_a_stream_writes() {
+    let mut metrics = Registry::default();
+    let registry = StreamRegistry::register(&mut metrics);
+    let (_tx, rx) = watch::channel(Arc::new(1u32));
+    let record = registry.open(
+        meta("WatchPort", "w port 1", None, "127.0.0.1:1"),
+        Some(&rx),
+    );
+    let view = rx.borrow().clone();
+    record.caught_up(&view, true, None);
+    // Not written: no observation.
+    record.caught_up(&view, false, Some(Instant::now()));
+    record.caught_up(
+        &view,
+        true,
+        Some(Instant::now() - Duration::from_millis(30)),
+    );
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &metrics).unwrap();
+    assert!(
+        text.contains("stream_convergence_seconds_count{api=\"WatchPort\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stream_convergence_seconds_bucket{le=\"0.025\",api=\"WatchPort\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stream_convergence_seconds_bucket{le=\"0.05\",api=\"WatchPort\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("streams_behind{api=\"WatchPort\"} 0\n"),
+        "{text}"
+    );
+    assert!(text.contains("streams_behind{api=\"Get\"} 0\n"), "{text}");
+}
+
+#[test]
+fn filters_that_cannot_match_are_refused_with_the_field_named() {
+    let bad = |request: ListStreamsRequest| service::filter(&request).unwrap_err();
+    let status = bad(ListStreamsRequest {
+        api: "Gett".into(),
+        ..ListStreamsRequest::default()
+    });
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "unknown api \"Gett\": expected one of Get, GetProfile, WatchPort, Watch"
+    );
+    let status = bad(ListStreamsRequest {
+        pod: "web-0".into(),
+        ..ListStreamsRequest::default()
+    });
+    assert_eq!(
+        status.message(),
+        "invalid pod \"web-0\": expected namespace/name"
+    );
+    let status = bad(ListStreamsRequest {
+        peer_ip: "10.0.0".into(),
+        ..ListStreamsRequest::default()
+    });
+    assert_eq!(
+        status.message(),
+        "invalid peer_ip \"10.0.0\": not an IP address"
+    );
+
+    let ok = service::filter(&ListStreamsRequest {
+        api: "Watch".into(),
+        pod: "emojivoto/web-0".into(),
+        peer_ip: "::1".into(),
+        ..ListStreamsRequest::default()
+    })
+    .unwrap();
+    assert_eq!(ok.api.as_deref(), Some("Watch"));
+    assert_eq!(ok.peer_ip, Some("::1".parse().unwrap()));
+}
