@@ -90,7 +90,10 @@ fn endpoints(slice: &Value) -> Vec<(String, String, bool)> {
         .flatten()
         .map(|ep| {
             (
-                ep["targetRef"]["name"].as_str().unwrap_or_default().to_string(),
+                ep["targetRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
                 ep["addresses"][0].as_str().unwrap_or_default().to_string(),
                 ep["conditions"]["ready"].as_bool().unwrap_or(false),
             )
@@ -166,7 +169,10 @@ async fn the_lease_holder_writes_the_slices_of_selected_workloads_and_only_its_o
     let name = slice["metadata"]["name"].as_str().unwrap().to_string();
     assert!(name.starts_with("linkerd-external-vm-"), "{name}");
     assert_eq!(slice["addressType"], "IPv4");
-    assert_eq!(slice["metadata"]["labels"]["kubernetes.io/service-name"], "vm");
+    assert_eq!(
+        slice["metadata"]["labels"]["kubernetes.io/service-name"],
+        "vm"
+    );
     assert_eq!(slice["metadata"]["labels"]["app"], "vm");
     assert_eq!(
         slice["metadata"]["ownerReferences"],
@@ -227,7 +233,9 @@ async fn the_lease_holder_writes_the_slices_of_selected_workloads_and_only_its_o
         "{slice_writes:?}"
     );
     assert!(
-        slice_writes.iter().any(|w| w.starts_with("PUT ") && w.ends_with(&name)),
+        slice_writes
+            .iter()
+            .any(|w| w.starts_with("PUT ") && w.ends_with(&name)),
         "the readiness change is an update of the slice: {slice_writes:?}"
     );
 }

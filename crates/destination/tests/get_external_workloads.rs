@@ -257,7 +257,10 @@ async fn a_selecting_service_serves_its_workloads_without_any_slice() {
                 "the ready workloads the selector matches, at their `http` port; vm-b is not \
                  ready (whatever the stale slice says), db is not selected"
             );
-            assert_eq!(set.metric_labels.get("service").map(String::as_str), Some("vm"));
+            assert_eq!(
+                set.metric_labels.get("service").map(String::as_str),
+                Some("vm")
+            );
         }
         other => panic!("expected Add, got {other:?}"),
     }

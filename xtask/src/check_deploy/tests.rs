@@ -497,7 +497,11 @@ fn rbac_is_least_privilege_and_complete() {
     );
     let report = check_copy(&tmp);
     assert_eq!(report.errors.len(), 1, "{:#?}", report.errors);
-    assert!(report.errors[0].contains("on \"endpointslices\""), "{:#?}", report.errors);
+    assert!(
+        report.errors[0].contains("on \"endpointslices\""),
+        "{:#?}",
+        report.errors
+    );
 
     let tmp = copy_deploy();
     edit(
