@@ -63,7 +63,7 @@ pub enum SyncError {
         action: &'static str,
         service: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error("sync of Service {0} timed out")]
     Timeout(String),
@@ -199,7 +199,7 @@ pub async fn sync(
         move |source| SyncError::Api {
             action,
             service,
-            source,
+            source: Box::new(source),
         }
     };
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &svc.namespace);

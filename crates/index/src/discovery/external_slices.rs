@@ -579,7 +579,7 @@ fn plan_group<'a>(
         .collect();
 
     // Fill the slices written anyway first, fullest first.
-    updated.sort_by(|a, b| b.endpoints.len().cmp(&a.endpoints.len()));
+    updated.sort_by_key(|s| std::cmp::Reverse(s.endpoints.len()));
     for spec in &mut updated {
         fill(spec, &mut leftover);
     }
