@@ -8,7 +8,8 @@
 //!    PodDisruptionBudget, Service target ports and probe ports against container ports,
 //!    volume mounts, webhook services, RBAC bindings and the service account, the containers'
 //!    hardening, and RBAC that grants reads on every kind the index watches and writes only
-//!    on status subresources, leases and events. A Deployment of several replicas (the `ha`
+//!    on status subresources, leases, events and EndpointSlices (the ExternalWorkload
+//!    controller's; the only deletes granted). A Deployment of several replicas (the `ha`
 //!    overlay) must survive the loss of one: a required anti-affinity across nodes that selects
 //!    its own pods, and one pod down at a time in rolling updates and drains.
 //! 3. Every custom resource of ours in `deploy/examples/` and `tests/fixtures/` validates
@@ -1074,7 +1075,8 @@ impl Manifests {
             }
         }
 
-        // Least privilege: no wildcards; writes only on status, leases and events.
+        // Least privilege: no wildcards; writes only on status, leases, events and the
+        // EndpointSlices of the ExternalWorkload controller (which alone may delete).
         let all_rules = self
             .cluster_roles
             .iter()
@@ -1109,7 +1111,14 @@ impl Manifests {
                 continue;
             }
             for resource in resources {
-                let allowed = resource.ends_with("/status")
+                let endpoint_slices = resource == "endpointslices"
+                    && rule
+                        .api_groups
+                        .iter()
+                        .flatten()
+                        .all(|g| g == "discovery.k8s.io");
+                let allowed = endpoint_slices
+                    || resource.ends_with("/status")
                     || (resource == "leases"
                         && rule
                             .api_groups
@@ -1122,13 +1131,12 @@ impl Manifests {
                             .iter()
                             .flatten()
                             .all(|g| g.is_empty() || g == "events.k8s.io"));
-                if !allowed
-                    || writes
-                        .iter()
-                        .any(|v| v.as_str() == "delete" || v.as_str() == "deletecollection")
-                {
+                let deletes = writes.iter().any(|v| {
+                    v.as_str() == "deletecollection" || (v.as_str() == "delete" && !endpoint_slices)
+                });
+                if !allowed || deletes {
                     errors.push(format!(
-                        "{source}: {writes:?} on {resource:?}: the pod writes only route status, leases and events"
+                        "{source}: {writes:?} on {resource:?}: the pod writes only route status, leases, events and ExternalWorkload EndpointSlices"
                     ));
                 }
             }

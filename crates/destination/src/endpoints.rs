@@ -514,6 +514,7 @@ mod tests {
             annotations: Default::default(),
             labels: Default::default(),
             opaque_ports: None,
+            ..ServiceInfo::default()
         };
         let endpoints = eps
             .iter()

@@ -2,10 +2,15 @@
 
 use anyhow::Context;
 use destination::{
-    Args, DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind,
+    Args, DestinationMetrics, DestinationService, EndpointTranslator, external_endpoints, serve,
+    server::bind,
 };
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
 use linkerd_index::{
-    ClusterStore, ClusterStoreConfig, DiscoveryIndex, IndexMetrics, LinkMetrics, Watches,
+    ClusterSource, ClusterStore, ClusterStoreConfig, DiscoveryIndex, IndexMetrics, LinkMetrics,
+    Watches,
+    lease::{self, LeaseConfig},
 };
 use linkerd_runtime::{Admin, go_flags, introspect::StreamRegistry, shutdown};
 use std::sync::Arc;
@@ -47,7 +52,14 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
         link_metrics,
     );
     let source = args.cluster.source(index_metrics).await?;
+    // ExternalWorkload EndpointSlices (spec §K): offline, computed in-process from the start.
+    if let ClusterSource::Offline(_) = &source {
+        index.compute_external_workload_slices();
+    }
     let watches = watches.start(&source).await;
+    if let ClusterSource::Kube(kube) = &source {
+        start_external_endpoints(&args, kube.client(), index.clone(), watches.ready());
+    }
 
     let (admin_addr, admin) = Admin::new(watches.ready(), Arc::new(registry))
         .bind(args.admin_addr, shutdown.clone())
@@ -73,4 +85,49 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
     serve(listener, service, shutdown).await;
     let _ = admin.await;
     Ok(())
+}
+
+/// Starts the ExternalWorkload EndpointSlice controller behind the Lease
+/// `linkerd-destination-endpoint-write` in `--controller-namespace`, claimed as the pod's host
+/// name (spec §K). Without a host name the controller does not run (logged): `Get` serves
+/// whatever slices the cluster has.
+fn start_external_endpoints(
+    args: &Args,
+    client: kube::Client,
+    index: DiscoveryIndex,
+    ready: tokio::sync::watch::Receiver<bool>,
+) {
+    let Some(claimant) = host_name() else {
+        tracing::error!("no HOSTNAME: the ExternalWorkload EndpointSlice controller does not run");
+        return;
+    };
+    let namespace = &args.controller_namespace;
+    let config = LeaseConfig::new(
+        external_endpoints::LEASE_NAME,
+        external_endpoints::FIELD_MANAGER,
+        claimant,
+        namespace,
+    );
+    let leadership = lease::spawn(Api::<Lease>::namespaced(client.clone(), namespace), config);
+    let controller = external_endpoints::spawn(
+        index,
+        client,
+        leadership,
+        ready,
+        external_endpoints::ControllerConfig::default(),
+    );
+    tokio::spawn(async move {
+        if let Err(error) = controller.await {
+            tracing::error!(%error, "the ExternalWorkload EndpointSlice controller failed");
+        }
+    });
+}
+
+/// `HOSTNAME` (a pod's name), else the kernel's host name.
+fn host_name() -> Option<String> {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
 }

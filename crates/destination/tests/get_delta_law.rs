@@ -163,6 +163,7 @@ fn mk_view(spec: &ViewSpec) -> EndpointsView {
         annotations: Default::default(),
         labels: Default::default(),
         opaque_ports: None,
+        ..ServiceInfo::default()
     };
     let mut endpoints = BTreeMap::new();
     let mut taken = HashSet::new();

@@ -1,6 +1,8 @@
 //! `Destination.Get` for Services backed by ExternalWorkloads: their slice endpoints follow the
 //! rules of pod endpoints (spec/destination.md §B.2, §C.3, §C.4): readiness, the slice's
-//! `kubernetes.io/service-name` label, and the address family.
+//! `kubernetes.io/service-name` label, and the address family; offline, a Service whose selector
+//! matches ExternalWorkloads gets the slices the controller would write (spec §K) without any
+//! slice in the state.
 
 mod support;
 
@@ -196,4 +198,93 @@ async fn external_workload_ipv6_endpoints_follow_enable_ipv6() {
         add_addrs(&mut v6).await,
         [sa("10.20.0.2:8080"), sa("[fd00:20::1]:8080")]
     );
+}
+
+/// A Service selecting the `app: vm` workloads, port `http` 80 → their port named `http`.
+fn selecting_service() -> Value {
+    let mut svc = mk_service(NS, "vm", &[("http", 80)]);
+    svc["spec"]["selector"] = json!({"app": "vm"});
+    svc["spec"]["ipFamilies"] = json!(["IPv4"]);
+    svc["metadata"]["uid"] = json!("vm-uid");
+    svc
+}
+
+fn with_ready(mut ew: Value, ready: bool) -> Value {
+    let status = if ready { "True" } else { "False" };
+    ew["status"]["conditions"] = json!([{"type": "Ready", "status": status}]);
+    ew
+}
+
+#[tokio::test]
+async fn a_selecting_service_serves_its_workloads_without_any_slice() {
+    let dir = StateDir::new();
+    dir.write("svc.yaml", &[selecting_service()]);
+    let ews = |c_ready: bool| {
+        vec![
+            external_workload("vm-a", &["10.20.0.1", "fd00:20::1"]),
+            with_ready(external_workload("vm-b", &["10.20.0.2"]), false),
+            with_ready(external_workload("vm-c", &["10.20.0.3"]), c_ready),
+            {
+                let mut other = external_workload("db", &["10.20.0.9"]);
+                other["metadata"]["labels"] = json!({"app": "db"});
+                other
+            },
+        ]
+    };
+    dir.write("ews.yaml", &ews(true));
+    // A stale slice the controller once wrote: the computed slices stand for it.
+    dir.write(
+        "stale.yaml",
+        &[external_slice(
+            "linkerd-external-vm-stale",
+            json!({
+                "kubernetes.io/service-name": "vm",
+                "endpointslice.kubernetes.io/managed-by": "linkerd-external-workloads-controller",
+            }),
+            "IPv4",
+            &[("vm-b", "10.20.0.2", true)],
+        )],
+    );
+    let mut h = Harness::start(dir.path()).await;
+    let mut stream = h.get(PATH, "").await.unwrap();
+    match next(&mut stream).await {
+        Update::Add(set) => {
+            let mut addrs: Vec<_> = set.addrs.iter().map(addr_of).collect();
+            addrs.sort();
+            assert_eq!(
+                addrs,
+                [sa("10.20.0.1:8080"), sa("10.20.0.3:8080")],
+                "the ready workloads the selector matches, at their `http` port; vm-b is not \
+                 ready (whatever the stale slice says), db is not selected"
+            );
+            assert_eq!(
+                set.metric_labels.get("service").map(String::as_str),
+                Some("vm")
+            );
+        }
+        other => panic!("expected Add, got {other:?}"),
+    }
+
+    // vm-c's Ready condition turns false: it is removed.
+    dir.write("ews.yaml", &ews(false));
+    match next(&mut stream).await {
+        Update::Remove(set) => {
+            let addrs: Vec<_> = set
+                .addrs
+                .into_iter()
+                .map(|a| std::net::SocketAddr::try_from(a).unwrap())
+                .collect();
+            assert_eq!(addrs, [sa("10.20.0.3:8080")]);
+        }
+        other => panic!("expected Remove, got {other:?}"),
+    }
+
+    // The selector no longer matches: the Service has no endpoints left.
+    let mut svc = selecting_service();
+    svc["spec"]["selector"] = json!({"app": "nothing"});
+    dir.write("svc.yaml", &[svc]);
+    match next(&mut stream).await {
+        Update::NoEndpoints(none) => assert!(none.exists),
+        other => panic!("expected NoEndpoints, got {other:?}"),
+    }
 }

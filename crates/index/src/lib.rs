@@ -30,6 +30,7 @@
 
 pub mod discovery;
 pub mod inbound;
+pub mod lease;
 pub mod metrics;
 pub mod model;
 pub mod multicluster;

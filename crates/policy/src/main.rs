@@ -176,7 +176,7 @@ async fn start_status_writer(
     });
     let config = LeaseConfig {
         owner,
-        ..LeaseConfig::new(claimant, namespace)
+        ..lease::config(claimant, namespace)
     };
     let leadership = lease::spawn(Api::<Lease>::namespaced(client.clone(), namespace), config);
     let config = StatusConfig::new(Duration::from_millis(args.patch_timeout_ms));

@@ -127,7 +127,7 @@ fn config(claimant: &str) -> LeaseConfig {
     LeaseConfig {
         duration: Duration::from_secs(2),
         renew_grace: Duration::from_secs(1),
-        ..LeaseConfig::new(claimant, NS)
+        ..lease::config(claimant, NS)
     }
 }
 

@@ -190,7 +190,7 @@ fn lease_config(claimant: &str) -> LeaseConfig {
     LeaseConfig {
         duration: Duration::from_secs(2),
         renew_grace: Duration::from_secs(1),
-        ..LeaseConfig::new(claimant, NS)
+        ..lease::config(claimant, NS)
     }
 }
 

@@ -494,6 +494,22 @@ fn rbac_is_least_privilege_and_complete() {
     assert_eq!(report.errors.len(), 3, "{:#?}", report.errors);
     assert!(report.errors[0].contains("[\"delete\"] on \"pods\""));
 
+    // The ExternalWorkload controller may delete its EndpointSlices, never collections of them.
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "base/rbac.yaml",
+        "  verbs: [create, update, delete]",
+        "  verbs: [create, update, delete, deletecollection]",
+    );
+    let report = check_copy(&tmp);
+    assert_eq!(report.errors.len(), 1, "{:#?}", report.errors);
+    assert!(
+        report.errors[0].contains("on \"endpointslices\""),
+        "{:#?}",
+        report.errors
+    );
+
     let tmp = copy_deploy();
     edit(
         &tmp,

@@ -53,6 +53,8 @@ pub async fn offline_index(dir: &Path, metrics: IndexMetrics) -> DiscoveryIndex 
     let index = DiscoveryIndex::new();
     let mut watches = Watches::new(metrics.clone());
     index.watch(&mut watches);
+    // As the binary does offline: ExternalWorkload EndpointSlices are computed in-process.
+    index.compute_external_workload_slices();
     let source = OfflineSource::new(dir, metrics).expect("state dir");
     let started = watches.start(&ClusterSource::Offline(source)).await;
     let mut ready = started.ready();

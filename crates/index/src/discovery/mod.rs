@@ -4,6 +4,9 @@
 //!
 //! - [`endpoints`]: [`EndpointsView`], one per subscribed (Service, port[, hostname]).
 //! - [`profiles`]: one view per subscribed service profile or workload address.
+//! - [`external_slices`]: the EndpointSlices of the ExternalWorkloads a Service selects
+//!   (spec §K): computed and served here in offline mode, queued for the Lease holder's
+//!   controller to write in kube mode.
 //! - this module: [`DiscoveryIndex`], the stores with their secondary indexes, and how each
 //!   kind's events update them and republish the views they touch.
 //!
@@ -11,6 +14,7 @@
 //! by its own source and owning its own state, lock and topics.
 
 pub mod endpoints;
+pub mod external_slices;
 pub mod profiles;
 
 use k8s_openapi::api::{
@@ -22,7 +26,7 @@ use k8s_openapi::api::{
 use linkerd_k8s_api::{ExternalWorkload, Server, ServiceProfile};
 use parking_lot::Mutex;
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeSet, HashMap, HashSet},
     net::IpAddr,
     sync::Arc,
 };
@@ -77,6 +81,17 @@ pub(crate) struct Discovery {
     pub(crate) external_workloads_by_addr: HashMap<(IpAddr, u16), RefSet>,
     /// ExternalWorkload → the slices whose endpoints point at it.
     pub(crate) slices_by_external_workload: HashMap<ObjectRef, RefSet>,
+    /// Namespace → its ExternalWorkloads (the ones a Service can select).
+    pub(crate) external_workloads_by_namespace: HashMap<String, BTreeSet<ObjectRef>>,
+    /// Namespace → its Services with a selector (those that can select ExternalWorkloads).
+    pub(crate) selector_services_by_namespace: HashMap<String, BTreeSet<ObjectRef>>,
+    /// What becomes of the ExternalWorkload slices of those Services (spec §K).
+    external_slices: ExternalSlices,
+    /// Service → the keys of the slices computed for it ([`ExternalSlices::Computed`]), which
+    /// are stored in `slices` with the listed ones.
+    computed_slices: HashMap<ObjectRef, Vec<ObjectRef>>,
+    /// Every key of `computed_slices`.
+    computed_slice_keys: HashSet<ObjectRef>,
     /// ServiceProfiles by their own namespace and name (`<svc>.<ns>.svc.<domain>`).
     pub(crate) profiles: HashMap<ObjectRef, Arc<ProfileInfo>>,
     endpoint_topics: Topics<ObjectRef, (u16, Option<String>), EndpointsView>,
@@ -84,9 +99,28 @@ pub(crate) struct Discovery {
     endpoint_profile_topics: Topics<IpAddr, u16, EndpointProfileView>,
 }
 
+/// What becomes of the EndpointSlices of the ExternalWorkloads that Services select.
+#[derive(Debug, Default)]
+enum ExternalSlices {
+    /// Nothing: slices come from the cluster only (a linked cluster's index, tests).
+    #[default]
+    Off,
+    /// Offline mode: computed in-process and served as if listed; slices of the state that
+    /// the controller manages are ignored, since the computed ones stand for them.
+    Computed,
+    /// Kube mode: the Services whose slices may need writing are queued for the controller.
+    Queued {
+        pending: BTreeSet<ObjectRef>,
+        wake: watch::Sender<()>,
+    },
+}
+
 /// What a batch of changes touched: the subscribed views to recompute.
 #[derive(Debug, Default)]
 struct Touched {
+    /// Services whose ExternalWorkload slices may have changed (only tracked while
+    /// [`ExternalSlices`] is not `Off`).
+    external_slice_services: BTreeSet<ObjectRef>,
     /// Services whose endpoint (and profile) views may have changed.
     services: BTreeSet<ObjectRef>,
     /// Namespaces in which a Server changed: every service view there is recomputed.
@@ -133,8 +167,78 @@ impl DiscoveryIndex {
         let mut state = self.state.lock();
         let mut touched = Touched::default();
         let out = change(&mut state, &mut touched);
+        state.update_external_slices(&mut touched);
         state.publish(&touched);
         out
+    }
+
+    /// Offline mode: computes the EndpointSlices of the ExternalWorkloads each Service selects,
+    /// as the controller would write them (spec §K, [`external_slices`]), and serves them
+    /// with the listed slices from now on, recomputed as Services and ExternalWorkloads change.
+    /// Listed slices managed by the controller are ignored: the computed ones stand for them.
+    pub fn compute_external_workload_slices(&self) {
+        self.update(|d, touched| {
+            d.external_slices = ExternalSlices::Computed;
+            touched
+                .external_slice_services
+                .extend(d.selector_services_by_namespace.values().flatten().cloned());
+        });
+    }
+
+    /// Kube mode: from now on, Services whose ExternalWorkload slices may need writing are
+    /// queued for the controller ([`DiscoveryIndex::take_external_workload_slice_queue`]),
+    /// every Service with a selector to begin with. The receiver changes whenever the queue
+    /// grows.
+    pub fn queue_external_workload_slices(&self) -> watch::Receiver<()> {
+        let (wake, rx) = watch::channel(());
+        self.update(|d, touched| {
+            d.external_slices = ExternalSlices::Queued {
+                pending: BTreeSet::new(),
+                wake,
+            };
+            touched
+                .external_slice_services
+                .extend(d.selector_services_by_namespace.values().flatten().cloned());
+        });
+        rx
+    }
+
+    /// Takes the Services queued since the last call (empty unless
+    /// [`DiscoveryIndex::queue_external_workload_slices`] was called).
+    pub fn take_external_workload_slice_queue(&self) -> BTreeSet<ObjectRef> {
+        match &mut self.state.lock().external_slices {
+            ExternalSlices::Queued { pending, .. } => std::mem::take(pending),
+            _ => BTreeSet::new(),
+        }
+    }
+
+    /// Queues every Service with a selector again (a periodic resync, or leadership just
+    /// gained).
+    pub fn requeue_external_workload_slices(&self) {
+        self.update(|d, touched| {
+            touched
+                .external_slice_services
+                .extend(d.selector_services_by_namespace.values().flatten().cloned());
+        });
+    }
+
+    /// The Service `service` and the endpoints its ExternalWorkload slices should hold
+    /// ([`external_slices::desired_groups`]); `None` when the Service does not exist or the
+    /// controller does not manage it ([`external_slices::manages`]).
+    pub fn external_workload_endpoints(
+        &self,
+        service: &ObjectRef,
+    ) -> Option<(Arc<ServiceInfo>, Vec<external_slices::EndpointGroup>)> {
+        let state = self.state.lock();
+        let svc = state.services.get(service)?;
+        if !external_slices::manages(svc) {
+            return None;
+        }
+        let groups = external_slices::desired_groups(
+            svc,
+            state.namespace_external_workloads(&svc.namespace),
+        );
+        Some((svc.clone(), groups))
     }
 
     /// Subscribes to the endpoints of `key`. The receiver's current value is the view now;
@@ -260,16 +364,116 @@ impl DiscoveryIndex {
 // === impl Discovery ===
 
 impl Discovery {
-    /// The slices of a service, in name order.
+    /// The slices of a service, in name order. With computed ExternalWorkload slices, the
+    /// listed ones that the controller manages are left out: the computed ones stand for them.
     pub(crate) fn service_slices<'a>(
         &'a self,
         service: &ObjectRef,
     ) -> impl Iterator<Item = &'a SliceInfo> + 'a {
+        let computed = matches!(self.external_slices, ExternalSlices::Computed);
         self.slices_by_service
             .get(service)
             .into_iter()
             .flatten()
-            .filter_map(|k| self.slices.get(k).map(|s| &**s))
+            .filter_map(move |k| {
+                let slice = self.slices.get(k)?;
+                let superseded = computed
+                    && slice.managed_by_external_workloads
+                    && !self.computed_slice_keys.contains(k);
+                (!superseded).then_some(&**slice)
+            })
+    }
+
+    /// The ExternalWorkloads of `namespace`.
+    fn namespace_external_workloads<'a>(
+        &'a self,
+        namespace: &str,
+    ) -> impl Iterator<Item = &'a ExternalWorkloadInfo> + 'a {
+        self.external_workloads_by_namespace
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.external_workloads.get(k).map(|ew| &**ew))
+    }
+
+    /// The Services of `ew`'s namespace whose selector selects it.
+    fn services_selecting<'a>(
+        &'a self,
+        ew: &'a ExternalWorkloadInfo,
+    ) -> impl Iterator<Item = &'a ObjectRef> + 'a {
+        self.selector_services_by_namespace
+            .get(&ew.namespace)
+            .into_iter()
+            .flatten()
+            .filter(|k| {
+                self.services
+                    .get(*k)
+                    .is_some_and(|svc| svc.selects(&ew.labels))
+            })
+    }
+
+    /// Acts on the Services whose ExternalWorkload slices a batch may have changed: computes
+    /// and stores their slices (offline), or queues them for the controller (kube).
+    fn update_external_slices(&mut self, touched: &mut Touched) {
+        if touched.external_slice_services.is_empty() {
+            return;
+        }
+        let services = std::mem::take(&mut touched.external_slice_services);
+        match &mut self.external_slices {
+            ExternalSlices::Off => {}
+            ExternalSlices::Queued { pending, wake } => {
+                pending.extend(services);
+                wake.send_replace(());
+            }
+            ExternalSlices::Computed => {
+                for service in services {
+                    self.recompute_slices(&service, touched);
+                    // A workload's identity or ports may have changed without its slices.
+                    touched.services.insert(service);
+                }
+            }
+        }
+    }
+
+    /// Replaces the computed slices of `service` when they changed.
+    fn recompute_slices(&mut self, service: &ObjectRef, touched: &mut Touched) {
+        let slices = match self.services.get(service) {
+            Some(svc) if external_slices::manages(svc) => {
+                let groups = external_slices::desired_groups(
+                    svc,
+                    self.namespace_external_workloads(&svc.namespace),
+                );
+                external_slices::offline_slices(svc, &groups)
+            }
+            _ => Vec::new(),
+        };
+        let old = self.computed_slices.remove(service).unwrap_or_default();
+        let unchanged = old.len() == slices.len()
+            && old
+                .iter()
+                .zip(&slices)
+                .all(|(k, new)| self.slices.get(k).is_some_and(|s| s == new));
+        if unchanged {
+            if !old.is_empty() {
+                self.computed_slices.insert(service.clone(), old);
+            }
+            return;
+        }
+        for key in &old {
+            self.computed_slice_keys.remove(key);
+            self.delete_slice(key, touched);
+        }
+        let keys: Vec<ObjectRef> = slices.iter().map(|s| slice_key(s)).collect();
+        for (key, slice) in keys.iter().zip(&slices) {
+            if self.slices.contains_key(key) {
+                tracing::warn!(slice = %format!("{}/{}", key.namespace, key.name), "a listed EndpointSlice has the name of a computed one; serving the computed one");
+            }
+            self.computed_slice_keys.insert(key.clone());
+            self.apply_slice(slice, touched);
+        }
+        if !keys.is_empty() {
+            self.computed_slices.insert(service.clone(), keys);
+        }
     }
 
     /// The owner used in a pod's metric labels: a ReplicaSet's Deployment, a Job's CronJob, the
@@ -405,6 +609,16 @@ impl Discovery {
             }
             index_insert(&mut self.services_by_ip, *ip, &key);
         }
+        if svc.selector.is_some() {
+            index_insert(
+                &mut self.selector_services_by_namespace,
+                svc.namespace.clone(),
+                &key,
+            );
+        }
+        if self.tracks_external_slices() {
+            touched.external_slice_services.insert(key.clone());
+        }
         self.services.insert(key.clone(), svc.clone());
         touched.services.insert(key);
     }
@@ -414,11 +628,40 @@ impl Discovery {
             for ip in &old.cluster_ips {
                 index_remove(&mut self.services_by_ip, ip, key);
             }
+            index_remove(
+                &mut self.selector_services_by_namespace,
+                &old.namespace,
+                key,
+            );
+            if self.tracks_external_slices() {
+                touched.external_slice_services.insert(key.clone());
+            }
             touched.services.insert(key.clone());
         }
     }
 
+    fn tracks_external_slices(&self) -> bool {
+        !matches!(self.external_slices, ExternalSlices::Off)
+    }
+
     // --- EndpointSlices ---
+
+    /// Stores a slice the source listed; one with the name of a computed slice is left out.
+    fn apply_listed_slice(&mut self, slice: &Arc<SliceInfo>, touched: &mut Touched) {
+        let key = slice_key(slice);
+        if self.computed_slice_keys.contains(&key) {
+            tracing::warn!(slice = %format!("{}/{}", key.namespace, key.name), "ignoring a listed EndpointSlice that has the name of a computed one");
+            return;
+        }
+        self.apply_slice(slice, touched);
+    }
+
+    /// Deletes a slice the source no longer lists; never a computed one.
+    fn delete_listed_slice(&mut self, key: &ObjectRef, touched: &mut Touched) {
+        if !self.computed_slice_keys.contains(key) {
+            self.delete_slice(key, touched);
+        }
+    }
 
     fn apply_slice(&mut self, slice: &Arc<SliceInfo>, touched: &mut Touched) {
         let key = slice_key(slice);
@@ -428,6 +671,12 @@ impl Discovery {
         self.delete_slice(&key, touched);
         if let Some(svc) = slice.service_ref() {
             index_insert(&mut self.slices_by_service, svc.clone(), &key);
+            // The controller rewrites a slice of its own that someone else changed.
+            if slice.managed_by_external_workloads
+                && matches!(self.external_slices, ExternalSlices::Queued { .. })
+            {
+                touched.external_slice_services.insert(svc.clone());
+            }
             touched.services.insert(svc);
         }
         for pod in slice.target_refs("Pod") {
@@ -445,6 +694,11 @@ impl Discovery {
         };
         if let Some(svc) = old.service_ref() {
             index_remove(&mut self.slices_by_service, &svc, key);
+            if old.managed_by_external_workloads
+                && matches!(self.external_slices, ExternalSlices::Queued { .. })
+            {
+                touched.external_slice_services.insert(svc.clone());
+            }
             touched.services.insert(svc);
         }
         for pod in old.target_refs("Pod") {
@@ -539,6 +793,15 @@ impl Discovery {
                 index_insert(&mut self.external_workloads_by_addr, (*ip, port.port), &key);
             }
         }
+        index_insert(
+            &mut self.external_workloads_by_namespace,
+            ew.namespace.clone(),
+            &key,
+        );
+        if self.tracks_external_slices() {
+            let services = self.services_selecting(ew).cloned().collect::<Vec<_>>();
+            touched.external_slice_services.extend(services);
+        }
         self.touch_slice_services(self.slices_by_external_workload.get(&key), touched);
         touched.ips.extend(ew.ips.iter().copied());
         self.external_workloads.insert(key, ew.clone());
@@ -552,6 +815,15 @@ impl Discovery {
             for port in &old.ports {
                 index_remove(&mut self.external_workloads_by_addr, &(*ip, port.port), key);
             }
+        }
+        index_remove(
+            &mut self.external_workloads_by_namespace,
+            &old.namespace,
+            key,
+        );
+        if self.tracks_external_slices() {
+            let services = self.services_selecting(&old).cloned().collect::<Vec<_>>();
+            touched.external_slice_services.extend(services);
         }
         touched.ips.extend(old.ips.iter().copied());
         self.touch_slice_services(self.slices_by_external_workload.get(key), touched);
@@ -627,9 +899,15 @@ impl Sink<EndpointSlice> for DiscoveryIndex {
                 events,
                 touched,
                 slice_key,
-                |d| d.slices.keys().cloned().collect(),
-                Discovery::apply_slice,
-                Discovery::delete_slice,
+                |d| {
+                    d.slices
+                        .keys()
+                        .filter(|k| !d.computed_slice_keys.contains(*k))
+                        .cloned()
+                        .collect()
+                },
+                Discovery::apply_listed_slice,
+                Discovery::delete_listed_slice,
             );
             d.slices.len()
         })

@@ -18,6 +18,8 @@ pub const DEFAULT_PROXY_INBOUND_PORT: u16 = 4143;
 pub struct ExternalWorkloadInfo {
     pub namespace: String,
     pub name: String,
+    /// `metadata.uid`, named by the `targetRef` of its EndpointSlice endpoints.
+    pub uid: Option<String>,
     pub labels: Labels,
     /// The `*.linkerd.io/` annotations; the others are not kept.
     pub annotations: BTreeMap<String, String>,
@@ -100,6 +102,7 @@ impl ExternalWorkloadInfo {
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         Ok(Self {
+            uid: ew.metadata.uid.clone(),
             labels: ew.metadata.labels.clone().unwrap_or_default().into(),
             annotations,
             identity: ew.spec.mesh_tls.identity.clone(),

@@ -39,7 +39,7 @@ pub use self::{
     },
     selector::{Labels, Selector},
     server::{ServerInfo, ServerPort},
-    service::{ServiceInfo, ServicePort},
+    service::{ServiceInfo, ServicePort, TargetPort},
     slice::{AddressType, SliceEndpoint, SliceInfo, SlicePort, TargetRef},
 };
 
@@ -52,12 +52,19 @@ pub const OPAQUE_PORTS_ANNOTATION: &str = "config.linkerd.io/opaque-ports";
 pub const SKIP_INBOUND_PORTS_ANNOTATION: &str = "config.linkerd.io/skip-inbound-ports";
 /// Label tying an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// Node label giving the node's zone.
+/// Label giving a node's zone (and an ExternalWorkload's, spec §K).
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// EndpointSlice annotation carrying the identity of a mirrored gateway.
 pub const REMOTE_GATEWAY_IDENTITY_ANNOTATION: &str = "mirror.linkerd.io/remote-gateway-identity";
 /// EndpointSlice annotation carrying the fully-qualified name of a mirrored service.
 pub const REMOTE_SVC_FQ_NAME_ANNOTATION: &str = "mirror.linkerd.io/remote-svc-fq-name";
+/// EndpointSlice label naming the controller that manages it.
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+/// [`MANAGED_BY_LABEL`] of the EndpointSlices the ExternalWorkload controller writes (spec
+/// §K).
+pub const EXTERNAL_WORKLOADS_CONTROLLER: &str = "linkerd-external-workloads-controller";
+/// Label marking a headless Service's EndpointSlices.
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
 /// EndpointSlice label naming the cluster a mirrored service comes from.
 pub const MIRROR_CLUSTER_NAME_LABEL: &str = "mirror.linkerd.io/cluster-name";
 /// Name of the proxy container, looked up in `initContainers` first (native sidecar).

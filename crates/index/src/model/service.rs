@@ -4,11 +4,12 @@
 use std::{collections::BTreeMap, net::IpAddr};
 
 use super::{
-    InvalidObject, Kind, OPAQUE_PORTS_ANNOTATION, ObjectRef, invalid, names, ports::PortSet, wire,
+    AddressType, InvalidObject, Kind, Labels, OPAQUE_PORTS_ANNOTATION, ObjectRef, invalid, names,
+    ports::PortSet, wire,
 };
 
 /// A Service.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServiceInfo {
     pub namespace: String,
     pub name: String,
@@ -28,16 +29,38 @@ pub struct ServiceInfo {
     /// its value does not parse ([`PortSet::parse_annotation`]). Only
     /// `GetProfile.opaque_protocol` of service profiles reads it.
     pub opaque_ports: Option<PortSet>,
+    /// `metadata.uid`: the owner of the EndpointSlices written for its ExternalWorkloads.
+    pub uid: Option<String>,
+    /// `spec.selector`; `None` when absent or empty (the Service selects nothing, spec §K).
+    pub selector: Option<BTreeMap<String, String>>,
+    /// `spec.clusterIP: None`.
+    pub headless: bool,
+    /// `spec.ipFamilies`, the families Kubernetes knows; empty when none is listed (headless
+    /// Services), which the ExternalWorkload slices read as both (spec §K).
+    pub ip_families: Vec<AddressType>,
 }
 
 /// One `spec.ports[]` entry of a Service.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServicePort {
     pub port: u16,
     /// The port's name; `""` when unnamed (matches unnamed slice ports).
     pub name: String,
     /// `appProtocol`, as written (outbound protocol selection, spec/policy.md §5.3).
     pub app_protocol: Option<String>,
+    /// `protocol`; `TCP` when absent, as the API server defaults it.
+    pub protocol: String,
+    /// `targetPort`; `port` when absent, as the API server defaults it. `None` when it is a
+    /// number outside 1..=65535 or an empty name: it then selects no workload port.
+    pub target_port: Option<TargetPort>,
+}
+
+/// A Service port's `targetPort`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetPort {
+    Number(u16),
+    /// A port name of the selected workloads.
+    Name(String),
 }
 
 impl Kind for k8s_openapi::api::core::v1::Service {
@@ -69,12 +92,24 @@ impl ServiceInfo {
                         format!("port {} out of range", p.port),
                     )
                 })?;
+            let target_port = match p.target_port {
+                None => Some(TargetPort::Number(port)),
+                Some(wire::IntOrString::Int(n)) => u16::try_from(n)
+                    .ok()
+                    .filter(|n| *n != 0)
+                    .map(TargetPort::Number),
+                Some(wire::IntOrString::String(port_name)) if port_name.is_empty() => None,
+                Some(wire::IntOrString::String(port_name)) => Some(TargetPort::Name(port_name)),
+            };
             ports.push(ServicePort {
                 port,
                 name: p.name.unwrap_or_default(),
                 app_protocol: p.app_protocol,
+                protocol: p.protocol.unwrap_or_else(|| "TCP".to_string()),
+                target_port,
             });
         }
+        let headless = spec.cluster_ip.as_deref() == Some("None");
         let ips = if spec.cluster_ips.is_empty() {
             spec.cluster_ip.into_iter().collect()
         } else {
@@ -90,7 +125,20 @@ impl ServiceInfo {
                 PortSet::default()
             })
         });
+        let ip_families = spec
+            .ip_families
+            .iter()
+            .filter_map(|family| match family.as_str() {
+                "IPv4" => Some(AddressType::IPv4),
+                "IPv6" => Some(AddressType::IPv6),
+                _ => None,
+            })
+            .collect();
         Ok(Self {
+            uid: svc.metadata.uid,
+            selector: spec.selector.filter(|s| !s.is_empty()),
+            headless,
+            ip_families,
             external_name: spec.type_.as_deref() == Some("ExternalName"),
             internal_traffic_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
             cluster_ips: ips.iter().filter_map(|ip| ip.parse().ok()).collect(),
@@ -108,5 +156,13 @@ impl ServiceInfo {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
         }
+    }
+
+    /// Whether the Service's selector selects an object of its namespace with `labels`; never
+    /// without a selector.
+    pub fn selects(&self, labels: &Labels) -> bool {
+        self.selector
+            .as_ref()
+            .is_some_and(|s| s.iter().all(|(k, v)| labels.get(k) == Some(v.as_str())))
     }
 }

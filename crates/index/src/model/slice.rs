@@ -1,7 +1,8 @@
 //! EndpointSlice, as discovery reads it (spec/destination.md §B.2, §C.3).
 
 use super::{
-    InvalidObject, Kind, MIRROR_CLUSTER_NAME_LABEL, ObjectRef, REMOTE_GATEWAY_IDENTITY_ANNOTATION,
+    EXTERNAL_WORKLOADS_CONTROLLER, InvalidObject, Kind, MANAGED_BY_LABEL,
+    MIRROR_CLUSTER_NAME_LABEL, ObjectRef, REMOTE_GATEWAY_IDENTITY_ANNOTATION,
     REMOTE_SVC_FQ_NAME_ANNOTATION, SERVICE_NAME_LABEL, names, wire,
 };
 use std::net::IpAddr;
@@ -24,6 +25,9 @@ pub struct SliceInfo {
     pub remote_svc_fq_name: Option<String>,
     /// Label `mirror.linkerd.io/cluster-name`.
     pub mirror_cluster_name: Option<String>,
+    /// Label `endpointslice.kubernetes.io/managed-by` is the ExternalWorkload controller's
+    /// ([`super::EXTERNAL_WORKLOADS_CONTROLLER`], spec §K).
+    pub managed_by_external_workloads: bool,
 }
 
 /// `addressType` of an EndpointSlice.
@@ -143,7 +147,12 @@ impl SliceInfo {
             })
             .collect();
         let mut annotations = metadata.annotations.0;
+        let managed_by_external_workloads = metadata
+            .labels
+            .get(MANAGED_BY_LABEL)
+            .is_some_and(|m| m == EXTERNAL_WORKLOADS_CONTROLLER);
         Ok(Self {
+            managed_by_external_workloads,
             service,
             address_type,
             ports,

@@ -25,6 +25,9 @@ pub struct Metadata {
     pub deletion_timestamp: Option<de::IgnoredAny>,
     /// RFC 3339.
     pub creation_timestamp: Option<String>,
+    /// Read for Services only: the owner reference of the EndpointSlices written for their
+    /// ExternalWorkloads names it.
+    pub uid: Option<String>,
 }
 
 /// Annotations whose key is in a subdomain of `linkerd.io` (`config.linkerd.io/…`,
@@ -166,6 +169,10 @@ pub struct ServiceSpec {
     #[serde(deserialize_with = "null_default")]
     pub ports: Vec<ServicePort>,
     pub internal_traffic_policy: Option<String>,
+    /// `None` when absent or `null`.
+    pub selector: Option<BTreeMap<String, String>>,
+    #[serde(deserialize_with = "null_default")]
+    pub ip_families: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -174,6 +181,8 @@ pub struct ServicePort {
     pub name: Option<String>,
     pub port: i64,
     pub app_protocol: Option<String>,
+    pub protocol: Option<String>,
+    pub target_port: Option<IntOrString>,
 }
 
 /// An EndpointSlice.

@@ -22,6 +22,13 @@
 //! `fieldSelector=metadata.name=...` honoured on lists and watches), written with
 //! [`FakeApi::put_crd`] / [`FakeApi::delete_crd`]. A test moves both, in the order it needs.
 //!
+//! Namespaced requests (`/api/v1/namespaces/<ns>/<plural>[/<name>]`, `/apis/<group>/<version>/
+//! namespaces/<ns>/<plural>[/<name>]`) reach the same collections, for the writers of the pod:
+//! `GET` of one object, a list narrowed to the namespace and to a `labelSelector` of `k=v`
+//! terms, `POST` (with `generateName`; `409` when the name is taken), `PUT` (`409` unless the
+//! body's `resourceVersion` is the stored one), `DELETE`. Writes are recorded and sent to
+//! open watches as the real server does. [`LEASES`] is served this way only.
+//!
 //! Every request is recorded, so a test waits on "the server saw this request" instead of
 //! sleeping; a wait that is never satisfied fails after [`TIMEOUT`].
 
@@ -102,6 +109,10 @@ pub const GATEWAY_ROUTES: [(&str, &str, &str); 3] = [
     (GRPC_ROUTES_V1, "gateway.networking.k8s.io/v1", "GRPCRoute"),
 ];
 
+/// Leases, written by the pod's Lease holders (namespaced requests only).
+pub const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
+const LEASE_COLLECTION: (&str, &str, &str) = (LEASES, "coordination.k8s.io/v1", "Lease");
+
 /// The always-served collection of CustomResourceDefinitions: (path, apiVersion, kind).
 const CRD_COLLECTION: (&str, &str, &str) = (
     CUSTOM_RESOURCE_DEFINITIONS,
@@ -119,6 +130,8 @@ pub struct FakeApi {
 /// One request the server received, with what it answered.
 #[derive(Clone, Debug)]
 pub struct SeenRequest {
+    /// `GET`, `POST`, `PUT`, `PATCH`, `DELETE`.
+    pub method: String,
     pub path: String,
     pub query: BTreeMap<String, String>,
     /// The HTTP status answered.
@@ -187,7 +200,10 @@ impl FakeApi {
     /// `metadata.namespace`/`name`), each stored under the collection of its kind. Objects of
     /// a CRD kind are served once it is installed.
     pub async fn start(objects: impl IntoIterator<Item = Value>) -> Self {
-        let builtin = RESOURCES.iter().chain([&CRD_COLLECTION]).map(|r| (r, true));
+        let builtin = RESOURCES
+            .iter()
+            .chain([&CRD_COLLECTION, &LEASE_COLLECTION])
+            .map(|r| (r, true));
         let crds = CRDS.iter().chain(&GATEWAY_ROUTES).map(|r| (r, false));
         let collections = builtin
             .chain(crds)
@@ -456,6 +472,40 @@ impl FakeApi {
             .mutate(|state| state.collection(path).lists_held = false);
     }
 
+    /// The objects stored under `path` now, by namespace and name.
+    pub fn objects(&self, path: &str) -> Vec<Value> {
+        let mut state = self.shared.state.lock();
+        state.collection(path).objects.values().cloned().collect()
+    }
+
+    /// The write requests (not `GET`) seen so far to `/…/namespaces/*/<plural>…` of
+    /// collection `path`, in arrival order.
+    pub fn writes_to(&self, path: &str) -> Vec<SeenRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method != "GET" && namespaced(&r.path).is_some_and(|(c, _, _)| c == path))
+            .collect()
+    }
+
+    /// Waits until the objects under `path` satisfy `done`; fails the test after [`TIMEOUT`].
+    pub async fn wait_for_objects(&self, path: &str, what: &str, done: impl Fn(&[Value]) -> bool) {
+        let mut changed = self.shared.changed.subscribe();
+        let wait = async {
+            loop {
+                if done(&self.objects(path)) {
+                    return;
+                }
+                changed.changed().await.expect("the server owns the sender");
+            }
+        };
+        if tokio::time::timeout(TIMEOUT, wait).await.is_err() {
+            panic!(
+                "timed out waiting for {what}; {path} holds:\n{:#}",
+                Value::Array(self.objects(path))
+            );
+        }
+    }
+
     /// Every request seen so far, in arrival order.
     pub fn requests(&self) -> Vec<SeenRequest> {
         self.shared.state.lock().requests.clone()
@@ -525,12 +575,16 @@ impl Shared {
             })
             .collect();
         let mut seen = SeenRequest {
+            method: req.method().to_string(),
             path: path.clone(),
             query,
             status: 200,
             list_version: None,
             at: Instant::now(),
         };
+        if let Some(target) = namespaced(&path) {
+            return self.handle_namespaced(req, seen, target).await;
+        }
         let (served, forbidden) = self
             .state
             .lock()
@@ -560,6 +614,140 @@ impl Shared {
         } else {
             self.list(seen).await
         }
+    }
+
+    /// A request to `/…/namespaces/<ns>/<plural>[/<name>]`, answered from the collection of
+    /// `<plural>`.
+    async fn handle_namespaced(
+        &self,
+        req: Request<Incoming>,
+        mut seen: SeenRequest,
+        (collection, namespace, name): (String, String, Option<String>),
+    ) -> Response<ApiBody> {
+        let method = req.method().clone();
+        let body = read_body(req.into_body()).await;
+        let selector = seen.param("labelSelector").map(str::to_string);
+        let (status, response) = self.mutate(|state| {
+            let Some(c) = state.collections.get(collection.as_str()) else {
+                return (404, status_body(404, "NotFound", "no such collection"));
+            };
+            if c.forbidden {
+                return (
+                    403,
+                    status_body(
+                        403,
+                        "Forbidden",
+                        "the service account cannot use this resource",
+                    ),
+                );
+            }
+            if !c.installed {
+                return (
+                    404,
+                    status_body(
+                        404,
+                        "NotFound",
+                        "the server could not find the requested resource",
+                    ),
+                );
+            }
+            let path: &'static str = state
+                .collections
+                .keys()
+                .find(|k| **k == collection)
+                .copied()
+                .expect("collection exists");
+            match (method.as_str(), name) {
+                ("GET", None) => {
+                    let version = state.version.to_string();
+                    let c = state.collection(path);
+                    let items: Vec<Value> = c
+                        .objects
+                        .iter()
+                        .filter(|((ns, _), obj)| {
+                            *ns == namespace && matches_labels(selector.as_deref(), obj)
+                        })
+                        .map(|(_, obj)| obj.clone())
+                        .collect();
+                    let list = json!({
+                        "kind": format!("{}List", c.kind),
+                        "apiVersion": c.api_version,
+                        "metadata": {"resourceVersion": version},
+                        "items": items,
+                    });
+                    (200, list)
+                }
+                ("GET", Some(name)) => match state.collection(path).objects.get(&(namespace, name))
+                {
+                    Some(obj) => (200, obj.clone()),
+                    None => (404, status_body(404, "NotFound", "not found")),
+                },
+                ("POST", None) => {
+                    let Some(mut obj) = body else {
+                        return (400, status_body(400, "BadRequest", "body is not JSON"));
+                    };
+                    if obj["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+                        let Some(prefix) = obj["metadata"]["generateName"].as_str() else {
+                            return (
+                                422,
+                                status_body(422, "Invalid", "name or generateName is required"),
+                            );
+                        };
+                        let seq = state.version + 1;
+                        obj["metadata"]["name"] = json!(format!("{prefix}{seq:05}"));
+                    }
+                    let key = (
+                        namespace.clone(),
+                        obj["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                    );
+                    if state.collection(path).objects.contains_key(&key) {
+                        return (409, status_body(409, "AlreadyExists", "already exists"));
+                    }
+                    obj["metadata"]["namespace"] = json!(namespace);
+                    obj["metadata"]["uid"] = json!(format!("uid-{}", state.version + 1));
+                    (201, store(state, path, obj))
+                }
+                ("PUT", Some(name)) => {
+                    let Some(mut obj) = body else {
+                        return (400, status_body(400, "BadRequest", "body is not JSON"));
+                    };
+                    let key = (namespace.clone(), name);
+                    let Some(current) = state.collection(path).objects.get(&key) else {
+                        return (404, status_body(404, "NotFound", "not found"));
+                    };
+                    let sent = &obj["metadata"]["resourceVersion"];
+                    if !sent.is_null() && *sent != current["metadata"]["resourceVersion"] {
+                        return (
+                            409,
+                            status_body(409, "Conflict", "the object has been modified"),
+                        );
+                    }
+                    obj["metadata"]["namespace"] = json!(namespace);
+                    obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
+                    (200, store(state, path, obj))
+                }
+                ("DELETE", Some(name)) => {
+                    state.version += 1;
+                    let version = state.version;
+                    let c = state.collection(path);
+                    match c.objects.remove(&(namespace, name)) {
+                        Some(mut obj) => {
+                            obj["metadata"]["resourceVersion"] = json!(version.to_string());
+                            c.record(version, "DELETED", obj.clone());
+                            (200, obj)
+                        }
+                        None => (404, status_body(404, "NotFound", "not found")),
+                    }
+                }
+                _ => (405, status_body(405, "MethodNotAllowed", "not scripted")),
+            }
+        });
+        seen.status = status;
+        self.mutate(|state| state.requests.push(seen));
+        json_response(StatusCode::from_u16(status).expect("status"), &response)
     }
 
     async fn list(&self, mut seen: SeenRequest) -> Response<ApiBody> {
@@ -747,10 +935,93 @@ fn path_of(api_version: &str, kind: &str) -> &'static str {
         .iter()
         .chain(&CRDS)
         .chain(&GATEWAY_ROUTES)
-        .chain([&CRD_COLLECTION])
+        .chain([&CRD_COLLECTION, &LEASE_COLLECTION])
         .find(|(_, v, k)| *v == api_version && *k == kind)
         .map(|(path, _, _)| *path)
         .unwrap_or_else(|| panic!("{api_version} {kind} is not a scripted kind"))
+}
+
+/// `(collection path, namespace, name)` of a namespaced request path.
+fn namespaced(path: &str) -> Option<(String, String, Option<String>)> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (prefix, rest) = match parts.as_slice() {
+        ["api", "v1", "namespaces", rest @ ..] => ("/api/v1".to_string(), rest),
+        ["apis", group, version, "namespaces", rest @ ..] => {
+            (format!("/apis/{group}/{version}"), rest)
+        }
+        _ => return None,
+    };
+    match rest {
+        [ns, plural] => Some((format!("{prefix}/{plural}"), ns.to_string(), None)),
+        [ns, plural, name] => Some((
+            format!("{prefix}/{plural}"),
+            ns.to_string(),
+            Some(name.to_string()),
+        )),
+        _ => None,
+    }
+}
+
+/// Stores `obj` under `path` at the next version (ADDED or MODIFIED to open watches) and
+/// returns it as stored.
+fn store(state: &mut State, path: &'static str, mut obj: Value) -> Value {
+    state.version += 1;
+    let version = state.version;
+    obj["metadata"]["resourceVersion"] = json!(version.to_string());
+    let collection = state.collection(path);
+    obj["apiVersion"] = json!(collection.api_version);
+    obj["kind"] = json!(collection.kind);
+    let key = object_key(&obj);
+    let kind = match collection.objects.insert(key, obj.clone()) {
+        None => "ADDED",
+        Some(_) => "MODIFIED",
+    };
+    collection.record(version, kind, obj.clone());
+    obj
+}
+
+/// Whether `obj` has every `k=v` of a label selector (the only form scripted).
+fn matches_labels(selector: Option<&str>, obj: &Value) -> bool {
+    selector
+        .into_iter()
+        .flat_map(|s| s.split(','))
+        .filter(|t| !t.is_empty())
+        .all(|term| {
+            let (k, v) = term
+                .split_once('=')
+                .unwrap_or_else(|| panic!("unscripted label selector term {term:?}"));
+            obj["metadata"]["labels"][k].as_str() == Some(v)
+        })
+}
+
+/// A request body as JSON; `None` when empty or not JSON.
+async fn read_body(mut body: Incoming) -> Option<Value> {
+    let mut bytes = Vec::new();
+    loop {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        match frame {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    bytes.extend_from_slice(data);
+                }
+            }
+            Some(Err(_)) => return None,
+            None => break,
+        }
+    }
+    serde_json::from_slice(&bytes).ok()
+}
+
+fn status_body(code: u16, reason: &str, message: &str) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "reason": reason,
+        "code": code,
+        "message": message,
+    })
 }
 
 /// Whether a watch or list selecting `name` (all when `None`) sees `obj`.
