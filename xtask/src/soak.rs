@@ -314,7 +314,11 @@ fn write_churn(dir: &Path, state: &Path, version: u64) -> anyhow::Result<()> {
             )
         })
         .collect();
-    let protocol = if version % 2 == 0 { "HTTP/1" } else { "HTTP/2" };
+    let protocol = if version.is_multiple_of(2) {
+        "HTTP/1"
+    } else {
+        "HTTP/2"
+    };
     let text = format!(
         r#"apiVersion: v1
 kind: Namespace
