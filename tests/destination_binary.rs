@@ -170,7 +170,7 @@ async fn offline_mode_serves_and_follows_file_edits() {
         "apiVersion: v1\nkind: Service\nmetadata: {name: bad, namespace: emojivoto}\nspec: {ports: not-a-list}\n",
     )
     .unwrap();
-    let counted = "index_invalid_objects_total{kind=\"Service\"} 1";
+    let counted = "index_invalid_objects_total{cluster=\"local\",kind=\"Service\"} 1";
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !http_get(admin, "/metrics").is_some_and(|(_, m)| m.contains(counted)) {
         assert!(

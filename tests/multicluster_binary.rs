@@ -540,3 +540,174 @@ data: {data}
     }
     assert!(!stderr.contains("default/elsewhere"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_linked_clusters_bad_objects_are_counted_and_logged_under_its_name() {
+    let clusters = Clusters::new(&[]);
+    let (mut process, admin, mut client) = start(&clusters).await;
+    wait_metric(admin, r#"service_cache_size{cluster="east"} 2"#).await;
+
+    // East sends a Service that does not decode and a file that does not parse.
+    std::fs::write(
+        clusters.dir("east").join("bad-service.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: bad-east, namespace: emojivoto}\nspec: {ports: not-a-list}\n",
+    )
+    .unwrap();
+    std::fs::write(clusters.dir("east").join("broken.yaml"), "kind: [").unwrap();
+    wait_metric(
+        admin,
+        r#"index_invalid_objects_total{cluster="east",kind="Service"} 1"#,
+    )
+    .await;
+    wait_metric(admin, r#"offline_invalid_files_total{cluster="east"} 1"#).await;
+    let (_, metrics) = http_get(admin, "/metrics").unwrap();
+    assert!(
+        !metrics.contains(r#"index_invalid_objects_total{cluster="local""#),
+        "the local cluster sent nothing bad:\n{metrics}"
+    );
+    assert!(
+        !metrics.contains(r#"offline_invalid_files_total{cluster="local"}"#),
+        "{metrics}"
+    );
+
+    // East's good objects are served all the same.
+    let mut stream = get(&mut client, "web-svc-east.emojivoto.svc.cluster.local:80")
+        .await
+        .unwrap();
+    assert_eq!(
+        addrs(&next(&mut stream).await),
+        sockets(&["10.40.2.19:8080"])
+    );
+
+    process.send_sigterm();
+    let status = process.wait_exit().await;
+    let stderr = process.stderr();
+    assert!(status.success(), "exit status {status}: {stderr}");
+    // Each line names the cluster (its span) and the object or file.
+    let logged = |what: &str| {
+        stderr
+            .lines()
+            .any(|l| l.contains("linked_cluster{cluster=east}") && l.contains(what))
+    };
+    assert!(logged("bad-east"), "the bad Service: {stderr}");
+    assert!(logged("broken.yaml"), "the broken file: {stderr}");
+}
+
+/// Standard base64 of `bytes` (the `data` of a Secret manifest).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn base64_encodes_as_secrets_carry_it() {
+    assert_eq!(base64(b"apiVersion: v1\n"), "YXBpVmVyc2lvbjogdjEK");
+    assert_eq!(base64(b"ab"), "YWI=");
+    assert_eq!(base64(b"a"), "YQ==");
+}
+
+#[tokio::test]
+async fn ready_does_not_wait_for_linked_clusters() {
+    let clusters = Clusters::new(&[]);
+    // West is linked through its kubeconfig (no --linked-cluster-state), at a port nothing
+    // listens on.
+    let closed = free_addr();
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: west\n  cluster: {{server: \"http://{closed}\"}}\nusers:\n- name: west\n  user: {{token: t}}\ncontexts:\n- name: west\n  context: {{cluster: west, user: west}}\ncurrent-context: west\n"
+    );
+    std::fs::write(
+        clusters.main.path().join("link-west.yaml"),
+        link_secret("west").replace("YXBpVmVyc2lvbjogdjEK", &base64(kubeconfig.as_bytes())),
+    )
+    .unwrap();
+
+    let bin = binary("destination", "destination");
+    let (addr, admin) = (free_addr(), free_addr());
+    let mut process = Process::start(&bin, &clusters.args(addr, admin));
+    process.wait_ready(admin, Duration::from_secs(30));
+    wait_metric(admin, "cluster_store_size 2").await;
+    // Ready, with west still syncing (it is called unreachable only after 10 s).
+    let (_, metrics) = http_get(admin, "/metrics").unwrap();
+    assert!(
+        metrics.contains(r#"multicluster_linked_clusters{cluster="west",state="syncing"} 1"#),
+        "{metrics}"
+    );
+    wait_metric(
+        admin,
+        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
+    )
+    .await;
+
+    // The local cluster and east are served; west's mirror has no endpoints yet.
+    let mut client = DestinationClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let mut local = get(&mut client, "web-svc.emojivoto.svc.cluster.local:80")
+        .await
+        .unwrap();
+    assert_eq!(
+        addrs(&next(&mut local).await),
+        sockets(&["10.244.2.19:8080"])
+    );
+    let mut east = get(&mut client, "web-svc-east.emojivoto.svc.cluster.local:80")
+        .await
+        .unwrap();
+    assert_eq!(addrs(&next(&mut east).await), sockets(&["10.40.2.19:8080"]));
+    std::fs::write(
+        clusters.main.path().join("west-mirror.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web-svc-west\n  namespace: emojivoto\n  labels: {multicluster.linkerd.io/remote-discovery: west, multicluster.linkerd.io/remote-service: web-svc}\nspec: {ports: [{port: 80}]}\n",
+    )
+    .unwrap();
+    wait_metric(admin, r#"service_cache_size{cluster="local"} 6"#).await;
+    let mut west = get(&mut client, "web-svc-west.emojivoto.svc.cluster.local:80")
+        .await
+        .unwrap();
+    assert!(
+        matches!(next(&mut west).await, Update::NoEndpoints(n) if n.exists),
+        "NoEndpoints while west has not synced"
+    );
+
+    // After 10 s without its lists, west is unreachable, logged and counted.
+    wait_metric(
+        admin,
+        r#"multicluster_linked_clusters{cluster="west",state="unreachable"} 1"#,
+    )
+    .await;
+    wait_metric(
+        admin,
+        r#"multicluster_link_errors_total{reason="unreachable"} 1"#,
+    )
+    .await;
+
+    process.send_sigterm();
+    let status = process.wait_exit().await;
+    let stderr = process.stderr();
+    assert!(status.success(), "exit status {status}: {stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("linked cluster synced") && l.contains("east")),
+        "east's sync is logged: {stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("linked cluster unreachable")
+                && l.contains("linkerd/cluster-credentials-west")),
+        "west is logged with its Secret: {stderr}"
+    );
+}

@@ -16,7 +16,7 @@
 //! filtered as a local `Get` is.
 
 use linkerd_index::{
-    ClusterStore, DiscoveryIndex, EndpointsKey, EndpointsView, LinkedCluster, ObjectRef,
+    ClusterStore, DiscoveryIndex, Endpoint, EndpointsKey, EndpointsView, LinkedCluster, ObjectRef,
     ServiceInfo, multicluster::Clusters,
 };
 use linkerd2_proxy_api::destination::{
@@ -24,7 +24,7 @@ use linkerd2_proxy_api::destination::{
 };
 use prometheus_client::metrics::counter::Counter;
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::SocketAddr,
     sync::Arc,
 };
@@ -78,13 +78,24 @@ pub struct MulticlusterStream {
     filter: StreamFilter,
     local_translator: Arc<EndpointTranslator>,
     members: BTreeMap<Member, Subscribed>,
-    /// What the client holds: each address with the member it came from and what was sent.
-    sent: HashMap<SocketAddr, (Member, WeightedAddr)>,
+    /// The views (shared with the members' topics) and translators of each member, in member
+    /// order, that what the client holds was computed from.
+    sent_from: Vec<(Member, SentFrom)>,
+    /// Addresses of those views that translation left out: not sent. Usually empty.
+    omitted: HashSet<SocketAddr>,
+    /// The number of addresses the client holds.
+    held: usize,
     /// Members named by the annotation whose cluster is not linked, already reported.
     reported: BTreeSet<Member>,
     unknown_cluster: Counter,
     service_name: String,
     started: bool,
+}
+
+/// What one member's part of an update was computed from.
+struct SentFrom {
+    view: Arc<EndpointsView>,
+    translator: Arc<EndpointTranslator>,
 }
 
 /// A member's subscription.
@@ -190,7 +201,9 @@ impl MulticlusterStream {
             filter: request.filter,
             local_translator,
             members: BTreeMap::new(),
-            sent: HashMap::new(),
+            sent_from: Vec::new(),
+            omitted: HashSet::new(),
+            held: 0,
             reported: BTreeSet::new(),
             unknown_cluster,
             service_name: request.service,
@@ -200,7 +213,7 @@ impl MulticlusterStream {
 
     /// The number of addresses the client holds.
     pub fn held(&self) -> usize {
-        self.sent.len()
+        self.held
     }
 
     /// Whether the local Service exists.
@@ -319,63 +332,82 @@ impl MulticlusterStream {
     }
 
     /// The updates from what was sent to the union of the members' endpoints now.
+    ///
+    /// What was sent is recomputed from the views it was sent from (the same union rule), so
+    /// nothing per address is kept between updates; only the addresses of endpoints that
+    /// changed, or moved to another member, are translated again.
     fn diff(&mut self, exists: bool) -> Vec<Update> {
-        // The union, by address: a member earlier in order wins an address two claim.
-        let mut union: HashMap<SocketAddr, (Member, WeightedAddr)> = HashMap::new();
-        let mut labels: BTreeMap<Member, HashMap<String, String>> = BTreeMap::new();
         let zone = self.filter.client_zone.clone();
-        for (member, subscribed) in &mut self.members {
-            let view = subscribed.rx.borrow_and_update().clone();
-            let set = if member.cluster.is_none() {
-                self.filter.apply(&view)
-            } else {
-                self.filter.apply_family_only(&view)
-            };
-            for (_, ep) in set {
-                if union.contains_key(&ep.addr) {
-                    continue;
+        let current: Vec<(Member, SentFrom)> = self
+            .members
+            .iter_mut()
+            .map(|(member, subscribed)| {
+                let from = SentFrom {
+                    view: subscribed.rx.borrow_and_update().clone(),
+                    translator: subscribed.translator.clone(),
+                };
+                (member.clone(), from)
+            })
+            .collect();
+        // The unions, by address: a member earlier in order wins an address two claim.
+        let new = union(&self.filter, &current);
+        let old = union(&self.filter, &self.sent_from);
+
+        let mut omitted = HashSet::new();
+        let mut added: BTreeMap<usize, Vec<WeightedAddr>> = BTreeMap::new();
+        for (addr, &(i, ep)) in &new {
+            let (member, from) = &current[i];
+            let unchanged = old.get(addr).is_some_and(|&(j, prev)| {
+                let (was, sent_from) = &self.sent_from[j];
+                was == member
+                    && (Arc::ptr_eq(prev, ep) || **prev == **ep)
+                    && (Arc::ptr_eq(&sent_from.translator, &from.translator)
+                        || sent_from.translator.config().trust_domain
+                            == from.translator.config().trust_domain)
+            });
+            if unchanged {
+                // Translation depends on the endpoint and the translator only: an address
+                // left out before is left out again, without logging it again.
+                if self.omitted.contains(addr) {
+                    omitted.insert(*addr);
                 }
-                match subscribed.translator.weighted_addr(ep, zone.as_deref()) {
-                    Ok(addr) => {
-                        union.insert(ep.addr, (member.clone(), addr));
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, addr = %ep.addr, "leaving the address out of the update");
-                    }
+                continue;
+            }
+            match from.translator.weighted_addr(ep, zone.as_deref()) {
+                Ok(weighted) => added.entry(i).or_default().push(weighted),
+                Err(error) => {
+                    tracing::warn!(%error, %addr, "leaving the address out of the update");
+                    omitted.insert(*addr);
                 }
             }
-            let mut set_labels: HashMap<String, String> = view
+        }
+
+        let mut updates = Vec::new();
+        for (i, mut addrs) in added {
+            let (member, from) = &current[i];
+            addrs.sort_by_key(|a| a.addr.map(|a| SocketAddr::try_from(a).ok()));
+            let mut metric_labels: HashMap<String, String> = from
+                .view
                 .labels
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             // The cluster the addresses are in, under the label mirrored Services use for it.
             if let Some(cluster) = &member.cluster {
-                set_labels.insert(TARGET_CLUSTER_LABEL.to_string(), cluster.clone());
+                metric_labels.insert(TARGET_CLUSTER_LABEL.to_string(), cluster.clone());
             }
-            labels.insert(member.clone(), set_labels);
-        }
-
-        let mut updates = Vec::new();
-        let mut added: BTreeMap<&Member, Vec<WeightedAddr>> = BTreeMap::new();
-        for (addr, (member, weighted)) in &union {
-            if self.sent.get(addr).is_none_or(|(_, sent)| sent != weighted) {
-                added.entry(member).or_default().push(weighted.clone());
-            }
-        }
-        for (member, mut addrs) in added {
-            addrs.sort_by_key(|a| a.addr.map(|a| SocketAddr::try_from(a).ok()));
             updates.push(Update {
                 update: Some(update::Update::Add(WeightedAddrSet {
                     addrs,
-                    metric_labels: labels.get(member).cloned().unwrap_or_default(),
+                    metric_labels,
                 })),
             });
         }
-        let mut removed: Vec<SocketAddr> = self
-            .sent
+        // What the client holds and no longer gets: gone from the union, or left out now.
+        let mut removed: Vec<SocketAddr> = old
             .keys()
-            .filter(|addr| !union.contains_key(addr))
+            .filter(|addr| !self.omitted.contains(addr))
+            .filter(|addr| !new.contains_key(addr) || omitted.contains(addr))
             .copied()
             .collect();
         removed.sort();
@@ -386,15 +418,38 @@ impl MulticlusterStream {
                 })),
             });
         }
+        let held = new.len() - omitted.len();
         // Decision 1: the end of all endpoints is said explicitly, and so is a first empty set.
-        if union.is_empty() && (!self.started || !self.sent.is_empty()) {
+        if held == 0 && (!self.started || self.held > 0) {
             updates.push(Update {
                 update: Some(update::Update::NoEndpoints(NoEndpoints { exists })),
             });
         }
-        self.sent = union;
+        self.held = held;
+        self.omitted = omitted;
+        self.sent_from = current;
         updates
     }
+}
+
+/// The union of `members`' endpoints, filtered for the client, by address: the index of the
+/// member each address comes from (the first that has it) and its endpoint.
+fn union<'a>(
+    filter: &StreamFilter,
+    members: &'a [(Member, SentFrom)],
+) -> HashMap<SocketAddr, (usize, &'a Arc<Endpoint>)> {
+    let mut union = HashMap::new();
+    for (i, (member, from)) in members.iter().enumerate() {
+        let set = if member.cluster.is_none() {
+            filter.apply(&from.view)
+        } else {
+            filter.apply_family_only(&from.view)
+        };
+        for (_, ep) in set {
+            union.entry(ep.addr).or_insert((i, ep));
+        }
+    }
+    union
 }
 
 #[cfg(test)]

@@ -34,10 +34,26 @@ pub struct ClusterLabels {
     pub cluster: String,
 }
 
-/// Labels naming the Kubernetes kind an invalid object or file belongs to.
+/// Labels of `index_watch_restarts_total`: the Kubernetes kind whose watch started over.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
+}
+
+/// Labels of `index_invalid_objects_total`: the cluster that sent the object (`local`, or a
+/// linked cluster's name) and its Kubernetes kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InvalidObjectLabels {
+    pub cluster: String,
+    pub kind: String,
+}
+
+/// A counter of one cluster: a series of a family labelled `{cluster}`, so that the linked
+/// clusters' indexes count in the same family as the local one, each in its own series.
+#[derive(Clone, Debug)]
+pub(crate) struct ClusterCounter {
+    family: Family<ClusterLabels, Counter>,
+    labels: ClusterLabels,
 }
 
 /// The cache-size gauge of each kind that upstream has one for, by [`Kind::LABEL`](crate::model::Kind::LABEL).
@@ -62,10 +78,10 @@ pub struct IndexMetrics {
     cluster: ClusterLabels,
     /// Informer-lag histograms by Kubernetes kind; empty unless registered.
     pub(crate) informer_lag: Vec<(&'static str, Histogram)>,
-    pub(crate) invalid_objects: Family<KindLabels, Counter>,
-    pub(crate) invalid_files: Counter,
-    pub(crate) conflicting_objects: Counter,
-    pub(crate) offline_reloads: Counter,
+    pub(crate) invalid_objects: Family<InvalidObjectLabels, Counter>,
+    pub(crate) invalid_files: ClusterCounter,
+    pub(crate) conflicting_objects: ClusterCounter,
+    pub(crate) offline_reloads: ClusterCounter,
     /// Relists after a kind's initial list, by kind.
     pub(crate) watch_restarts: Family<KindLabels, Counter>,
     /// Whether the API server answers this cluster's watches: the last watch event was a
@@ -77,18 +93,23 @@ pub struct IndexMetrics {
 impl Default for IndexMetrics {
     /// Metrics registered nowhere (tests).
     fn default() -> Self {
+        let cluster = ClusterLabels {
+            cluster: "local".to_string(),
+        };
+        let counter = || ClusterCounter {
+            family: Family::default(),
+            labels: cluster.clone(),
+        };
         Self {
             cache_size: Vec::new(),
-            cluster: ClusterLabels {
-                cluster: "local".to_string(),
-            },
             informer_lag: Vec::new(),
             invalid_objects: Family::default(),
-            invalid_files: Counter::default(),
-            conflicting_objects: Counter::default(),
-            offline_reloads: Counter::default(),
+            invalid_files: counter(),
+            conflicting_objects: counter(),
+            offline_reloads: counter(),
             watch_restarts: Family::default(),
             api_reachable: None,
+            cluster,
         }
     }
 }
@@ -103,8 +124,11 @@ impl IndexMetrics {
     /// `externalworkload_informer_lag_seconds`, `serviceprofiles_informer_lag_seconds`
     /// (histograms of the delay from an object's last update to its watch event; observed by the
     /// `kube` source only),
-    /// `index_invalid_objects_total{kind}` (objects that could not be decoded or indexed),
-    /// `offline_invalid_files_total` and `offline_conflicting_objects_total` (offline source),
+    /// `index_invalid_objects_total{cluster,kind}` (objects that could not be decoded or
+    /// indexed, by the cluster that sent them), `offline_invalid_files_total{cluster}`,
+    /// `offline_reloads_total{cluster}` and `offline_conflicting_objects_total{cluster}`
+    /// (offline source). `cluster` is `local`, or a linked cluster's name
+    /// ([`IndexMetrics::for_cluster`]).
     /// `index_watch_restarts_total{kind}` (relists after a kind's initial list: its watch
     /// started over after an error or an expired resourceVersion; upstream has no such metric).
     pub fn register(registry: &mut Registry) -> Self {
@@ -140,30 +164,39 @@ impl IndexMetrics {
         registry.register(
             "offline_invalid_files",
             "State-directory files skipped because they could not be parsed",
-            metrics.invalid_files.clone(),
+            metrics.invalid_files.family.clone(),
         );
         registry.register(
             "offline_reloads",
             "Times the state directory was re-read after a change",
-            metrics.offline_reloads.clone(),
+            metrics.offline_reloads.family.clone(),
         );
         registry.register(
             "offline_conflicting_objects",
             "Objects defined differently in two state-directory files (the first file wins)",
-            metrics.conflicting_objects.clone(),
+            metrics.conflicting_objects.family.clone(),
         );
         metrics
     }
 
-    /// The same metrics, with the cache sizes labelled `cluster="<name>"` (a linked cluster's
-    /// discovery index).
+    /// The same metrics, with the series of cache sizes, invalid objects and offline files
+    /// labelled `cluster="<name>"` (a linked cluster's discovery index).
     pub fn for_cluster(&self, name: &str) -> Self {
+        let cluster = ClusterLabels {
+            cluster: name.to_string(),
+        };
         Self {
-            cluster: ClusterLabels {
-                cluster: name.to_string(),
-            },
+            invalid_files: self.invalid_files.for_cluster(&cluster),
+            conflicting_objects: self.conflicting_objects.for_cluster(&cluster),
+            offline_reloads: self.offline_reloads.for_cluster(&cluster),
+            cluster,
             ..self.clone()
         }
+    }
+
+    /// The `cluster` label of this metrics' series: `local`, or a linked cluster's name.
+    pub fn cluster(&self) -> &str {
+        &self.cluster.cluster
     }
 
     /// The same metrics, reporting through `reachable` whether the API server answers the
@@ -186,6 +219,7 @@ impl IndexMetrics {
     }
 
     /// Removes the cache-size series of this metrics' cluster (a linked cluster unlinked).
+    /// Its counters stay: a counter that vanished and came back would read as a reset.
     pub(crate) fn forget_cache_sizes(&self) {
         for (_, family) in &self.cache_size {
             family.remove(&self.cluster);
@@ -217,10 +251,43 @@ impl IndexMetrics {
 
     pub(crate) fn invalid_object(&self, kind: &str) {
         self.invalid_objects
-            .get_or_create(&KindLabels {
+            .get_or_create(&InvalidObjectLabels {
+                cluster: self.cluster.cluster.clone(),
                 kind: kind.to_string(),
             })
             .inc();
+    }
+
+    /// How many objects of `kind` from this metrics' cluster were skipped as invalid (tests,
+    /// diagnostics).
+    pub fn invalid_objects(&self, kind: &str) -> u64 {
+        self.invalid_objects
+            .get_or_create(&InvalidObjectLabels {
+                cluster: self.cluster.cluster.clone(),
+                kind: kind.to_string(),
+            })
+            .get()
+    }
+}
+
+// === impl ClusterCounter ===
+
+impl ClusterCounter {
+    /// The same family, counting in `labels`' series.
+    fn for_cluster(&self, labels: &ClusterLabels) -> Self {
+        Self {
+            family: self.family.clone(),
+            labels: labels.clone(),
+        }
+    }
+
+    pub(crate) fn inc(&self) {
+        self.family.get_or_create(&self.labels).inc();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn get(&self) -> u64 {
+        self.family.get_or_create(&self.labels).get()
     }
 }
 

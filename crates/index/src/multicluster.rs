@@ -34,6 +34,7 @@ use std::{
     time::Duration,
 };
 use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
 
 use crate::{
     discovery::DiscoveryIndex,
@@ -47,6 +48,12 @@ use crate::{
 /// unreachable (it keeps being retried): the default of
 /// [`ClusterStoreConfig::unreachable_after`].
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
+
+/// The states of a linked cluster in `multicluster_linked_clusters{cluster,state}`: `syncing`
+/// from its start until its initial lists are in or [`ClusterStoreConfig::unreachable_after`]
+/// has passed, `connected` once they are in and while its API server answers, `unreachable`
+/// when its lists are late or its API server stops answering.
+pub const LINK_STATES: [&str; 3] = ["syncing", "connected", "unreachable"];
 
 /// The linked clusters now, by name.
 pub type Clusters = BTreeMap<String, Arc<LinkedCluster>>;
@@ -147,7 +154,7 @@ impl StartError {
 
 impl LinkMetrics {
     /// Registers `multicluster_linked_clusters{cluster,state}` (1 for each linked cluster's
-    /// state, `connected` or `unreachable`), `multicluster_link_errors_total{reason}` (link
+    /// state: `syncing`, `connected` or `unreachable`, see [`LINK_STATES`]), `multicluster_link_errors_total{reason}` (link
     /// Secrets or clusters that could not be used: `no_cluster_name`, `missing_annotation`,
     /// `no_kubeconfig`, `malformed_kubeconfig`, `client`, `state_dir`, `duplicate_cluster`,
     /// `unreachable`) and `cluster_store_size` (linked clusters, as upstream).
@@ -155,7 +162,7 @@ impl LinkMetrics {
         let metrics = Self::default();
         registry.register(
             "multicluster_linked_clusters",
-            "Linked clusters by state (connected: initial lists received; unreachable: not yet)",
+            "Linked clusters by state (syncing: initial lists pending; connected: lists received and watches answered; unreachable: no answer)",
             metrics.linked.clone(),
         );
         registry.register(
@@ -175,26 +182,24 @@ impl LinkMetrics {
         self.errors.get_or_create(&ReasonLabels { reason }).inc();
     }
 
-    fn set_state(&self, cluster: &str, connected: bool) {
-        let (on, off) = if connected {
-            ("connected", "unreachable")
-        } else {
-            ("unreachable", "connected")
-        };
-        self.linked.remove(&LinkStateLabels {
-            cluster: cluster.to_string(),
-            state: off,
-        });
+    /// Shows `cluster` in `state` (one of [`LINK_STATES`]) and in no other.
+    fn set_state(&self, cluster: &str, state: &'static str) {
+        for off in LINK_STATES.into_iter().filter(|s| *s != state) {
+            self.linked.remove(&LinkStateLabels {
+                cluster: cluster.to_string(),
+                state: off,
+            });
+        }
         self.linked
             .get_or_create(&LinkStateLabels {
                 cluster: cluster.to_string(),
-                state: on,
+                state,
             })
             .set(1);
     }
 
     fn forget(&self, cluster: &str) {
-        for state in ["connected", "unreachable"] {
+        for state in LINK_STATES {
             self.linked.remove(&LinkStateLabels {
                 cluster: cluster.to_string(),
                 state,
@@ -456,7 +461,9 @@ impl Links {
         let index = DiscoveryIndex::new();
         let mut watches = Watches::new(metrics.clone());
         index.watch(&mut watches);
-        let started = watches.start(&source).await;
+        // Everything the cluster's watches log names the cluster.
+        let span = tracing::info_span!("linked_cluster", cluster = %link.cluster);
+        let started = watches.start(&source).instrument(span).await;
         let ready = started.ready();
         let monitor = tokio::spawn(monitor(
             link.cluster.clone(),
@@ -497,10 +504,15 @@ async fn kube_client(kubeconfig: &[u8]) -> Result<(kube::Client, String), StartE
     Ok((client, url))
 }
 
-/// Follows a linked cluster's state into the state gauge: `unreachable` when its initial
-/// lists take longer than `after`, `connected` once they are in; after that, `unreachable`
-/// while its watches fail (`reachable` false) and `connected` again when they get answers.
-/// Each fall to `unreachable` is logged with the Secret's name and counted.
+/// Follows a linked cluster's state into the state gauge: `syncing` until its initial lists
+/// are in, `unreachable` when they take longer than `after`, `connected` once they are in
+/// (logged with how long they took); after that, `unreachable` while its watches fail
+/// (`reachable` false) and `connected` again when they get answers. Each fall to
+/// `unreachable` is logged with the Secret's name and counted.
+///
+/// None of this holds up `/ready`: as upstream's cluster store, whose linked clusters' caches
+/// sync in the background, the destination is ready once the local cluster and the link
+/// Secrets are listed.
 async fn monitor(
     cluster: String,
     secret: ObjectRef,
@@ -510,8 +522,9 @@ async fn monitor(
     after: Duration,
 ) {
     let secret = format!("{}/{}", secret.namespace, secret.name);
-    metrics.set_state(&cluster, *ready.borrow());
+    let syncing = tokio::time::Instant::now();
     if !*ready.borrow() {
+        metrics.set_state(&cluster, "syncing");
         // `Ok(false)`: the watches were stopped.
         let waited = tokio::time::timeout(after, ready.wait_for(|r| *r))
             .await
@@ -522,14 +535,15 @@ async fn monitor(
             Err(_) => {
                 tracing::warn!(%cluster, %secret, "linked cluster unreachable: no initial lists yet; retrying");
                 metrics.error("unreachable");
+                metrics.set_state(&cluster, "unreachable");
                 if ready.wait_for(|r| *r).await.is_err() {
                     return;
                 }
             }
         }
-        tracing::info!(%cluster, "linked cluster connected");
-        metrics.set_state(&cluster, true);
     }
+    tracing::info!(%cluster, after_ms = syncing.elapsed().as_millis() as u64, "linked cluster synced: initial lists received");
+    metrics.set_state(&cluster, "connected");
     reachable.borrow_and_update();
     while reachable.changed().await.is_ok() {
         let up = *reachable.borrow_and_update();
@@ -539,7 +553,7 @@ async fn monitor(
             tracing::warn!(%cluster, %secret, "linked cluster unreachable; serving its last known endpoints while retrying");
             metrics.error("unreachable");
         }
-        metrics.set_state(&cluster, up);
+        metrics.set_state(&cluster, if up { "connected" } else { "unreachable" });
     }
 }
 

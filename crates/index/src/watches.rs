@@ -361,17 +361,22 @@ impl<K: Kind> KindFeed for KindWatch<K> {
 impl<K: Kind> StartedKind for KindWatch<K> {
     fn spawn_kube(self: Arc<Self>, source: &KubeSource) -> tokio::task::JoinHandle<()> {
         use futures::StreamExt;
+        use tracing::Instrument;
         let mut events = source.events_in::<K>(&self.scope);
-        tokio::spawn(async move {
-            while let Some(event) = events.next().await {
-                let relisted = matches!(event, Event::Reset(_));
-                self.deliver_typed(vec![event]);
-                if relisted {
-                    crate::source::release_freed_memory();
+        // In the caller's span: a linked cluster's watches log with its name.
+        tokio::spawn(
+            async move {
+                while let Some(event) = events.next().await {
+                    let relisted = matches!(event, Event::Reset(_));
+                    self.deliver_typed(vec![event]);
+                    if relisted {
+                        crate::source::release_freed_memory();
+                    }
                 }
+                tracing::debug!(kind = K::LABEL, "watch ended");
             }
-            tracing::debug!(kind = K::LABEL, "watch ended");
-        })
+            .in_current_span(),
+        )
     }
 }
 

@@ -894,11 +894,11 @@ async fn wait_for_not_found(api: &FakeApi, watches: bool, n: usize) {
     .await;
 }
 
-/// `index_invalid_objects_total{kind}` as `registry` encodes it (0 when absent).
+/// `index_invalid_objects_total{cluster="local",kind}` as `registry` encodes it (0 when absent).
 fn invalid_objects(registry: &Registry, kind: &str) -> u64 {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, registry).expect("encode metrics");
-    let series = format!("index_invalid_objects_total{{kind=\"{kind}\"}} ");
+    let series = format!("index_invalid_objects_total{{cluster=\"local\",kind=\"{kind}\"}} ");
     text.lines()
         .find_map(|line| line.strip_prefix(&series))
         .map_or(0, |value| value.parse().expect("a counter value"))

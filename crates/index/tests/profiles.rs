@@ -55,7 +55,9 @@ fn invalid_count(registry: &Registry) -> String {
     let mut text = String::new();
     encode(&mut text, registry).unwrap();
     text.lines()
-        .find(|l| l.starts_with("index_invalid_objects_total{kind=\"ServiceProfile\"}"))
+        .find(|l| {
+            l.starts_with("index_invalid_objects_total{cluster=\"local\",kind=\"ServiceProfile\"}")
+        })
         .map(|l| l.rsplit(' ').next().unwrap_or_default().to_string())
         .unwrap_or_else(|| "absent".into())
 }

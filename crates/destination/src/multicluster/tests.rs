@@ -336,3 +336,87 @@ async fn remote_members_come_from_the_linked_cluster_in_its_trust_domain() {
     assert_eq!(summary(&relinked), [("add", vec!["10.2.0.1:8080".into()])]);
     assert_eq!(link_metrics.errors("no_kubeconfig"), 0);
 }
+
+#[tokio::test]
+async fn an_address_that_passes_to_another_member_is_added_again_not_removed() {
+    // East's web has the local web's address (flat networks can overlap in a test).
+    let east = tempfile::tempdir().unwrap();
+    let docs: Vec<Value> = vec![
+        serde_json::to_value(pod("web-0", "10.1.0.1", "web")).unwrap(),
+        serde_json::to_value(service("web", json!({}), json!({}))).unwrap(),
+        serde_json::to_value(slice("web", &[("web-0", "10.1.0.1")])).unwrap(),
+    ];
+    std::fs::write(
+        east.path().join("state.json"),
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": docs})).unwrap(),
+    )
+    .unwrap();
+    let mut watches = Watches::new(IndexMetrics::default());
+    let store = ClusterStore::watch(
+        &mut watches,
+        ClusterStoreConfig {
+            namespace: "linkerd".into(),
+            offline: [("east".to_string(), east.path().to_path_buf())].into(),
+            ..ClusterStoreConfig::default()
+        },
+        IndexMetrics::default(),
+        LinkMetrics::default(),
+    );
+    watches.apply(Event::Apply(typed::<Secret>(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": "east-link", "namespace": "linkerd",
+            "labels": {"multicluster.linkerd.io/cluster-name": "east"},
+            "annotations": {
+                "multicluster.linkerd.io/trust-domain": "east.example",
+                "multicluster.linkerd.io/cluster-domain": "cluster.local",
+            },
+        },
+        "type": "mirror.linkerd.io/remote-kubeconfig",
+        "data": {"kubeconfig": "YXBpVmVyc2lvbjogdjEK"},
+    }))));
+    let mut clusters = store.clusters();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        clusters.wait_for(|c| c.contains_key("east")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+
+    let index = local_index();
+    index.apply(Event::Apply(pod("web-0", "10.1.0.1", "web")));
+    index.apply(Event::Apply(service("web", json!({}), json!({}))));
+    index.apply(Event::Apply(slice("web", &[("web-0", "10.1.0.1")])));
+    let federated = |annotations: Value| service("fed", json!({}), annotations);
+    index.apply(Event::Apply(federated(
+        json!({LOCAL_DISCOVERY_ANNOTATION: "web", REMOTE_DISCOVERY_ANNOTATION: "web@east"}),
+    )));
+
+    // The local member comes first and wins the address.
+    let mut s = stream(&index, &store, "fed");
+    let first = next(&mut s).await.unwrap();
+    assert_eq!(summary(&first), [("add", vec!["10.1.0.1:8080".into()])]);
+    let Some(update::Update::Add(set)) = &first[0].update else {
+        panic!("{first:?}")
+    };
+    assert_eq!(set.metric_labels.get(TARGET_CLUSTER_LABEL), None);
+    assert_eq!(s.held(), 1);
+
+    // The local member dropped: east's endpoint at that address replaces it (an Add in east's
+    // trust domain, no Remove).
+    index.apply(Event::Apply(federated(
+        json!({REMOTE_DISCOVERY_ANNOTATION: "web@east"}),
+    )));
+    let passed = next(&mut s).await.unwrap();
+    assert_eq!(summary(&passed), [("add", vec!["10.1.0.1:8080".into()])]);
+    let Some(update::Update::Add(set)) = &passed[0].update else {
+        panic!("{passed:?}")
+    };
+    assert_eq!(set.metric_labels[TARGET_CLUSTER_LABEL], "east");
+    assert!(
+        format!("{:?}", set.addrs[0].tls_identity)
+            .contains("web.ns.serviceaccount.identity.linkerd.east.example")
+    );
+    assert_eq!(s.held(), 1);
+}

@@ -21,7 +21,7 @@ pub trait Kind: kube::Resource<DynamicType = ()> + Send + Sync + 'static {
     /// What the indexes receive.
     type Object: Send + Sync + 'static;
 
-    /// The name of the kind in logs and in `index_invalid_objects_total{kind}`; it tells apart
+    /// The name of the kind in logs and in `index_invalid_objects_total{cluster,kind}`; it tells apart
     /// kinds of the same name in two groups (`HTTPRoute.policy.linkerd.io`).
     const LABEL: &'static str;
     /// Kube mode lists and watches the kind as `PartialObjectMetadata` ([`Kind::Wire`] then

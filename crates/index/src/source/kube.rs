@@ -5,7 +5,7 @@
 //!
 //! - Objects are listed and watched untyped ([`DynamicObject`]) and decoded into `K` one by
 //!   one, so a malformed object is logged with its namespace/name, counted in
-//!   `index_invalid_objects_total{kind}` and skipped, and never fails the list of every object
+//!   `index_invalid_objects_total{cluster,kind}` and skipped, and never fails the list of every object
 //!   of its kind (DESIGN.md "Conventions").
 //! - A kind the API server does not serve (`404`: a CRD that is not installed, or was removed)
 //!   is served as empty until it appears, logged once per change (issue 3 item 4).

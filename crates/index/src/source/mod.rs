@@ -5,7 +5,7 @@
 //! every kind is a [`Event::Reset`] (the initial list); later a relist is another `Reset`, and
 //! everything not in it is gone. Each document is decoded once, as it arrives, into its kind's
 //! object ([`Kind`]); a document that does not decode or convert is logged with its
-//! namespace/name, counted in `index_invalid_objects_total{kind}` and skipped, and nothing else
+//! namespace/name, counted in `index_invalid_objects_total{cluster,kind}` and skipped, and nothing else
 //! is affected. The source keeps no decoded object, raw document or typed object afterwards:
 //! the kube source keeps nothing per object but an 8-byte hash (informer lag), the offline
 //! source a digest of each definition (to see what an edit changed).

@@ -211,11 +211,17 @@ impl OfflineSource {
     ///
     /// When the file-change watcher cannot be set up (inotify limits), the directory is served
     /// as first read and a warning is logged.
+    ///
+    /// What the reads log is in the caller's span (a linked cluster's names the cluster).
     pub async fn start(&self, feeds: Vec<Arc<dyn KindFeed>>) -> tokio::task::JoinHandle<()> {
+        use tracing::Instrument;
+        let span = tracing::Span::current();
         let dir = self.dir.clone();
         let mut state = StateDir::new(dir.clone(), feeds, self.metrics.clone());
         // Reading and parsing block: a huge or hostile file must not stall the runtime.
+        let in_span = span.clone();
         let state = tokio::task::spawn_blocking(move || {
+            let _entered = in_span.enter();
             let (changes, decoded) = state.rescan();
             state.deliver_initial(changes, decoded);
             super::release_freed_memory();
@@ -269,7 +275,8 @@ impl OfflineSource {
                 .inspect_err(|error| tracing::warn!(%error, "cannot watch the cluster state directory; changes will not be seen"))
                 .ok()
         };
-        tokio::spawn(async move {
+        let task_span = span.clone();
+        let task = async move {
             // The watcher lives as long as this task.
             let mut watcher = watcher;
             let mut watched = dir_inode(&dir);
@@ -298,7 +305,9 @@ impl OfflineSource {
                 if !todo.rescan && !todo.paths.iter().any(|p| is_manifest_name(p)) {
                     continue;
                 }
+                let in_span = tracing::Span::current();
                 let read = tokio::task::spawn_blocking(move || {
+                    let _entered = in_span.enter();
                     let (changes, decoded) = if todo.rescan {
                         state.rescan()
                     } else {
@@ -342,7 +351,9 @@ impl OfflineSource {
                     continue;
                 }
                 // Applying the changes recomputes the views they touch: not on a runtime thread.
+                let in_span = tracing::Span::current();
                 let delivered = tokio::task::spawn_blocking(move || {
+                    let _entered = in_span.enter();
                     state.deliver_changes(changes, decoded);
                     super::release_freed_memory();
                     state
@@ -356,7 +367,8 @@ impl OfflineSource {
                     }
                 }
             }
-        })
+        };
+        tokio::spawn(task.instrument(task_span))
     }
 }
 

@@ -345,7 +345,7 @@ async fn objects_that_do_not_decode_are_skipped_and_counted() {
         text
     };
     assert!(
-        text.contains("index_invalid_objects_total{kind=\"Service\"} 1"),
+        text.contains("index_invalid_objects_total{cluster=\"local\",kind=\"Service\"} 1"),
         "{text}"
     );
 }
