@@ -58,7 +58,8 @@ pub struct DevArgs {
     cluster_state: Option<PathBuf>,
 
     /// Listen on free loopback ports picked for the run instead of the pod's own (8086, 8090,
-    /// 4191, 9996, 9990, 9443, 8443, 9997); the banner and `pod.json` say which.
+    /// 4191, 9996, 9990, 9443, 8443, 9997, and the introspection APIs' 9986 and 9980); the
+    /// banner and `pod.json` say which.
     #[arg(long)]
     free_ports: bool,
 
@@ -97,6 +98,10 @@ pub struct PodAddrs {
     pub sp_validator: SocketAddr,
     pub sp_validator_admin: SocketAddr,
     pub shim_admin: SocketAddr,
+    /// `destination`'s introspection API (`dst-diag streams --introspection`).
+    pub destination_introspection: SocketAddr,
+    /// `policy-controller`'s introspection API.
+    pub policy_introspection: SocketAddr,
 }
 
 /// What a client needs to talk to the shim as a proxy does, as written to `pod.json`.
@@ -155,6 +160,14 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
         ("the sp-validator webhook", addrs.sp_validator),
         ("sp-validator's admin port", addrs.sp_validator_admin),
         ("the mtls-shim's admin port", addrs.shim_admin),
+        (
+            "destination's introspection API",
+            addrs.destination_introspection,
+        ),
+        (
+            "policy-controller's introspection API",
+            addrs.policy_introspection,
+        ),
     ] {
         server::ensure_free(addr, role)
             .context("another dev pod may be running; --free-ports picks free ports")?;
@@ -282,12 +295,14 @@ fn pod_addrs() -> PodAddrs {
         sp_validator: local(8443),
         sp_validator_admin: local(9997),
         shim_admin: local(4191),
+        destination_introspection: local(9986),
+        policy_introspection: local(9980),
     }
 }
 
 fn free_addrs() -> anyhow::Result<PodAddrs> {
     // Held until all are picked, so that no two are the same port.
-    let listeners = (0..10)
+    let listeners = (0..12)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<std::io::Result<Vec<_>>>()
         .context("cannot bind 127.0.0.1:0 to pick free ports")?;
@@ -306,6 +321,8 @@ fn free_addrs() -> anyhow::Result<PodAddrs> {
         sp_validator: a[7],
         sp_validator_admin: a[8],
         shim_admin: a[9],
+        destination_introspection: a[10],
+        policy_introspection: a[11],
     })
 }
 
@@ -361,6 +378,7 @@ async fn start(
     let mut destination: Vec<OsString> = vec![
         format!("--addr={}", a.destination_grpc).into(),
         format!("--admin-addr={}", a.destination_admin).into(),
+        format!("--introspection-addr={}", a.destination_introspection).into(),
         "--cluster-state".into(),
         state.into(),
     ];
@@ -375,6 +393,7 @@ async fn start(
         format!("--grpc-addr={}", a.policy_grpc).into(),
         format!("--admin-addr={}", a.policy_admin).into(),
         format!("--server-addr={}", a.policy_webhook).into(),
+        format!("--introspection-addr={}", a.policy_introspection).into(),
         flag_path("--server-tls-certs", &files.policy_webhook.0),
         flag_path("--server-tls-key", &files.policy_webhook.1),
         "--cluster-state".into(),
@@ -514,6 +533,11 @@ fn print_banner(dir: &Path, info: &PodInfo<'_>, uses_fixture: bool) {
         reachable(a.shim_admin)
     );
     println!(
+        "  introspection (dst-diag streams)     destination {}, policy {}",
+        reachable(a.destination_introspection),
+        reachable(a.policy_introspection)
+    );
+    println!(
         "  mTLS as a proxy: server name {}, trust anchor {}, client {} ({}, {})",
         info.server_name,
         info.trust_anchors.display(),
@@ -552,6 +576,10 @@ fn print_banner(dir: &Path, info: &PodInfo<'_>, uses_fixture: bool) {
     );
     println!(
         "  cargo run -q -p diag --bin dst-diag -- policy outbound {authority} --policy http://{policy}"
+    );
+    println!(
+        "  cargo run -q -p diag --bin dst-diag -- streams --introspection {}",
+        reachable(a.destination_introspection)
     );
     println!("  curl http://{}/metrics", reachable(a.shim_admin));
     println!("(the first dst-diag run compiles it, a minute on a small machine)");

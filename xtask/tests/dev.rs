@@ -2,6 +2,7 @@
 //! run's mesh identity gets `Get` and `GetProfile` answers through the mtls-shim over mTLS, as
 //! a proxy would; a client without a certificate is refused.
 
+use linkerd_introspection_api::{ListStreamsRequest, introspection_client::IntrospectionClient};
 use linkerd2_proxy_api::destination::{
     GetDestination, destination_client::DestinationClient, update,
 };
@@ -282,6 +283,27 @@ async fn get_and_get_profile_through_the_shim_over_mtls() {
     );
     assert!(!profile.opaque_protocol);
     assert!(profile.retry_budget.is_some());
+
+    // The destination's introspection API is on the run's own port too, and lists the
+    // streams above (the pod's 9986 may belong to another dev pod).
+    let introspection = pod.addr("destination_introspection");
+    assert_ne!(introspection.port(), 9986, "--free-ports moves it");
+    assert_ne!(pod.addr("policy_introspection").port(), 9980);
+    let mut streams = IntrospectionClient::connect(format!("http://{introspection}"))
+        .await
+        .expect("introspection API answers");
+    let listed = streams
+        .list_streams(ListStreamsRequest {
+            target_contains: "web-svc".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("ListStreams")
+        .into_inner()
+        .streams;
+    let mut apis: Vec<&str> = listed.iter().map(|s| s.api.as_str()).collect();
+    apis.sort();
+    assert_eq!(apis, ["Get", "Get", "GetProfile"], "{listed:?}");
 
     // The shim asks for a client certificate: without one there is no channel, or its first
     // call fails.
