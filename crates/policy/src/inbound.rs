@@ -142,7 +142,8 @@ impl InboundPolicyService {
             client_identity: None,
             target: format!("{} port {}", spec.workload, spec.port),
             pod: workload_name(&spec.workload),
-            context_token: spec.workload.clone(),
+            // `PortSpec` has no token: its workload, in `target`, is the proxy's own.
+            context_token: String::new(),
         };
         let record = self.streams.open(meta, Some(&rx));
         let state = WatchState {
@@ -207,7 +208,15 @@ impl WatchState {
             .translations
             .get_or_translate(&view, |view| translator.server(view));
         if let Some(record) = self.views.record() {
-            record.sent(1, Some(LastSent::message(SERVER_TYPE, message.clone())));
+            // The view, translated again if the introspection API asks: holding the message
+            // would keep a translation alive per stream once the shared cache lets it go.
+            let (translator, view) = (self.translator.clone(), view.clone());
+            record.sent(
+                1,
+                Some(LastSent::lazy(SERVER_TYPE, move || {
+                    prost::Message::encode_to_vec(&translator.server(&view))
+                })),
+            );
         }
         Some(message)
     }

@@ -330,7 +330,15 @@ impl WatchState {
             .translations
             .get_or_translate(&view, |view| translator.policy(view));
         if let Some(record) = self.views.record() {
-            record.sent(1, Some(LastSent::message(POLICY_TYPE, message.clone())));
+            // The view, translated again if the introspection API asks: holding the message
+            // would keep a translation alive per stream once the shared cache lets it go.
+            let (translator, view) = (self.translator.clone(), view.clone());
+            record.sent(
+                1,
+                Some(LastSent::lazy(POLICY_TYPE, move || {
+                    prost::Message::encode_to_vec(&translator.policy(&view))
+                })),
+            );
         }
         Some(message)
     }

@@ -60,7 +60,7 @@ pub struct StreamRegistry {
 #[derive(Debug)]
 struct Inner {
     next_id: AtomicU64,
-    streams: Mutex<BTreeMap<u64, Arc<Entry>>>,
+    streams: Mutex<BTreeMap<u64, Arc<Entry<dyn Progress>>>>,
     convergence: Family<ApiLabels, Histogram, fn() -> Histogram>,
 }
 
@@ -119,13 +119,15 @@ pub struct StreamFilter {
     pub behind_only: bool,
 }
 
+/// A stream's record, shared by the stream and the registry; `P` is its [`TopicProgress`],
+/// last so that one allocation holds both.
 #[derive(Debug)]
-struct Entry {
+struct Entry<P: ?Sized> {
     id: u64,
     meta: StreamMeta,
     opened_at: SystemTime,
-    progress: Option<Arc<dyn Progress>>,
     sent: Mutex<Sent>,
+    progress: P,
 }
 
 #[derive(Default)]
@@ -140,18 +142,17 @@ trait Progress: Send + Sync + std::fmt::Debug {
     fn behind(&self) -> bool;
 }
 
-/// A topic's receiver (a clone of the stream's, which it does not advance) and the view the
-/// stream last wrote out.
+/// A topic's receiver (a clone of the stream's, which it does not advance; `None` for a
+/// stream that follows no single topic) and the view the stream last wrote out.
 struct TopicProgress<V> {
-    rx: watch::Receiver<Arc<V>>,
+    rx: Option<watch::Receiver<Arc<V>>>,
     written: Mutex<Option<Arc<V>>>,
 }
 
 /// A stream's entry in its registry, removed when dropped (the stream ended).
 #[derive(Debug)]
 pub struct StreamRecord<V = ()> {
-    entry: Arc<Entry>,
-    progress: Option<Arc<TopicProgress<V>>>,
+    entry: Arc<Entry<TopicProgress<V>>>,
     registry: StreamRegistry,
 }
 
@@ -198,31 +199,35 @@ impl StreamRegistry {
         meta: StreamMeta,
         rx: Option<&watch::Receiver<Arc<V>>>,
     ) -> StreamRecord<V> {
-        let progress = rx.map(|rx| {
-            Arc::new(TopicProgress {
-                rx: rx.clone(),
-                written: Mutex::new(None),
-            })
-        });
+        let mut meta = meta;
+        // Kept for the stream's life: formatted strings often have room to spare.
+        meta.target.shrink_to_fit();
+        meta.context_token.shrink_to_fit();
+        if let Some(pod) = &mut meta.pod {
+            pod.shrink_to_fit();
+        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed).max(1);
         let entry = Arc::new(Entry {
             id,
             meta,
             opened_at: SystemTime::now(),
-            progress: progress.clone().map(|p| p as Arc<dyn Progress>),
             sent: Mutex::default(),
+            progress: TopicProgress {
+                rx: rx.cloned(),
+                written: Mutex::new(None),
+            },
         });
         self.inner.streams.lock().insert(id, entry.clone());
         StreamRecord {
             entry,
-            progress,
             registry: self.clone(),
         }
     }
 
     /// The open streams that pass `filter`, oldest first.
     pub fn list(&self, filter: &StreamFilter) -> Vec<StreamSummary> {
-        let entries: Vec<Arc<Entry>> = self.inner.streams.lock().values().cloned().collect();
+        let entries: Vec<Arc<Entry<dyn Progress>>> =
+            self.inner.streams.lock().values().cloned().collect();
         entries
             .iter()
             .filter(|e| filter.matches_meta(&e.meta))
@@ -265,7 +270,8 @@ impl StreamRegistry {
 
     /// Open streams that are behind, by API.
     pub fn behind_counts(&self) -> BTreeMap<&'static str, i64> {
-        let entries: Vec<Arc<Entry>> = self.inner.streams.lock().values().cloned().collect();
+        let entries: Vec<Arc<Entry<dyn Progress>>> =
+            self.inner.streams.lock().values().cloned().collect();
         let mut counts: BTreeMap<&'static str, i64> = APIS.iter().map(|a| (*a, 0)).collect();
         for entry in entries {
             if entry.behind() {
@@ -278,9 +284,9 @@ impl StreamRegistry {
 
 // === impl Entry ===
 
-impl Entry {
+impl Entry<dyn Progress> {
     fn behind(&self) -> bool {
-        self.progress.as_ref().is_some_and(|p| p.behind())
+        self.progress.behind()
     }
 
     fn summary(&self) -> StreamSummary {
@@ -313,7 +319,10 @@ impl std::fmt::Debug for Sent {
 
 impl<V: Send + Sync> Progress for TopicProgress<V> {
     fn behind(&self) -> bool {
-        let current = self.rx.borrow().clone();
+        let Some(rx) = &self.rx else {
+            return false;
+        };
+        let current = rx.borrow().clone();
         match &*self.written.lock() {
             Some(written) => !Arc::ptr_eq(written, &current),
             // Before its first message a stream is behind: it has a view to send.
@@ -350,8 +359,8 @@ impl<V> StreamRecord<V> {
     /// and the index saw the change at `seen`, the delay is observed in
     /// `stream_convergence_seconds`.
     pub fn caught_up(&self, view: &Arc<V>, wrote: bool, seen: Option<Instant>) {
-        if let Some(progress) = &self.progress {
-            *progress.written.lock() = Some(view.clone());
+        if self.entry.progress.rx.is_some() {
+            *self.entry.progress.written.lock() = Some(view.clone());
         }
         if wrote && let Some(seen) = seen {
             self.observe(seen);
