@@ -11,68 +11,16 @@ use destination::{DestinationMetrics, DestinationService, EndpointTranslator};
 use futures::FutureExt;
 use http_body_util::{BodyExt, Full};
 use k8s_openapi::api::{core::v1::Pod, core::v1::Service, discovery::v1::EndpointSlice};
+use linkerd_heap_count::thread_live as live;
 use linkerd_index::Event;
 use linkerd_runtime::shutdown;
 use linkerd2_proxy_api::destination::{GetDestination, Update, update};
 use prost::Message;
-use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    cell::Cell,
-};
 use support::*;
 use tonic::codegen::{Bytes, Service as _, http};
 
-/// Counts, per thread, the bytes allocated and not yet freed.
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-}
-
-fn count(bytes: isize) {
-    // `try_with`: the thread's counter may be gone while the thread exits.
-    let _ = LIVE.try_with(|live| live.set(live.get() + bytes));
-}
-
-/// Bytes this thread has allocated and not freed.
-fn live() -> isize {
-    LIVE.with(Cell::get)
-}
-
-// SAFETY: every call is passed on to the system allocator unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            count(layout.size() as isize);
-        }
-        ptr
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            count(layout.size() as isize);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        count(-(layout.size() as isize));
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            count(new_size as isize - layout.size() as isize);
-        }
-        new
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: linkerd_heap_count::CountingAllocator = linkerd_heap_count::CountingAllocator;
 
 const NS: &str = "shop";
 const PATH: &str = "web.shop.svc.cluster.local:80";

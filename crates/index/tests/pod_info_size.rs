@@ -3,43 +3,13 @@
 //! `data/injected-pod.json` is the emojivoto `web` pod as `kubectl get pod -o json` prints it
 //! after injection (about 14 KB: the proxy and init containers with their env, probes, owner
 //! reference, labels, annotations, status). Decoding it keeps a `PodInfo` whose heap footprint
-//! this test measures with a counting allocator. One test per file: the allocator counts the
-//! whole process.
+//! this test measures with a counting allocator. The allocator counts the test's own thread.
 
 use k8s_openapi::api::core::v1::Pod;
 use linkerd_index::model::{PodInfo, decode_json};
-use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    sync::atomic::{AtomicIsize, Ordering},
-};
-
-/// Net bytes allocated and not yet freed.
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-struct Counting;
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: linkerd_heap_count::CountingAllocator = linkerd_heap_count::CountingAllocator;
 
 /// The bound documented on [`PodInfo`]: measured at 1,676 bytes (inline struct plus heap) for
 /// this pod, down from 2,036 with labels in a `BTreeMap`; the guard leaves room for allocator
@@ -50,9 +20,9 @@ const POD_INFO_BOUND: usize = 1_800;
 fn decoded_injected_pod_stays_small() {
     let document = include_str!("data/injected-pod.json");
 
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = linkerd_heap_count::thread_live();
     let pod: Box<PodInfo> = Box::new(decode_json::<Pod>(document).expect("the fixture decodes"));
-    let retained = usize::try_from(LIVE.load(Ordering::Relaxed) - before).unwrap();
+    let retained = usize::try_from(linkerd_heap_count::thread_live() - before).unwrap();
 
     // The decode kept what discovery and policy read...
     assert_eq!(pod.name, "web-djjwbqr6lt-sfd7g");

@@ -17,66 +17,12 @@ use linkerd2_proxy_api::inbound::{
     PortSpec, Server, inbound_server_policies_client::InboundServerPoliciesClient,
 };
 use policy::{InboundPolicyService, InboundTranslator, PolicyMetrics, bind, serve};
-use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    cell::Cell,
-    fmt::Write as _,
-    sync::atomic::{AtomicIsize, Ordering},
-    time::Duration,
-};
+use std::{fmt::Write as _, time::Duration};
 use support::*;
 use tonic::{Streaming, transport::Channel};
 
-/// Counts the bytes allocated and not freed by threads marked as the server's.
-struct Counting;
-
-static SERVER_LIVE: AtomicIsize = AtomicIsize::new(0);
-
-thread_local! {
-    static SERVER_THREAD: Cell<bool> = const { Cell::new(false) };
-}
-
-fn count(bytes: isize) {
-    // `try_with`: the thread's flag may be gone while the thread exits.
-    if SERVER_THREAD.try_with(Cell::get).unwrap_or(false) {
-        SERVER_LIVE.fetch_add(bytes, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call is passed on to the system allocator unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            count(layout.size() as isize);
-        }
-        ptr
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            count(layout.size() as isize);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        count(-(layout.size() as isize));
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            count(new_size as isize - layout.size() as isize);
-        }
-        new
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: linkerd_heap_count::CountingAllocator = linkerd_heap_count::CountingAllocator;
 
 const NAMESPACE: &str = "mem";
 /// A pod's inbound ports and the protocol of the Server covering each.
@@ -163,7 +109,7 @@ impl CountedServer {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
-            .on_thread_start(|| SERVER_THREAD.with(|s| s.set(true)))
+            .on_thread_start(linkerd_heap_count::mark_thread)
             .build()
             .unwrap();
         let dir = dir.to_owned();
@@ -210,10 +156,10 @@ impl Drop for CountedServer {
 
 /// The server's live heap once it has stopped changing (tasks finishing their polls).
 async fn settled_live() -> isize {
-    let mut last = SERVER_LIVE.load(Ordering::Relaxed);
+    let mut last = linkerd_heap_count::marked_live();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = SERVER_LIVE.load(Ordering::Relaxed);
+        let now = linkerd_heap_count::marked_live();
         if now == last {
             return now;
         }
