@@ -270,13 +270,16 @@ fn authority_port(parsed: &http::uri::Authority) -> Result<u16, Status> {
         Some((_, port)) if !port.contains(']') => port,
         _ => return Ok(80),
     };
+    // `u64::from_str` takes a leading `+`, which no authority port has.
+    let digits = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
     match port.parse::<u64>() {
+        Ok(_) if !digits => Err(Status::invalid_argument(format!(
+            "invalid authority: port {port:?} is not a number"
+        ))),
         Ok(0) => Err(Status::invalid_argument("port cannot be zero")),
         Ok(n) => u16::try_from(n).map_err(|_| Status::invalid_argument("port outside valid range")),
         // Digits too many for a u64 are still out of range; anything else is no port at all.
-        Err(_) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
-            Err(Status::invalid_argument("port outside valid range"))
-        }
+        Err(_) if digits => Err(Status::invalid_argument("port outside valid range")),
         Err(_) => Err(Status::invalid_argument(format!(
             "invalid authority: port {port:?} is not a number"
         ))),
@@ -398,6 +401,15 @@ mod tests {
             (
                 tonic::Code::InvalidArgument,
                 "invalid authority: port \"abc\" is not a number"
+            )
+        );
+        // Rust's integer parsing takes a leading `+`; a port is digits only.
+        let e = err("web-svc.emojivoto.svc.cluster.local:+80");
+        assert_eq!(
+            (e.code(), e.message()),
+            (
+                tonic::Code::InvalidArgument,
+                "invalid authority: port \"+80\" is not a number"
             )
         );
         assert_eq!(err("a b").message(), "invalid authority");
