@@ -67,6 +67,15 @@ pub enum ExplainError {
     /// asked: an unknown pod is `NotFound: unknown server`.
     #[error(transparent)]
     Policy(Box<Error>),
+    /// The controller does not know the workload (`NotFound: unknown server`): no pod or
+    /// ExternalWorkload of that name, or a pod that is not meshed.
+    #[error("no meshed pod or ExternalWorkload {workload} is known to the policy controller")]
+    UnknownWorkload {
+        /// The workload as given (`NS/NAME`).
+        workload: String,
+        /// The controller's answer.
+        source: Box<Error>,
+    },
     /// The controller ended the stream before its first message.
     #[error("{rpc} {target}: the server ended the stream before sending a policy")]
     StreamEnded {

@@ -309,13 +309,13 @@ async fn bad_input_exits_2_with_the_reason_and_disturbs_nothing() {
     assert_eq!((run.code, run.stdout.as_str()), (Some(2), ""));
     assert_eq!(
         run.stderr,
-        "dst-diag: GetPort emojivoto/nosuch port 8080: NotFound: unknown server\n"
+        "dst-diag: no meshed pod or ExternalWorkload emojivoto/nosuch is known to the policy controller: GetPort emojivoto/nosuch port 8080: NotFound: unknown server\n"
     );
     let run = cluster.online(&unknown_pod).await;
     assert_eq!((run.code, run.stdout.as_str()), (Some(2), ""));
     assert_eq!(
         run.stderr,
-        "dst-diag: WatchPort emojivoto/nosuch port 8080: NotFound: unknown server\n"
+        "dst-diag: no meshed pod or ExternalWorkload emojivoto/nosuch is known to the policy controller: WatchPort emojivoto/nosuch port 8080: NotFound: unknown server\n"
     );
 
     for port in ["0", "70000"] {

@@ -36,6 +36,7 @@ use super::{
     matching::{self, DEFAULT_HTTP_SCORE, GrpcScore, Request, RouteMatches},
     source::PolicySource,
 };
+use crate::Error;
 use crate::output::{
     authz_name, grpc_filter_text, grpc_match_text, http_filter_text, http_match_text, labels_name,
     network_text, protocol_text, route_name,
@@ -221,7 +222,22 @@ impl InboundArgs {
         let spec = self.port_spec()?;
         let client = self.client()?;
         let target = format!("{} port {}", self.workload, self.port);
-        let server = self.source.inbound_server(spec, &target).await?;
+        let server =
+            self.source
+                .inbound_server(spec, &target)
+                .await
+                .map_err(|error| match error {
+                    ExplainError::Policy(source)
+                        if matches!(&*source, Error::Status { status, .. }
+                        if status.code() == tonic::Code::NotFound) =>
+                    {
+                        ExplainError::UnknownWorkload {
+                            workload: self.workload.clone(),
+                            source,
+                        }
+                    }
+                    other => other,
+                })?;
         let is_grpc = matches!(protocol_kind(&server), Some(proxy_protocol::Kind::Grpc(_)));
         let request = self.request(is_grpc)?;
         explain_server(&server, &client, &request)
