@@ -10,8 +10,17 @@ pub fn parse_listen_addr(value: &str) -> Result<SocketAddr, String> {
         Some(port) => format!("0.0.0.0:{port}"),
         None => value.to_string(),
     };
-    full.parse()
-        .map_err(|e| format!("invalid listen address {value:?}: {e} (expected IP:PORT or :PORT)"))
+    full.parse().map_err(|e| {
+        // The standard library says only "invalid socket address syntax" for a port too large.
+        let port = full.rsplit_once(':').map_or("", |(_, port)| port);
+        let too_large = port.bytes().all(|b| b.is_ascii_digit())
+            && (port.len() > 5 || port.parse::<u32>().is_ok_and(|p| p > 65_535));
+        if too_large {
+            format!("invalid listen address {value:?}: port {port} is out of range 0-65535")
+        } else {
+            format!("invalid listen address {value:?}: {e} (expected IP:PORT or :PORT)")
+        }
+    })
 }
 
 /// Parses a boolean as Go's `strconv.ParseBool` does: `1 t T TRUE true True 0 f F FALSE false
@@ -113,7 +122,20 @@ mod tests {
         );
         let err = parse_listen_addr("localhost:80").unwrap_err();
         assert!(err.contains("\"localhost:80\""), "{err}");
-        assert!(parse_listen_addr(":99999").is_err());
+        assert_eq!(
+            parse_listen_addr(":99999").unwrap_err(),
+            "invalid listen address \":99999\": port 99999 is out of range 0-65535"
+        );
+        assert!(
+            parse_listen_addr("badhost:12345")
+                .unwrap_err()
+                .ends_with("(expected IP:PORT or :PORT)")
+        );
+        assert!(
+            parse_listen_addr("[::1]:8x")
+                .unwrap_err()
+                .ends_with("(expected IP:PORT or :PORT)")
+        );
     }
 
     #[test]
