@@ -115,7 +115,8 @@ impl<'a> Documents<'a> {
                     continue;
                 }
             };
-            for json in items {
+            let in_list = matches!(document, Document::List(_) | Document::Buffer { .. });
+            for (item, json) in items.enumerate() {
                 match summarize(json)? {
                     Some((type_key, obj_key, digest)) => manifests.push(Manifest {
                         type_key,
@@ -128,7 +129,12 @@ impl<'a> Documents<'a> {
                             .ok()
                             .and_then(|k| k.kind)
                             .unwrap_or_else(|| "<no kind>".into());
-                        tracing::warn!(file = %path.display(), %kind, "skipping an object without apiVersion, kind or metadata.name");
+                        // The item's place is all that names an object without a name.
+                        if in_list {
+                            tracing::warn!(file = %path.display(), document = index + 1, item = %format_args!("items[{item}]"), %kind, "skipping a List item without apiVersion, kind or metadata.name");
+                        } else {
+                            tracing::warn!(file = %path.display(), document = index + 1, %kind, "skipping an object without apiVersion, kind or metadata.name");
+                        }
                     }
                 }
             }

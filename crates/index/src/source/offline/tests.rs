@@ -134,12 +134,42 @@ fn documents_that_are_not_objects_are_skipped_alone() {
     assert_eq!(objs[0].obj_key.1, "a");
 }
 
+/// What `f` logs, as text.
+fn logged<T>(f: impl FnOnce() -> T) -> String {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+}
+
 #[test]
 fn unnamed_items_are_skipped_alone() {
     let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b, namespace: ok}\n- {kind: Service}\n- 42\n";
     let err = parse_manifests(Path::new("x.yaml"), list.as_bytes());
     // 42 is not a mapping: the item is skipped, and so is the nameless Service; `b` stays.
     let objs = err.unwrap();
+    // The log names each skipped item by its place, since it has no name.
+    let log = logged(|| parse_manifests(Path::new("x.yaml"), list.as_bytes()).map(|_| ()));
+    assert!(
+        log.contains("skipping a List item without apiVersion, kind or metadata.name file=x.yaml document=1 item=items[1] kind=Service"),
+        "{log}"
+    );
+    assert!(log.contains("item=items[2] kind=<no kind>"), "{log}");
     assert_eq!(objs.len(), 1);
     assert_eq!(objs[0].obj_key.1, "b");
     let nameless = "apiVersion: v1\nkind: Service\nmetadata: {}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: a}\n";
