@@ -65,7 +65,7 @@ pub fn decode_value<K: Kind>(document: &serde_json::Value) -> Result<K::Object, 
     } else {
         serde_path_to_error::deserialize::<_, K::Wire>(document)
     };
-    let wire = wire.map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    let wire = wire.map_err(malformed)?;
     K::from_wire(wire).map_err(DecodeError::Invalid)
 }
 
@@ -77,7 +77,46 @@ pub fn decode_json<K: Kind>(document: &str) -> Result<K::Object, DecodeError> {
         return decode_value::<K>(&value);
     }
     let mut deserializer = serde_json::Deserializer::from_str(document);
-    let wire = serde_path_to_error::deserialize::<_, K::Wire>(&mut deserializer)
-        .map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    let wire =
+        serde_path_to_error::deserialize::<_, K::Wire>(&mut deserializer).map_err(malformed)?;
     K::from_wire(wire).map_err(DecodeError::Invalid)
+}
+
+/// The field's path and what is wrong with it, without serde_json's `at line L column C`: the
+/// text decoded is a re-encoding (of a YAML document, of one item of a file, of a watch event),
+/// so its positions point nowhere the user can look.
+fn malformed(error: serde_path_to_error::Error<serde_json::Error>) -> DecodeError {
+    let inner = error.inner();
+    let mut message = inner.to_string();
+    if inner.line() != 0 {
+        let position = format!(" at line {} column {}", inner.line(), inner.column());
+        if let Some(stripped) = message.strip_suffix(&position) {
+            message.truncate(stripped.len());
+        }
+    }
+    let path = error.path().to_string();
+    DecodeError::Malformed(if path == "." {
+        message
+    } else {
+        format!("{path}: {message}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Service;
+
+    #[test]
+    fn a_malformed_document_names_the_field_and_no_position_in_the_reencoded_text() {
+        let document = r#"{"apiVersion":"v1","kind":"Service",
+            "metadata":{"name":"web","namespace":"shop"},
+            "spec":{"ports":[{"port":"eighty"}]}}"#;
+        let expected = DecodeError::Malformed(
+            "spec.ports[0].port: invalid type: string \"eighty\", expected i64".into(),
+        );
+        assert_eq!(decode_json::<Service>(document).unwrap_err(), expected);
+        let value: serde_json::Value = serde_json::from_str(document).unwrap();
+        assert_eq!(decode_value::<Service>(&value).unwrap_err(), expected);
+    }
 }
