@@ -75,6 +75,15 @@ pub enum ReviewError {
     /// A review without `request`, or with an empty `request.uid`: nothing to answer.
     #[error("invalid admission review request")]
     Invalid,
+    /// JSON, but not an object (`[...]`, a string, a number): serde_json's own message would
+    /// speak of the first field it expected.
+    #[error(
+        "failed to decode admission review request: the body is a JSON {found}, not an AdmissionReview object"
+    )]
+    NotAnObject {
+        /// `array`, `string`, `number`, `boolean` or `null`.
+        found: &'static str,
+    },
 }
 
 /// Why a review's `request.object` was not read although the rest of the review was. The
@@ -170,7 +179,10 @@ pub fn review(
 ) -> Result<AdmissionReviewResponse, ReviewError> {
     let review = match serde_json::from_slice::<IncomingReview<AdmissionRequest>>(body) {
         Ok(review) => review,
-        Err(error) => read_without_object(body, &error).ok_or(error)?,
+        Err(error) => match read_without_object(body, &error) {
+            Some(review) => review,
+            None => return Err(not_an_object(body).unwrap_or(ReviewError::Decode(error))),
+        },
     };
     let request = review
         .request
@@ -184,6 +196,25 @@ pub fn review(
         kind: META_KIND.to_string(),
     };
     Ok(response.into_review())
+}
+
+/// [`ReviewError::NotAnObject`] when `body` starts as JSON that is not an object.
+fn not_an_object(body: &[u8]) -> Option<ReviewError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace())?;
+    let found = match first {
+        b'[' => "array",
+        b'"' => "string",
+        b'-' | b'0'..=b'9' => "number",
+        b't' | b'f'
+            if body.trim_ascii().starts_with(b"true")
+                || body.trim_ascii().starts_with(b"false") =>
+        {
+            "boolean"
+        }
+        b'n' if body.trim_ascii().starts_with(b"null") => "null",
+        _ => return None,
+    };
+    Some(ReviewError::NotAnObject { found })
 }
 
 /// Reads a review that failed to decode with `error` again, skipping `request.object`: when

@@ -212,6 +212,23 @@ fn bodies_that_are_not_reviews() {
         error(br#"{"request": {"uid": "u", "kind": "Server"}}"#),
         "failed to decode admission review request: invalid type: string \"Server\", expected struct GroupVersionKind at line 1 column 41"
     );
+    // JSON that is no object is named as such, not by the first field serde expected.
+    assert_eq!(
+        error(b"[[[["),
+        "failed to decode admission review request: the body is a JSON array, not an AdmissionReview object"
+    );
+    assert_eq!(
+        error(b" \"review\""),
+        "failed to decode admission review request: the body is a JSON string, not an AdmissionReview object"
+    );
+    assert_eq!(
+        error(b"42"),
+        "failed to decode admission review request: the body is a JSON number, not an AdmissionReview object"
+    );
+    assert_eq!(
+        error(b"null"),
+        "failed to decode admission review request: the body is a JSON null, not an AdmissionReview object"
+    );
     for body in [
         json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
         json!({"request": {"uid": "", "object": {}}}),
