@@ -61,7 +61,10 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
         start_external_endpoints(&args, kube.client(), index.clone(), watches.ready());
     }
 
+    // `/ready` names the kinds still listing; linked clusters do not gate it (README).
+    let readiness = watches.readiness();
     let (admin_addr, admin) = Admin::new(watches.ready(), Arc::new(registry))
+        .with_reason(move || readiness.reason())
         .bind(args.admin_addr, shutdown.clone())
         .await
         .with_context(|| format!("cannot listen on --admin-addr {}", args.admin_addr))?;

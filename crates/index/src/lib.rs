@@ -58,5 +58,5 @@ pub use self::{
     source::{ClusterArgs, ClusterSource, Event},
     status::StatusIndex,
     topic::change_seen_at,
-    watches::{Fed, Sink, Started, WatchScope, Watches},
+    watches::{Fed, Readiness, Sink, Started, WatchScope, Watches},
 };

@@ -5,6 +5,7 @@
 //! by discovery, outbound policy and route status) is watched once, each object is decoded
 //! once, and the indexes get the same `Arc` of it, each applying it under its own lock.
 
+use parking_lot::Mutex;
 use std::{
     any::{Any, TypeId},
     sync::{
@@ -43,7 +44,16 @@ pub struct Watches {
 /// that keep watching.
 pub struct Started {
     ready: watch::Receiver<bool>,
+    readiness: Readiness,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Why a started set of watches is not ready yet: the kinds whose initial list has not been
+/// applied, each with the last error its watch retried after (issue 19 item 3). A cheap handle
+/// (one `Arc`) for the admin server's `/ready`; it never changes when ready is reported.
+#[derive(Clone)]
+pub struct Readiness {
+    state: Arc<ReadinessState>,
 }
 
 /// The indexes of one kind, before the watches start.
@@ -68,24 +78,55 @@ struct KindWatch<K: Kind> {
     sinks: Vec<Arc<dyn Sink<K>>>,
     scope: WatchScope,
     synced: AtomicBool,
-    readiness: Arc<Readiness>,
+    readiness: Arc<ReadinessState>,
+    /// The kind's place in `readiness.kinds`.
+    at: usize,
     metrics: IndexMetrics,
     type_key: (String, String),
 }
 
 /// The kinds that have not delivered their initial list yet.
-struct Readiness {
+struct ReadinessState {
     pending: AtomicUsize,
     ready: watch::Sender<bool>,
+    /// Every kind, in the order added; read only to say why not ready.
+    kinds: Mutex<Vec<KindStatus>>,
+}
+
+/// One kind as `/ready` describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct KindStatus {
+    /// `apiVersion/Kind`, as manifests name it: `v1/Pod`, `discovery.k8s.io/v1/EndpointSlice`.
+    name: String,
+    synced: bool,
+    /// The last error the kind's watch hit before its initial list; cleared once synced.
+    last_error: Option<String>,
+}
+
+/// How many pending kinds `/ready` names; the others are counted.
+const REASON_KINDS: usize = 5;
+
+/// How much of an error's text `/ready` keeps (a Status message can be long).
+const REASON_ERROR_CHARS: usize = 300;
+
+/// Where a kind's watch reports the errors it retries after (the `kube` source): they are kept
+/// as the kind's last error until its initial list is applied.
+#[derive(Clone)]
+pub(crate) struct WatchErrors {
+    readiness: Arc<ReadinessState>,
+    at: usize,
 }
 
 trait PendingKind: Send {
     fn kind_id(&self) -> TypeId;
     fn as_any(&mut self) -> &mut dyn Any;
     fn as_any_ref(&self) -> &dyn Any;
+    /// The kind's name in `/ready`'s reason (`apiVersion/Kind`).
+    fn name(&self) -> String;
     fn start(
         self: Box<Self>,
-        readiness: Arc<Readiness>,
+        readiness: Arc<ReadinessState>,
+        at: usize,
         metrics: IndexMetrics,
     ) -> Arc<dyn StartedKind>;
 }
@@ -211,14 +252,25 @@ impl Watches {
     /// lists arrive later: [`Started::ready`] says when.
     pub async fn start(self, source: &ClusterSource) -> Started {
         let (ready, ready_rx) = watch::channel(self.kinds.is_empty());
-        let readiness = Arc::new(Readiness {
+        let statuses = self
+            .kinds
+            .iter()
+            .map(|k| KindStatus {
+                name: k.name(),
+                synced: false,
+                last_error: None,
+            })
+            .collect();
+        let readiness = Arc::new(ReadinessState {
             pending: AtomicUsize::new(self.kinds.len()),
             ready,
+            kinds: Mutex::new(statuses),
         });
         let kinds: Vec<Arc<dyn StartedKind>> = self
             .kinds
             .into_iter()
-            .map(|k| k.start(readiness.clone(), self.metrics.clone()))
+            .enumerate()
+            .map(|(at, k)| k.start(readiness.clone(), at, self.metrics.clone()))
             .collect();
         let tasks = match source {
             ClusterSource::Kube(kube) => kinds.into_iter().map(|k| k.spawn_kube(kube)).collect(),
@@ -229,6 +281,7 @@ impl Watches {
         };
         Started {
             ready: ready_rx,
+            readiness: Readiness { state: readiness },
             tasks,
         }
     }
@@ -242,11 +295,119 @@ impl Started {
         self.ready.clone()
     }
 
+    /// Why not ready yet ([`Readiness::reason`]), for `/ready`'s body.
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.clone()
+    }
+
     /// Stops every watch.
     pub fn abort(&self) {
         for task in &self.tasks {
             task.abort();
         }
+    }
+}
+
+// === impl Readiness ===
+
+impl Readiness {
+    /// Why the watches are not ready, or `None` once ready: the kinds whose initial list has
+    /// not been applied, in the order they were added, the first five by name (`v1/Pod`), each
+    /// with the last error its watch retried after, the rest counted. For example
+    /// `waiting for the initial list of 7 kinds: v1/Pod (last error: ...), v1/Service, ...,
+    /// and 2 more`.
+    pub fn reason(&self) -> Option<String> {
+        if *self.state.ready.borrow() {
+            return None;
+        }
+        pending_reason(&self.state.kinds.lock())
+    }
+}
+
+impl std::fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Readiness")
+            .field("pending", &self.state.pending.load(Ordering::Acquire))
+            .finish()
+    }
+}
+
+/// The reason text of [`Readiness::reason`] over `kinds`; `None` when none is pending.
+fn pending_reason(kinds: &[KindStatus]) -> Option<String> {
+    use std::fmt::Write;
+    let pending: Vec<&KindStatus> = kinds.iter().filter(|k| !k.synced).collect();
+    if pending.is_empty() {
+        return None;
+    }
+    let plural = if pending.len() == 1 { "kind" } else { "kinds" };
+    let mut out = format!(
+        "waiting for the initial list of {} {plural}: ",
+        pending.len()
+    );
+    for (i, kind) in pending.iter().take(REASON_KINDS).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&kind.name);
+        if let Some(error) = &kind.last_error {
+            let _ = write!(out, " (last error: {error})");
+        }
+    }
+    if pending.len() > REASON_KINDS {
+        let _ = write!(out, ", and {} more", pending.len() - REASON_KINDS);
+    }
+    Some(out)
+}
+
+// === impl ReadinessState ===
+
+impl ReadinessState {
+    /// Notes kind `at`'s initial list applied; the last kind to sync makes the whole ready.
+    fn synced(&self, at: usize) {
+        if let Some(kind) = self.kinds.lock().get_mut(at) {
+            kind.synced = true;
+            kind.last_error = None;
+        }
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.ready.send_replace(true);
+        }
+    }
+}
+
+// === impl WatchErrors ===
+
+impl WatchErrors {
+    /// Keeps `error` (its text and its sources') as the kind's last error, unless the kind has
+    /// synced already: after that, readiness no longer depends on it.
+    pub(crate) fn failed(&self, error: &(dyn std::error::Error + 'static)) {
+        let mut kinds = self.readiness.kinds.lock();
+        if let Some(kind) = kinds.get_mut(self.at)
+            && !kind.synced
+        {
+            kind.last_error = Some(error_text(error));
+        }
+    }
+}
+
+/// `error` and its sources on one line, each source only when its text is not already part of
+/// what comes before (kube's errors often repeat their source), cut at
+/// [`REASON_ERROR_CHARS`].
+fn error_text(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    // One line: a Status message or an io error may hold newlines.
+    let text = text.replace(['\n', '\r'], " ");
+    match text.char_indices().nth(REASON_ERROR_CHARS) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
     }
 }
 
@@ -265,9 +426,14 @@ impl<K: Kind> PendingKind for KindSinks<K> {
         self
     }
 
+    fn name(&self) -> String {
+        format!("{}/{}", K::api_version(&()), K::kind(&()))
+    }
+
     fn start(
         self: Box<Self>,
-        readiness: Arc<Readiness>,
+        readiness: Arc<ReadinessState>,
+        at: usize,
         metrics: IndexMetrics,
     ) -> Arc<dyn StartedKind> {
         let scope = common_scope(&self.scopes);
@@ -276,6 +442,7 @@ impl<K: Kind> PendingKind for KindSinks<K> {
             scope,
             synced: AtomicBool::new(false),
             readiness,
+            at,
             metrics,
             type_key: type_key::<K>(),
         })
@@ -316,9 +483,7 @@ impl<K: Kind> KindWatch<K> {
         }
         if reset && !self.synced.swap(true, Ordering::AcqRel) {
             tracing::debug!(kind = K::LABEL, "initial list applied");
-            if self.readiness.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.readiness.ready.send_replace(true);
-            }
+            self.readiness.synced(self.at);
         }
     }
 }
@@ -362,7 +527,11 @@ impl<K: Kind> StartedKind for KindWatch<K> {
     fn spawn_kube(self: Arc<Self>, source: &KubeSource) -> tokio::task::JoinHandle<()> {
         use futures::StreamExt;
         use tracing::Instrument;
-        let mut events = source.events_in::<K>(&self.scope);
+        let errors = WatchErrors {
+            readiness: self.readiness.clone(),
+            at: self.at,
+        };
+        let mut events = source.events_reporting::<K>(&self.scope, Some(errors));
         // In the caller's span: a linked cluster's watches log with its name.
         tokio::spawn(
             async move {
@@ -428,15 +597,16 @@ impl<I> std::ops::Deref for Fed<I> {
 /// The feed of kind `K` that delivers to `sink` alone: what a source sees of a kind (tests).
 #[cfg(test)]
 pub(crate) fn feed<K: Kind>(sink: impl Sink<K>, metrics: IndexMetrics) -> Arc<dyn KindFeed> {
-    let readiness = Arc::new(Readiness {
+    let readiness = Arc::new(ReadinessState {
         pending: AtomicUsize::new(1),
         ready: watch::channel(false).0,
+        kinds: Mutex::new(Vec::new()),
     });
     Box::new(KindSinks::<K> {
         sinks: vec![Arc::new(sink)],
         scopes: vec![WatchScope::default()],
     })
-    .start(readiness, metrics)
+    .start(readiness, 0, metrics)
 }
 
 /// A channel end is a sink (tests, and tools that watch a kind themselves): it forwards every
@@ -469,5 +639,139 @@ mod scope_tests {
             WatchScope::default()
         );
         assert_eq!(common_scope(&[]), WatchScope::default());
+    }
+}
+
+#[cfg(test)]
+mod readiness_tests {
+    use super::*;
+
+    fn status(name: &str, synced: bool, last_error: Option<&str>) -> KindStatus {
+        KindStatus {
+            name: name.to_string(),
+            synced,
+            last_error: last_error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_reason_names_the_first_pending_kinds_and_counts_the_rest() {
+        let refused = "failed to perform initial object list: HyperError: tcp connect error: Connection refused (os error 111)";
+        let kinds = [
+            status("v1/Service", true, None),
+            status("v1/Pod", false, Some(refused)),
+            status("discovery.k8s.io/v1/EndpointSlice", false, None),
+            status("v1/Node", false, Some("forbidden")),
+            status("apps/v1/ReplicaSet", false, None),
+            status("batch/v1/Job", true, None),
+            status("linkerd.io/v1alpha2/ServiceProfile", false, None),
+            status("policy.linkerd.io/v1beta3/Server", false, None),
+            status("workload.linkerd.io/v1beta1/ExternalWorkload", false, None),
+        ];
+        assert_eq!(
+            pending_reason(&kinds).as_deref(),
+            Some(
+                "waiting for the initial list of 7 kinds: \
+                 v1/Pod (last error: failed to perform initial object list: HyperError: tcp connect error: Connection refused (os error 111)), \
+                 discovery.k8s.io/v1/EndpointSlice, \
+                 v1/Node (last error: forbidden), \
+                 apps/v1/ReplicaSet, \
+                 linkerd.io/v1alpha2/ServiceProfile, \
+                 and 2 more"
+            )
+        );
+    }
+
+    #[test]
+    fn one_pending_kind_is_named_alone_and_none_is_no_reason() {
+        let mut kinds = vec![
+            status("v1/Pod", true, None),
+            status("v1/Service", false, None),
+        ];
+        assert_eq!(
+            pending_reason(&kinds).as_deref(),
+            Some("waiting for the initial list of 1 kind: v1/Service")
+        );
+        kinds[1].synced = true;
+        assert_eq!(pending_reason(&kinds), None);
+        assert_eq!(pending_reason(&[]), None);
+    }
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn an_error_is_one_line_with_the_sources_it_does_not_repeat() {
+        let refused = Layer("Connection refused (os error 111)", None);
+        let connect = Layer(
+            "tcp connect error: Connection refused (os error 111)",
+            Some(Box::new(refused)),
+        );
+        let list = Layer(
+            "failed to perform initial object list",
+            Some(Box::new(Layer(
+                "HyperError:\nclient error",
+                Some(Box::new(connect)),
+            ))),
+        );
+        assert_eq!(
+            error_text(&list),
+            "failed to perform initial object list: HyperError: client error: \
+             tcp connect error: Connection refused (os error 111)"
+        );
+        let long = Layer(Box::leak("é".repeat(400).into_boxed_str()), None);
+        let text = error_text(&long);
+        assert_eq!(text, format!("{}...", "é".repeat(REASON_ERROR_CHARS)));
+    }
+
+    #[tokio::test]
+    async fn a_kind_keeps_its_last_error_until_it_syncs() {
+        let (ready, _ready_rx) = watch::channel(false);
+        let state = Arc::new(ReadinessState {
+            pending: AtomicUsize::new(2),
+            ready,
+            kinds: Mutex::new(vec![
+                status("v1/Pod", false, None),
+                status("v1/Service", false, None),
+            ]),
+        });
+        let readiness = Readiness {
+            state: state.clone(),
+        };
+        let pods = WatchErrors {
+            readiness: state.clone(),
+            at: 0,
+        };
+        pods.failed(&Layer("connection reset", None));
+        pods.failed(&Layer("connection refused", None));
+        assert_eq!(
+            readiness.reason().as_deref(),
+            Some(
+                "waiting for the initial list of 2 kinds: \
+                 v1/Pod (last error: connection refused), v1/Service"
+            )
+        );
+        state.synced(0);
+        // An error after the initial list no longer holds readiness back.
+        pods.failed(&Layer("connection reset", None));
+        assert_eq!(
+            readiness.reason().as_deref(),
+            Some("waiting for the initial list of 1 kind: v1/Service")
+        );
+        state.synced(1);
+        assert_eq!(readiness.reason(), None);
+        assert!(*state.ready.borrow());
     }
 }

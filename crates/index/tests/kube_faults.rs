@@ -13,7 +13,7 @@ mod fake_apiserver;
 
 use fake_apiserver::{FakeApi, PODS, RESOURCES, SERVICE_PROFILES, SERVICES, SLICES, TIMEOUT};
 use linkerd_index::{
-    ClusterSource, DiscoveryIndex, EndpointsKey, EndpointsView, IndexMetrics, ObjectRef,
+    ClusterSource, DiscoveryIndex, EndpointsKey, EndpointsView, IndexMetrics, ObjectRef, Readiness,
     ServiceProfileKey, Started, Watches, discovery::profiles::ServiceProfileView,
     source::kube::KubeSource,
 };
@@ -224,12 +224,33 @@ async fn api_server_down_at_start_is_not_ready_then_serves() {
     api.wait_for_refused(2 * RESOURCES.len() + 2).await;
     assert!(!*ready.borrow(), "ready with the API server down");
     assert!(subs.endpoints.iter().all(|(_, rx)| !rx.borrow().exists()));
+    // `/ready`'s reason names the kinds (none has listed, the first five by name) and the
+    // connection error each watch retried after: the server closes every connection at once
+    // (the client sees it closed, or reset).
+    let readiness = started.readiness();
+    let reason = wait_for_reason(&readiness, |r| last_errors(r).1.len() == 5).await;
+    let (masked, errors) = last_errors(&reason);
+    assert_eq!(
+        masked,
+        "waiting for the initial list of 9 kinds: v1/Service (last error: E), \
+         discovery.k8s.io/v1/EndpointSlice (last error: E), v1/Pod (last error: E), \
+         v1/Node (last error: E), apps/v1/ReplicaSet (last error: E), and 4 more"
+    );
+    for error in errors {
+        assert!(
+            error.starts_with(
+                "failed to perform initial object list: ServiceError: client error (SendRequest): "
+            ) && error.to_lowercase().contains("connection"),
+            "{error}"
+        );
+    }
 
     api.come_back();
     tokio::time::timeout(Duration::from_secs(60), ready.wait_for(|r| *r))
         .await
         .expect("ready once the API server is back")
         .expect("the watches own the sender");
+    assert_eq!(started.readiness().reason(), None);
     assert_converges_to_fresh_index(&api, &mut subs).await;
 }
 
@@ -328,6 +349,50 @@ async fn start(index: &DiscoveryIndex, api: &FakeApi) -> Started {
     index.watch(&mut watches);
     let source = ClusterSource::Kube(KubeSource::new(api.client(), metrics));
     watches.start(&source).await
+}
+
+/// `readiness`'s reason once `done` holds of it; fails showing the last one after [`TIMEOUT`].
+async fn wait_for_reason(readiness: &Readiness, done: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let reason = readiness.reason().unwrap_or_default();
+        if done(&reason) {
+            return reason;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the reason never got there: {reason:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `reason` with each `(last error: ...)` masked as `(last error: E)`, and the errors masked.
+fn last_errors(reason: &str) -> (String, Vec<String>) {
+    const OPEN: &str = "(last error: ";
+    let (mut masked, mut errors, mut rest) = (String::new(), Vec::new(), reason);
+    while let Some(at) = rest.find(OPEN) {
+        masked.push_str(&rest[..at + OPEN.len()]);
+        rest = &rest[at + OPEN.len()..];
+        // The error ends at the `)` that closes the parenthesis (errors hold some).
+        let mut depth = 1;
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| {
+                depth += match c {
+                    '(' => 1,
+                    ')' => -1,
+                    _ => 0,
+                };
+                depth == 0
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        errors.push(rest[..end].to_string());
+        masked.push('E');
+        rest = &rest[end..];
+    }
+    masked.push_str(rest);
+    (masked, errors)
 }
 
 /// `index` over `api`, once every kind's initial list is applied.

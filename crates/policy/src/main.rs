@@ -67,7 +67,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         _ => None,
     };
 
+    // `/ready` names the kinds still listing; linked clusters do not gate it (README).
+    let readiness = watches.readiness();
     let (admin_addr, admin) = Admin::new(watches.ready(), Arc::new(registry))
+        .with_reason(move || readiness.reason())
         .bind(args.admin_addr, shutdown.clone())
         .await
         .with_context(|| format!("cannot listen on --admin-addr {}", args.admin_addr))?;

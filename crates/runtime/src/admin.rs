@@ -3,6 +3,10 @@
 //! Mirrors upstream's admin server (spec/destination.md §A.3): `/ready` answers `200 ok` only
 //! once the index has applied every watch's initial list, `500 not ready` before; `/ping`
 //! answers `pong` (upstream's liveness path); anything else is 404.
+//!
+//! Beyond upstream, a `500` says why when the binary gives a reason ([`Admin::with_reason`]):
+//! `not ready: waiting for the initial list of 3 kinds: v1/Pod (last error: ...), ...`
+//! (issue 19 item 3). Probes look at the status only.
 
 use axum::{
     Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
@@ -13,16 +17,37 @@ use tokio::{net::TcpListener, sync::watch};
 
 use crate::shutdown::Shutdown;
 
-/// The admin server's state: readiness and the metrics registry.
+/// Why a binary is not ready, asked on each `/ready` that answers `500`: one line, or `None`
+/// when there is nothing more to say than `not ready`.
+pub type NotReadyReason = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// The admin server's state: readiness, why not ready, and the metrics registry.
 #[derive(Clone)]
 pub struct Admin {
     ready: watch::Receiver<bool>,
+    reason: Option<NotReadyReason>,
     registry: Arc<Registry>,
 }
 
 impl Admin {
+    /// `/ready` from `ready` (`true`: ready), `/metrics` from `registry`; no reason is given
+    /// when not ready (the sp-validator has none to give).
     pub fn new(ready: watch::Receiver<bool>, registry: Arc<Registry>) -> Self {
-        Self { ready, registry }
+        Self {
+            ready,
+            reason: None,
+            registry,
+        }
+    }
+
+    /// Adds `reason` to `/ready`'s `500` body: `not ready: <reason>`. It is called only while
+    /// `ready` is `false`, on each request, so it must be cheap (a lock and a format).
+    pub fn with_reason(
+        mut self,
+        reason: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.reason = Some(Arc::new(reason));
+        self
     }
 
     /// The routes, for serving or for tests.
@@ -59,10 +84,13 @@ impl Admin {
 
 async fn ready(State(admin): State<Admin>) -> impl IntoResponse {
     if *admin.ready.borrow() {
-        (StatusCode::OK, "ok\n")
-    } else {
-        (StatusCode::INTERNAL_SERVER_ERROR, "not ready\n")
+        return (StatusCode::OK, "ok\n".to_string());
     }
+    let body = match admin.reason.as_ref().and_then(|reason| reason()) {
+        Some(reason) => format!("not ready: {reason}\n"),
+        None => "not ready\n".to_string(),
+    };
+    (StatusCode::INTERNAL_SERVER_ERROR, body)
 }
 
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
@@ -81,5 +109,69 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
             [(header::CONTENT_TYPE, "text/plain")],
             format!("cannot encode metrics: {error}\n"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// `GET path` over HTTP/1.0 (the server closes after answering): status and body.
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let request = format!("GET {path} HTTP/1.0\r\nHost: admin\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.expect("read");
+        let status = response
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status line");
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    #[tokio::test]
+    async fn not_ready_says_why_and_ready_is_ok() {
+        let (ready_tx, ready) = watch::channel(false);
+        let (_trigger, shutdown) = crate::shutdown::channel();
+        let admin = Admin::new(ready, Arc::default())
+            .with_reason(|| Some("waiting for the initial list of 1 kind: v1/Pod".into()));
+        let (addr, _task) = admin
+            .bind("127.0.0.1:0".parse().unwrap(), shutdown)
+            .await
+            .unwrap();
+        assert_eq!(
+            get(addr, "/ready").await,
+            (
+                500,
+                "not ready: waiting for the initial list of 1 kind: v1/Pod\n".into()
+            )
+        );
+        ready_tx.send_replace(true);
+        assert_eq!(get(addr, "/ready").await, (200, "ok\n".into()));
+    }
+
+    #[tokio::test]
+    async fn without_a_reason_not_ready_is_bare() {
+        let (_ready_tx, ready) = watch::channel(false);
+        let (_trigger, shutdown) = crate::shutdown::channel();
+        let (addr, _task) = Admin::new(ready, Arc::default())
+            .with_reason(|| None)
+            .bind("127.0.0.1:0".parse().unwrap(), shutdown.clone())
+            .await
+            .unwrap();
+        assert_eq!(get(addr, "/ready").await, (500, "not ready\n".into()));
+        let (_ready_tx, ready) = watch::channel(false);
+        let (addr, _task) = Admin::new(ready, Arc::default())
+            .bind("127.0.0.1:0".parse().unwrap(), shutdown)
+            .await
+            .unwrap();
+        assert_eq!(get(addr, "/ready").await, (500, "not ready\n".into()));
     }
 }

@@ -40,7 +40,7 @@ use super::Event;
 use crate::{
     metrics::IndexMetrics,
     model::{DecodeError, Kind, ObjectRef, decode_json},
-    watches::WatchScope,
+    watches::{WatchErrors, WatchScope},
 };
 
 mod crd;
@@ -106,6 +106,8 @@ struct WatchState<K: Kind> {
     keep_until_listed: bool,
     /// For a kind with an informer-lag histogram: what it takes to observe it.
     lag: Option<LagTracker>,
+    /// Where errors other than `404` go besides the log: readiness's reason.
+    errors: Option<WatchErrors>,
     /// Objects skipped as invalid, with why, so that a relist does not log them again.
     invalid: HashMap<ObjectRef, DecodeError>,
 }
@@ -180,11 +182,28 @@ impl KubeSource {
         &self,
         scope: &WatchScope,
     ) -> BoxStream<'static, Event<Arc<K::Object>>> {
+        self.events_reporting::<K>(scope, None)
+    }
+
+    /// [`KubeSource::events_in`], reporting each error the watch retries after (not a `404`,
+    /// which is an answer) to `errors` as well as logging it: `/ready` names it.
+    pub(crate) fn events_reporting<K: Kind>(
+        &self,
+        scope: &WatchScope,
+        errors: Option<WatchErrors>,
+    ) -> BoxStream<'static, Event<Arc<K::Object>>> {
         if K::group(&()) == crd::GATEWAY_GROUP {
-            return crd::follow::<K>(self.client.clone(), self.metrics.clone());
+            return crd::follow::<K>(self.client.clone(), self.metrics.clone(), errors);
         }
         let resource = ApiResource::erase::<K>(&());
-        watch_resource::<K>(&self.client, resource, scope, self.metrics.clone(), false)
+        watch_resource::<K>(
+            &self.client,
+            resource,
+            scope,
+            self.metrics.clone(),
+            false,
+            errors,
+        )
     }
 }
 
@@ -193,13 +212,15 @@ impl KubeSource {
 ///
 /// With `keep_until_listed`, a `404` before the first successful list yields nothing (the
 /// consumer keeps what it has, e.g. the objects of the version watched before) rather than an
-/// empty `Reset`; the list is retried with the same backoff.
+/// empty `Reset`; the list is retried with the same backoff. Errors other than `404` go to
+/// `errors` too.
 fn watch_resource<K: Kind>(
     client: &Client,
     resource: ApiResource,
     scope: &WatchScope,
     metrics: IndexMetrics,
     keep_until_listed: bool,
+    errors: Option<WatchErrors>,
 ) -> BoxStream<'static, Event<Arc<K::Object>>> {
     let api = match &scope.namespace {
         Some(namespace) => {
@@ -220,6 +241,7 @@ fn watch_resource<K: Kind>(
         served: Served::Unknown,
         keep_until_listed,
         lag: metrics.informer_lag(K::LABEL).map(LagTracker::new),
+        errors,
         invalid: HashMap::new(),
     };
     events
@@ -376,6 +398,9 @@ impl<K: Kind> WatchState<K> {
             }
             Err(error) => {
                 tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
+                if let Some(errors) = &self.errors {
+                    errors.failed(&error);
+                }
                 return None;
             }
         };

@@ -200,6 +200,12 @@ impl FakeApi {
     /// `metadata.namespace`/`name`), each stored under the collection of its kind. Objects of
     /// a CRD kind are served once it is installed.
     pub async fn start(objects: impl IntoIterator<Item = Value>) -> Self {
+        Self::start_at("127.0.0.1:0".parse().expect("an address"), objects).await
+    }
+
+    /// [`FakeApi::start`] listening on `addr`: a port a client was given while nothing listened
+    /// there (the API server not started yet: connections refused).
+    pub async fn start_at(addr: SocketAddr, objects: impl IntoIterator<Item = Value>) -> Self {
         let builtin = RESOURCES
             .iter()
             .chain([&CRD_COLLECTION, &LEASE_COLLECTION])
@@ -235,7 +241,7 @@ impl FakeApi {
             }),
             changed,
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");

@@ -21,7 +21,7 @@ use kube::{
 use std::{cmp::Reverse, sync::Arc};
 
 use super::{WatchBackoff, status_code, watch_resource};
-use crate::{metrics::IndexMetrics, model::Kind, source::Event};
+use crate::{metrics::IndexMetrics, model::Kind, source::Event, watches::WatchErrors};
 
 /// The API group whose kinds follow their CRDs.
 pub(super) const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
@@ -36,6 +36,8 @@ type CrdEvents = BoxStream<'static, Result<watcher::Event<DynamicObject>, watche
 struct Follower<K: Kind> {
     client: Client,
     metrics: IndexMetrics,
+    /// Where the CRD watch's and the object watch's errors go besides the log.
+    errors: Option<WatchErrors>,
     /// `<plural>.<group>`: the CRD's name.
     crd_name: String,
     crds: CrdEvents,
@@ -73,6 +75,7 @@ enum Step<T> {
 pub(super) fn follow<K: Kind>(
     client: Client,
     metrics: IndexMetrics,
+    errors: Option<WatchErrors>,
 ) -> BoxStream<'static, Event<Arc<K::Object>>> {
     let crd_name = format!("{}.{}", K::plural(&()), K::group(&()));
     let crds = Api::<DynamicObject>::all_with(
@@ -84,6 +87,7 @@ pub(super) fn follow<K: Kind>(
     let follower = Follower::<K> {
         client,
         metrics,
+        errors,
         crd_name,
         crds,
         relist: None,
@@ -189,6 +193,9 @@ impl<K: Kind> Follower<K> {
             }
             Err(error) => {
                 tracing::warn!(%kind, crd = %self.crd_name, %error, "CRD watch failed; retrying with backoff");
+                if let Some(errors) = &self.errors {
+                    errors.failed(&error);
+                }
                 None
             }
             Ok(watcher::Event::Init) => {
@@ -288,6 +295,7 @@ impl<K: Kind> Follower<K> {
             &crate::watches::WatchScope::default(),
             self.metrics.clone(),
             keep_until_listed,
+            self.errors.clone(),
         );
         self.watching = Some((version, objects));
     }
