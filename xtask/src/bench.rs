@@ -151,6 +151,58 @@ struct Report {
     idle_cpu: Duration,
     /// The slow readers' figures, with `--slow-readers`.
     slow: Option<SlowReport>,
+    /// The server's own `stream_convergence_seconds{api="Get"}`, read after the changes.
+    convergence: Option<Convergence>,
+}
+
+/// Quantiles of the server's `stream_convergence_seconds` histogram of one API: the upper
+/// bound of the bucket each falls in (the histogram keeps no finer figure).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Convergence {
+    pub count: u64,
+    /// Seconds; `f64::INFINITY` past the last bucket.
+    pub p50: f64,
+    pub p99: f64,
+}
+
+impl Convergence {
+    /// Reads the `api` histogram from a `/metrics` text; `None` when it has no observation.
+    pub(crate) fn read(metrics: &str, api: &str) -> Option<Self> {
+        let label = format!("api=\"{api}\"");
+        let mut buckets: Vec<(f64, u64)> = metrics
+            .lines()
+            .filter(|line| {
+                line.starts_with("stream_convergence_seconds_bucket{") && line.contains(&label)
+            })
+            .filter_map(|line| {
+                let le = line.split("le=\"").nth(1)?.split('"').next()?;
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().ok()?
+                };
+                let count = line.rsplit_once(' ')?.1.parse().ok()?;
+                Some((le, count))
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let count = buckets.last()?.1;
+        if count == 0 {
+            return None;
+        }
+        let quantile = |q: f64| {
+            let rank = (q * count as f64).ceil() as u64;
+            buckets
+                .iter()
+                .find(|(_, cumulative)| *cumulative >= rank)
+                .map_or(f64::INFINITY, |(le, _)| *le)
+        };
+        Some(Self {
+            count,
+            p50: quantile(0.5),
+            p99: quantile(0.99),
+        })
+    }
 }
 
 #[derive(Default)]
@@ -341,6 +393,10 @@ async fn bench(
     let idle_start = server::cpu_time(pid)?;
     tokio::time::sleep(IDLE_CHECK).await;
     let idle_cpu = server::cpu_time(pid)?.saturating_sub(idle_start);
+    let convergence = match server::http_get(admin_addr, "/metrics").await {
+        Ok((200, text)) => Convergence::read(&text, "Get"),
+        _ => None,
+    };
     if let Some(status) = server.try_wait()? {
         bail!(
             "destination exited during the benchmark ({status}){}",
@@ -365,6 +421,7 @@ async fn bench(
         segments,
         idle_cpu,
         slow,
+        convergence,
     })
 }
 
@@ -905,6 +962,13 @@ impl Report {
             self.initial_messages,
             c.messages
         );
+        match &self.convergence {
+            Some(c) => println!(
+                "server's stream_convergence_seconds{{api=\"Get\"}} over {} observations: p50 <= {} s  p99 <= {} s (bucket bounds)",
+                c.count, c.p50, c.p99
+            ),
+            None => println!("server's stream_convergence_seconds: no observation"),
+        }
         if let Some(slow) = &self.slow {
             slow.print();
         }
@@ -925,5 +989,29 @@ pub(crate) fn ms(nanos: Option<u64>) -> String {
     match nanos {
         Some(n) => format!("{:.2} ms", n as f64 / 1e6),
         None => "-".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn convergence_quantiles_are_bucket_bounds() {
+        let metrics = "# TYPE stream_convergence_seconds histogram\n\
+            stream_convergence_seconds_bucket{le=\"0.001\",api=\"Get\"} 10\n\
+            stream_convergence_seconds_bucket{le=\"0.005\",api=\"Get\"} 60\n\
+            stream_convergence_seconds_bucket{le=\"0.05\",api=\"Get\"} 99\n\
+            stream_convergence_seconds_bucket{le=\"+Inf\",api=\"Get\"} 100\n\
+            stream_convergence_seconds_bucket{le=\"+Inf\",api=\"GetProfile\"} 0\n";
+        assert_eq!(
+            Convergence::read(metrics, "Get"),
+            Some(Convergence {
+                count: 100,
+                p50: 0.005,
+                p99: 0.05
+            })
+        );
+        assert_eq!(Convergence::read(metrics, "GetProfile"), None);
     }
 }
