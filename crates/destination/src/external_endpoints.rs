@@ -71,8 +71,8 @@ pub struct ControllerConfig {
     pub metrics: ControllerMetrics,
 }
 
-/// The controller's metrics, on destination's `/metrics` once [registered]
-/// (ControllerMetrics::register); cheap to clone, the default counts unexposed:
+/// The controller's metrics, on destination's `/metrics` once registered
+/// ([`ControllerMetrics::register`]); cheap to clone, the default counts unexposed:
 ///
 /// - `external_endpoints_writes_total{op,result}` counter: EndpointSlice writes, `op`
 ///   `create`, `update` (a replace) or `delete`, `result` `ok` or `error` (a delete of a
@@ -82,8 +82,8 @@ pub struct ControllerConfig {
 /// - `external_endpoints_skipped_creates_total{reason}` counter: slices not created,
 ///   `reason` `service_deleting` (the Service has a `deletionTimestamp`) or
 ///   `namespace_terminating` (the API server refused the create, and those after it);
-/// - `external_endpoints_sync_drops_total` counter: Services dropped after [`MAX_RETRIES`]
-///   failed syncs (synced again on their next change or resync).
+/// - `external_endpoints_sync_drops_total` counter: Services whose sync still failed after
+///   [`MAX_RETRIES`] retries, dropped until their next change or resync.
 #[derive(Clone, Debug, Default)]
 pub struct ControllerMetrics {
     writes: Family<WriteLabels, Counter>,
@@ -269,12 +269,12 @@ async fn run(
                 sync(&index, &client, &leadership, &metrics, &service),
             )
             .await
-                    .unwrap_or_else(|_| {
-                        Err(SyncError::Timeout(format!(
-                            "{}/{}",
-                            service.namespace, service.name
-                        )))
-                    });
+            .unwrap_or_else(|_| {
+                Err(SyncError::Timeout(format!(
+                    "{}/{}",
+                    service.namespace, service.name
+                )))
+            });
             match synced {
                 Ok(done) => {
                     retries.remove(&service);
@@ -459,13 +459,19 @@ mod tests {
 
     #[test]
     fn a_terminating_namespace_is_known_by_the_refusals_cause() {
-        assert!(namespace_terminating(&status(403, &["NamespaceTerminating"])));
+        assert!(namespace_terminating(&status(
+            403,
+            &["NamespaceTerminating"]
+        )));
         assert!(namespace_terminating(&status(
             403,
             &["FieldValueInvalid", "NamespaceTerminating"]
         )));
         // RBAC refusing the create is an error to retry, not a terminating namespace.
         assert!(!namespace_terminating(&status(403, &[])));
-        assert!(!namespace_terminating(&status(409, &["NamespaceTerminating"])));
+        assert!(!namespace_terminating(&status(
+            409,
+            &["NamespaceTerminating"]
+        )));
     }
 }

@@ -16,7 +16,7 @@ use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use kube::Api;
 use linkerd_index::{
     ClusterSource, DiscoveryIndex, IndexMetrics, Watches,
-    lease::{self, LeaseConfig, Leadership},
+    lease::{self, Leadership, LeaseConfig},
     source::kube::KubeSource,
     watches::Started,
 };
@@ -323,7 +323,12 @@ async fn the_lease_holder_writes_the_slices_of_selected_workloads_and_only_its_o
         )
         .await;
     assert_eq!(pod_a.metric("external_endpoints_leader"), 1.0);
-    let count = |method: &str| slice_writes.iter().filter(|w| w.starts_with(method)).count();
+    let count = |method: &str| {
+        slice_writes
+            .iter()
+            .filter(|w| w.starts_with(method))
+            .count()
+    };
     assert_eq!(
         (count("POST "), count("DELETE ")),
         (1, 1),
@@ -385,14 +390,20 @@ async fn a_replica_that_loses_the_lease_mid_sync_stops_writing_and_the_new_holde
     api.apply(LEASES, lease_held_by("pod-b"));
     tokio::time::timeout(TIMEOUT, async {
         while pod_a.leadership.is_leader() {
-            pod_a.leadership.changed().await.expect("the Lease task runs");
+            pod_a
+                .leadership
+                .changed()
+                .await
+                .expect("the Lease task runs");
         }
     })
     .await
     .expect("pod-a learns it lost the Lease");
     let lost_at = Instant::now();
     api.release_writes(SLICES);
-    pod_a.wait_for_metric("external_endpoints_leader", 0.0).await;
+    pod_a
+        .wait_for_metric("external_endpoints_leader", 0.0)
+        .await;
 
     // The write in flight when the Lease went is answered; nothing follows it.
     let writes = slice_writes_of(&api, "pod-a");
@@ -404,20 +415,30 @@ async fn a_replica_that_loses_the_lease_mid_sync_stops_writing_and_the_new_holde
     let [first] = our_slices(&api).try_into().expect("pod-a's one slice");
     let names: Vec<String> = endpoints(&first).into_iter().map(|(n, _, _)| n).collect();
     assert_eq!(names.len(), 100);
-    assert_eq!((names[0].as_str(), names[99].as_str()), ("vm-000", "vm-099"));
+    assert_eq!(
+        (names[0].as_str(), names[99].as_str()),
+        ("vm-000", "vm-099")
+    );
 
     // pod-b, holding the Lease, completes the slices from what pod-a left.
     let pod_b = Replica::start(&api, "pod-b").await;
-    api.wait_for_objects(SLICES, "250 endpoints in the controller's slices", |slices| {
-        slices
-            .iter()
-            .filter(|s| ours(s))
-            .map(|s| endpoints(s).len())
-            .sum::<usize>()
-            == 250
-    })
+    api.wait_for_objects(
+        SLICES,
+        "250 endpoints in the controller's slices",
+        |slices| {
+            slices
+                .iter()
+                .filter(|s| ours(s))
+                .map(|s| endpoints(s).len())
+                .sum::<usize>()
+                == 250
+        },
+    )
     .await;
-    let mut sizes: Vec<usize> = our_slices(&api).iter().map(|s| endpoints(s).len()).collect();
+    let mut sizes: Vec<usize> = our_slices(&api)
+        .iter()
+        .map(|s| endpoints(s).len())
+        .collect();
     sizes.sort();
     assert_eq!(sizes, [50, 100, 100]);
     let all: BTreeSet<String> = our_slices(&api)

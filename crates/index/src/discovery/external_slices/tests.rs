@@ -533,14 +533,24 @@ fn a_service_being_deleted_gets_no_new_slices_but_its_own_are_still_rewritten() 
     assert!(svc.deleting);
     assert!(!vm_service().deleting);
     let workloads: Vec<ExternalWorkloadInfo> = (0..150)
-        .map(|n| vm(&format!("vm-{n:03}"), &[&format!("10.20.0.{}", n + 1)], true))
+        .map(|n| {
+            vm(
+                &format!("vm-{n:03}"),
+                &[&format!("10.20.0.{}", n + 1)],
+                true,
+            )
+        })
         .collect();
     let groups = desired_groups(&svc, &workloads);
 
     // From nothing: both slices would be creates; none is made.
     let planned = plan(&svc, &groups, &[]);
     assert_eq!(
-        (planned.create.len(), planned.update.len(), planned.delete.len()),
+        (
+            planned.create.len(),
+            planned.update.len(),
+            planned.delete.len()
+        ),
         (0, 0, 0)
     );
     assert_eq!(planned.skipped_creates, 2);
