@@ -9,7 +9,8 @@
 //!    volume mounts, webhook services, RBAC bindings and the service account, the containers'
 //!    hardening, and RBAC that grants reads on every kind the index watches and writes only
 //!    on status subresources, leases, events and EndpointSlices (the ExternalWorkload
-//!    controller's; the only deletes granted). A Deployment of several replicas (the `ha`
+//!    controller's; the only deletes granted), and on EndpointSlices and Leases exactly the
+//!    writes the code makes ([`WRITES_USED`]). A Deployment of several replicas (the `ha`
 //!    overlay) must survive the loss of one: a required anti-affinity across nodes that selects
 //!    its own pods, and one pod down at a time in rolling updates and drains.
 //! 3. Every custom resource of ours in `deploy/examples/` and `tests/fixtures/` validates
@@ -71,6 +72,21 @@ const IMAGE_PREFIX: &str = "ghcr.io/linkerd-rs/";
 
 /// Verbs that change state.
 const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
+/// The writes the pod makes on the kinds it writes whole objects of, by (API group, resource),
+/// sorted: the ExternalWorkload EndpointSlice controller creates (`POST`), replaces (`PUT`:
+/// `update`) and deletes its slices (`crates/destination/src/external_endpoints.rs`), the
+/// Lease task creates and replaces its Leases (`crates/index/src/lease.rs`); neither patches.
+/// RBAC must grant exactly these writes on them: one fewer and the writer is refused, one more
+/// is a privilege nothing uses.
+const WRITES_USED: [(&str, &str, &[&str]); 2] = [
+    (
+        "discovery.k8s.io",
+        "endpointslices",
+        &["create", "delete", "update"],
+    ),
+    ("coordination.k8s.io", "leases", &["create", "update"]),
+];
 
 /// `cargo xtask check-deploy [--no-external]`
 #[derive(Debug, clap::Args)]
@@ -1139,6 +1155,30 @@ impl Manifests {
                         "{source}: {writes:?} on {resource:?}: the pod writes only route status, leases, events and ExternalWorkload EndpointSlices"
                     ));
                 }
+            }
+        }
+
+        // The writers' kinds: exactly the writes they make.
+        for (group, resource, used) in WRITES_USED {
+            let mut writes: Vec<&str> = self
+                .cluster_roles
+                .iter()
+                .flat_map(|r| r.obj.rules.iter().flatten())
+                .chain(self.roles.iter().flat_map(|r| r.obj.rules.iter().flatten()))
+                .filter(|rule| {
+                    rule.api_groups.iter().flatten().any(|g| g == group)
+                        && rule.resources.iter().flatten().any(|r| r == resource)
+                })
+                .flat_map(|rule| &rule.verbs)
+                .map(String::as_str)
+                .filter(|v| WRITE_VERBS.contains(v))
+                .collect();
+            writes.sort_unstable();
+            writes.dedup();
+            if writes != used {
+                errors.push(format!(
+                    "RBAC: writes granted on {resource}.{group} are {writes:?}; the pod makes exactly {used:?}"
+                ));
             }
         }
 

@@ -16,6 +16,12 @@
 //! - A Service whose sync fails (an API error, a write conflict) is retried with exponential
 //!   backoff from [`RETRY_BASE`], at most [`MAX_RETRIES`] times (spec §K: 15), then dropped
 //!   until its next change or resync.
+//! - A Service being deleted gets no new slices (the plan skips them, spec §K); a create the
+//!   API server refuses because the namespace is terminating (`403` with cause
+//!   `NamespaceTerminating`) ends the sync quietly, without a retry, as Kubernetes'
+//!   EndpointSlice controller does: retrying could never succeed.
+//! - Metrics ([`ControllerMetrics`]): the writes by operation and result, whether this
+//!   instance holds the Lease, the creates skipped and the Services dropped after retries.
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
@@ -27,6 +33,11 @@ use linkerd_index::{
     discovery::external_slices::{self, OwnedSlice},
     lease::Leadership,
     model::{EXTERNAL_WORKLOADS_CONTROLLER, MANAGED_BY_LABEL, SERVICE_NAME_LABEL},
+};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
 };
 use std::{collections::BTreeMap, time::Duration};
 use tokio::{sync::watch, task::JoinHandle, time::Instant};
@@ -45,6 +56,9 @@ pub const RETRY_MAX: Duration = Duration::from_secs(60);
 pub const MAX_RETRIES: u32 = 15;
 /// Bound of one sync of one Service (its list and writes).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+/// The `StatusCause` reason of a write refused in a terminating namespace (Kubernetes'
+/// `NamespaceTerminatingCause`).
+const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
 
 /// The controller's settings.
 #[derive(Clone, Debug)]
@@ -53,6 +67,42 @@ pub struct ControllerConfig {
     pub resync_period: Duration,
     /// [`RETRY_BASE`].
     pub retry_base: Duration,
+    /// Where the controller counts what it does; unregistered by default.
+    pub metrics: ControllerMetrics,
+}
+
+/// The controller's metrics, on destination's `/metrics` once registered
+/// ([`ControllerMetrics::register`]); cheap to clone, the default counts unexposed:
+///
+/// - `external_endpoints_writes_total{op,result}` counter: EndpointSlice writes, `op`
+///   `create`, `update` (a replace) or `delete`, `result` `ok` or `error` (a delete of a
+///   slice already gone counts as `ok`);
+/// - `external_endpoints_leader` gauge: 1 while this instance holds the Lease
+///   `linkerd-destination-endpoint-write` and runs the controller, else 0;
+/// - `external_endpoints_skipped_creates_total{reason}` counter: slices not created,
+///   `reason` `service_deleting` (the Service has a `deletionTimestamp`) or
+///   `namespace_terminating` (the API server refused the create, and those after it);
+/// - `external_endpoints_sync_drops_total` counter: Services whose sync still failed after
+///   [`MAX_RETRIES`] retries, dropped until their next change or resync.
+#[derive(Clone, Debug, Default)]
+pub struct ControllerMetrics {
+    writes: Family<WriteLabels, Counter>,
+    leader: Gauge,
+    skipped_creates: Family<SkipLabels, Counter>,
+    drops: Counter,
+}
+
+/// Labels of `external_endpoints_writes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    op: &'static str,
+    result: &'static str,
+}
+
+/// Labels of `external_endpoints_skipped_creates_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkipLabels {
+    reason: &'static str,
 }
 
 /// Why a sync of one Service failed.
@@ -75,6 +125,8 @@ pub struct Synced {
     pub created: usize,
     pub updated: usize,
     pub deleted: usize,
+    /// Slices not created: the Service is being deleted, or its namespace is terminating.
+    pub skipped_creates: usize,
 }
 
 // === impl ControllerConfig ===
@@ -84,7 +136,56 @@ impl Default for ControllerConfig {
         Self {
             resync_period: RESYNC_PERIOD,
             retry_base: RETRY_BASE,
+            metrics: ControllerMetrics::default(),
         }
+    }
+}
+
+// === impl ControllerMetrics ===
+
+impl ControllerMetrics {
+    /// Registers the metrics in `registry` under the names listed on [`ControllerMetrics`].
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        // prometheus-client appends `_total` to counters.
+        registry.register(
+            "external_endpoints_writes",
+            "ExternalWorkload EndpointSlice writes by operation and result",
+            m.writes.clone(),
+        );
+        registry.register(
+            "external_endpoints_leader",
+            "Whether this instance holds the Lease linkerd-destination-endpoint-write and writes ExternalWorkload EndpointSlices (1) or not (0)",
+            m.leader.clone(),
+        );
+        registry.register(
+            "external_endpoints_skipped_creates",
+            "ExternalWorkload EndpointSlices not created: the Service is being deleted or its namespace is terminating",
+            m.skipped_creates.clone(),
+        );
+        registry.register(
+            "external_endpoints_sync_drops",
+            "Services whose ExternalWorkload EndpointSlice sync failed too often and was dropped until their next change",
+            m.drops.clone(),
+        );
+        m
+    }
+
+    fn write(&self, op: &'static str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.writes.get_or_create(&WriteLabels { op, result }).inc();
+    }
+
+    fn skipped(&self, reason: &'static str, n: usize) {
+        if n > 0 {
+            self.skipped_creates
+                .get_or_create(&SkipLabels { reason })
+                .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+        }
+    }
+
+    fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
     }
 }
 
@@ -111,9 +212,20 @@ async fn run(
     mut queued: watch::Receiver<()>,
     config: ControllerConfig,
 ) {
+    let metrics = config.metrics.clone();
+    metrics.set_leader(leadership.is_leader());
     // Before the initial lists, a Service would look as if it selected nothing.
-    if ready.wait_for(|r| *r).await.is_err() {
-        return;
+    loop {
+        tokio::select! {
+            r = ready.wait_for(|r| *r) => match r {
+                Ok(_) => break,
+                Err(_) => return metrics.set_leader(false),
+            },
+            leader = leadership.changed() => match leader {
+                Some(leader) => metrics.set_leader(leader),
+                None => return metrics.set_leader(false),
+            },
+        }
     }
     let mut resync = tokio::time::interval(config.resync_period);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -122,11 +234,15 @@ async fn run(
     loop {
         let next_retry = retries.values().map(|(_, at)| *at).min();
         tokio::select! {
-            changed = queued.changed() => if changed.is_err() { return },
+            changed = queued.changed() => if changed.is_err() { return metrics.set_leader(false) },
             leader = leadership.changed() => match leader {
-                None => return,
-                Some(true) => index.requeue_external_workload_slices(),
-                Some(false) => {}
+                None => return metrics.set_leader(false),
+                Some(leader) => {
+                    metrics.set_leader(leader);
+                    if leader {
+                        index.requeue_external_workload_slices();
+                    }
+                }
             },
             _ = resync.tick() => index.requeue_external_workload_slices(),
             _ = sleep_until(next_retry) => {}
@@ -148,26 +264,29 @@ async fn run(
             if !leadership.is_leader() {
                 break;
             }
-            let synced =
-                tokio::time::timeout(SYNC_TIMEOUT, sync(&index, &client, &leadership, &service))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(SyncError::Timeout(format!(
-                            "{}/{}",
-                            service.namespace, service.name
-                        )))
-                    });
+            let synced = tokio::time::timeout(
+                SYNC_TIMEOUT,
+                sync(&index, &client, &leadership, &metrics, &service),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(SyncError::Timeout(format!(
+                    "{}/{}",
+                    service.namespace, service.name
+                )))
+            });
             match synced {
                 Ok(done) => {
                     retries.remove(&service);
                     if done != Synced::default() {
-                        tracing::info!(service = %format!("{}/{}", service.namespace, service.name), created = done.created, updated = done.updated, deleted = done.deleted, "ExternalWorkload EndpointSlices written");
+                        tracing::info!(service = %format!("{}/{}", service.namespace, service.name), created = done.created, updated = done.updated, deleted = done.deleted, skipped_creates = done.skipped_creates, "ExternalWorkload EndpointSlices written");
                     }
                 }
                 Err(error) => {
                     let failures = retries.get(&service).map_or(0, |(n, _)| *n) + 1;
                     if failures > MAX_RETRIES {
                         retries.remove(&service);
+                        metrics.drops.inc();
                         tracing::error!(%error, "dropping the Service after {MAX_RETRIES} retries; it is synced again on its next change");
                     } else {
                         let wait = backoff(config.retry_base, failures);
@@ -181,11 +300,15 @@ async fn run(
 }
 
 /// Syncs the slices of one Service: lists those the controller owns, plans the difference with
-/// what the index wants, writes it while leader.
+/// what the index wants, writes it while leader (checked before each write), counting the
+/// writes in `metrics`. Creates come first; one refused because the namespace is terminating
+/// ends the sync with `Ok` (nothing more can be written there). Errors on any other refused
+/// list or write.
 pub async fn sync(
     index: &DiscoveryIndex,
     client: &Client,
     leadership: &Leadership,
+    metrics: &ControllerMetrics,
     service: &ObjectRef,
 ) -> Result<Synced, SyncError> {
     // A Service that is gone takes its slices with it (owner references); one the controller
@@ -222,15 +345,28 @@ pub async fn sync(
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PostParams::default()
     };
-    let mut done = Synced::default();
-    for spec in &plan.create {
+    let mut done = Synced {
+        skipped_creates: plan.skipped_creates,
+        ..Synced::default()
+    };
+    metrics.skipped("service_deleting", plan.skipped_creates);
+    for (n, spec) in plan.create.iter().enumerate() {
         if !leadership.is_leader() {
             return Ok(done);
         }
-        api.create(&params, &spec.to_endpoint_slice(&svc))
-            .await
-            .map_err(api_error("create"))?;
-        done.created += 1;
+        let created = api.create(&params, &spec.to_endpoint_slice(&svc)).await;
+        metrics.write("create", created.is_ok());
+        match created {
+            Ok(_) => done.created += 1,
+            Err(kube::Error::Api(status)) if namespace_terminating(&status) => {
+                let skipped = plan.create.len() - n;
+                metrics.skipped("namespace_terminating", skipped);
+                done.skipped_creates += skipped;
+                tracing::info!(service = %name, "the namespace is terminating: no EndpointSlice is created");
+                return Ok(done);
+            }
+            Err(error) => return Err(api_error("create")(error)),
+        }
     }
     for spec in &plan.update {
         let Some(slice_name) = &spec.name else {
@@ -239,9 +375,11 @@ pub async fn sync(
         if !leadership.is_leader() {
             return Ok(done);
         }
-        api.replace(slice_name, &params, &spec.to_endpoint_slice(&svc))
-            .await
-            .map_err(api_error("update"))?;
+        let replaced = api
+            .replace(slice_name, &params, &spec.to_endpoint_slice(&svc))
+            .await;
+        metrics.write("update", replaced.is_ok());
+        replaced.map_err(api_error("update"))?;
         done.updated += 1;
     }
     for slice_name in &plan.delete {
@@ -249,13 +387,30 @@ pub async fn sync(
             return Ok(done);
         }
         match api.delete(slice_name, &DeleteParams::default()).await {
-            Ok(_) => done.deleted += 1,
+            Ok(_) => {
+                metrics.write("delete", true);
+                done.deleted += 1;
+            }
             // Gone already: what we wanted.
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => return Err(api_error("delete")(error)),
+            Err(kube::Error::Api(status)) if status.code == 404 => metrics.write("delete", true),
+            Err(error) => {
+                metrics.write("delete", false);
+                return Err(api_error("delete")(error));
+            }
         }
     }
     Ok(done)
+}
+
+/// Whether the API server refused a write because the namespace is being deleted: `403` with
+/// the cause `NamespaceTerminating` (the lifecycle admission plugin's answer).
+fn namespace_terminating(status: &kube::core::Status) -> bool {
+    status.code == 403
+        && status
+            .details
+            .iter()
+            .flat_map(|d| &d.causes)
+            .any(|c| c.reason == NAMESPACE_TERMINATING)
 }
 
 /// `base × 2^(failures-1)`, at most [`RETRY_MAX`].
@@ -282,5 +437,41 @@ mod tests {
         assert_eq!(backoff(base, 4), Duration::from_millis(800));
         assert_eq!(backoff(base, 15), RETRY_MAX);
         assert_eq!(backoff(base, 40), RETRY_MAX);
+    }
+
+    fn status(code: u16, causes: &[&str]) -> kube::core::Status {
+        serde_json::from_value(serde_json::json!({
+            "code": code,
+            "reason": "Forbidden",
+            "message": "unable to create new content in namespace vms because it is being terminated",
+            "details": {
+                "name": "linkerd-external-vm-",
+                "kind": "endpointslices",
+                "causes": causes.iter().map(|reason| serde_json::json!({
+                    "reason": reason,
+                    "message": "namespace vms is being terminated",
+                    "field": "metadata.namespace",
+                })).collect::<Vec<_>>(),
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_terminating_namespace_is_known_by_the_refusals_cause() {
+        assert!(namespace_terminating(&status(
+            403,
+            &["NamespaceTerminating"]
+        )));
+        assert!(namespace_terminating(&status(
+            403,
+            &["FieldValueInvalid", "NamespaceTerminating"]
+        )));
+        // RBAC refusing the create is an error to retry, not a terminating namespace.
+        assert!(!namespace_terminating(&status(403, &[])));
+        assert!(!namespace_terminating(&status(
+            409,
+            &["NamespaceTerminating"]
+        )));
     }
 }

@@ -32,6 +32,7 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
     let index_metrics = IndexMetrics::register(&mut registry);
     let metrics = DestinationMetrics::register(&mut registry);
     let link_metrics = LinkMetrics::register(&mut registry);
+    let controller_metrics = external_endpoints::ControllerMetrics::register(&mut registry);
     let streams = StreamRegistry::register(&mut registry);
     linkerd_runtime::process::register(&mut registry);
 
@@ -58,7 +59,13 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
     }
     let watches = watches.start(&source).await;
     if let ClusterSource::Kube(kube) = &source {
-        start_external_endpoints(&args, kube.client(), index.clone(), watches.ready());
+        start_external_endpoints(
+            &args,
+            kube.client(),
+            index.clone(),
+            watches.ready(),
+            controller_metrics,
+        );
     }
 
     // `/ready` names the kinds still listing; linked clusters do not gate it (README).
@@ -99,6 +106,7 @@ fn start_external_endpoints(
     client: kube::Client,
     index: DiscoveryIndex,
     ready: tokio::sync::watch::Receiver<bool>,
+    metrics: external_endpoints::ControllerMetrics,
 ) {
     let Some(claimant) = host_name() else {
         tracing::error!("no HOSTNAME: the ExternalWorkload EndpointSlice controller does not run");
@@ -117,7 +125,10 @@ fn start_external_endpoints(
         client,
         leadership,
         ready,
-        external_endpoints::ControllerConfig::default(),
+        external_endpoints::ControllerConfig {
+            metrics,
+            ..external_endpoints::ControllerConfig::default()
+        },
     );
     tokio::spawn(async move {
         if let Err(error) = controller.await {

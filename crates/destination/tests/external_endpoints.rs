@@ -1,44 +1,136 @@
 //! The ExternalWorkload EndpointSlice controller in kube mode (spec/destination.md §K), against
 //! the scripted API server on loopback: it writes the slices of a Service's ExternalWorkloads
 //! only once it holds the Lease `linkerd-destination-endpoint-write`, rewrites them as the
-//! workloads change, and never touches slices another controller manages.
+//! workloads change, and never touches slices another controller manages; it stops writing
+//! once it knows another replica took the Lease, creates nothing for a Service being deleted
+//! or in a terminating namespace, and counts what it does on `/metrics`.
 
 #[path = "../../index/tests/fake_apiserver/mod.rs"]
 mod fake_apiserver;
 
-use destination::external_endpoints::{self, ControllerConfig, FIELD_MANAGER, LEASE_NAME};
-use fake_apiserver::{EXTERNAL_WORKLOADS, FakeApi, LEASES, SLICES};
+use destination::external_endpoints::{
+    self, ControllerConfig, ControllerMetrics, FIELD_MANAGER, LEASE_NAME,
+};
+use fake_apiserver::{EXTERNAL_WORKLOADS, FakeApi, LEASES, SLICES, SeenRequest, TIMEOUT};
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use kube::Api;
 use linkerd_index::{
     ClusterSource, DiscoveryIndex, IndexMetrics, Watches,
-    lease::{self, LeaseConfig},
+    lease::{self, Leadership, LeaseConfig},
     source::kube::KubeSource,
+    watches::Started,
 };
+use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
-use std::time::Duration;
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
+use tokio::task::JoinHandle;
 
 const NS: &str = "vms";
 const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
 const OURS: &str = "linkerd-external-workloads-controller";
 
+/// One `destination` replica's controller: its own index, Lease task and metrics, on a client
+/// whose requests the server tells apart by `claimant`.
+struct Replica {
+    leadership: Leadership,
+    registry: Registry,
+    _started: Started,
+    _controller: JoinHandle<()>,
+}
+
+impl Replica {
+    /// Starts the index, the Lease task (2 s claims, renewed every second) and the
+    /// controller of replica `claimant`.
+    async fn start(api: &FakeApi, claimant: &str) -> Self {
+        let client = api.client_named(claimant);
+        let index = DiscoveryIndex::new();
+        let mut watches = Watches::new(IndexMetrics::default());
+        index.watch(&mut watches);
+        let source = ClusterSource::Kube(KubeSource::new(client.clone(), IndexMetrics::default()));
+        let started = watches.start(&source).await;
+        let config = LeaseConfig {
+            duration: Duration::from_secs(2),
+            renew_grace: Duration::from_secs(1),
+            ..LeaseConfig::new(LEASE_NAME, FIELD_MANAGER, claimant, "linkerd")
+        };
+        let leadership = lease::spawn(Api::<Lease>::namespaced(client.clone(), "linkerd"), config);
+        let mut registry = Registry::default();
+        let metrics = ControllerMetrics::register(&mut registry);
+        let controller = external_endpoints::spawn(
+            index,
+            client,
+            leadership.clone(),
+            started.ready(),
+            ControllerConfig {
+                metrics,
+                ..ControllerConfig::default()
+            },
+        );
+        Self {
+            leadership,
+            registry,
+            _started: started,
+            _controller: controller,
+        }
+    }
+
+    /// The value of the series `series` (`name{labels}` as exposed), 0 when absent.
+    fn metric(&self, series: &str) -> f64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("encode");
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |v| v.parse().expect("a number"))
+    }
+
+    /// Waits until `series` is `value`; fails the test after [`TIMEOUT`].
+    async fn wait_for_metric(&self, series: &str, value: f64) {
+        let deadline = Instant::now() + TIMEOUT;
+        while self.metric(series) != value {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {series} = {value}: it is {}",
+                self.metric(series)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 fn service() -> Value {
-    json!({
+    service_named(NS, "vm", false)
+}
+
+/// A Service selecting `app: vm`, with a `deletionTimestamp` when `deleting`.
+fn service_named(namespace: &str, name: &str, deleting: bool) -> Value {
+    let mut svc = json!({
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "vm", "namespace": NS, "uid": "vm-uid", "labels": {"app": "vm"}},
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("{name}-uid"), "labels": {"app": "vm"}},
         "spec": {
             "type": "ClusterIP", "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"],
             "ipFamilies": ["IPv4"],
             "selector": {"app": "vm"},
             "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": "http"}],
         },
-    })
+    });
+    if deleting {
+        svc["metadata"]["deletionTimestamp"] = json!(Timestamp::now().to_string());
+        svc["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    }
+    svc
 }
 
 fn workload(name: &str, ip: &str, ready: bool) -> Value {
+    workload_in(NS, name, ip, ready)
+}
+
+fn workload_in(namespace: &str, name: &str, ip: &str, ready: bool) -> Value {
     json!({
         "apiVersion": "workload.linkerd.io/v1beta1", "kind": "ExternalWorkload",
-        "metadata": {"name": name, "namespace": NS, "uid": format!("{name}-uid"), "labels": {"app": "vm"}},
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("{name}-uid"), "labels": {"app": "vm"}},
         "spec": {
             "meshTLS": {"identity": format!("spiffe://root.linkerd.cluster.local/{name}"), "serverName": name},
             "ports": [{"name": "http", "port": 8080}],
@@ -121,24 +213,8 @@ async fn the_lease_holder_writes_the_slices_of_selected_workloads_and_only_its_o
     api.install_crd(EXTERNAL_WORKLOADS);
     let foreign_before: Vec<Value> = api.objects(SLICES);
 
-    let index = DiscoveryIndex::new();
-    let mut watches = Watches::new(IndexMetrics::default());
-    index.watch(&mut watches);
-    let source = ClusterSource::Kube(KubeSource::new(api.client(), IndexMetrics::default()));
-    let started = watches.start(&source).await;
-    let config = LeaseConfig {
-        duration: Duration::from_secs(2),
-        renew_grace: Duration::from_secs(1),
-        ..LeaseConfig::new(LEASE_NAME, FIELD_MANAGER, "pod-a", "linkerd")
-    };
-    let leadership = lease::spawn(Api::<Lease>::namespaced(api.client(), "linkerd"), config);
-    let _controller = external_endpoints::spawn(
-        index.clone(),
-        api.client(),
-        leadership,
-        started.ready(),
-        ControllerConfig::default(),
-    );
+    let pod_a = Replica::start(&api, "pod-a").await;
+    assert_eq!(pod_a.metric("external_endpoints_leader"), 0.0);
 
     // pod-b's claim runs out unrenewed; pod-a takes the Lease, then writes the slice.
     api.wait_for_objects(SLICES, "the controller's slice", |slices| {
@@ -238,4 +314,253 @@ async fn the_lease_holder_writes_the_slices_of_selected_workloads_and_only_its_o
             .any(|w| w.starts_with("PUT ") && w.ends_with(&name)),
         "the readiness change is an update of the slice: {slice_writes:?}"
     );
+
+    // Every write is counted, by operation and result (once its answer is read).
+    pod_a
+        .wait_for_metric(
+            r#"external_endpoints_writes_total{op="delete",result="ok"}"#,
+            1.0,
+        )
+        .await;
+    assert_eq!(pod_a.metric("external_endpoints_leader"), 1.0);
+    let count = |method: &str| {
+        slice_writes
+            .iter()
+            .filter(|w| w.starts_with(method))
+            .count()
+    };
+    assert_eq!(
+        (count("POST "), count("DELETE ")),
+        (1, 1),
+        "{slice_writes:?}"
+    );
+    assert_eq!(
+        pod_a.metric(r#"external_endpoints_writes_total{op="create",result="ok"}"#),
+        1.0
+    );
+    assert_eq!(
+        pod_a.metric(r#"external_endpoints_writes_total{op="update",result="ok"}"#),
+        count("PUT ") as f64
+    );
+    assert_eq!(
+        pod_a.metric(r#"external_endpoints_writes_total{op="create",result="error"}"#),
+        0.0
+    );
+}
+
+/// The slice writes (not `GET`) of replica `claimant` so far, as `METHOD path`.
+fn slice_writes_of(api: &FakeApi, claimant: &str) -> Vec<SeenRequest> {
+    api.writes_to(SLICES)
+        .into_iter()
+        .filter(|r| r.client.as_deref() == Some(claimant))
+        .collect()
+}
+
+/// The Lease, held by `holder` for 30 s from now.
+fn lease_held_by(holder: &str) -> Value {
+    let mut lease = held_elsewhere();
+    lease["spec"]["holderIdentity"] = json!(holder);
+    lease["spec"]["leaseDurationSeconds"] = json!(30);
+    lease
+}
+
+#[tokio::test]
+async fn a_replica_that_loses_the_lease_mid_sync_stops_writing_and_the_new_holder_converges() {
+    // 250 workloads: three slices (100, 100, 50), created one after the other.
+    let workloads = (0..250).map(|n| {
+        workload(
+            &format!("vm-{n:03}"),
+            &format!("10.20.{}.{}", n / 200, n % 200 + 1),
+            true,
+        )
+    });
+    let api = FakeApi::start(std::iter::once(service()).chain(workloads)).await;
+    api.install_crd(EXTERNAL_WORKLOADS);
+    // pod-a's first create stays unanswered while the Lease changes hands.
+    api.hold_writes(SLICES);
+    let mut pod_a = Replica::start(&api, "pod-a").await;
+    api.wait_for_requests("pod-a's first slice create", |reqs| {
+        reqs.iter()
+            .any(|r| r.method == "POST" && r.path.ends_with("/endpointslices") && r.status == 0)
+    })
+    .await;
+    assert!(pod_a.leadership.is_leader());
+
+    // Another replica takes the Lease; pod-a learns it at its next renewal.
+    api.apply(LEASES, lease_held_by("pod-b"));
+    tokio::time::timeout(TIMEOUT, async {
+        while pod_a.leadership.is_leader() {
+            pod_a
+                .leadership
+                .changed()
+                .await
+                .expect("the Lease task runs");
+        }
+    })
+    .await
+    .expect("pod-a learns it lost the Lease");
+    let lost_at = Instant::now();
+    api.release_writes(SLICES);
+    pod_a
+        .wait_for_metric("external_endpoints_leader", 0.0)
+        .await;
+
+    // The write in flight when the Lease went is answered; nothing follows it.
+    let writes = slice_writes_of(&api, "pod-a");
+    let [held] = writes.as_slice() else {
+        panic!("pod-a wrote one slice: {writes:?}");
+    };
+    assert_eq!((held.method.as_str(), held.status), ("POST", 201));
+    assert!(held.at < lost_at);
+    let [first] = our_slices(&api).try_into().expect("pod-a's one slice");
+    let names: Vec<String> = endpoints(&first).into_iter().map(|(n, _, _)| n).collect();
+    assert_eq!(names.len(), 100);
+    assert_eq!(
+        (names[0].as_str(), names[99].as_str()),
+        ("vm-000", "vm-099")
+    );
+
+    // pod-b, holding the Lease, completes the slices from what pod-a left.
+    let pod_b = Replica::start(&api, "pod-b").await;
+    api.wait_for_objects(
+        SLICES,
+        "250 endpoints in the controller's slices",
+        |slices| {
+            slices
+                .iter()
+                .filter(|s| ours(s))
+                .map(|s| endpoints(s).len())
+                .sum::<usize>()
+                == 250
+        },
+    )
+    .await;
+    let mut sizes: Vec<usize> = our_slices(&api)
+        .iter()
+        .map(|s| endpoints(s).len())
+        .collect();
+    sizes.sort();
+    assert_eq!(sizes, [50, 100, 100]);
+    let all: BTreeSet<String> = our_slices(&api)
+        .iter()
+        .flat_map(endpoints)
+        .map(|(n, _, _)| n)
+        .collect();
+    assert_eq!(all.len(), 250, "each workload once");
+    let pod_b_writes: Vec<String> = slice_writes_of(&api, "pod-b")
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.status))
+        .collect();
+    assert_eq!(pod_b_writes, ["POST 201", "POST 201"]);
+
+    // Two more renewal periods: pod-a still writes nothing, not even the Lease.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(slice_writes_of(&api, "pod-a").len(), 1);
+    let pod_a_lease_writes: Vec<SeenRequest> = api
+        .writes_to(LEASES)
+        .into_iter()
+        .filter(|r| r.client.as_deref() == Some("pod-a") && r.at > lost_at)
+        .collect();
+    assert!(pod_a_lease_writes.is_empty(), "{pod_a_lease_writes:?}");
+    assert_eq!(slice_writes_of(&api, "pod-b").len(), 2);
+    let lease = api
+        .objects(LEASES)
+        .into_iter()
+        .find(|l| l["metadata"]["name"] == LEASE_NAME)
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "pod-b");
+    assert_eq!(pod_a.metric("external_endpoints_leader"), 0.0);
+    assert_eq!(pod_b.metric("external_endpoints_leader"), 1.0);
+    assert_eq!(
+        pod_a.metric(r#"external_endpoints_writes_total{op="create",result="ok"}"#),
+        1.0
+    );
+    assert_eq!(
+        pod_b.metric(r#"external_endpoints_writes_total{op="create",result="ok"}"#),
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn nothing_is_created_for_a_service_being_deleted_nor_in_a_terminating_namespace() {
+    // `vm`, being deleted, owns a slice with vm-a not ready: it is still rewritten.
+    let mut owned = foreign_slice("linkerd-external-vm-old", OURS);
+    owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Service",
+        "name": "vm", "uid": "vm-uid", "controller": true, "blockOwnerDeletion": true}]);
+    owned["endpoints"] = json!([{
+        "addresses": ["10.20.0.1"],
+        "conditions": {"ready": false, "serving": false, "terminating": false},
+        "targetRef": {"kind": "ExternalWorkload", "namespace": NS, "name": "vm-a", "uid": "vm-a-uid"},
+    }]);
+    let api = FakeApi::start([
+        service_named(NS, "vm", true),
+        // Being deleted, without slices: nothing to create.
+        service_named(NS, "vm2", true),
+        workload("vm-a", "10.20.0.1", true),
+        workload("vm-b", "10.20.0.2", true),
+        owned,
+        // A live Service in a namespace being deleted.
+        service_named("dying", "vm", false),
+        workload_in("dying", "vm-c", "10.30.0.1", true),
+    ])
+    .await;
+    api.install_crd(EXTERNAL_WORKLOADS);
+    api.terminate_namespace("dying");
+    let pod_a = Replica::start(&api, "pod-a").await;
+
+    pod_a
+        .wait_for_metric(
+            r#"external_endpoints_skipped_creates_total{reason="service_deleting"}"#,
+            1.0,
+        )
+        .await;
+    pod_a
+        .wait_for_metric(
+            r#"external_endpoints_skipped_creates_total{reason="namespace_terminating"}"#,
+            1.0,
+        )
+        .await;
+    api.wait_for_objects(SLICES, "vm's slice rewritten", |slices| {
+        slices
+            .iter()
+            .any(|s| s["metadata"]["name"] == "linkerd-external-vm-old" && endpoints(s).len() == 2)
+    })
+    .await;
+    let [slice] = our_slices(&api).try_into().expect("one slice of ours");
+    assert_eq!(
+        endpoints(&slice),
+        [
+            ("vm-a".to_string(), "10.20.0.1".to_string(), true),
+            ("vm-b".to_string(), "10.20.0.2".to_string(), true),
+        ]
+    );
+
+    // Long enough for several retries (the first after 100 ms): the refused create is not
+    // retried, and nothing else is created.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let writes: Vec<String> = api
+        .writes_to(SLICES)
+        .iter()
+        .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            "POST /apis/discovery.k8s.io/v1/namespaces/dying/endpointslices 403",
+            "PUT /apis/discovery.k8s.io/v1/namespaces/vms/endpointslices/linkerd-external-vm-old 200",
+        ]
+    );
+    assert_eq!(
+        pod_a.metric(r#"external_endpoints_writes_total{op="create",result="error"}"#),
+        1.0
+    );
+    assert_eq!(
+        pod_a.metric(r#"external_endpoints_writes_total{op="update",result="ok"}"#),
+        1.0
+    );
+    assert_eq!(
+        pod_a.metric(r#"external_endpoints_writes_total{op="create",result="ok"}"#),
+        0.0
+    );
+    assert_eq!(pod_a.metric("external_endpoints_sync_drops_total"), 0.0);
 }

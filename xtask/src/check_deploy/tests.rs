@@ -503,11 +503,54 @@ fn rbac_is_least_privilege_and_complete() {
         "  verbs: [create, update, delete, deletecollection]",
     );
     let report = check_copy(&tmp);
-    assert_eq!(report.errors.len(), 1, "{:#?}", report.errors);
+    assert_eq!(report.errors.len(), 2, "{:#?}", report.errors);
     assert!(
         report.errors[0].contains("on \"endpointslices\""),
         "{:#?}",
         report.errors
+    );
+    assert!(
+        report.errors[1].contains("\"deletecollection\", \"update\"]; the pod makes exactly"),
+        "{:#?}",
+        report.errors
+    );
+
+    // The writers' kinds get exactly the writes their code makes: no patch (never used), and
+    // not without update (the controller replaces its slices).
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "base/rbac.yaml",
+        "  verbs: [create, update, delete]",
+        "  verbs: [create, update, patch, delete]",
+    );
+    assert_eq!(
+        check_copy(&tmp).errors,
+        [
+            "RBAC: writes granted on endpointslices.discovery.k8s.io are [\"create\", \"delete\", \"patch\", \"update\"]; the pod makes exactly [\"create\", \"delete\", \"update\"]"
+        ]
+    );
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "base/rbac.yaml",
+        "  verbs: [create, update, delete]",
+        "  verbs: [create, delete]",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "are [\"create\", \"delete\"]; the pod makes exactly",
+    );
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "base/rbac.yaml",
+        "  verbs: [get, update]",
+        "  verbs: [get, update, patch]",
+    );
+    assert_one_error(
+        &check_copy(&tmp),
+        "writes granted on leases.coordination.k8s.io are [\"create\", \"patch\", \"update\"]",
     );
 
     let tmp = copy_deploy();

@@ -116,6 +116,9 @@ pub struct SlicePlan {
     pub update: Vec<SliceSpec>,
     /// Names of slices to delete.
     pub delete: Vec<String>,
+    /// Slices not created because the Service is being deleted (their endpoints are left
+    /// out until the Service is gone with its slices).
+    pub skipped_creates: usize,
 }
 
 /// Identifies an endpoint across reconciliations (spec §K): its sorted addresses, hostname
@@ -478,7 +481,10 @@ pub fn desired_groups<'a>(
 ///   [`MAX_ENDPOINTS_PER_SLICE`] remain, into the unchanged slice they fill best, else into
 ///   new slices of at most [`MAX_ENDPOINTS_PER_SLICE`];
 /// - a new slice takes the name of a slice being deleted of the same family owned by `svc`:
-///   an update instead of a create and a delete.
+///   an update instead of a create and a delete;
+/// - while `svc` is being deleted (`deletionTimestamp`), nothing is created (the API server
+///   would refuse it): the creates left after name reuse are counted in
+///   [`SlicePlan::skipped_creates`], updates and deletes stand.
 pub fn plan(svc: &ServiceInfo, groups: &[EndpointGroup], owned: &[OwnedSlice]) -> SlicePlan {
     let families = address_types(svc);
     let labels = slice_labels(svc);
@@ -528,6 +534,10 @@ pub fn plan(svc: &ServiceInfo, groups: &[EndpointGroup], owned: &[OwnedSlice]) -
         }
     }
     kept_creates.reverse();
+    if svc.deleting {
+        result.skipped_creates = kept_creates.len();
+        kept_creates.clear();
+    }
     result.create = kept_creates;
     result.delete = deleted
         .into_iter()

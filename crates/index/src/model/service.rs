@@ -38,6 +38,10 @@ pub struct ServiceInfo {
     /// `spec.ipFamilies`, the families Kubernetes knows; empty when none is listed (headless
     /// Services), which the ExternalWorkload slices read as both (spec §K).
     pub ip_families: Vec<AddressType>,
+    /// `metadata.deletionTimestamp` is set: the ExternalWorkload slice controller creates no
+    /// slices for it (spec §K; the API server would refuse them), but still updates and
+    /// deletes those it has.
+    pub deleting: bool,
 }
 
 /// One `spec.ports[]` entry of a Service.
@@ -135,6 +139,7 @@ impl ServiceInfo {
             })
             .collect();
         Ok(Self {
+            deleting: svc.metadata.deletion_timestamp.is_some(),
             uid: svc.metadata.uid,
             selector: spec.selector.filter(|s| !s.is_empty()),
             headless,

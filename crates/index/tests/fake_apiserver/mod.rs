@@ -44,7 +44,7 @@ use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     convert::Infallible,
     net::SocketAddr,
     pin::Pin,
@@ -109,6 +109,9 @@ pub const GATEWAY_ROUTES: [(&str, &str, &str); 3] = [
     (GRPC_ROUTES_V1, "gateway.networking.k8s.io/v1", "GRPCRoute"),
 ];
 
+/// The header naming the client of [`FakeApi::client_named`].
+pub const CLIENT_HEADER: &str = "x-fake-client";
+
 /// Leases, written by the pod's Lease holders (namespaced requests only).
 pub const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
 const LEASE_COLLECTION: (&str, &str, &str) = (LEASES, "coordination.k8s.io/v1", "Lease");
@@ -138,6 +141,8 @@ pub struct SeenRequest {
     pub status: u16,
     /// For an answered list, the `metadata.resourceVersion` it carried.
     pub list_version: Option<String>,
+    /// The [`CLIENT_HEADER`] of a client from [`FakeApi::client_named`].
+    pub client: Option<String>,
     pub at: Instant,
 }
 
@@ -156,6 +161,8 @@ struct State {
     down: bool,
     /// Connections closed that way.
     refused: usize,
+    /// Namespaces being deleted: creates in them get `403` with cause `NamespaceTerminating`.
+    terminating: BTreeSet<String>,
     /// The tasks serving open connections, aborted when the server goes down.
     connections: Vec<tokio::task::AbortHandle>,
 }
@@ -173,6 +180,8 @@ struct Collection {
     watch_failures: VecDeque<StatusCode>,
     /// While set, list requests are recorded but not answered.
     lists_held: bool,
+    /// While set, namespaced writes are recorded (status `0`) but not answered.
+    writes_held: bool,
     /// While unset (a CRD not installed), every request gets `404`.
     installed: bool,
     /// While set (RBAC without this resource), every request gets `403`.
@@ -223,6 +232,7 @@ impl FakeApi {
                     watches: Vec::new(),
                     watch_failures: VecDeque::new(),
                     lists_held: false,
+                    writes_held: false,
                     installed,
                     forbidden: false,
                 };
@@ -237,6 +247,7 @@ impl FakeApi {
                 requests: Vec::new(),
                 down: false,
                 refused: 0,
+                terminating: BTreeSet::new(),
                 connections: Vec::new(),
             }),
             changed,
@@ -295,6 +306,20 @@ impl FakeApi {
             .parse()
             .expect("loopback URL");
         kube::Client::try_from(kube::Config::new(url)).expect("kube client")
+    }
+
+    /// A client of this server whose requests carry `name` ([`SeenRequest::client`]), to tell
+    /// apart two replicas sharing it.
+    pub fn client_named(&self, name: &str) -> kube::Client {
+        let url = format!("http://{}", self.addr)
+            .parse()
+            .expect("loopback URL");
+        let mut config = kube::Config::new(url);
+        config.headers.push((
+            hyper::header::HeaderName::from_static(CLIENT_HEADER),
+            hyper::header::HeaderValue::from_str(name).expect("a header value"),
+        ));
+        kube::Client::try_from(config).expect("kube client")
     }
 
     /// Creates or replaces an object (ADDED or MODIFIED to open watches).
@@ -478,6 +503,25 @@ impl FakeApi {
             .mutate(|state| state.collection(path).lists_held = false);
     }
 
+    /// Holds namespaced writes (`POST`, `PUT`, `DELETE`) of `path` unanswered until
+    /// [`FakeApi::release_writes`]; each is in [`FakeApi::requests`] with status `0` meanwhile.
+    pub fn hold_writes(&self, path: &str) {
+        self.shared
+            .mutate(|state| state.collection(path).writes_held = true);
+    }
+
+    pub fn release_writes(&self, path: &str) {
+        self.shared
+            .mutate(|state| state.collection(path).writes_held = false);
+    }
+
+    /// Marks `namespace` as being deleted: from now on every create in it is refused as the
+    /// API server's lifecycle admission refuses it (`403`, cause `NamespaceTerminating`).
+    pub fn terminate_namespace(&self, namespace: &str) {
+        self.shared
+            .mutate(|state| state.terminating.insert(namespace.to_string()));
+    }
+
     /// The objects stored under `path` now, by namespace and name.
     pub fn objects(&self, path: &str) -> Vec<Value> {
         let mut state = self.shared.state.lock();
@@ -586,6 +630,11 @@ impl Shared {
             query,
             status: 200,
             list_version: None,
+            client: req
+                .headers()
+                .get(CLIENT_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
             at: Instant::now(),
         };
         if let Some(target) = namespaced(&path) {
@@ -633,6 +682,27 @@ impl Shared {
         let method = req.method().clone();
         let body = read_body(req.into_body()).await;
         let selector = seen.param("labelSelector").map(str::to_string);
+        let held = |state: &State| {
+            method != hyper::Method::GET
+                && state
+                    .collections
+                    .get(collection.as_str())
+                    .is_some_and(|c| c.writes_held)
+        };
+        // A held write is recorded before it is answered, so a test can see it.
+        let mut recorded_at = None;
+        if held(&self.state.lock()) {
+            let mut pending = seen.clone();
+            pending.status = 0;
+            recorded_at = Some(self.mutate(|state| {
+                state.requests.push(pending);
+                state.requests.len() - 1
+            }));
+            let mut changed = self.changed.subscribe();
+            while held(&self.state.lock()) {
+                changed.changed().await.expect("the server owns the sender");
+            }
+        }
         let (status, response) = self.mutate(|state| {
             let Some(c) = state.collections.get(collection.as_str()) else {
                 return (404, status_body(404, "NotFound", "no such collection"));
@@ -688,6 +758,19 @@ impl Shared {
                     Some(obj) => (200, obj.clone()),
                     None => (404, status_body(404, "NotFound", "not found")),
                 },
+                ("POST", None) if state.terminating.contains(&namespace) => {
+                    let mut refused = status_body(
+                        403,
+                        "Forbidden",
+                        &format!("unable to create new content in namespace {namespace} because it is being terminated"),
+                    );
+                    refused["details"] = json!({"causes": [{
+                        "reason": "NamespaceTerminating",
+                        "message": format!("namespace {namespace} is being terminated"),
+                        "field": "metadata.namespace",
+                    }]});
+                    (403, refused)
+                }
                 ("POST", None) => {
                     let Some(mut obj) = body else {
                         return (400, status_body(400, "BadRequest", "body is not JSON"));
@@ -752,7 +835,10 @@ impl Shared {
             }
         });
         seen.status = status;
-        self.mutate(|state| state.requests.push(seen));
+        self.mutate(|state| match recorded_at {
+            Some(at) => state.requests[at] = seen,
+            None => state.requests.push(seen),
+        });
         json_response(StatusCode::from_u16(status).expect("status"), &response)
     }
 

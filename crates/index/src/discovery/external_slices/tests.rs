@@ -513,3 +513,80 @@ fn offline_slices_decode_as_the_api_would_serve_them() {
         ]
     );
 }
+
+#[test]
+fn a_service_being_deleted_gets_no_new_slices_but_its_own_are_still_rewritten() {
+    let svc: wire::Service = serde_json::from_value(json!({
+        "metadata": {
+            "name": "vm", "namespace": NS, "uid": "svc-uid", "labels": {"app": "vm"},
+            "deletionTimestamp": "2024-05-01T10:00:00Z",
+        },
+        "spec": {
+            "clusterIP": "10.96.0.20",
+            "ipFamilies": ["IPv4"],
+            "selector": {"app": "vm"},
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": "http"}],
+        },
+    }))
+    .unwrap();
+    let svc = ServiceInfo::from_wire(svc).unwrap();
+    assert!(svc.deleting);
+    assert!(!vm_service().deleting);
+    let workloads: Vec<ExternalWorkloadInfo> = (0..150)
+        .map(|n| {
+            vm(
+                &format!("vm-{n:03}"),
+                &[&format!("10.20.0.{}", n + 1)],
+                true,
+            )
+        })
+        .collect();
+    let groups = desired_groups(&svc, &workloads);
+
+    // From nothing: both slices would be creates; none is made.
+    let planned = plan(&svc, &groups, &[]);
+    assert_eq!(
+        (
+            planned.create.len(),
+            planned.update.len(),
+            planned.delete.len()
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(planned.skipped_creates, 2);
+    let live = plan(&vm_service(), &groups, &[]);
+    assert_eq!((live.create.len(), live.skipped_creates), (2, 0));
+
+    // A slice it owns of a port list no longer wanted: its name is reused for the last new
+    // slice (an update, still allowed); the other new slice is not created.
+    let stale = OwnedSlice {
+        name: "linkerd-external-vm-old".into(),
+        resource_version: Some("7".into()),
+        address_type: Some(AddressType::IPv4),
+        ports: Some(vec![EndpointPort {
+            name: Some("http".into()),
+            port: 9090,
+            protocol: "TCP".into(),
+        }]),
+        endpoints: vec![endpoint("vm-gone", &["10.20.9.9"], true)],
+        labels: slice_labels(&svc),
+        service_owners: vec!["svc-uid".into()],
+    };
+    let planned = plan(&svc, &groups, &[stale]);
+    assert!(planned.create.is_empty());
+    assert!(planned.delete.is_empty());
+    assert_eq!(planned.skipped_creates, 1);
+    let [update] = planned.update.as_slice() else {
+        panic!("one update: {planned:?}");
+    };
+    assert_eq!(update.name.as_deref(), Some("linkerd-external-vm-old"));
+    assert_eq!(update.resource_version.as_deref(), Some("7"));
+    assert_eq!(update.ports, http_8080());
+    let names: Vec<&str> = update
+        .endpoints
+        .iter()
+        .map(|ep| ep.target.as_ref().unwrap().name.as_str())
+        .collect();
+    assert_eq!(names.len(), 50);
+    assert_eq!((names[0], names[49]), ("vm-100", "vm-149"));
+}
