@@ -188,9 +188,7 @@ impl State {
             return;
         };
         let k = key(&object);
-        let mut line = json!({"type": type_, "object": &object}).to_string();
-        line.push('\n');
-        let line = Bytes::from(line);
+        let line = event_line(type_, &object);
         collection.watches.retain(|w| {
             w.name.as_ref().is_some_and(|n| *n != k.1) || w.tx.send(line.clone()).is_ok()
         });
@@ -370,6 +368,16 @@ fn watch(state: &mut State, path: &str, name: Option<String>, since: u64) -> Res
         rx.recv().await.map(|line| (Ok::<_, Infallible>(line), rx))
     });
     stream_response(Body::from_stream(stream))
+}
+
+/// One watch event line. `type` comes first, as the API server writes it: the controllers
+/// decode each object as it arrives, which they cannot once serde has had to buffer the object
+/// to find the tag (serde_json's maps sort keys, which would put `object` first).
+fn event_line(type_: &str, object: &Value) -> Bytes {
+    Bytes::from(format!(
+        "{{\"type\":{},\"object\":{object}}}\n",
+        json!(type_)
+    ))
 }
 
 fn stream_response(body: Body) -> Response {
@@ -569,6 +577,18 @@ mod tests {
             "metadata.name=httproutes.gateway.networking.k8s.io"
         );
         assert_eq!(q["watch"], "true");
+    }
+
+    #[test]
+    fn events_name_their_type_before_their_object() {
+        let line = event_line(
+            "MODIFIED",
+            &json!({"kind": "HTTPRoute", "apiVersion": "v1"}),
+        );
+        assert_eq!(
+            line,
+            "{\"type\":\"MODIFIED\",\"object\":{\"apiVersion\":\"v1\",\"kind\":\"HTTPRoute\"}}\n"
+        );
     }
 
     #[test]
