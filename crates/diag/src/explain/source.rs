@@ -5,7 +5,7 @@
 //! where the policy came from.
 
 use linkerd_index::{
-    ClusterSource, InboundIndex, IndexMetrics, OutboundIndex, PortSet, Watches,
+    ClusterSource, InboundIndex, IndexMetrics, OutboundIndex, PortSet, Started, Watches,
     inbound::{DefaultPolicy, InboundConfig},
     outbound::OutboundConfig,
     source::offline::OfflineSource,
@@ -128,16 +128,9 @@ impl PolicySource {
     ) -> Result<Server, ExplainError> {
         match (&self.cluster_state, &self.policy) {
             (Some(dir), _) => {
-                let (index, _watches) = {
-                    let metrics = IndexMetrics::default();
-                    let index = InboundIndex::new(self.inbound_config(), metrics.clone());
-                    let mut watches = Watches::new(metrics.clone());
-                    index.watch(&mut watches);
-                    let source = offline_source(dir, metrics)?;
-                    // Offline mode reads the whole directory before `start` returns.
-                    let started = watches.start(&ClusterSource::Offline(source)).await;
-                    (index, started)
-                };
+                let metrics = IndexMetrics::default();
+                let index = InboundIndex::new(self.inbound_config(), metrics.clone());
+                let _watches = start_offline(dir, metrics, |w| index.watch(w)).await?;
                 let (_trigger, shutdown) = shutdown::channel();
                 let service = InboundPolicyService::new(
                     index,
@@ -190,15 +183,9 @@ impl PolicySource {
     ) -> Result<OutboundPolicy, ExplainError> {
         match (&self.cluster_state, &self.policy) {
             (Some(dir), _) => {
-                let (index, _watches) = {
-                    let metrics = IndexMetrics::default();
-                    let index = OutboundIndex::new(self.outbound_config(), metrics.clone());
-                    let mut watches = Watches::new(metrics.clone());
-                    index.watch(&mut watches);
-                    let source = offline_source(dir, metrics)?;
-                    let started = watches.start(&ClusterSource::Offline(source)).await;
-                    (index, started)
-                };
+                let metrics = IndexMetrics::default();
+                let index = OutboundIndex::new(self.outbound_config(), metrics.clone());
+                let _watches = start_offline(dir, metrics, |w| index.watch(w)).await?;
                 let (_trigger, shutdown) = shutdown::channel();
                 let service = OutboundPolicyService::new(
                     index,
@@ -238,14 +225,21 @@ impl PolicySource {
     }
 }
 
-fn offline_source(
+/// Feeds the index that `watch` registers from the manifests in `dir`, read whole before this
+/// returns (offline mode reads the directory before `start` does); the watches follow the
+/// directory while the returned value lives.
+async fn start_offline(
     dir: &std::path::Path,
     metrics: IndexMetrics,
-) -> Result<OfflineSource, ExplainError> {
-    OfflineSource::new(dir, metrics).map_err(|source| ExplainError::ClusterState {
+    watch: impl FnOnce(&mut Watches),
+) -> Result<Started, ExplainError> {
+    let mut watches = Watches::new(metrics.clone());
+    watch(&mut watches);
+    let source = OfflineSource::new(dir, metrics).map_err(|source| ExplainError::ClusterState {
         dir: dir.to_path_buf(),
         source: Box::new(source),
-    })
+    })?;
+    Ok(watches.start(&ClusterSource::Offline(source)).await)
 }
 
 /// The error of an offline answer, worded as the same refusal from a running controller.
