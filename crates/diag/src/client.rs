@@ -165,6 +165,18 @@ mod tests {
             crate::error_line(&error),
             "transport error: tcp connect error: Connection refused"
         );
+        // A cause its error already quotes at its end is not repeated.
+        let error = E(
+            "cannot read --cluster-state /x",
+            Some(Box::new(E(
+                "cluster state directory /x: No such file or directory (os error 2)",
+                Some(Box::new(E("No such file or directory (os error 2)", None))),
+            ))),
+        );
+        assert_eq!(
+            crate::error_line(&error),
+            "cannot read --cluster-state /x: cluster state directory /x: No such file or directory (os error 2)"
+        );
     }
 
     #[tokio::test]

@@ -158,7 +158,9 @@ pub fn error_line(error: &dyn std::error::Error) -> String {
     let mut source = error.source();
     while let Some(cause) = source {
         let text = cause.to_string();
-        if text != last {
+        // Skip a cause its error already quotes (`reading DIR: No such file (os error 2)`
+        // over the io::Error itself).
+        if text != last && !last.ends_with(&text) {
             line.push_str(": ");
             line.push_str(&text);
         }
@@ -221,7 +223,9 @@ fn status_line(status: &tonic::Status) -> String {
         // hence after the check above).
         line.push_str(
             " (the server does not serve this RPC: Get and GetProfile are destination's, \
-             WatchPort and Watch are policy-controller's; is the address the other one's port?)",
+             WatchPort and Watch are policy-controller's, ListStreams and GetStream are the \
+             introspection API's, on 127.0.0.1:9986 (destination) and 127.0.0.1:9980 \
+             (policy-controller); is the address another server's port?)",
         );
     }
     line

@@ -99,7 +99,8 @@ impl InboundArgs {
             client::RESPONSE_TIMEOUT,
             client.watch_port(self.request()),
         )
-        .await?
+        .await
+        .map_err(|error| self.unknown_workload_hint(error))?
         .into_inner();
         while let Some(server) = stream.message().await.map_err(status)? {
             match output::write_inbound_server(out, self.output, &server) {
@@ -111,6 +112,27 @@ impl InboundArgs {
         }
         client::report_stream_end("WatchPort", &self.target());
         Ok(())
+    }
+
+    /// The controller's `NotFound: unknown server` (its wording, upstream's) says the
+    /// workload is unknown only to who knows the API: say so.
+    fn unknown_workload_hint(&self, error: Error) -> Error {
+        match error {
+            Error::Status {
+                rpc,
+                target,
+                status,
+            } if status.code() == tonic::Code::NotFound => Error::Status {
+                rpc,
+                target,
+                status: tonic::Status::not_found(format!(
+                    "{} (no meshed pod or ExternalWorkload {} is known to the policy controller)",
+                    status.message(),
+                    self.workload
+                )),
+            },
+            other => other,
+        }
     }
 }
 

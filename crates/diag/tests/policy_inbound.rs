@@ -179,7 +179,7 @@ async fn unknown_pod_is_a_one_line_not_found() {
     assert_eq!(stdout, "");
     assert_eq!(
         stderr,
-        "dst-diag: WatchPort emojivoto:nosuch port 8080: NotFound: unknown server\n"
+        "dst-diag: WatchPort emojivoto:nosuch port 8080: NotFound: unknown server (no meshed pod or ExternalWorkload emojivoto:nosuch is known to the policy controller)\n"
     );
 }
 
