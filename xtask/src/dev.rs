@@ -64,9 +64,11 @@ pub struct DevArgs {
     free_ports: bool,
 
     /// Where the run's certificates, logs and `pod.json` (every address, and the certificate
-    /// files a client needs) are written. Relative to the workspace root.
-    #[arg(long, value_name = "DIR", default_value = "target/xtask-dev")]
-    out: PathBuf,
+    /// files a client needs) are written, relative to the workspace root. Default
+    /// `target/xtask-dev`; with `--free-ports`, `target/xtask-dev-PID`, so that a second pod
+    /// started next to the first neither truncates its logs nor replaces its certificates.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
 
     /// Take the four binaries from DIR (e.g. target/debug after `cargo build`) instead of
     /// building them.
@@ -126,11 +128,12 @@ struct PodInfo<'a> {
 /// (with the tail of its log), or one exits on its own (the others are then stopped).
 pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
     let uses_fixture = args.cluster_state.is_none();
-    let out = if args.out.is_absolute() {
-        args.out.clone()
-    } else {
-        root.join(&args.out)
-    };
+    let out = out_dir(
+        root,
+        args.out.as_deref(),
+        args.free_ports,
+        std::process::id(),
+    );
     let (dir, linked) = match &args.cluster_state {
         Some(dir) => (dir.clone(), Vec::new()),
         None => bundled_clusters(root, &out)?,
@@ -237,6 +240,17 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
             _ = terminate.recv() => stop(&mut pod).await,
         }
     })
+}
+
+/// The run's output directory: `out` (relative to `root`), else one of its own per run
+/// when the ports are free ones (another dev pod may be running), else `target/xtask-dev`.
+fn out_dir(root: &Path, out: Option<&Path>, free_ports: bool, pid: u32) -> PathBuf {
+    match out {
+        Some(dir) if dir.is_absolute() => dir.to_path_buf(),
+        Some(dir) => root.join(dir),
+        None if free_ports => root.join(format!("target/xtask-dev-{pid}")),
+        None => root.join("target/xtask-dev"),
+    }
 }
 
 /// The bundled clusters: `out/state`, a fresh copy of emojivoto with the link Secret, mirror
@@ -606,5 +620,31 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
             SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port())
         }
         _ => addr,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_on_free_ports_writes_to_a_directory_of_its_own() {
+        let root = Path::new("/ws");
+        assert_eq!(
+            out_dir(root, None, false, 7),
+            PathBuf::from("/ws/target/xtask-dev")
+        );
+        assert_eq!(
+            out_dir(root, None, true, 7),
+            PathBuf::from("/ws/target/xtask-dev-7")
+        );
+        assert_eq!(
+            out_dir(root, Some(Path::new("run")), true, 7),
+            PathBuf::from("/ws/run")
+        );
+        assert_eq!(
+            out_dir(root, Some(Path::new("/tmp/run")), false, 7),
+            PathBuf::from("/tmp/run")
+        );
     }
 }
