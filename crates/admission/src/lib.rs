@@ -72,9 +72,10 @@ pub enum ReviewError {
     /// Not JSON, or not the shape of a review (`request` not an object, `uid` not a string).
     #[error("failed to decode admission review request: {0}")]
     Decode(#[from] serde_json::Error),
-    /// A review without `request`, or with an empty `request.uid`: nothing to answer.
-    #[error("invalid admission review request")]
-    Invalid,
+    /// A review without `request`, or with an empty `request.uid`: nothing to answer. The
+    /// text names which (`it has no request`, `its request.uid is empty`).
+    #[error("invalid admission review request: {0}")]
+    Invalid(&'static str),
     /// JSON, but not an object (`[...]`, a string, a number): serde_json's own message would
     /// speak of the first field it expected.
     #[error(
@@ -186,8 +187,10 @@ pub fn review(
     };
     let request = review
         .request
-        .filter(|r| !r.uid.is_empty())
-        .ok_or(ReviewError::Invalid)?;
+        .ok_or(ReviewError::Invalid("it has no request"))?;
+    if request.uid.is_empty() {
+        return Err(ReviewError::Invalid("its request.uid is empty"));
+    }
     let mut response = admit(&request);
     response.types = TypeMeta {
         api_version: review

@@ -229,14 +229,23 @@ fn bodies_that_are_not_reviews() {
         error(b"null"),
         "failed to decode admission review request: the body is a JSON null, not an AdmissionReview object"
     );
-    for body in [
-        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
-        json!({"request": {"uid": "", "object": {}}}),
-        json!({"request": {"object": {}}}),
+    for (body, why) in [
+        (
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+            "it has no request",
+        ),
+        (
+            json!({"request": {"uid": "", "object": {}}}),
+            "its request.uid is empty",
+        ),
+        (
+            json!({"request": {"object": {}}}),
+            "its request.uid is empty",
+        ),
     ] {
         assert_eq!(
             error(&serde_json::to_vec(&body).unwrap()),
-            "invalid admission review request",
+            format!("invalid admission review request: {why}"),
             "{body}"
         );
     }
@@ -352,7 +361,7 @@ fn objects_that_do_not_decode_are_answered() {
     let body = format!(r#"{{"request": {{"object": {}}}}}"#, nested(200));
     assert_eq!(
         review(body.as_bytes(), allow).unwrap_err().to_string(),
-        "invalid admission review request"
+        "invalid admission review request: its request.uid is empty"
     );
 }
 

@@ -1132,16 +1132,25 @@ async fn admit_bad_requests() {
         reply.body
     );
 
-    for body in [
-        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
-        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ""}}),
+    for (body, why) in [
+        (
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+            "it has no request",
+        ),
+        (
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ""}}),
+            "its request.uid is empty",
+        ),
     ] {
         let reply = webhook
             .send("POST", "/", &serde_json::to_vec(&body).unwrap())
             .await;
         assert_eq!(
             (reply.status, reply.body.as_str()),
-            (400, "invalid admission review request")
+            (
+                400,
+                format!("invalid admission review request: {why}").as_str()
+            )
         );
     }
 

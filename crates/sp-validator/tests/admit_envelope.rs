@@ -124,16 +124,28 @@ async fn bodies_that_are_not_reviews() {
     }
 
     // A review without a request or a uid: 400.
-    for body in [
-        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
-        json!({"apiVersion": "admission.k8s.io/v1", "request": {"uid": "", "object": invalid_profile()}}),
-        json!({"request": {"object": invalid_profile()}}),
+    for (body, why) in [
+        (
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+            "it has no request",
+        ),
+        (
+            json!({"apiVersion": "admission.k8s.io/v1", "request": {"uid": "", "object": invalid_profile()}}),
+            "its request.uid is empty",
+        ),
+        (
+            json!({"request": {"object": invalid_profile()}}),
+            "its request.uid is empty",
+        ),
     ] {
         let reply = webhook
             .send("POST", "/", &serde_json::to_vec(&body).unwrap())
             .await;
         assert_eq!(reply.status, 400, "{body}");
-        assert_eq!(reply.body, "invalid admission review request");
+        assert_eq!(
+            reply.body,
+            format!("invalid admission review request: {why}")
+        );
     }
 
     // Over 10 MiB: 413 with upstream's text.
