@@ -9,6 +9,7 @@
 //!   the index decodes that kind, and applies to the indexes: what `kubectl apply` accepts,
 //!   the pod serves.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use linkerd_admission::{AdmissionReviewResponse, ReviewError, to_json};
 use serde_json::Value;
 
@@ -173,10 +174,11 @@ fn applies((group, kind): (&str, &str), object: &Value, what: &str) {
     }
 }
 
-/// What the API server stores of an admitted object, `None` when it stores nothing. It checks
-/// every object against its CRD's schema before any validating webhook sees it, and each CRD
-/// here requires `spec` (an object); and with the status subresource it ignores `status` in
-/// writes of the object itself. The webhooks judge what is left, as upstream's do.
+/// What the API server stores of an admitted object, `None` when it stores nothing. Before any
+/// validating webhook sees an object it decodes its `metadata` as an `ObjectMeta` and checks it
+/// against its CRD's schema, and each CRD here requires `spec` (an object); it sets the
+/// timestamps itself; and with the status subresource it ignores `status` in writes of the
+/// object itself. The webhooks judge what is left, as upstream's do.
 fn stored(object: &Value) -> Option<Value> {
     let mut stored = object.clone();
     let fields = stored.as_object_mut()?;
@@ -184,5 +186,13 @@ fn stored(object: &Value) -> Option<Value> {
         return None;
     }
     fields.remove("status");
+    let metadata = fields.get_mut("metadata")?;
+    serde_json::from_value::<ObjectMeta>(metadata.clone()).ok()?;
+    let metadata = metadata.as_object_mut()?;
+    metadata.remove("deletionTimestamp");
+    metadata.insert(
+        "creationTimestamp".into(),
+        Value::String("2026-05-04T09:00:00Z".into()),
+    );
     Some(stored)
 }
