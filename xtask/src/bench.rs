@@ -389,10 +389,7 @@ async fn bench(
     let client_cpu = server::cpu_time(std::process::id())?.saturating_sub(client_cpu);
     let segments = connections.segments_in()?.saturating_sub(segments);
     let rss_after_changes = server::rss_bytes(pid)?;
-    // A server with nothing to do should use no CPU; anything else is a loop somewhere.
-    let idle_start = server::cpu_time(pid)?;
-    tokio::time::sleep(IDLE_CHECK).await;
-    let idle_cpu = server::cpu_time(pid)?.saturating_sub(idle_start);
+    let idle_cpu = server::cpu_while_idle(pid, IDLE_CHECK).await?;
     let convergence = match server::http_get(admin_addr, "/metrics").await {
         Ok((200, text)) => Convergence::read(&text, "Get"),
         _ => None,

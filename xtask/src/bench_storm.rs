@@ -295,9 +295,7 @@ async fn storm(
         "streams closed; watching the server's CPU for {} s...",
         idle.as_secs()
     );
-    let idle_cpu0 = server::cpu_time(pid)?;
-    tokio::time::sleep(idle).await;
-    let idle_cpu = server::cpu_time(pid)?.saturating_sub(idle_cpu0);
+    let idle_cpu = server::cpu_while_idle(pid, idle).await?;
     let rss_after = server::rss_bytes(pid)?;
     if let Some(status) = server.try_wait()? {
         bail!(

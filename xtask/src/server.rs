@@ -251,6 +251,14 @@ pub fn memory(pid: u32) -> anyhow::Result<Memory> {
     })
 }
 
+/// CPU time process `pid` uses while `window` passes with nothing asked of it: a server with
+/// nothing to do should use none, and anything else is a loop somewhere.
+pub async fn cpu_while_idle(pid: u32, window: Duration) -> anyhow::Result<Duration> {
+    let start = cpu_time(pid)?;
+    tokio::time::sleep(window).await;
+    Ok(cpu_time(pid)?.saturating_sub(start))
+}
+
 /// CPU time (user + system) process `pid` has used so far, from `/proc/PID/stat`.
 pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     let path = format!("/proc/{pid}/stat");
