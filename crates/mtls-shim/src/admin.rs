@@ -40,7 +40,8 @@ impl AdminState {
             .with_state(self)
     }
 
-    /// Binds `addr` and serves until `shutdown`. Returns the bound address (port 0 picks one)
+    /// Binds `addr` and serves until `shutdown` (`linkerd_runtime::http::serve`: a request head
+    /// must arrive within its timeout). Returns the bound address (port 0 picks one)
     /// and the server task.
     pub async fn bind(
         self,
@@ -50,14 +51,11 @@ impl AdminState {
         let listener = TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let router = self.router();
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown.signaled())
-                .await
-            {
-                tracing::error!(%error, "admin server failed");
-            }
-        });
+        let task = tokio::spawn(linkerd_runtime::http::serve(
+            listener,
+            router,
+            shutdown.signaled(),
+        ));
         Ok((local, task))
     }
 }

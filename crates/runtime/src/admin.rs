@@ -60,7 +60,8 @@ impl Admin {
             .with_state(self)
     }
 
-    /// Binds `addr` and serves until `shutdown`. Returns the bound address (useful with port 0)
+    /// Binds `addr` and serves until `shutdown` ([`crate::http::serve`]: a request head must
+    /// arrive within its timeout). Returns the bound address (useful with port 0)
     /// and the server task.
     pub async fn bind(
         self,
@@ -70,14 +71,7 @@ impl Admin {
         let listener = TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let router = self.router();
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown.signaled())
-                .await
-            {
-                tracing::error!(%error, "admin server failed");
-            }
-        });
+        let task = tokio::spawn(crate::http::serve(listener, router, shutdown.signaled()));
         Ok((local, task))
     }
 }
@@ -173,5 +167,30 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(get(addr, "/ready").await, (500, "not ready\n".into()));
+    }
+
+    /// A client that connects and never sends a request head (a stuck prober, a slowloris)
+    /// is disconnected after the header-read timeout instead of holding a task and a file
+    /// descriptor for ever. The clock is paused: it jumps ahead whenever the runtime waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_sends_no_request_is_closed() {
+        let (_ready_tx, ready) = watch::channel(true);
+        let (_trigger, shutdown) = crate::shutdown::channel();
+        let (addr, _task) = Admin::new(ready, Arc::default())
+            .bind("127.0.0.1:0".parse().unwrap(), shutdown)
+            .await
+            .unwrap();
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let started = tokio::time::Instant::now();
+        let mut read = Vec::new();
+        let closed = tokio::time::timeout(
+            crate::http::HEADER_READ_TIMEOUT * 4,
+            silent.read_to_end(&mut read),
+        )
+        .await;
+        assert!(closed.is_ok(), "the silent connection is still open");
+        assert!(started.elapsed() >= crate::http::HEADER_READ_TIMEOUT);
+        // The port still answers others.
+        assert_eq!(get(addr, "/ready").await, (200, "ok\n".into()));
     }
 }

@@ -1,6 +1,6 @@
 //! Process plumbing shared by every binary of the pod: the flags they all take, upstream's
 //! Go-style command lines ([`go_flags`]), logging, the admin HTTP server (`/live`, `/ready`,
-//! `/metrics`), graceful shutdown, the gRPC server and its watch streams' shared messages, sent
+//! `/metrics`), graceful shutdown, the HTTP/1.1 server of the admin ports and webhooks ([`http`]), the gRPC server and its watch streams' shared messages, sent
 //! without per-stream copies ([`grpc`]), the record of every open watch stream and the
 //! introspection API that shows it ([`introspect`]), process metrics from `/proc`
 //! ([`process`]), and the HTTPS server of the admission webhooks ([`tls`]).
@@ -17,6 +17,7 @@ pub mod admin;
 pub mod args;
 pub mod go_flags;
 pub mod grpc;
+pub mod http;
 pub mod introspect;
 pub mod log;
 pub mod process;

@@ -28,10 +28,6 @@ use axum::{
     http::{HeaderMap, header},
 };
 use futures::StreamExt;
-use hyper_util::{
-    rt::{TokioIo, TokioTimer},
-    service::TowerToHyperService,
-};
 use rustls::{
     RootCertStore, ServerConfig,
     crypto::CryptoProvider,
@@ -51,9 +47,10 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
     sync::watch,
-    task::JoinSet,
 };
 use tokio_rustls::TlsAcceptor;
+
+use crate::http;
 
 #[cfg(test)]
 mod tests;
@@ -61,11 +58,7 @@ mod tests;
 /// How long a client may take to complete the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a client may take to send a request's headers (upstream's ReadHeaderTimeout).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// How long open connections may take to finish their requests after shutdown.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+pub use crate::http::{DRAIN_TIMEOUT, HEADER_READ_TIMEOUT};
 
 /// How long a closed connection keeps reading what its client still sends (see the module
 /// docs). At the bandwidth of a pod network this is far more than any body a webhook client
@@ -459,44 +452,10 @@ impl HttpsServer {
     pub async fn serve(self, router: Router, shutdown: impl Future<Output = ()> + Send) {
         let _reloader = self.tls.spawn_reloader();
         let acceptor = TlsAcceptor::from(self.tls.config());
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let mut connections = JoinSet::new();
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                () = &mut shutdown => break,
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                accepted = self.listener.accept() => match accepted {
-                    Ok((tcp, peer)) => {
-                        connections.spawn(serve_connection(
-                            acceptor.clone(),
-                            tcp,
-                            peer,
-                            router.clone(),
-                            stop_rx.clone(),
-                        ));
-                    }
-                    Err(error) => {
-                        // Out of file descriptors, most likely: let some connections end.
-                        tracing::warn!(%error, addr = %self.local_addr, "cannot accept an HTTPS connection");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                },
-            }
-        }
-        drop(self.listener);
-        let _ = stop_tx.send(true);
-        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
-            while connections.join_next().await.is_some() {}
+        http::accept_until(self.listener, "HTTPS", shutdown, |tcp, peer, stop| {
+            serve_connection(acceptor.clone(), tcp, peer, router.clone(), stop)
         })
         .await;
-        if drained.is_err() {
-            tracing::warn!(
-                open = connections.len(),
-                "HTTPS connections still open after the drain timeout; closing them"
-            );
-            connections.shutdown().await;
-        }
     }
 }
 
@@ -533,7 +492,7 @@ async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
     router: Router,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
@@ -546,20 +505,9 @@ async fn serve_connection(
             return;
         }
     };
-    let mut conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(router));
-    // Without hyper's shutdown of the stream, which would close it at once: `linger` does.
-    let result = tokio::select! {
-        result = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => result,
-        () = async { drop(stop.wait_for(|stop| *stop).await) } => {
-            std::pin::Pin::new(&mut conn).graceful_shutdown();
-            std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)).await
-        }
-    };
-    match result {
-        Ok(()) => linger(conn.into_parts().io.into_inner()).await,
+    // Not hyper's shutdown of the stream, which would close it at once: `linger` does.
+    match http::drive(tls, router, HEADER_READ_TIMEOUT, stop).await {
+        Ok(tls) => linger(tls).await,
         Err(error) => tracing::debug!(%peer, %error, "HTTPS connection failed"),
     }
 }
