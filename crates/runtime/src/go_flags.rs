@@ -79,11 +79,42 @@ where
 {
     let mut command = T::command().args_override_self(true);
     command.build();
-    let (argv, warnings) = normalize(&command, argv.into_iter().map(Into::into), unimplemented)
+    let given: Vec<OsString> = argv.into_iter().map(Into::into).collect();
+    let (argv, warnings) = normalize(&command, given.iter().cloned(), unimplemented)
         .map_err(|message| command.error(ErrorKind::InvalidValue, message))?;
-    let matches = command.try_get_matches_from_mut(argv)?;
+    let matches = command
+        .try_get_matches_from_mut(argv)
+        .map_err(|error| as_written(error, &given, &mut command))?;
     let args = T::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
     Ok(CommandLine { args, warnings })
+}
+
+/// `error` naming an unknown flag as the user wrote it: `-bogus`, not the `--bogus` that
+/// [`normalize`] made of it.
+fn as_written(error: clap::Error, given: &[OsString], command: &mut Command) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    if error.kind() != ErrorKind::UnknownArgument {
+        return error;
+    }
+    let Some(ContextValue::String(rewritten)) = error.get(ContextKind::InvalidArg) else {
+        return error;
+    };
+    let Some(name) = rewritten.strip_prefix("--") else {
+        return error;
+    };
+    let single = format!("-{name}");
+    let written_so = given.iter().skip(1).filter_map(|a| a.to_str()).any(|a| {
+        a == single
+            || a.strip_prefix(single.as_str())
+                .is_some_and(|rest| rest.starts_with('='))
+    });
+    if !written_so {
+        return error;
+    }
+    command.error(
+        ErrorKind::UnknownArgument,
+        format!("unexpected argument '{single}' found"),
+    )
 }
 
 /// The rewriting of [`try_parse_from`]; `command` must be built.
@@ -264,9 +295,14 @@ mod tests {
 
     #[test]
     fn unknown_flags_and_bad_values_are_refused() {
+        // Named as written: one dash stays one dash.
         let err = parse(&["example", "-no-such-flag=1"]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::UnknownArgument);
-        assert!(err.to_string().contains("--no-such-flag"), "{err}");
+        assert!(err.to_string().contains("'-no-such-flag'"), "{err}");
+        let err = parse(&["example", "-bogus"]).unwrap_err();
+        assert!(err.to_string().contains("'-bogus'"), "{err}");
+        let err = parse(&["example", "--bogus"]).unwrap_err();
+        assert!(err.to_string().contains("'--bogus'"), "{err}");
 
         let err = parse(&["example", "-enable-pprof=maybe"]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidValue);
