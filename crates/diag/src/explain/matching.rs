@@ -320,6 +320,20 @@ fn best_match<M, S: Ord + Copy>(
     }
     match best {
         Some((s, m)) => Ok((s, match_text(m))),
+        // Two matches missing for the same reason (`method is not GET` for both `GET /a` and
+        // `GET /b`) are told apart by their position.
+        None if misses
+            .iter()
+            .enumerate()
+            .any(|(i, why)| misses[..i].contains(why)) =>
+        {
+            Err(misses
+                .iter()
+                .enumerate()
+                .map(|(i, why)| format!("match {}: {why}", i + 1))
+                .collect::<Vec<_>>()
+                .join(", "))
+        }
         None => Err(misses.join(", ")),
     }
 }

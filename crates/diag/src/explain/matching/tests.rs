@@ -204,6 +204,30 @@ fn rules_without_matches_match_everything_and_misses_say_why() {
 }
 
 #[test]
+fn matches_missing_for_the_same_reason_are_numbered() {
+    let post = || {
+        Some(HttpMethod {
+            r#type: Some(http_method::Type::Registered(
+                http_method::Registered::Post as i32,
+            )),
+        })
+    };
+    let mut first = exact("/a");
+    first.method = post();
+    let mut second = exact("/a");
+    second.method = post();
+    let routes = [route(vec![], vec![vec![first, second]])];
+    let choice = choose_http(&routes, &get("/a"));
+    assert_eq!(choice.selected, None);
+    assert_eq!(
+        choice.outcomes,
+        [RouteOutcome::Misses(
+            "rule 1: match 1: method is not POST, match 2: method is not POST".into()
+        )]
+    );
+}
+
+#[test]
 fn hosts_exact_beats_suffix_and_a_suffix_needs_a_label() {
     let routes = [
         route(vec![suffix_host(&["com", "example"])], vec![vec![]]),
