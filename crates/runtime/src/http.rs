@@ -6,11 +6,12 @@
 //! and never finishes a request head (a stuck client, a slowloris) has it closed instead of
 //! holding a task and a file descriptor for ever. On shutdown they stop accepting, let open
 //! connections finish their current request (closing idle keep-alive connections) and close
-//! what is still open after [`DRAIN_TIMEOUT`].
+//! what is still open after [`DRAIN_TIMEOUT`]. The plain ports also answer HTTP/2 with prior
+//! knowledge, so that a gRPC client pointed at one by mistake gets an HTTP status to report.
 
 use axum::Router;
 use hyper_util::{
-    rt::{TokioIo, TokioTimer},
+    rt::{TokioExecutor, TokioIo, TokioTimer},
     service::TowerToHyperService,
 };
 use std::{future::Future, net::SocketAddr, time::Duration};
@@ -28,7 +29,7 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long open connections may take to finish their requests after shutdown.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves `router` over plain HTTP/1.1 on `listener` until `shutdown` resolves, then drains
+/// Serves `router` over plain HTTP/1.1 (or HTTP/2 with prior knowledge) on `listener` until `shutdown` resolves, then drains
 /// (see the module docs). A failed connection concerns one client only: it is logged at debug
 /// level and the server goes on.
 pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<Output = ()>) {
@@ -45,12 +46,70 @@ pub(crate) async fn serve_with(
     accept_until(listener, "HTTP", shutdown, |tcp, peer, stop| {
         let router = router.clone();
         async move {
-            if let Err(error) = drive(tcp, router, header_read_timeout, stop).await {
+            let mut stopped = stop.clone();
+            let http2 = tokio::select! {
+                http2 = speaks_http2(&tcp, header_read_timeout) => http2,
+                _ = stopped.wait_for(|stop| *stop) => None,
+            };
+            let result = match http2 {
+                // Closed, silent past the timeout, or the server is stopping.
+                None => return,
+                Some(true) => drive_http2(tcp, router, stop).await,
+                Some(false) => drive(tcp, router, header_read_timeout, stop)
+                    .await
+                    .map(drop),
+            };
+            if let Err(error) = result {
                 tracing::debug!(%peer, %error, "HTTP connection failed");
             }
         }
     })
     .await;
+}
+
+/// Whether a plain connection opens with the HTTP/2 connection preface (prior knowledge: a
+/// gRPC client pointed at an admin port gets an HTTP answer it can report). The preface
+/// starts with `PRI `, which no HTTP/1 request line does. `None` when the client closes or
+/// sends too little to tell within `within`.
+async fn speaks_http2(tcp: &TcpStream, within: Duration) -> Option<bool> {
+    const PREFACE: &[u8] = b"PRI ";
+    let sniff = async {
+        let mut first = [0u8; PREFACE.len()];
+        loop {
+            let n = tcp.peek(&mut first).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            if n == first.len() || !PREFACE.starts_with(&first[..n]) {
+                return Some(first[..n] == *PREFACE);
+            }
+            // A prefix of the preface only: peek returns at once while bytes wait, so pause
+            // before looking again.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(within, sniff).await.ok().flatten()
+}
+
+/// Serves HTTP/2 (prior knowledge) on `tcp` until the client closes or `stop` turns `true`
+/// (then open requests finish first). Peers that stop answering pings are dropped.
+async fn drive_http2(
+    tcp: TcpStream,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), hyper::Error> {
+    let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(HEADER_READ_TIMEOUT))
+        .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router));
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => result,
+        () = async { drop(stop.wait_for(|stop| *stop).await) } => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    }
 }
 
 /// Accepts connections on `listener` until `shutdown` resolves, running `connection(tcp, peer,
@@ -171,13 +230,32 @@ mod tests {
         let answer = answer.expect("the connection stays open past the header-read timeout");
         assert!(!answer.contains("pong"), "{answer}");
 
-        // A connection that sends nothing at all goes the same way.
+        // A connection that sends nothing at all goes the same way, and so does one that
+        // starts the HTTP/2 preface and stops.
         let mut idle = TcpStream::connect(addr).await.unwrap();
-        assert!(
-            read_to_close(&mut idle, Duration::from_secs(5))
+        let closed = read_to_close(&mut idle, Duration::from_secs(5)).await;
+        assert!(closed.is_some());
+        let mut partial = TcpStream::connect(addr).await.unwrap();
+        partial.write_all(b"PR").await.unwrap();
+        let closed = read_to_close(&mut partial, Duration::from_secs(5)).await;
+        assert!(closed.is_some());
+    }
+
+    #[tokio::test]
+    async fn http2_with_prior_knowledge_is_answered() {
+        let (addr, _stop) = start(Duration::from_secs(30)).await;
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (mut client, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
                 .await
-                .is_some()
-        );
+                .unwrap();
+        tokio::spawn(conn);
+        let request = axum::http::Request::get(format!("http://{addr}/ping"))
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = client.send_request(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.version(), axum::http::Version::HTTP_2);
     }
 
     #[tokio::test]
