@@ -5,7 +5,7 @@ use futures::{Stream, StreamExt};
 use linkerd_index::inbound::{InboundIndex, InboundServer, WorkloadRef};
 use linkerd_runtime::{
     grpc::{Shared, StreamingMethod, WatchStreams},
-    introspect::{LastSent, StreamMeta, StreamRegistry},
+    introspect::{StreamMeta, StreamRegistry},
     shutdown::Shutdown,
 };
 use linkerd2_proxy_api::inbound::{
@@ -19,7 +19,7 @@ use tonic::{Request, Response, Status, codegen::BoxFuture};
 use crate::{
     metrics::{GET_PORT, PolicyMetrics, Rpc, SubscriberGuard, WATCH_PORT},
     translate::InboundTranslator,
-    views::{DistinctViews, SharedTranslations},
+    views::{self, DistinctViews, SharedTranslations, Translate},
     workload::{parse_port, parse_workload, workload_name},
 };
 
@@ -199,26 +199,17 @@ impl InboundServerPolicies for InboundPolicyService {
 // === impl WatchState ===
 
 impl WatchState {
-    /// The translation of the next view to send ([`DistinctViews::next`]), made once for the
-    /// streams of the topic; `None` once the topic is gone.
+    /// The next message to send; `None` once the topic is gone.
     async fn next(&mut self) -> Option<Shared<Server>> {
-        let view = self.views.next().await?;
-        let translator = &self.translator;
-        let message = self
-            .translations
-            .get_or_translate(&view, |view| translator.server(view));
-        if let Some(record) = self.views.record() {
-            // The view, translated again if the introspection API asks: holding the message
-            // would keep a translation alive per stream once the shared cache lets it go.
-            let (translator, view) = (self.translator.clone(), view.clone());
-            record.sent(
-                1,
-                Some(LastSent::lazy(SERVER_TYPE, move || {
-                    prost::Message::encode_to_vec(&translator.server(&view))
-                })),
-            );
-        }
-        Some(message)
+        views::next_message(&mut self.views, &self.translator, &self.translations).await
+    }
+}
+
+impl Translate<InboundServer> for InboundTranslator {
+    type Message = Server;
+    const TYPE_NAME: &'static str = SERVER_TYPE;
+    fn translate(&self, view: &InboundServer) -> Server {
+        self.server(view)
     }
 }
 

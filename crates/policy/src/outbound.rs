@@ -22,7 +22,7 @@ use tonic::{Request, Response, Status, codegen::BoxFuture};
 use crate::{
     metrics::{OUTBOUND_GET, OUTBOUND_WATCH, PolicyMetrics, Rpc},
     translate::outbound::OutboundTranslator,
-    views::{DistinctViews, SharedTranslations},
+    views::{self, DistinctViews, SharedTranslations, Translate},
     workload::{parse_workload, workload_name},
 };
 
@@ -324,26 +324,17 @@ impl OutboundPolicies for OutboundPolicyService {
 // === impl WatchState ===
 
 impl WatchState {
-    /// The translation of the next view to send ([`DistinctViews::next`]), made once for the
-    /// streams of the topic; `None` once the topic is gone.
+    /// The next message to send; `None` once the topic is gone.
     async fn next(&mut self) -> Option<Shared<ApiPolicy>> {
-        let view = self.views.next().await?;
-        let translator = &self.translator;
-        let message = self
-            .translations
-            .get_or_translate(&view, |view| translator.policy(view));
-        if let Some(record) = self.views.record() {
-            // The view, translated again if the introspection API asks: holding the message
-            // would keep a translation alive per stream once the shared cache lets it go.
-            let (translator, view) = (self.translator.clone(), view.clone());
-            record.sent(
-                1,
-                Some(LastSent::lazy(POLICY_TYPE, move || {
-                    prost::Message::encode_to_vec(&translator.policy(&view))
-                })),
-            );
-        }
-        Some(message)
+        views::next_message(&mut self.views, &self.translator, &self.translations).await
+    }
+}
+
+impl Translate<OutboundPolicy> for OutboundTranslator {
+    type Message = ApiPolicy;
+    const TYPE_NAME: &'static str = POLICY_TYPE;
+    fn translate(&self, view: &OutboundPolicy) -> ApiPolicy {
+        self.policy(view)
     }
 }
 

@@ -5,7 +5,10 @@
 //! The streams of one topic send the same view, so its translation is made once
 //! ([`SharedTranslations`]) and sent by each of them as one [`Shared`] message.
 
-use linkerd_runtime::{grpc::Shared, introspect::StreamRecord};
+use linkerd_runtime::{
+    grpc::Shared,
+    introspect::{LastSent, StreamRecord},
+};
 use std::{cell::RefCell, collections::VecDeque, sync::Arc, time::Instant};
 use thread_local::ThreadLocal;
 use tokio::sync::watch;
@@ -99,6 +102,44 @@ impl<V: PartialEq> DistinctViews<V> {
             }
         }
     }
+}
+
+/// How a topic's view becomes the message its streams send: [`crate::InboundTranslator`] makes
+/// an inbound `Server`, [`crate::OutboundTranslator`] an `OutboundPolicy`.
+pub(crate) trait Translate<V>: Send + Sync + 'static {
+    /// The proxy API message.
+    type Message: prost::Message + Send + Sync + 'static;
+    /// Its protobuf name, as the introspection API shows it.
+    const TYPE_NAME: &'static str;
+    fn translate(&self, view: &V) -> Self::Message;
+}
+
+/// The translation of `views`' next view ([`DistinctViews::next`]), made once for the streams
+/// of the topic by `translations`; `None` once the topic is gone. The stream's record is told
+/// what it sent.
+pub(crate) async fn next_message<V, T>(
+    views: &mut DistinctViews<V>,
+    translator: &Arc<T>,
+    translations: &SharedTranslations<V, T::Message>,
+) -> Option<Shared<T::Message>>
+where
+    V: PartialEq + Send + Sync + 'static,
+    T: Translate<V>,
+{
+    let view = views.next().await?;
+    let message = translations.get_or_translate(&view, |view| translator.translate(view));
+    if let Some(record) = views.record() {
+        // The view, translated again if the introspection API asks: holding the message
+        // would keep a translation alive per stream once the shared cache lets it go.
+        let (translator, view) = (translator.clone(), view.clone());
+        record.sent(
+            1,
+            Some(LastSent::lazy(T::TYPE_NAME, move || {
+                prost::Message::encode_to_vec(&translator.translate(&view))
+            })),
+        );
+    }
+    Some(message)
 }
 
 // === impl SharedTranslations ===
