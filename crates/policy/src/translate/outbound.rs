@@ -53,6 +53,56 @@ pub struct OutboundTranslator {
 
 // === impl OutboundTranslator ===
 
+/// The one rule of a TLSRoute or TCPRoute (`$api`: `tls_route` or `opaque_route`, whose
+/// generated types have the same shape): its backends, or the default backend when it names
+/// none; a backend that cannot be served carries an `Invalid` filter that says why (§5.6).
+macro_rules! opaque_rule {
+    ($this:expr, $rule:expr, $api:ident) => {{
+        use api::$api::{
+            Distribution, Filter as F, RouteBackend, Rule, WeightedRouteBackend, distribution,
+            filter::Kind,
+        };
+        let backends = if $rule.backends.is_empty() {
+            distribution::Kind::FirstAvailable(distribution::FirstAvailable {
+                backends: vec![RouteBackend {
+                    backend: Some($this.default_backend(&LoadEstimator::PeakEwma)),
+                    filters: vec![],
+                }],
+            })
+        } else {
+            distribution::Kind::RandomAvailable(distribution::RandomAvailable {
+                backends: $rule
+                    .backends
+                    .iter()
+                    .map(|b| {
+                        let (weight, backend, filters) =
+                            $this.backend_with(b, &LoadEstimator::PeakEwma);
+                        let filters = match filters {
+                            Ok(_) => vec![],
+                            Err(message) => vec![F {
+                                kind: Some(Kind::Invalid(opaque_route::Invalid { message })),
+                            }],
+                        };
+                        WeightedRouteBackend {
+                            backend: Some(RouteBackend {
+                                backend: Some(backend),
+                                filters,
+                            }),
+                            weight,
+                        }
+                    })
+                    .collect(),
+            })
+        };
+        Rule {
+            backends: Some(Distribution {
+                kind: Some(backends),
+            }),
+            filters: vec![],
+        }
+    }};
+}
+
 impl OutboundTranslator {
     /// A translator with `--allow-l5d-request-headers`.
     pub fn new(allow_l5d_request_headers: bool) -> Self {
@@ -501,106 +551,26 @@ impl Ctx<'_> {
 
     /// A TLSRoute: SNIs from its hostnames, its one rule (§5.6).
     fn tls_route(&self, route: &OutboundRoute<NoMatch>) -> api::TlsRoute {
-        use api::tls_route::{
-            Distribution, Filter as F, RouteBackend, Rule, WeightedRouteBackend, distribution,
-            filter::Kind,
-        };
-        let rule = |rule: &OutboundRule<NoMatch>| {
-            let backends = if rule.backends.is_empty() {
-                distribution::Kind::FirstAvailable(distribution::FirstAvailable {
-                    backends: vec![RouteBackend {
-                        backend: Some(self.default_backend(&LoadEstimator::PeakEwma)),
-                        filters: vec![],
-                    }],
-                })
-            } else {
-                distribution::Kind::RandomAvailable(distribution::RandomAvailable {
-                    backends: rule
-                        .backends
-                        .iter()
-                        .map(|b| {
-                            let (weight, backend, filters) =
-                                self.backend_with(b, &LoadEstimator::PeakEwma);
-                            let filters = match filters {
-                                Ok(_) => vec![],
-                                Err(message) => vec![F {
-                                    kind: Some(Kind::Invalid(opaque_route::Invalid { message })),
-                                }],
-                            };
-                            WeightedRouteBackend {
-                                backend: Some(RouteBackend {
-                                    backend: Some(backend),
-                                    filters,
-                                }),
-                                weight,
-                            }
-                        })
-                        .collect(),
-                })
-            };
-            Rule {
-                backends: Some(Distribution {
-                    kind: Some(backends),
-                }),
-                filters: vec![],
-            }
-        };
         api::TlsRoute {
             metadata: Some(route_metadata(&route.reference)),
             snis: route.hostnames.iter().map(sni_match).collect(),
-            rules: route.rules.iter().map(rule).collect(),
+            rules: route
+                .rules
+                .iter()
+                .map(|rule| opaque_rule!(self, rule, tls_route))
+                .collect(),
         }
     }
 
     /// A TCPRoute as an opaque route: its one rule (§5.6).
     fn opaque_route(&self, route: &OutboundRoute<NoMatch>) -> api::OpaqueRoute {
-        use api::opaque_route::{
-            Distribution, Filter as F, RouteBackend, Rule, WeightedRouteBackend, distribution,
-            filter::Kind,
-        };
-        let rule = |rule: &OutboundRule<NoMatch>| {
-            let backends = if rule.backends.is_empty() {
-                distribution::Kind::FirstAvailable(distribution::FirstAvailable {
-                    backends: vec![RouteBackend {
-                        backend: Some(self.default_backend(&LoadEstimator::PeakEwma)),
-                        filters: vec![],
-                    }],
-                })
-            } else {
-                distribution::Kind::RandomAvailable(distribution::RandomAvailable {
-                    backends: rule
-                        .backends
-                        .iter()
-                        .map(|b| {
-                            let (weight, backend, filters) =
-                                self.backend_with(b, &LoadEstimator::PeakEwma);
-                            let filters = match filters {
-                                Ok(_) => vec![],
-                                Err(message) => vec![F {
-                                    kind: Some(Kind::Invalid(opaque_route::Invalid { message })),
-                                }],
-                            };
-                            WeightedRouteBackend {
-                                backend: Some(RouteBackend {
-                                    backend: Some(backend),
-                                    filters,
-                                }),
-                                weight,
-                            }
-                        })
-                        .collect(),
-                })
-            };
-            Rule {
-                backends: Some(Distribution {
-                    kind: Some(backends),
-                }),
-                filters: vec![],
-            }
-        };
         api::OpaqueRoute {
             metadata: Some(route_metadata(&route.reference)),
-            rules: route.rules.iter().map(rule).collect(),
+            rules: route
+                .rules
+                .iter()
+                .map(|rule| opaque_rule!(self, rule, opaque_route))
+                .collect(),
         }
     }
 
