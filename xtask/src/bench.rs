@@ -235,15 +235,8 @@ pub fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
     }
     let exe = server::build_destination(root, args.release)?;
 
-    let tmp = tempfile::Builder::new()
-        .prefix("xtask-bench-")
-        .tempdir()
-        .context("cannot create a temporary directory")?;
+    let tmp = temp_dir("xtask-bench-", &["state", "staging"])?;
     let state = tmp.path().join("state");
-    let staging = tmp.path().join("staging");
-    for dir in [&state, &staging] {
-        std::fs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
     let spec = ClusterSpec {
         services: args.services,
         endpoints: args.endpoints,
@@ -276,6 +269,21 @@ pub fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
     let report = result?;
     report.print(&args, &spec);
     Ok(())
+}
+
+/// A temporary directory named `PREFIX…` (removed when dropped) holding the empty
+/// subdirectories `dirs`: where a bench writes its generated cluster (`state`) and the files it
+/// renames into it (`staging`).
+pub(crate) fn temp_dir(prefix: &str, dirs: &[&str]) -> anyhow::Result<tempfile::TempDir> {
+    let tmp = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    for dir in dirs {
+        let dir = tmp.path().join(dir);
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    Ok(tmp)
 }
 
 /// Runs this same command again from an optimized build of xtask: a debug build of the client

@@ -143,15 +143,8 @@ pub fn run(root: &Path, args: BenchInboundArgs) -> anyhow::Result<()> {
     }
     let exe = server::build_binary(root, "policy", "policy-controller", args.release)?;
 
-    let tmp = tempfile::Builder::new()
-        .prefix("xtask-bench-inbound-")
-        .tempdir()
-        .context("cannot create a temporary directory")?;
+    let tmp = bench::temp_dir("xtask-bench-inbound-", &["state", "staging"])?;
     let state = tmp.path().join("state");
-    let staging = tmp.path().join("staging");
-    for dir in [&state, &staging] {
-        std::fs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
     let spec = InboundSpec {
         deployments: args.deployments,
         pods: args.pods,

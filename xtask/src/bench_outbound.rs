@@ -177,10 +177,7 @@ pub fn run(root: &Path, args: BenchOutboundArgs) -> anyhow::Result<()> {
         return bench::rerun_optimized(root);
     }
     let exe = server::build_binary(root, "policy", "policy-controller", args.release)?;
-    let tmp = tempfile::Builder::new()
-        .prefix("xtask-bench-outbound-")
-        .tempdir()
-        .context("cannot create a temporary directory")?;
+    let tmp = bench::temp_dir("xtask-bench-outbound-", &[])?;
     let spec = OutboundSpec {
         services: args.services,
         routes: args.routes,

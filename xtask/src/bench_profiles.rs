@@ -140,12 +140,8 @@ pub fn run(root: &Path, args: BenchProfilesArgs) -> anyhow::Result<()> {
     }
     let exe = server::build_destination(root, args.release)?;
 
-    let tmp = tempfile::Builder::new()
-        .prefix("xtask-bench-profiles-")
-        .tempdir()
-        .context("cannot create a temporary directory")?;
+    let tmp = bench::temp_dir("xtask-bench-profiles-", &["state"])?;
     let state = tmp.path().join("state");
-    std::fs::create_dir(&state).with_context(|| format!("cannot create {}", state.display()))?;
     let spec = ClusterSpec {
         services: args.services,
         endpoints: args.endpoints,

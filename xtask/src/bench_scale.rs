@@ -210,10 +210,7 @@ pub fn run(root: &Path, args: BenchScaleArgs) -> anyhow::Result<()> {
     let binaries = args.binaries();
     let builds: Vec<(&str, &str)> = binaries.iter().map(|b| b.package_and_name()).collect();
     let exes = server::build_binaries(root, &builds, args.release)?;
-    let tmp = tempfile::Builder::new()
-        .prefix("xtask-bench-scale-")
-        .tempdir()
-        .context("cannot create a temporary directory")?;
+    let tmp = bench::temp_dir("xtask-bench-scale-", &[])?;
     let spec = ScaleSpec {
         services: args.services,
         pods_per_service: args.pods_per_service,

@@ -77,12 +77,8 @@ pub fn run(root: &Path, args: SoakArgs) -> anyhow::Result<()> {
         ],
         args.release,
     )?;
-    let tmp = tempfile::Builder::new()
-        .prefix("xtask-soak-")
-        .tempdir()
-        .context("cannot create a temporary directory")?;
+    let tmp = crate::bench::temp_dir("xtask-soak-", &["state"])?;
     let state = tmp.path().join("state");
-    std::fs::create_dir(&state)?;
     std::fs::copy(
         root.join("tests/fixtures/emojivoto/cluster.yaml"),
         state.join("emojivoto.yaml"),
