@@ -8,7 +8,7 @@
 //!    PodDisruptionBudget, Service target ports and probe ports against container ports,
 //!    volume mounts, webhook services, RBAC bindings and the service account, the containers'
 //!    hardening, and RBAC that grants reads on every kind the index watches and writes only
-//!    on status subresources, leases, events and EndpointSlices (the ExternalWorkload
+//!    on status subresources, leases and EndpointSlices (the ExternalWorkload
 //!    controller's; the only deletes granted), and on EndpointSlices and Leases exactly the
 //!    writes the code makes ([`WRITES_USED`]). A Deployment of several replicas (the `ha`
 //!    overlay) must survive the loss of one: a required anti-affinity across nodes that selects
@@ -1091,8 +1091,8 @@ impl Manifests {
             }
         }
 
-        // Least privilege: no wildcards; writes only on status, leases, events and the
-        // EndpointSlices of the ExternalWorkload controller (which alone may delete).
+        // Least privilege: no wildcards; writes only on status, leases and the EndpointSlices
+        // of the ExternalWorkload controller (which alone may delete).
         let all_rules = self
             .cluster_roles
             .iter()
@@ -1140,19 +1140,13 @@ impl Manifests {
                             .api_groups
                             .iter()
                             .flatten()
-                            .all(|g| g == "coordination.k8s.io"))
-                    || (resource == "events"
-                        && rule
-                            .api_groups
-                            .iter()
-                            .flatten()
-                            .all(|g| g.is_empty() || g == "events.k8s.io"));
+                            .all(|g| g == "coordination.k8s.io"));
                 let deletes = writes.iter().any(|v| {
                     v.as_str() == "deletecollection" || (v.as_str() == "delete" && !endpoint_slices)
                 });
                 if !allowed || deletes {
                     errors.push(format!(
-                        "{source}: {writes:?} on {resource:?}: the pod writes only route status, leases, events and ExternalWorkload EndpointSlices"
+                        "{source}: {writes:?} on {resource:?}: the pod writes only route status, leases and ExternalWorkload EndpointSlices (it records no events)"
                     ));
                 }
             }

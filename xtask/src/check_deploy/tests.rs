@@ -494,6 +494,16 @@ fn rbac_is_least_privilege_and_complete() {
     assert_eq!(report.errors.len(), 3, "{:#?}", report.errors);
     assert!(report.errors[0].contains("[\"delete\"] on \"pods\""));
 
+    // The pod records no events, so it may not write them.
+    let tmp = copy_deploy();
+    edit(
+        &tmp,
+        "base/rbac.yaml",
+        "  resources: [httproutes/status, grpcroutes/status, tlsroutes/status, tcproutes/status]\n  verbs: [patch]\n",
+        "  resources: [httproutes/status, grpcroutes/status, tlsroutes/status, tcproutes/status]\n  verbs: [patch]\n- apiGroups: [\"\"]\n  resources: [events]\n  verbs: [create, patch]\n",
+    );
+    assert_one_error(&check_copy(&tmp), "on \"events\": the pod writes only");
+
     // The ExternalWorkload controller may delete its EndpointSlices, never collections of them.
     let tmp = copy_deploy();
     edit(
