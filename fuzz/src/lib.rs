@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod crds;
 pub mod mutate;
 mod targets;
 

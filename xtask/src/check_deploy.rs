@@ -49,7 +49,7 @@ mod schema;
 #[cfg(test)]
 use self::{
     external::on_path,
-    schema::{json_path, structural_problems, to_json_schema},
+    schema::{json_path, structural_problems},
 };
 use self::{
     external::{build_overlays, run_external},

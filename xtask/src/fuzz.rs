@@ -1,5 +1,13 @@
-//! `cargo xtask fuzz [--seconds N] [--target NAME]...`: every fuzz target of `fuzz/` under
-//! libFuzzer for N seconds each, then a table of inputs executed per target.
+//! `cargo xtask fuzz [--inputs N] [--seconds S] [--target NAME]...`: every fuzz target of
+//! `fuzz/` under libFuzzer until it has run N inputs (1,000,000 by default) or for S seconds
+//! (600 by default), whichever comes first, then a table of inputs executed per target.
+//!
+//! A budget in inputs rather than in seconds: the targets differ twentyfold in speed (on two
+//! busy cores, from about 3,000 inputs/s for `state_file`, whose inputs are whole YAML files and
+//! whose binary carries the most coverage counters, to over 50,000 for the small parsers), so a
+//! common time gives the fast ones millions of inputs and the slow ones a few hundred thousand.
+//! One run takes about 10 to 15 minutes on such a machine; `--inputs 0 --seconds 60` fuzzes
+//! every target for 60 s instead.
 //!
 //! The engine is cargo-fuzz's libFuzzer (`cargo install cargo-fuzz --locked`), built with
 //! `--sanitizer none`: the coverage instrumentation (`-Cpasses=sancov-module`) is a stable
@@ -18,10 +26,15 @@ use std::{
     time::Instant,
 };
 
+use crate::server::cargo_command;
+
 #[derive(Debug, clap::Args)]
 pub struct FuzzArgs {
-    /// Seconds of fuzzing per target.
-    #[arg(long, default_value_t = 60)]
+    /// Inputs to run per target (libFuzzer's `-runs`, the seeds included); 0 for no limit.
+    #[arg(long, default_value_t = 1_000_000)]
+    inputs: u64,
+    /// Seconds of fuzzing per target at most (the whole time with `--inputs 0`).
+    #[arg(long, default_value_t = 600)]
     seconds: u64,
     /// Only this target (repeatable); all of `cargo fuzz list` by default.
     #[arg(long = "target")]
@@ -42,7 +55,8 @@ struct Outcome {
 }
 
 pub fn run(root: &Path, args: FuzzArgs) -> anyhow::Result<()> {
-    let has_cargo_fuzz = Command::new("cargo")
+    let has_cargo_fuzz = cargo_command()
+        .1
         .args(["fuzz", "--version"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -60,19 +74,7 @@ pub fn run(root: &Path, args: FuzzArgs) -> anyhow::Result<()> {
         "building {} fuzz targets (cargo fuzz build, release, SanitizerCoverage)",
         targets.len()
     );
-    let status = Command::new("cargo")
-        .args([
-            "fuzz",
-            "build",
-            "--features",
-            "libfuzzer",
-            "--sanitizer",
-            "none",
-        ])
-        .current_dir(root)
-        .env("CARGO_INCREMENTAL", "0")
-        .status()
-        .context("cargo fuzz build")?;
+    let status = build_command(root).status().context("cargo fuzz build")?;
     if !status.success() {
         bail!("cargo fuzz build failed: {status}");
     }
@@ -121,9 +123,46 @@ pub fn run(root: &Path, args: FuzzArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cargo fuzz build` of every target, without the variables `cargo run` set for xtask: `ring`'s
+/// build script fingerprints `CARGO_MANIFEST_DIR`, so inheriting it rebuilt `ring` and every
+/// crate above it (the whole fuzz build, tens of minutes) on each switch between `cargo xtask
+/// fuzz` and `cargo fuzz` typed in a shell. `CARGO_BUILD_JOBS` in the environment still limits
+/// the build's jobs.
+fn build_command(root: &Path) -> Command {
+    let (_, mut command) = cargo_command();
+    command
+        .args([
+            "fuzz",
+            "build",
+            "--features",
+            "libfuzzer",
+            "--sanitizer",
+            "none",
+        ])
+        .current_dir(root)
+        .env("CARGO_INCREMENTAL", "0");
+    command
+}
+
+/// libFuzzer's options for one target's run, before the corpus directories.
+fn libfuzzer_options(args: &FuzzArgs, artifacts: &Path) -> Vec<String> {
+    let mut options = vec![
+        format!("-max_total_time={}", args.seconds),
+        format!("-timeout={}", args.timeout),
+        "-rss_limit_mb=4096".to_string(),
+        "-print_final_stats=1".to_string(),
+        format!("-artifact_prefix={}/", artifacts.display()),
+    ];
+    if args.inputs > 0 {
+        options.push(format!("-runs={}", args.inputs));
+    }
+    options
+}
+
 /// The targets `cargo fuzz list` names (the `[[bin]]`s of fuzz/Cargo.toml).
 fn list_targets(root: &Path) -> anyhow::Result<Vec<String>> {
-    let out = Command::new("cargo")
+    let out = cargo_command()
+        .1
         .args(["fuzz", "list"])
         .current_dir(root)
         .output()
@@ -161,11 +200,7 @@ fn fuzz_one(root: &Path, bin_dir: &Path, target: &str, args: &FuzzArgs) -> anyho
     let regressions = root.join("fuzz/regressions").join(target);
     let mut command = Command::new(bin_dir.join(target));
     command
-        .arg(format!("-max_total_time={}", args.seconds))
-        .arg(format!("-timeout={}", args.timeout))
-        .arg("-rss_limit_mb=4096")
-        .arg("-print_final_stats=1")
-        .arg(format!("-artifact_prefix={}/", artifacts.display()))
+        .args(libfuzzer_options(args, &artifacts))
         .arg(&work)
         .arg(&seeds);
     if regressions.is_dir() {
@@ -247,5 +282,63 @@ mod tests {
         );
         assert_eq!(done_runs(log), Some(9_675_517));
         assert_eq!(stat("", "stat::number_of_executed_units:"), None);
+    }
+
+    fn args(extra: &[&str]) -> FuzzArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            fuzz: FuzzArgs,
+        }
+        let argv = std::iter::once("fuzz").chain(extra.iter().copied());
+        <Cli as clap::Parser>::parse_from(argv).fuzz
+    }
+
+    #[test]
+    fn each_target_runs_a_million_inputs_within_ten_minutes_by_default() {
+        let artifacts = Path::new("/tmp/a");
+        assert_eq!(
+            libfuzzer_options(&args(&[]), artifacts),
+            [
+                "-max_total_time=600",
+                "-timeout=10",
+                "-rss_limit_mb=4096",
+                "-print_final_stats=1",
+                "-artifact_prefix=/tmp/a/",
+                "-runs=1000000",
+            ]
+        );
+        let timed = libfuzzer_options(&args(&["--inputs", "0", "--seconds", "60"]), artifacts);
+        assert_eq!(timed[0], "-max_total_time=60");
+        assert!(!timed.iter().any(|o| o.starts_with("-runs")), "{timed:?}");
+    }
+
+    /// Found rebuilding the whole fuzz build on every switch between `cargo xtask fuzz` and
+    /// `cargo fuzz`: the build inherited `cargo run`'s `CARGO_MANIFEST_DIR`.
+    #[test]
+    fn the_fuzz_build_does_not_inherit_the_package_variables() {
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let command = build_command(Path::new("/repo"));
+        let removed: Vec<String> = command
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(name, _)| name.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            removed.iter().any(|name| name == "CARGO_MANIFEST_DIR"),
+            "{removed:?}"
+        );
+        let args: Vec<_> = command.get_args().collect();
+        assert_eq!(
+            args,
+            [
+                "fuzz",
+                "build",
+                "--features",
+                "libfuzzer",
+                "--sanitizer",
+                "none"
+            ]
+        );
     }
 }

@@ -23,8 +23,9 @@
 //!   the custom resources of deploy/examples/ and tests/fixtures/ match the generated CRDs.
 //! - `cargo xtask soak --minutes N`: 100,000 streams of each gRPC API opened and closed while
 //!   the state churns: each server's RSS and open file descriptors at start, middle and end.
-//! - `cargo xtask fuzz [--seconds N]`: every fuzz target of fuzz/ under libFuzzer (cargo-fuzz,
-//!   stable toolchain) for N seconds each: inputs executed per target, and failures.
+//! - `cargo xtask fuzz [--inputs N] [--seconds S]`: every fuzz target of fuzz/ under libFuzzer
+//!   (cargo-fuzz, stable toolchain) for N inputs each (1,000,000) or at most S seconds (600):
+//!   inputs executed per target, and failures.
 //!
 //! The alias lives in `.cargo/config.toml`; nothing in the workspace depends on this crate.
 
@@ -109,7 +110,8 @@ enum Command {
     /// its peak.
     BenchScale(bench_scale::BenchScaleArgs),
     /// Run every fuzz target of fuzz/ under libFuzzer (`cargo install cargo-fuzz --locked`)
-    /// for --seconds each: prints inputs executed per target and fails on any failing input.
+    /// for --inputs each, at most --seconds: prints inputs executed per target and fails on any
+    /// failing input.
     Fuzz(fuzz::FuzzArgs),
     /// Run `destination` and `policy-controller` offline on emojivoto plus a churned Service,
     /// open and close --streams streams of each gRPC API over --minutes: prints the servers'

@@ -24,11 +24,14 @@
 //!   every crate of the workspace uses this one version.
 //! - [`yaml`]: manifests read and written as YAML 1.2 (serde-saphyr), for the tools and tests
 //!   that handle them.
+//! - [`crd_schema`]: a CRD's schema as a JSON Schema that means what the API server makes of
+//!   it, for the tools that validate custom resources without a cluster.
 
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
 pub mod authorization_policy;
+pub mod crd_schema;
 pub mod egress_network;
 pub mod external_workload;
 pub mod http_local_rate_limit_policy;

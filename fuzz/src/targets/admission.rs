@@ -5,15 +5,16 @@
 //! - a body that is not answered says why (the `400` text);
 //! - an answer echoes `request.uid` and the review's `apiVersion`, encodes as JSON, and a
 //!   refusal carries a message;
-//! - an admitted object that the webhook judged (`CREATE`/`UPDATE` of its kinds) decodes as
-//!   the index decodes that kind, and applies to the indexes: what `kubectl apply` accepts,
-//!   the pod serves.
+//! - an admitted object that the webhook judged (`CREATE`/`UPDATE` of its kinds) and that the
+//!   API server lets through to it (its CRD's schema: [`crate::crds`]) decodes as the index
+//!   decodes that kind, and applies to the indexes: what `kubectl apply` accepts, the pod
+//!   serves.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use linkerd_admission::{AdmissionReviewResponse, ReviewError, to_json};
 use serde_json::Value;
 
-use crate::cluster::Indexes;
+use crate::{cluster::Indexes, crds::crd_schemas};
 
 /// See the module docs.
 pub fn sp_admission(data: &[u8]) {
@@ -174,17 +175,14 @@ fn applies((group, kind): (&str, &str), object: &Value, what: &str) {
     }
 }
 
-/// What the API server stores of an admitted object, `None` when it stores nothing. Before any
-/// validating webhook sees an object it decodes its `metadata` as an `ObjectMeta` and checks it
-/// against its CRD's schema, and each CRD here requires `spec` (an object); it sets the
-/// timestamps itself; and with the status subresource it ignores `status` in writes of the
-/// object itself. The webhooks judge what is left, as upstream's do.
+/// What the API server stores of an admitted object, `None` when it refuses the object before
+/// any validating webhook sees it. It decodes `metadata` as an `ObjectMeta`; with the status
+/// subresource it ignores `status` in writes of the object itself; it sets the timestamps; and
+/// it checks the result against the CRD of its version ([`crd_schemas`]: the required fields,
+/// types and enums). The webhooks judge what is left, as upstream's do.
 fn stored(object: &Value) -> Option<Value> {
     let mut stored = object.clone();
     let fields = stored.as_object_mut()?;
-    if !fields.get("spec").is_some_and(Value::is_object) {
-        return None;
-    }
     fields.remove("status");
     let metadata = fields.get_mut("metadata")?;
     serde_json::from_value::<ObjectMeta>(metadata.clone()).ok()?;
@@ -194,5 +192,6 @@ fn stored(object: &Value) -> Option<Value> {
         "creationTimestamp".into(),
         Value::String("2026-05-04T09:00:00Z".into()),
     );
+    crd_schemas().check(&stored).ok()?;
     Some(stored)
 }

@@ -6,7 +6,9 @@
 //! `LOW <= HIGH`, or a known port name):
 //! - the set holds exactly the ports the valid items name, and the invalid items are
 //!   returned in order;
-//! - the set prints as a list that parses back to the same set;
+//! - the set prints as the sorted list of its merged ranges, which parses back to the same set;
+//! - `contains` agrees with the reference at every edge of the ranges, beside it, and within
+//!   each range and each gap;
 //! - as an annotation, the list is valid only as a whole, and the error names the first
 //!   invalid item.
 
@@ -52,32 +54,79 @@ fn reference_item(item: &str) -> Option<(u16, u16)> {
     range.or_else(|| resolve_name(item).map(|p| (p, p)))
 }
 
+/// The ports of `ranges` as sorted, disjoint, non-adjacent ranges: the reference's union,
+/// without expanding a range into its ports.
+fn reference_union(mut ranges: Vec<(u16, u16)>) -> Vec<(u16, u16)> {
+    ranges.sort_unstable();
+    let mut union: Vec<(u16, u16)> = Vec::with_capacity(ranges.len());
+    for (low, high) in ranges {
+        match union.last_mut() {
+            Some(last) if u32::from(low) <= u32::from(last.1) + 1 => last.1 = last.1.max(high),
+            _ => union.push((low, high)),
+        }
+    }
+    union
+}
+
+/// `union` written as a port list: `80,4000-4100`.
+fn reference_print(union: &[(u16, u16)]) -> String {
+    let items: Vec<String> = union
+        .iter()
+        .map(|&(low, high)| {
+            if low == high {
+                low.to_string()
+            } else {
+                format!("{low}-{high}")
+            }
+        })
+        .collect();
+    items.join(",")
+}
+
+/// Whether `port` is in `union` (sorted and disjoint).
+fn reference_contains(union: &[(u16, u16)], port: u16) -> bool {
+    let i = union.partition_point(|&(_, high)| high < port);
+    union.get(i).is_some_and(|&(low, _)| low <= port)
+}
+
 /// See the module docs.
 pub fn port_list(data: &[u8]) {
     let Some(list) = text(data) else { return };
-    let mut expected = vec![false; 65536];
+    let mut named = Vec::new();
     let mut expected_invalid = Vec::new();
     for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         match reference_item(item) {
-            Some((low, high)) => {
-                for port in low..=high {
-                    expected[usize::from(port)] = true;
-                }
-            }
+            Some(range) => named.push(range),
             None => expected_invalid.push(item),
         }
     }
+    let expected = reference_union(named);
     let (set, invalid) = PortSet::parse_with_names(list, resolve_name);
     let invalid: Vec<&str> = invalid.iter().map(|i| i.item.as_str()).collect();
     assert_eq!(invalid, expected_invalid, "{list:?}: invalid items");
-    for port in 0..=u16::MAX {
+    // The set's ranges print as they are, so a print equal to the reference's says the set holds
+    // exactly the ports named (and keeps them sorted and merged); `contains` is then checked
+    // where a search over those ranges can go wrong: at every edge, beside it, and within each
+    // range and each gap.
+    let printed = set.to_string();
+    assert_eq!(printed, reference_print(&expected), "{list:?}: the set");
+    let mut probes = vec![0, 1, u16::MAX];
+    let mut previous_end: Option<u16> = None;
+    for &(low, high) in &expected {
+        probes.extend([low.saturating_sub(1), low, low + (high - low) / 2, high]);
+        probes.push(high.saturating_add(1));
+        if let Some(end) = previous_end {
+            probes.push(end + (low - end) / 2);
+        }
+        previous_end = Some(high);
+    }
+    for port in probes {
         assert_eq!(
             set.contains(port),
-            expected[usize::from(port)],
+            reference_contains(&expected, port),
             "{list:?}: port {port}"
         );
     }
-    let printed = set.to_string();
     let (again, none) = PortSet::parse(&printed);
     assert!(none.is_empty(), "{list:?} printed as {printed:?}: {none:?}");
     assert_eq!(again, set, "{list:?} printed as {printed:?}");

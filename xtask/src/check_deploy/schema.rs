@@ -3,6 +3,7 @@
 
 use super::{Doc, Named, OUR_GROUPS, Report};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use linkerd_k8s_api::crd_schema::{UnknownFields, to_json_schema};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -69,9 +70,8 @@ impl CrdSchemas {
                         crd.source, version.name
                     ));
                 }
-                let build =
-                    |strict| jsonschema::draft4::new(&to_json_schema(&schema, strict, true));
-                match (build(false), build(true)) {
+                let build = |unknown| jsonschema::draft4::new(&to_json_schema(&schema, unknown));
+                match (build(UnknownFields::Pruned), build(UnknownFields::Refused)) {
                     (Ok(lenient), Ok(strict)) => {
                         validators.insert(key, VersionValidators { lenient, strict });
                     }
@@ -242,87 +242,4 @@ pub(super) fn json_path(pointer: &str) -> String {
     } else {
         out
     }
-}
-
-/// Turns a CRD's structural schema (OpenAPI v3.0 with Kubernetes extensions) into a JSON
-/// Schema with the API server's meaning: `nullable` admits `null`,
-/// `x-kubernetes-int-or-string` admits integers and strings only, and at the root `apiVersion`,
-/// `kind` and `metadata` are implicit. With `strict`, objects with `properties` and without
-/// `x-kubernetes-preserve-unknown-fields` refuse other fields.
-pub(super) fn to_json_schema(schema: &Value, strict: bool, root: bool) -> Value {
-    let Value::Object(map) = schema else {
-        return schema.clone();
-    };
-    let mut out = serde_json::Map::new();
-    for (key, value) in map {
-        let value = match key.as_str() {
-            "properties" | "patternProperties" | "definitions" => match value {
-                Value::Object(props) => Value::Object(
-                    props
-                        .iter()
-                        .map(|(k, v)| (k.clone(), to_json_schema(v, strict, false)))
-                        .collect(),
-                ),
-                other => other.clone(),
-            },
-            "items" | "additionalProperties" | "not" => match value {
-                Value::Array(list) => Value::Array(
-                    list.iter()
-                        .map(|v| to_json_schema(v, strict, false))
-                        .collect(),
-                ),
-                Value::Object(_) => to_json_schema(value, strict, false),
-                other => other.clone(),
-            },
-            "allOf" | "anyOf" | "oneOf" => match value {
-                Value::Array(list) => Value::Array(
-                    list.iter()
-                        .map(|v| to_json_schema(v, strict, false))
-                        .collect(),
-                ),
-                other => other.clone(),
-            },
-            _ => value.clone(),
-        };
-        out.insert(key.clone(), value);
-    }
-    if out.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
-        && !out.contains_key("type")
-    {
-        out.insert("type".into(), serde_json::json!(["integer", "string"]));
-    }
-    if out.remove("nullable") == Some(Value::Bool(true)) {
-        match out.get_mut("type") {
-            Some(Value::String(ty)) => {
-                let ty = ty.clone();
-                out.insert("type".into(), serde_json::json!([ty, "null"]));
-            }
-            Some(Value::Array(types)) => types.push("null".into()),
-            _ => {}
-        }
-        if let Some(Value::Array(values)) = out.get_mut("enum")
-            && !values.contains(&Value::Null)
-        {
-            values.push(Value::Null);
-        }
-    }
-    if root && let Some(Value::Object(props)) = out.get_mut("properties") {
-        for implicit in ["apiVersion", "kind"] {
-            props
-                .entry(implicit)
-                .or_insert_with(|| serde_json::json!({"type": "string"}));
-        }
-        props
-            .entry("metadata")
-            .or_insert_with(|| serde_json::json!({"type": "object"}));
-    }
-    let preserve = out.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
-    if strict
-        && !preserve
-        && out.contains_key("properties")
-        && !out.contains_key("additionalProperties")
-    {
-        out.insert("additionalProperties".into(), Value::Bool(false));
-    }
-    Value::Object(out)
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::certs;
+use linkerd_k8s_api::crd_schema::{UnknownFields, to_json_schema};
 use std::process::Command;
 
 fn root() -> PathBuf {
@@ -800,13 +801,13 @@ fn nullable_and_implicit_root_fields() {
         "type": "object",
         "properties": {"spec": {"type": "object", "nullable": true, "properties": {"n": {"type": "integer"}}}},
     });
-    let strict = jsonschema::draft4::new(&to_json_schema(&schema, true, true)).unwrap();
+    let strict = jsonschema::draft4::new(&to_json_schema(&schema, UnknownFields::Refused)).unwrap();
     let ok = serde_json::json!({"apiVersion": "a/v1", "kind": "K", "metadata": {"name": "x"}, "spec": null});
     assert!(strict.is_valid(&ok));
     assert!(strict.is_valid(&serde_json::json!({"spec": {"n": 1}})));
     assert!(!strict.is_valid(&serde_json::json!({"spec": {"n": 1, "m": 2}})));
     assert!(!strict.is_valid(&serde_json::json!({"spec": {"n": "1"}})));
-    let lenient = jsonschema::draft4::new(&to_json_schema(&schema, false, true)).unwrap();
+    let lenient = jsonschema::draft4::new(&to_json_schema(&schema, UnknownFields::Pruned)).unwrap();
     assert!(lenient.is_valid(&serde_json::json!({"spec": {"n": 1, "m": 2}})));
     assert_eq!(json_path("/spec/routes/0/name"), "spec.routes[0].name");
     assert_eq!(json_path(""), "(root)");

@@ -36,17 +36,17 @@ impl PortSet {
         list: &str,
         resolve_name: impl Fn(&str) -> Option<u16>,
     ) -> (Self, Vec<InvalidPortItem>) {
-        let mut set = Self::default();
+        let mut ranges = Vec::new();
         let mut invalid = Vec::new();
         for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             match parse_item(item).or_else(|| resolve_name(item).map(|p| p..=p)) {
-                Some(range) => set.insert(range),
+                Some(range) => ranges.push(range),
                 None => invalid.push(InvalidPortItem {
                     item: item.to_string(),
                 }),
             }
         }
-        (set, invalid)
+        (Self::from_ranges(ranges), invalid)
     }
 
     /// Parses a port-list annotation such as `config.linkerd.io/opaque-ports`: the syntax of
@@ -69,10 +69,18 @@ impl PortSet {
 
     /// Adds an inclusive range of ports to the set.
     pub fn insert(&mut self, range: RangeInclusive<u16>) {
-        self.ranges.push(range);
-        self.ranges.sort_by_key(|r| *r.start());
-        let mut merged: Vec<RangeInclusive<u16>> = Vec::with_capacity(self.ranges.len());
-        for r in self.ranges.drain(..) {
+        let mut ranges = std::mem::take(&mut self.ranges);
+        ranges.push(range);
+        *self = Self::from_ranges(ranges);
+    }
+
+    /// The set of the ports in `ranges`, kept sorted by start with overlapping and adjacent
+    /// ranges merged. Sorting once keeps a long list linearithmic: merging item by item re-sorted
+    /// the set for every item, quadratic in the list's length.
+    fn from_ranges(mut ranges: Vec<RangeInclusive<u16>>) -> Self {
+        ranges.sort_unstable_by_key(|r| *r.start());
+        let mut merged: Vec<RangeInclusive<u16>> = Vec::with_capacity(ranges.len());
+        for r in ranges {
             match merged.last_mut() {
                 Some(last) if u32::from(*r.start()) <= u32::from(*last.end()) + 1 => {
                     if r.end() > last.end() {
@@ -82,12 +90,13 @@ impl PortSet {
                 _ => merged.push(r),
             }
         }
-        self.ranges = merged;
+        Self { ranges: merged }
     }
 
-    /// Whether `port` is in the set.
+    /// Whether `port` is in the set: a binary search of the sorted, disjoint ranges.
     pub fn contains(&self, port: u16) -> bool {
-        self.ranges.iter().any(|r| r.contains(&port))
+        let i = self.ranges.partition_point(|r| *r.end() < port);
+        self.ranges.get(i).is_some_and(|r| r.contains(&port))
     }
 
     /// Whether the set holds no port.
@@ -181,6 +190,39 @@ mod tests {
         assert_eq!(set.to_string(), "8080");
         let bad: Vec<_> = invalid.into_iter().map(|i| i.item).collect();
         assert_eq!(bad, ["+80", "4000-+4001", "-1"]);
+    }
+
+    /// A long list (the `port_list` fuzz target's inputs) is the same set as its items added
+    /// one by one, and `contains` finds every port of it and none other.
+    #[test]
+    fn long_lists_are_sorted_and_merged_once() {
+        // Runs 30k+1..=30k+20 (a port, a range, an overlapping range) with gaps between them,
+        // written backwards.
+        let items: Vec<String> = (0..1000u32)
+            .rev()
+            .flat_map(|k| {
+                let base = 30 * k;
+                [
+                    format!("{}-{}", base + 8, base + 20),
+                    format!("{}-{}", base + 2, base + 10),
+                    format!("{}", base + 1),
+                ]
+            })
+            .collect();
+        let (set, invalid) = PortSet::parse(&items.join(","));
+        assert!(invalid.is_empty());
+        let mut one_by_one = PortSet::default();
+        for item in &items {
+            one_by_one.insert(parse_item(item).unwrap());
+        }
+        assert_eq!(set, one_by_one);
+        assert_eq!(set.ranges.len(), 1000);
+        assert_eq!(set.ranges[0], 1..=20);
+        assert_eq!(set.ranges[999], 29971..=29990);
+        for port in 0..=u16::MAX {
+            let expected = port != 0 && port <= 29990 && (port - 1) % 30 < 20;
+            assert_eq!(set.contains(port), expected, "{port}");
+        }
     }
 
     #[test]

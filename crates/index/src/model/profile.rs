@@ -52,7 +52,7 @@ pub struct Route {
     pub condition: RequestMatch,
     pub response_classes: Vec<ResponseClass>,
     pub is_retryable: bool,
-    /// `None` when absent, `""` or zero.
+    /// `None` when absent, `""`, zero or negative ([`timeout_or_ttl`]).
     pub timeout: Option<Duration>,
 }
 
@@ -100,7 +100,7 @@ pub struct RetryBudget {
     /// Non-negative and finite.
     pub retry_ratio: f32,
     pub min_retries_per_second: u32,
-    /// `None` when the TTL is zero.
+    /// `None` when the TTL is zero or negative ([`timeout_or_ttl`]).
     pub ttl: Option<Duration>,
 }
 
@@ -158,11 +158,13 @@ impl ProfileInfo {
     /// or `all`/`any` entry; an empty route name; a missing route or response-class condition;
     /// a match with no field set; a status bound that is non-zero and outside `100..=599`, or
     /// `max < min` with both set; a `pathRegex` that does not compile with the `regex` crate
-    /// (project decision: stricter than upstream, whose proxy silently drops such a match); a
-    /// route timeout or retry-budget TTL that is not a non-negative Go duration (issue
-    /// decision: the whole profile is skipped, where Go only drops the timeout); a negative
-    /// or non-finite `retryRatio`; an empty TTL; a null dst override or one whose weight is
-    /// not a quantity. A missing `metadata.name` is an error too.
+    /// (project decision: stricter than upstream, whose proxy silently drops such a match, and
+    /// the sp-validator refuses it too); a route timeout or retry-budget TTL that is not a Go
+    /// duration (issue decision: the whole profile is skipped, where Go only drops the timeout;
+    /// the sp-validator refuses it too); a negative or non-finite `retryRatio`; an empty TTL; a
+    /// null dst override or one whose weight is not a quantity. A missing `metadata.name` is an
+    /// error too. A negative timeout or TTL is none ([`timeout_or_ttl`]), not an error: the
+    /// sp-validator admits it, as upstream's does.
     pub fn from_service_profile(sp: &ServiceProfile) -> Result<Self, InvalidObject> {
         let namespace = sp.metadata.namespace.clone().unwrap_or_default();
         let name = match sp.metadata.name.as_deref() {
@@ -232,9 +234,7 @@ impl Route {
 
         let timeout = match spec.timeout.as_deref() {
             None | Some("") => None,
-            Some(t) => parse_go_duration(t)
-                .map_err(|e| ctx(format!("invalid timeout: {e}")))?
-                .non_zero(),
+            Some(t) => timeout_or_ttl(t).map_err(|e| ctx(format!("invalid timeout: {e}")))?,
         };
         let condition = spec
             .condition
@@ -387,11 +387,11 @@ impl RetryBudget {
         if spec.ttl.is_empty() {
             return Err("RetryBudget missing TTL field".into());
         }
-        let ttl = parse_go_duration(&spec.ttl).map_err(|e| format!("RetryBudget: {e}"))?;
+        let ttl = timeout_or_ttl(&spec.ttl).map_err(|e| format!("RetryBudget: {e}"))?;
         Ok(Self {
             retry_ratio: spec.retry_ratio,
             min_retries_per_second: spec.min_retries_per_second,
-            ttl: ttl.non_zero(),
+            ttl,
         })
     }
 }
@@ -421,6 +421,22 @@ impl WeightedDst {
 
 // === Go durations ===
 
+/// A route timeout or retry-budget TTL as the proxy is sent it: `None` for zero, and for a
+/// negative duration. Go parses `-1s`, so the sp-validator admits it as upstream's does
+/// (spec/sp-validator-and-pod.md §a.4), and upstream's destination sends it on; the proxy has no
+/// use for a negative timeout or TTL (it keeps a budget only with a TTL of 1 s to 60 s), so it is
+/// sent as none, like zero, instead of the whole profile being skipped.
+///
+/// Errors: the text is not a Go duration ([`parse_go_duration`]); never
+/// [`DurationError::Negative`].
+fn timeout_or_ttl(text: &str) -> Result<Option<Duration>, DurationError> {
+    match parse_go_duration(text) {
+        Ok(duration) => Ok(duration.non_zero()),
+        Err(DurationError::Negative(_)) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
 trait NonZero: Sized {
     fn non_zero(self) -> Option<Self>;
 }
@@ -439,8 +455,8 @@ impl NonZero for Duration {
 /// Errors carry Go's message, with the input quoted as Go quotes it: `time: invalid duration
 /// "x"`, `time: missing unit in duration "250"`, `time: unknown unit "d" in duration "1d"`;
 /// more than `i64::MAX` nanoseconds is invalid. A negative duration, which Go accepts, is
-/// [`DurationError::Negative`]: a timeout or a TTL cannot be negative. (The sp-validator,
-/// which must admit `-1s` as upstream does, can treat that variant as valid syntax.)
+/// [`DurationError::Negative`]: valid syntax, but no timeout or TTL (the sp-validator admits
+/// it, and a profile reads it as none: [`timeout_or_ttl`]).
 pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
     const MAX: u64 = 1 << 63;
     let invalid = || DurationError::Invalid(go_quote(input));

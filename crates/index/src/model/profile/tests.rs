@@ -444,10 +444,6 @@ fn structural_errors() {
             r#"route "r": invalid timeout: time: invalid duration "one-second""#,
         ),
         (
-            "routes: [{name: r, condition: {method: GET}, timeout: -1s}]",
-            r#"route "r": invalid timeout: time: negative duration "-1s""#,
-        ),
-        (
             "retryBudget: {retryRatio: 0.2, minRetriesPerSecond: 5}",
             "RetryBudget missing TTL field",
         ),
@@ -522,6 +518,22 @@ fn conversion_details() {
         Some(RetryBudget {
             retry_ratio: 0.0,
             min_retries_per_second: 0,
+            ttl: None,
+        })
+    );
+
+    // Negative ones are none too, not errors: the sp-validator admits them, as upstream's does
+    // (found by the sp_admission fuzz target, whose admitted profile the index skipped).
+    let p = spec_ok(
+        "retryBudget: {retryRatio: 0.2, minRetriesPerSecond: 3, ttl: -5s}\nroutes:\n- {name: a, condition: {method: GET}, timeout: -50ms}\n- {name: b, condition: {method: GET}, timeout: 250ms}",
+    );
+    assert_eq!(p.routes[0].timeout, None);
+    assert_eq!(p.routes[1].timeout, ms(250));
+    assert_eq!(
+        p.retry_budget,
+        Some(RetryBudget {
+            retry_ratio: 0.2,
+            min_retries_per_second: 3,
             ttl: None,
         })
     );
