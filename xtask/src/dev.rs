@@ -81,6 +81,26 @@ pub struct DevArgs {
     extra: Vec<String>,
 }
 
+/// The `destination` flags that `dev` sets itself from the pod's addresses: another value
+/// after `--` would move the server away from where the mtls-shim and the banner point.
+const POD_ADDRESS_FLAGS: [&str; 4] = ["addr", "admin-addr", "metrics-addr", "introspection-addr"];
+
+/// Refuses an `extra` flag of [`POD_ADDRESS_FLAGS`] (written `--name`, `-name`, with or
+/// without `=value`), pointing at `--free-ports`.
+fn refuse_pod_addresses(extra: &[String]) -> anyhow::Result<()> {
+    for flag in extra {
+        let name = flag.trim_start_matches('-');
+        let name = name.split_once('=').map_or(name, |(name, _)| name);
+        if flag.starts_with('-') && POD_ADDRESS_FLAGS.contains(&name) {
+            bail!(
+                "{flag}: the dev pod sets destination's addresses itself (the mtls-shim forwards to \
+                 them); use --free-ports to move the pod's ports"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Every address of a running dev pod, as written to `pod.json`.
 #[derive(Debug, Serialize)]
 pub struct PodAddrs {
@@ -134,6 +154,7 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
         args.free_ports,
         std::process::id(),
     );
+    refuse_pod_addresses(&args.extra)?;
     let (dir, linked) = match &args.cluster_state {
         Some(dir) => (dir.clone(), Vec::new()),
         None => bundled_clusters(root, &out)?,
@@ -626,6 +647,26 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: `-- --addr=...` moved destination away from the shim's upstream, and the
+    /// run failed 60 s later with an mtls-shim readiness error.
+    #[test]
+    fn address_overrides_after_the_separator_are_refused() {
+        let extra = |flags: &[&str]| flags.iter().map(|f| f.to_string()).collect::<Vec<_>>();
+        for flag in [
+            "--addr=127.0.0.1:1",
+            "-addr=:1",
+            "--admin-addr",
+            "-metrics-addr=:2",
+        ] {
+            let error = refuse_pod_addresses(&extra(&["--log-level=debug", flag])).unwrap_err();
+            assert!(error.to_string().starts_with(flag), "{error}");
+            assert!(error.to_string().contains("--free-ports"), "{error}");
+        }
+        refuse_pod_addresses(&extra(&["--enable-ipv6=true", "--log-level=debug"])).unwrap();
+        // A value that happens to read like one of the names is not a flag.
+        refuse_pod_addresses(&extra(&["--log-level", "addr"])).unwrap();
+    }
 
     #[test]
     fn a_pod_on_free_ports_writes_to_a_directory_of_its_own() {

@@ -44,13 +44,31 @@ pub fn server_uri(flag: &'static str, addr: &str) -> Result<String, Error> {
     if addr.is_empty() {
         return Err(invalid("empty address"));
     }
-    match addr.split_once("://") {
-        None => Ok(format!("http://{addr}")),
-        Some((scheme, _)) if scheme.eq_ignore_ascii_case("http") => Ok(addr.to_string()),
-        Some((scheme, _)) => Err(invalid(&format!(
-            "scheme {scheme:?} is not supported, use http://host:port (plaintext)"
-        ))),
+    let uri = match addr.split_once("://") {
+        None => format!("http://{addr}"),
+        Some((scheme, _)) if scheme.eq_ignore_ascii_case("http") => addr.to_string(),
+        Some((scheme, _)) => {
+            return Err(invalid(&format!(
+                "scheme {scheme:?} is not supported, use http://host:port (plaintext)"
+            )));
+        }
+    };
+    // The HTTP client dials port 80 for a port it cannot read: refuse it here instead.
+    let parsed: tonic::codegen::http::Uri = uri
+        .parse()
+        .map_err(|e| invalid(&format!("not a URI: {e}")))?;
+    let authority = parsed.authority().map_or("", |a| a.as_str());
+    // The text after the host (after `]` for an IPv6 literal) and its last `:`.
+    let host_end = authority.rfind(']').unwrap_or(0);
+    if let Some((_, port)) = authority[host_end..].rsplit_once(':') {
+        match port.parse::<u16>() {
+            Ok(0) => return Err(invalid("port 0 cannot be dialled")),
+            Ok(_) => {}
+            Err(_) if port.is_empty() => return Err(invalid("empty port after ':'")),
+            Err(_) => return Err(invalid(&format!("port {port} is out of range 1-65535"))),
+        }
     }
+    Ok(uri)
 }
 
 /// Connects to `--destination` `addr`, failing at once (not on the first request) when the
@@ -135,6 +153,15 @@ mod tests {
             r#"invalid --destination "https://127.0.0.1:8086": scheme "https" is not supported, use http://host:port (plaintext)"#
         );
         assert!(destination_uri("").is_err());
+        // Regression: an unreadable port was dialled as port 80.
+        for addr in ["127.0.0.1:99999", "http://127.0.0.1:65536"] {
+            let error = server_uri("--introspection", addr).unwrap_err();
+            assert!(
+                error.to_string().ends_with("is out of range 1-65535"),
+                "{error}"
+            );
+        }
+        assert!(server_uri("--policy", "127.0.0.1:0").is_err());
         let error = server_uri("--policy", "grpc://127.0.0.1:8090").unwrap_err();
         assert_eq!(
             error.to_string(),
