@@ -9,9 +9,10 @@
 //! - `cargo test -p linkerd-fuzz`: every file of `corpus/<target>/` (seeded from the bundled
 //!   fixtures) and `regressions/<target>/` (inputs that once failed), then a fixed, seeded
 //!   series of mutations of them ([`mutate`]): reproducible, and fast in a debug build;
-//! - `cargo xtask fuzz [--seconds N]`: each `fuzz_targets/<target>.rs` under `cargo fuzz`
-//!   (libFuzzer, coverage-guided by LLVM's SanitizerCoverage, which stable Rust emits with
-//!   `-Cpasses=sancov-module`; `--sanitizer none`, so no nightly toolchain is needed);
+//! - `cargo xtask fuzz [--inputs N] [--seconds S]`: each `fuzz_targets/<target>.rs` under
+//!   `cargo fuzz` (libFuzzer, coverage-guided by LLVM's SanitizerCoverage, which stable Rust
+//!   emits with `-Cpasses=sancov-module`; `--sanitizer none`, so no nightly toolchain is
+//!   needed);
 //! - by hand: `cargo fuzz run --features libfuzzer -s none <target>`.
 
 #![deny(rust_2018_idioms)]

@@ -2,8 +2,9 @@
 //!
 //! Input: `<path>\n<context token>` (UTF-8). Properties:
 //! - a parsed service name has non-empty DNS labels of at most 63 bytes and a port 1-65535,
-//!   prints back to a path that parses to the same name, and `GetProfile` reads the path as
-//!   the same name;
+//!   prints back to a path that parses to the same name (with its port, or without when it is
+//!   80; a host starting with `[` only without, as §C.1 splits a path with `:` as an IPv6
+//!   literal then), and `GetProfile` reads the path as the same name;
 //! - an IP query refused by `Get` is an address target of `GetProfile` (IPv4-mapped IPv6
 //!   read as IPv4);
 //! - every refusal has a message that fits in a gRPC status;
@@ -48,15 +49,26 @@ fn check_path(path: &str) {
                 .as_ref()
                 .map(|i| format!("{i}."))
                 .unwrap_or_default();
-            let again = format!(
-                "{instance}{}.{}.svc.{DOMAIN}:{}",
-                name.service, name.namespace, name.port
-            );
-            assert_eq!(
-                parse_service_name(&again, DOMAIN).as_ref(),
-                Ok(&name),
-                "{path:?} printed as {again:?}"
-            );
+            let host = format!("{instance}{}.{}.svc.{DOMAIN}", name.service, name.namespace);
+            let again = format!("{host}:{}", name.port);
+            let printed = parse_service_name(&again, DOMAIN);
+            if host.starts_with('[') {
+                // Only a path without `:` may start with `[` (§C.1 step 2, Go's
+                // `net.SplitHostPort` upstream): with a port, `[` opens an IPv6 literal.
+                assert!(
+                    printed.is_err(),
+                    "{path:?} printed as {again:?}: {printed:?}"
+                );
+            } else {
+                assert_eq!(printed.as_ref(), Ok(&name), "{path:?} printed as {again:?}");
+            }
+            if name.port == 80 {
+                assert_eq!(
+                    parse_service_name(&host, DOMAIN).as_ref(),
+                    Ok(&name),
+                    "{path:?} printed as {host:?}"
+                );
+            }
             assert_eq!(profile, Ok(ProfileTarget::Name(name)), "{path:?}");
         }
         Err(error) => {

@@ -6,7 +6,8 @@
 //! ServiceProfile route condition), then its JSON. Properties:
 //! - a converted match holds only absolute paths, regular expressions that compile, valid
 //!   header names and values, and an upper-case method; a refused one says which value;
-//! - a ServiceProfile the webhook admits with that condition is one the index serves.
+//! - a ServiceProfile with that condition that the API server lets through (its CRD's schema:
+//!   [`crate::crds`]) and the webhook admits is one the index serves.
 
 use gateway_api::{grpcroutes::GrpcRouteRulesMatches, httproutes::HttpRouteRulesMatches};
 use linkerd_index::{
@@ -14,6 +15,8 @@ use linkerd_index::{
     routes::{HeaderMatch, PathMatch, QueryParamMatch, convert},
 };
 use linkerd_k8s_api::ServiceProfile;
+
+use crate::crds::crd_schemas;
 
 fn compiles(regex: &str) -> bool {
     regex::Regex::new(regex).is_ok()
@@ -97,7 +100,10 @@ pub fn route_match(data: &[u8]) {
             if let Err(denial) = &admitted {
                 assert!(!denial.to_string().is_empty(), "{profile}");
             }
-            if admitted.is_ok()
+            // The API server checks the profile against the CRD before calling the webhook.
+            let through = crd_schemas().check(&profile).is_ok();
+            if through
+                && admitted.is_ok()
                 && let Err(error) = served
             {
                 panic!("the webhook admits a condition the index refuses ({error}): {condition}");

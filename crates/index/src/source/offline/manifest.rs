@@ -548,12 +548,20 @@ impl<'de> Visitor<'de> for DigestSeed<'_> {
         };
         let (mut sum, mut len) = (0u64, 0u64);
         while let Some((key, field)) = map.next_key_seed(KeySeed)? {
+            // A key given twice in a JSON object (YAML refuses that) counts as its last value,
+            // as serde_json's and Go's decoders read it: each head field is cleared when its key
+            // comes, so that the object is named from what the kinds decode, not partly from an
+            // earlier `metadata`.
             let capture = match (head.as_deref_mut(), object, field) {
-                (Some(h), true, Field::ApiVersion) => Capture::String(&mut h.api_version),
-                (Some(h), true, Field::Kind) => Capture::String(&mut h.kind),
-                (Some(h), true, Field::Metadata) => Capture::Metadata(h),
-                (Some(h), false, Field::Name) => Capture::String(&mut h.name),
-                (Some(h), false, Field::Namespace) => Capture::String(&mut h.namespace),
+                (Some(h), true, Field::ApiVersion) => Capture::String(cleared(&mut h.api_version)),
+                (Some(h), true, Field::Kind) => Capture::String(cleared(&mut h.kind)),
+                (Some(h), true, Field::Metadata) => {
+                    h.name = None;
+                    h.namespace = None;
+                    Capture::Metadata(h)
+                }
+                (Some(h), false, Field::Name) => Capture::String(cleared(&mut h.name)),
+                (Some(h), false, Field::Namespace) => Capture::String(cleared(&mut h.namespace)),
                 _ => Capture::Nothing,
             };
             let value = map.next_value_seed(DigestSeed { capture })?;
@@ -570,6 +578,12 @@ impl<'de> Visitor<'de> for DigestSeed<'_> {
         h.write_u64(sum);
         Ok(h.finish())
     }
+}
+
+/// `slot`, emptied.
+fn cleared(slot: &mut Option<String>) -> &mut Option<String> {
+    *slot = None;
+    slot
 }
 
 /// The keys a [`DigestSeed`] records.

@@ -292,6 +292,37 @@ fn the_same_object_in_yaml_and_json_in_any_key_order_has_one_digest() {
     assert_ne!(a[0].digest, b[0].digest);
 }
 
+/// Found by the `state_file` fuzz target: a JSON object with `metadata` twice was named from
+/// the first, while every decoder reads the last (which had no name).
+#[test]
+fn a_key_repeated_in_a_json_object_counts_as_its_last_value() {
+    let twice = |first: &str, second: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Service","metadata":{first},"spec":{{}},"metadata":{second}}}"#
+        )
+    };
+    let nameless = twice(r#"{"name":"a","namespace":"ns"}"#, r#"{"namespace":"ns"}"#);
+    assert!(
+        parse_manifests(Path::new("x.json"), nameless.as_bytes())
+            .unwrap()
+            .is_empty()
+    );
+    let renamed = twice(r#"{"name":"a","namespace":"ns"}"#, r#"{"name":"b"}"#);
+    let objs = parse_manifests(Path::new("x.json"), renamed.as_bytes()).unwrap();
+    assert_eq!(objs[0].obj_key, (String::new(), "b".to_string()));
+    assert_eq!(objs[0].value()["metadata"]["name"], "b");
+    let names = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"a","name":5}}"#;
+    assert!(
+        parse_manifests(Path::new("x.json"), names.as_bytes())
+            .unwrap()
+            .is_empty()
+    );
+    // `kind` twice was already refused, with the file (a List is told by its `kind`).
+    let kinds = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"kind":"Service"}"#;
+    let err = parse_manifests(Path::new("x.json"), kinds.as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("duplicate field `kind`"), "{err}");
+}
+
 #[tokio::test]
 async fn an_object_in_a_yaml_and_a_json_file_is_one_object() {
     let dir = tempfile::tempdir().unwrap();
