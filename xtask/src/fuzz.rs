@@ -2,12 +2,13 @@
 //! `fuzz/` under libFuzzer until it has run N inputs (1,000,000 by default) or for S seconds
 //! (600 by default), whichever comes first, then a table of inputs executed per target.
 //!
-//! A budget in inputs rather than in seconds: the targets differ twentyfold in speed (on two
-//! busy cores, from about 3,000 inputs/s for `state_file`, whose inputs are whole YAML files and
-//! whose binary carries the most coverage counters, to over 50,000 for the small parsers), so a
-//! common time gives the fast ones millions of inputs and the slow ones a few hundred thousand.
-//! One run takes about 10 to 15 minutes on such a machine; `--inputs 0 --seconds 60` fuzzes
-//! every target for 60 s instead.
+//! A budget in inputs rather than in seconds: the targets differ fiftyfold in speed (on two busy
+//! cores, from about 4,000 inputs/s for `state_file`, whose inputs are whole YAML files, and
+//! 6,000 for the ServiceProfile targets, which compile regexes, to over 100,000 for the small
+//! parsers; libFuzzer also scans every coverage counter after each input, up to half a million
+//! in the admission targets), so a common time gives the fast ones tens of millions of inputs
+//! and the slow ones a few hundred thousand. One run takes about 14 minutes on such a machine;
+//! `--inputs 0 --seconds 60` fuzzes every target for 60 s instead.
 //!
 //! The engine is cargo-fuzz's libFuzzer (`cargo install cargo-fuzz --locked`), built with
 //! `--sanitizer none`: the coverage instrumentation (`-Cpasses=sancov-module`) is a stable
