@@ -227,7 +227,10 @@ async fn run(
             },
         }
     }
-    let mut resync = tokio::time::interval(config.resync_period);
+    // Not `interval`: its first tick is immediate, and would sync every Service a second
+    // time right after the initial queue.
+    let mut resync =
+        tokio::time::interval_at(Instant::now() + config.resync_period, config.resync_period);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Failed Services: (failures so far, when to retry).
     let mut retries: BTreeMap<ObjectRef, (u32, Instant)> = BTreeMap::new();

@@ -481,6 +481,71 @@ async fn a_replica_that_loses_the_lease_mid_sync_stops_writing_and_the_new_holde
     );
 }
 
+/// A replica that already holds the Lease when its index is ready syncs each Service once,
+/// not once for the initial queue and again for a first resync right after it. Each round
+/// races the two, so several rounds make a regression near certain to show. The Service is
+/// being deleted, so the sync writes nothing whose watch event would queue it again.
+#[tokio::test]
+async fn a_leader_syncs_each_service_once_at_start() {
+    let lists_of_ours = |api: &FakeApi| {
+        api.requests()
+            .into_iter()
+            .filter(|r| {
+                r.method == "GET"
+                    && r.path == format!("/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices")
+                    && r.query
+                        .get("labelSelector")
+                        .is_some_and(|s| s.contains(OURS))
+            })
+            .count()
+    };
+    for round in 0..8 {
+        let api = FakeApi::start([
+            service_named(NS, "vm", true),
+            workload("vm-a", "10.20.0.1", true),
+        ])
+        .await;
+        api.install_crd(EXTERNAL_WORKLOADS);
+        let client = api.client();
+        let index = DiscoveryIndex::new();
+        let mut watches = Watches::new(IndexMetrics::default());
+        index.watch(&mut watches);
+        let source = ClusterSource::Kube(KubeSource::new(client.clone(), IndexMetrics::default()));
+        let started = watches.start(&source).await;
+        let mut ready = started.ready();
+        tokio::time::timeout(TIMEOUT, ready.wait_for(|r| *r))
+            .await
+            .expect("the index becomes ready")
+            .expect("the index runs");
+        let controller = external_endpoints::spawn(
+            index,
+            client,
+            Leadership::fixed(true),
+            started.ready(),
+            ControllerConfig::default(),
+        );
+        let deadline = Instant::now() + TIMEOUT;
+        while lists_of_ours(&api) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: vm is never synced"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            api.writes_to(SLICES).is_empty(),
+            "round {round}: nothing written"
+        );
+        assert_eq!(
+            lists_of_ours(&api),
+            1,
+            "round {round}: vm's slices listed once"
+        );
+        controller.abort();
+    }
+}
+
 #[tokio::test]
 async fn nothing_is_created_for_a_service_being_deleted_nor_in_a_terminating_namespace() {
     // `vm`, being deleted, owns a slice with vm-a not ready: it is still rewritten.
