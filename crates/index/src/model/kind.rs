@@ -1,7 +1,7 @@
 //! [`Kind`]: what the index watches of each Kubernetes kind, and how one document of it is
 //! decoded, once, into the object every index that reads the kind shares.
 
-use serde::de::DeserializeOwned;
+use serde::{Deserialize, de::DeserializeOwned};
 
 use super::InvalidObject;
 
@@ -61,9 +61,11 @@ pub fn decode_value<K: Kind>(document: &serde_json::Value) -> Result<K::Object, 
     let wire = if K::HAS_DEFAULTS {
         let mut document = document.clone();
         K::fill_defaults(&mut document);
-        serde_path_to_error::deserialize::<_, K::Wire>(&document)
+        K::Wire::deserialize(&document)
+            .or_else(|_| serde_path_to_error::deserialize::<_, K::Wire>(&document))
     } else {
-        serde_path_to_error::deserialize::<_, K::Wire>(document)
+        K::Wire::deserialize(document)
+            .or_else(|_| serde_path_to_error::deserialize::<_, K::Wire>(document))
     };
     let wire = wire.map_err(malformed)?;
     K::from_wire(wire).map_err(DecodeError::Invalid)
@@ -76,9 +78,15 @@ pub fn decode_json<K: Kind>(document: &str) -> Result<K::Object, DecodeError> {
             serde_json::from_str(document).map_err(|e| DecodeError::Malformed(e.to_string()))?;
         return decode_value::<K>(&value);
     }
-    let mut deserializer = serde_json::Deserializer::from_str(document);
-    let wire =
-        serde_path_to_error::deserialize::<_, K::Wire>(&mut deserializer).map_err(malformed)?;
+    // Tracking the path costs an allocation per key (a third of a pod's decode): only a
+    // document that fails is decoded again with it, for the message.
+    let wire = K::Wire::deserialize(&mut serde_json::Deserializer::from_str(document))
+        .or_else(|_| {
+            serde_path_to_error::deserialize::<_, K::Wire>(&mut serde_json::Deserializer::from_str(
+                document,
+            ))
+        })
+        .map_err(malformed)?;
     K::from_wire(wire).map_err(DecodeError::Invalid)
 }
 

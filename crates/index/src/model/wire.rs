@@ -83,8 +83,9 @@ pub struct Container {
     pub name: String,
     #[serde(deserialize_with = "null_default")]
     pub ports: Vec<ContainerPort>,
-    /// Read only for the proxy container: the other containers' variables are skipped.
-    #[serde(deserialize_with = "null_default")]
+    /// Only the variables in [`PROXY_LISTEN_ENV`], which the index reads from the proxy
+    /// container; the others (a proxy sets about forty) are skipped without allocating.
+    #[serde(deserialize_with = "proxy_listen_env")]
     pub env: Vec<EnvVar>,
     pub liveness_probe: Option<Probe>,
     pub readiness_probe: Option<Probe>,
@@ -105,6 +106,52 @@ pub struct ContainerPort {
 pub struct EnvVar {
     pub name: String,
     pub value: Option<String>,
+}
+
+/// The proxy's environment variables that [`Container::env`] keeps: its listen addresses, from
+/// which the index learns the proxy's own ports (spec/policy.md §1.2).
+pub const PROXY_LISTEN_ENV: [&str; 3] = [
+    "LINKERD2_PROXY_INBOUND_LISTEN_ADDR",
+    "LINKERD2_PROXY_ADMIN_LISTEN_ADDR",
+    "LINKERD2_PROXY_CONTROL_LISTEN_ADDR",
+];
+
+/// `env`, `null` as empty, keeping only the [`PROXY_LISTEN_ENV`] entries. The others are read
+/// borrowed from the text (or skipped, `valueFrom`) and dropped.
+fn proxy_listen_env<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<EnvVar>, D::Error> {
+    #[derive(Deserialize)]
+    struct Entry<'a> {
+        #[serde(borrow, default)]
+        name: std::borrow::Cow<'a, str>,
+        #[serde(borrow, default)]
+        value: Option<std::borrow::Cow<'a, str>>,
+    }
+    struct Kept(Vec<EnvVar>);
+    impl<'de> Deserialize<'de> for Kept {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Entries;
+            impl<'de> de::Visitor<'de> for Entries {
+                type Value = Kept;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a list of environment variables")
+                }
+                fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Kept, A::Error> {
+                    let mut kept = Vec::new();
+                    while let Some(entry) = seq.next_element::<Entry<'de>>()? {
+                        if PROXY_LISTEN_ENV.contains(&entry.name.as_ref()) {
+                            kept.push(EnvVar {
+                                name: entry.name.into_owned(),
+                                value: entry.value.map(std::borrow::Cow::into_owned),
+                            });
+                        }
+                    }
+                    Ok(Kept(kept))
+                }
+            }
+            deserializer.deserialize_seq(Entries)
+        }
+    }
+    Ok(Option::<Kept>::deserialize(deserializer)?.map_or_else(Vec::new, |k| k.0))
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -322,6 +369,42 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_proxy_listen_addresses_are_kept_of_a_container_env() {
+        let json = r#"{"name": "linkerd-proxy", "env": [
+            {"name": "_pod_name", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "LINKERD2_PROXY_LOG", "value": "warn,linkerd=info"},
+            {"name": "LINKERD2_PROXY_INBOUND_LISTEN_ADDR", "value": "[::]:4143"},
+            {"name": "LINKERD2_PROXY_ADMIN_LISTEN_ADDR", "value": "0.0.0.0:4191\u0020"},
+            {"name": "LINKERD2_PROXY_CONTROL_LISTEN_ADDR", "valueFrom": {"x": 1}}
+        ]}"#;
+        let container: Container = serde_json::from_str(json).unwrap();
+        let kept: Vec<_> = container
+            .env
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_deref()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("LINKERD2_PROXY_INBOUND_LISTEN_ADDR", Some("[::]:4143")),
+                // An escape makes an owned string: read all the same.
+                ("LINKERD2_PROXY_ADMIN_LISTEN_ADDR", Some("0.0.0.0:4191 ")),
+                ("LINKERD2_PROXY_CONTROL_LISTEN_ADDR", None),
+            ]
+        );
+        for env in ["null", "[]"] {
+            let c: Container = serde_json::from_str(&format!(r#"{{"env": {env}}}"#)).unwrap();
+            assert!(c.env.is_empty(), "{env}");
+        }
+        // Not a list: an error naming what was expected.
+        let err = serde_json::from_str::<Container>(r#"{"env": {"a": 1}}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("a list of environment variables"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn only_linkerd_subdomain_annotations_are_kept() {

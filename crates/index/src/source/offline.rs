@@ -10,7 +10,7 @@
 //! definition changed. A file that does not parse is logged by name and counted; its last good
 //! contents (if any) keep being served, so a half-saved edit loses nothing. An object defined
 //! identically in two files is one object; differently, the first file (by path) wins and the
-//! conflict is logged and counted. Files larger than [`MAX_FILE_BYTES`] or nested deeper than
+//! conflict is logged and counted. Files larger than [`MAX_FILE_BYTES`], and YAML files nested deeper than
 //! [`MAX_NESTING`] are refused.
 
 use std::{
@@ -43,9 +43,10 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// The largest state file read, in bytes (64 MiB); a larger one is refused as a whole.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
-/// The deepest nesting of `[` / `{` accepted in a state file. The YAML parser's work grows with
-/// the square of the flow nesting, so a file of 100,000 `[` would take minutes; serde refuses
-/// anything deeper than 128 levels anyway, so no valid manifest is lost.
+/// The deepest nesting of `[` / `{` accepted in a YAML state file. The YAML parser's work grows
+/// with the square of the flow nesting, so a file of 100,000 `[` would take minutes; serde
+/// refuses anything deeper than 128 levels anyway, so no valid manifest is lost. JSON needs no
+/// such bound: it is split into objects without recursion.
 pub const MAX_NESTING: usize = 256;
 
 /// Errors starting the offline source.
@@ -502,7 +503,11 @@ impl StateDir {
             .map_or(1, std::num::NonZero::get)
             .min(paths.len());
         if threads <= 1 {
-            return paths.iter().map(|p| self.load(p, trust_stamp)).collect();
+            let mut buffer = Vec::new();
+            return paths
+                .iter()
+                .map(|p| self.load(p, trust_stamp, &mut buffer))
+                .collect();
         }
         let next = std::sync::atomic::AtomicUsize::new(0);
         let mut loaded: Vec<Option<Loaded>> = paths.iter().map(|_| None).collect();
@@ -510,11 +515,11 @@ impl StateDir {
             let workers: Vec<_> = (0..threads)
                 .map(|_| {
                     scope.spawn(|| {
-                        let mut done = Vec::new();
+                        let (mut done, mut buffer) = (Vec::new(), Vec::new());
                         loop {
                             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             let Some(path) = paths.get(i) else { break };
-                            done.push((i, self.load(path, trust_stamp)));
+                            done.push((i, self.load(path, trust_stamp, &mut buffer)));
                         }
                         done
                     })
@@ -537,7 +542,9 @@ impl StateDir {
     /// watched kinds that it did not define before. Changes nothing: [`Self::apply`] does.
     /// `trust_stamp`: an unchanged size, modification time and inode mean unchanged contents (on
     /// a re-list; a file named by a notification is read, as its time may not have ticked).
-    fn load(&self, path: &Path, trust_stamp: bool) -> Loaded {
+    /// The file is read into `buffer`, which the caller reuses for the next file: a fresh
+    /// allocation per file of tens of MiB costs a page fault per page.
+    fn load(&self, path: &Path, trust_stamp: bool, buffer: &mut Vec<u8>) -> Loaded {
         let stamp = std::fs::metadata(path)
             .and_then(|m| {
                 use std::os::unix::fs::MetadataExt;
@@ -548,7 +555,7 @@ impl StateDir {
         if trust_stamp && stamp.is_some() && served.is_some_and(|f| f.stamp == stamp) {
             return Loaded::Unchanged;
         }
-        let bytes = match read_limited(path) {
+        let bytes = match read_limited_into(path, buffer) {
             Ok(bytes) => bytes,
             // Removed between listing and reading: it is simply gone.
             Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -562,7 +569,7 @@ impl StateDir {
                 };
             }
         };
-        let content_hash = manifest::content_hash(&bytes);
+        let content_hash = manifest::content_hash(bytes);
         if served.is_some_and(|f| f.content_hash == content_hash) {
             return Loaded::Same { stamp };
         }
@@ -572,7 +579,7 @@ impl StateDir {
         if self.rejected.get(path) == Some(&content_hash) {
             return Loaded::Unchanged;
         }
-        let documents = match Documents::parse(path, &bytes) {
+        let documents = match Documents::parse(path, bytes) {
             Ok(documents) => documents,
             Err(error) => {
                 return Loaded::Failed {
@@ -867,8 +874,9 @@ fn decode_from_file(
     key: &(TypeKey, ObjectKey),
     digest: Digest,
 ) -> Option<Result<AnyObject, DecodeError>> {
-    let bytes = read_limited(path).ok()?;
-    let documents = Documents::parse(path, &bytes).ok()?;
+    let mut bytes = Vec::new();
+    let bytes = read_limited_into(path, &mut bytes).ok()?;
+    let documents = Documents::parse(path, bytes).ok()?;
     documents
         .manifests(path)
         .ok()?
@@ -884,8 +892,10 @@ fn object_ref((namespace, name): &ObjectKey) -> ObjectRef {
     }
 }
 
-/// Reads at most [`MAX_FILE_BYTES`] of `path`; a longer file is an error, not a truncation.
-fn read_limited(path: &Path) -> Result<Vec<u8>, FileError> {
+/// Reads at most [`MAX_FILE_BYTES`] of `path` into `buffer` (cleared first) and returns what
+/// it read; a longer file is an error, not a truncation.
+fn read_limited_into<'a>(path: &Path, buffer: &'a mut Vec<u8>) -> Result<&'a [u8], FileError> {
+    buffer.clear();
     let file = std::fs::File::open(path)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     if size > MAX_FILE_BYTES {
@@ -893,14 +903,14 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, FileError> {
             limit: MAX_FILE_BYTES,
         });
     }
-    let mut bytes = Vec::with_capacity(size as usize);
-    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
+    buffer.reserve(size as usize);
+    file.take(MAX_FILE_BYTES + 1).read_to_end(buffer)?;
+    if buffer.len() as u64 > MAX_FILE_BYTES {
         return Err(FileError::TooLarge {
             limit: MAX_FILE_BYTES,
         });
     }
-    Ok(bytes)
+    Ok(buffer)
 }
 
 /// Whether `path` is one of the `..data` / `..<timestamp>` entries through which a ConfigMap or

@@ -62,21 +62,20 @@ impl<'a> Documents<'a> {
     /// Parses one file: YAML documents or JSON values.
     ///
     /// Any syntax error rejects the whole file, so a file is never half-applied; so does
-    /// nesting deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any parsing.
+    /// YAML nesting deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any parsing.
     pub fn parse(path: &Path, bytes: &'a [u8]) -> Result<Self, FileError> {
         let text = std::str::from_utf8(bytes).map_err(FileError::NotUtf8)?;
         // Editors on Windows start UTF-8 files with a byte order mark; kubectl reads past it.
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        if path.extension().and_then(|e| e.to_str()) == Some("json") {
+            // No scan first: splitting a JSON text into its objects is iterative at any
+            // depth, and decoding an object stops at serde_json's recursion limit (128).
+            return Ok(Self(json_documents(text)?));
+        }
         if nesting_exceeds(bytes, MAX_NESTING) {
             return Err(FileError::TooDeep { limit: MAX_NESTING });
         }
-        Ok(Self(
-            if path.extension().and_then(|e| e.to_str()) == Some("json") {
-                json_documents(text)?
-            } else {
-                yaml_documents(text)?
-            },
-        ))
+        Ok(Self(yaml_documents(text)?))
     }
 
     /// The objects, with `kind: List` expanded. Documents that are not objects, and objects
@@ -174,47 +173,209 @@ struct KindOnly {
 
 // === JSON ===
 
-/// The documents of a JSON stream, each object a slice of `text`.
+/// The documents of a JSON stream, each object a slice of `text`: one pass over the text, which
+/// reads each document's `kind` and splits its `items` while it finds where it ends.
 fn json_documents(text: &str) -> Result<Vec<Document<'_>>, FileError> {
-    #[derive(serde::Deserialize)]
-    struct ListShape<'a> {
-        #[serde(borrow)]
-        kind: Option<&'a RawValue>,
-        #[serde(borrow)]
-        items: Option<&'a RawValue>,
-    }
-    let raws = serde_json::Deserializer::from_str(text)
-        .into_iter::<&RawValue>()
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut documents = Vec::with_capacity(raws.len());
-    for raw in raws {
-        let json = raw.get();
-        if !json.starts_with('{') {
-            documents.push(if json == "null" {
-                Document::Empty
-            } else {
-                Document::NotAnObject
-            });
-            continue;
-        }
-        let shape: ListShape<'_> = serde_json::from_str(json)?;
-        let kind = shape
-            .kind
-            .and_then(|k| serde_json::from_str::<Cow<'_, str>>(k.get()).ok());
-        let document = match (kind, shape.items) {
-            (Some(kind), Some(items)) if is_list_kind(&kind) => match items.get().as_bytes() {
-                [b'[', ..] => {
-                    let items: Vec<&RawValue> = serde_json::from_str(items.get())?;
-                    Document::List(items.into_iter().map(RawValue::get).collect())
-                }
-                b"null" => Document::List(Vec::new()),
-                _ => Document::BadItems,
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<JsonShape<'_>>();
+    let mut documents = Vec::new();
+    loop {
+        let start = stream.byte_offset();
+        let Some(shape) = stream.next() else {
+            break;
+        };
+        let document = match shape? {
+            JsonShape::Null => Document::Empty,
+            JsonShape::Other => Document::NotAnObject,
+            JsonShape::Object { kind, items } => match (kind, items) {
+                (Some(kind), Some(items)) if is_list_kind(&kind) => match items {
+                    JsonItems::Seq(items) => {
+                        Document::List(items.into_iter().map(RawValue::get).collect())
+                    }
+                    JsonItems::Null => Document::List(Vec::new()),
+                    JsonItems::Other => Document::BadItems,
+                },
+                // The object's own text: from the end of what came before (blanks trimmed)
+                // to where the stream stopped.
+                _ => Document::Object(Cow::Borrowed(
+                    text[start..stream.byte_offset()].trim_start(),
+                )),
             },
-            _ => Document::Object(Cow::Borrowed(json)),
         };
         documents.push(document);
     }
     Ok(documents)
+}
+
+/// What [`json_documents`] needs of one JSON document.
+enum JsonShape<'a> {
+    Null,
+    /// `kind` when it is a string; `items` whatever it is. Either given twice is an error.
+    Object {
+        kind: Option<Cow<'a, str>>,
+        items: Option<JsonItems<'a>>,
+    },
+    /// Any other value.
+    Other,
+}
+
+/// An object's `items`.
+enum JsonItems<'a> {
+    /// The text of each entry.
+    Seq(Vec<&'a RawValue>),
+    Null,
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for JsonShape<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(JsonShapeVisitor)
+    }
+}
+
+struct JsonShapeVisitor;
+
+impl<'de> Visitor<'de> for JsonShapeVisitor {
+    type Value = JsonShape<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(JsonShape::Null)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(JsonShape::Other)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(JsonShape::Other)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(JsonShape::Other)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(JsonShape::Other)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(JsonShape::Other)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(JsonShape::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut kind, mut items, mut seen_kind) = (None, None, false);
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                // A List is told by its `kind`: one given twice refuses the file.
+                "kind" if seen_kind => return Err(de::Error::duplicate_field("kind")),
+                "kind" => {
+                    seen_kind = true;
+                    kind = map.next_value::<StringOrOther<'de>>()?.0;
+                }
+                "items" if items.is_some() => return Err(de::Error::duplicate_field("items")),
+                "items" => items = Some(map.next_value::<JsonItems<'de>>()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(JsonShape::Object { kind, items })
+    }
+}
+
+/// A string value, or `None` for any other value.
+struct StringOrOther<'a>(Option<Cow<'a, str>>);
+
+impl<'de> serde::Deserialize<'de> for StringOrOther<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StringOrOther<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(StringOrOther(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(StringOrOther(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(StringOrOther(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(StringOrOther(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(StringOrOther(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(StringOrOther(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(StringOrOther(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(StringOrOther(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(StringOrOther(None))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for JsonItems<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = JsonItems<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(item) = seq.next_element::<&'de RawValue>()? {
+                    items.push(item);
+                }
+                Ok(JsonItems::Seq(items))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(JsonItems::Null)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(JsonItems::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(JsonItems::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(JsonItems::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(JsonItems::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(JsonItems::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(JsonItems::Other)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
 }
 
 // === YAML ===

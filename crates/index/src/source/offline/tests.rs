@@ -70,6 +70,26 @@ fn multi_document_yaml_lists_and_json_streams() {
     let objs = parse_manifests(Path::new("x.json"), list.as_bytes()).unwrap();
     let kinds: Vec<_> = objs.iter().map(|o| o.type_key.1.as_str()).collect();
     assert_eq!(kinds, ["Service", "Pod", "Service"]);
+    // Each object's text is exactly its own, whatever surrounds it; `null` and scalars between
+    // objects are skipped, and a `kind: List` with `items: null` holds nothing.
+    let stream = "\n  {\"apiVersion\":\"v1\",\"kind\":\"Service\",\"metadata\":{\"name\":\"a\"}} null 7\n\t\
+                  {\"items\":null,\"kind\":\"ServiceList\"}[1]\"s\"{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\
+                  \"metadata\":{\"name\":\"p\"}}  \n";
+    let objs = parse_manifests(Path::new("x.json"), stream.as_bytes()).unwrap();
+    let texts: Vec<_> = objs.iter().map(|o| o.json.as_ref()).collect();
+    assert_eq!(
+        texts,
+        [
+            r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}"#,
+        ]
+    );
+    // `items` before `kind`, and a `kind` that is not a string: not a List.
+    let late_kind = r#"{"items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}],"kind":"PodList"}
+        {"apiVersion":"v1","kind":7,"items":[1],"metadata":{"name":"x"}}"#;
+    let objs = parse_manifests(Path::new("x.json"), late_kind.as_bytes()).unwrap();
+    assert_eq!(objs.len(), 1);
+    assert_eq!(objs[0].obj_key.1, "p");
 
     // `kubectl get -o yaml` of several objects prints a List with `items`.
     let kubectl = "apiVersion: v1\nkind: List\nmetadata:\n  resourceVersion: \"\"\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: a, namespace: ns}\n";
@@ -737,13 +757,36 @@ fn deeply_nested_files_are_refused_before_parsing() {
     // Regression: 100,000 levels of `[` kept the YAML parser busy for minutes (its work grows
     // with the square of the depth) inside a runtime task, stalling every stream and `/ready`.
     let deep = "[".repeat(100_000);
-    for file in ["x.yaml", "x.json"] {
-        let err = parse_manifests(Path::new(file), deep.as_bytes()).unwrap_err();
+    let err = parse_manifests(Path::new("x.yaml"), deep.as_bytes()).unwrap_err();
+    assert!(matches!(err, FileError::TooDeep { limit: 256 }), "{err}");
+    assert!(err.to_string().contains("nested deeper than 256"), "{err}");
+    // JSON is split into objects without recursion (a document that is no object is skipped),
+    // and an object is read to serde_json's recursion limit: its file is refused.
+    let err = parse_manifests(Path::new("x.json"), deep.as_bytes()).unwrap_err();
+    assert!(
+        err.to_string().contains("EOF while parsing a list"),
+        "{err}"
+    );
+    let deep_array = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert!(
+        parse_manifests(Path::new("x.json"), deep_array.as_bytes())
+            .unwrap()
+            .is_empty()
+    );
+    let deep_object = format!(
+        r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"a"}},"spec":{}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    for text in [
+        deep_object.clone(),
+        format!(r#"{{"kind":"List","items":[{deep_object}]}}"#),
+    ] {
+        let err = parse_manifests(Path::new("x.json"), text.as_bytes()).unwrap_err();
         assert!(
-            matches!(err, FileError::TooDeep { limit: 256 }),
-            "{file}: {err}"
+            err.to_string().contains("recursion limit exceeded"),
+            "{err}"
         );
-        assert!(err.to_string().contains("nested deeper than 256"), "{err}");
     }
     let mixed = format!("a: {}", "{b: [".repeat(200));
     assert!(matches!(
@@ -793,7 +836,7 @@ fn oversized_and_deep_files_are_reported_and_counted() {
     let mut state = state_dir(dir.path(), &metrics);
     assert_eq!(rescanned(&mut state), 1);
     assert_eq!(metrics.invalid_files.get(), 2);
-    let err = read_limited(&dir.path().join("big.yaml")).unwrap_err();
+    let err = read_limited_into(&dir.path().join("big.yaml"), &mut Vec::new()).unwrap_err();
     assert!(
         err.to_string().contains("larger than 67108864 bytes"),
         "{err}"
