@@ -117,22 +117,26 @@ impl<'a> Documents<'a> {
             let in_list = matches!(document, Document::List(_) | Document::Buffer { .. });
             for (item, json) in items.enumerate() {
                 match summarize(json)? {
-                    Some((type_key, obj_key, digest)) => manifests.push(Manifest {
+                    Ok((type_key, obj_key, digest)) => manifests.push(Manifest {
                         type_key,
                         obj_key,
                         digest,
                         json: Cow::Borrowed(json),
                     }),
-                    None => {
-                        let kind = serde_json::from_str::<KindOnly>(json)
-                            .ok()
-                            .and_then(|k| k.kind)
-                            .unwrap_or_else(|| "<no kind>".into());
+                    Err(Unnamed { missing, kind }) => {
+                        let kind = kind.as_deref().unwrap_or("<no kind>");
+                        let problem = if json.starts_with('{') {
+                            format!(
+                                "without a string `{missing}` (an object needs apiVersion, kind and metadata.name)"
+                            )
+                        } else {
+                            "that is not an object".to_string()
+                        };
                         // The item's place is all that names an object without a name.
                         if in_list {
-                            tracing::warn!(file = %path.display(), document = index + 1, item = %format_args!("items[{item}]"), %kind, "skipping a List item without apiVersion, kind or metadata.name");
+                            tracing::warn!(file = %path.display(), document = index + 1, item = %format_args!("items[{item}]"), %kind, "skipping a List item {problem}");
                         } else {
-                            tracing::warn!(file = %path.display(), document = index + 1, %kind, "skipping an object without apiVersion, kind or metadata.name");
+                            tracing::warn!(file = %path.display(), document = index + 1, %kind, "skipping an object {problem}");
                         }
                     }
                 }
@@ -164,11 +168,6 @@ enum Document<'a> {
 
 fn is_list_kind(kind: &str) -> bool {
     kind == "List" || kind.ends_with("List")
-}
-
-#[derive(serde::Deserialize)]
-struct KindOnly {
-    kind: Option<String>,
 }
 
 // === JSON ===
@@ -558,10 +557,12 @@ impl<'de> serde::Deserialize<'de> for YamlItems {
 
 // === keys and digest ===
 
-/// The keys and digest of one object's JSON text, in one pass over it; `None` when it is not
-/// an object with `apiVersion`, `kind` and `metadata.name` strings. Errors only when the text
-/// nests deeper than serde_json reads.
-fn summarize(json: &str) -> Result<Option<(TypeKey, ObjectKey, Digest)>, serde_json::Error> {
+/// The keys and digest of one object's JSON text, in one pass over it; [`Unnamed`] when it is
+/// not an object with `apiVersion`, `kind` and `metadata.name` strings. Errors only when the
+/// text nests deeper than serde_json reads.
+fn summarize(
+    json: &str,
+) -> Result<Result<(TypeKey, ObjectKey, Digest), Unnamed>, serde_json::Error> {
     let mut head = Head::default();
     let mut deserializer = serde_json::Deserializer::from_str(json);
     let digest = DigestSeed {
@@ -575,14 +576,31 @@ fn summarize(json: &str) -> Result<Option<(TypeKey, ObjectKey, Digest)>, serde_j
         namespace,
     } = head
     else {
-        return Ok(None);
+        let missing = match &head {
+            Head {
+                api_version: None, ..
+            } => "apiVersion",
+            Head { kind: None, .. } => "kind",
+            _ => "metadata.name",
+        };
+        return Ok(Err(Unnamed {
+            missing,
+            kind: head.kind,
+        }));
     };
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    Ok(Some((
+    Ok(Ok((
         (group.to_string(), kind),
         (namespace.unwrap_or_default(), name),
         digest,
     )))
+}
+
+/// An object that cannot be named: the first of `apiVersion`, `kind`, `metadata.name` that it
+/// lacks (or that is not a string), and its `kind` if it has one.
+struct Unnamed {
+    missing: &'static str,
+    kind: Option<String>,
 }
 
 /// The fields of an object that name it.

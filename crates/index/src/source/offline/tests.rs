@@ -179,17 +179,21 @@ fn logged<T>(f: impl FnOnce() -> T) -> String {
 
 #[test]
 fn unnamed_items_are_skipped_alone() {
-    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b, namespace: ok}\n- {kind: Service}\n- 42\n";
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b, namespace: ok}\n- {kind: Service}\n- 42\n- {apiVersion: v1, kind: Pod, metadata: {namespace: ok}}\n- {apiVersion: v1, metadata: {name: c}}\n";
     let err = parse_manifests(Path::new("x.yaml"), list.as_bytes());
     // 42 is not a mapping: the item is skipped, and so is the nameless Service; `b` stays.
     let objs = err.unwrap();
     // The log names each skipped item by its place, since it has no name.
     let log = logged(|| parse_manifests(Path::new("x.yaml"), list.as_bytes()).map(|_| ()));
-    assert!(
-        log.contains("skipping a List item without apiVersion, kind or metadata.name file=x.yaml document=1 item=items[1] kind=Service"),
-        "{log}"
-    );
-    assert!(log.contains("item=items[2] kind=<no kind>"), "{log}");
+    // Each says which naming field it lacks.
+    for line in [
+        "skipping a List item without a string `apiVersion` (an object needs apiVersion, kind and metadata.name) file=x.yaml document=1 item=items[1] kind=Service",
+        "skipping a List item that is not an object file=x.yaml document=1 item=items[2] kind=<no kind>",
+        "skipping a List item without a string `metadata.name` (an object needs apiVersion, kind and metadata.name) file=x.yaml document=1 item=items[3] kind=Pod",
+        "skipping a List item without a string `kind` (an object needs apiVersion, kind and metadata.name) file=x.yaml document=1 item=items[4] kind=<no kind>",
+    ] {
+        assert!(log.contains(line), "{line}\n{log}");
+    }
     assert_eq!(objs.len(), 1);
     assert_eq!(objs[0].obj_key.1, "b");
     let nameless = "apiVersion: v1\nkind: Service\nmetadata: {}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: a}\n";
