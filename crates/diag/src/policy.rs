@@ -100,7 +100,7 @@ impl InboundArgs {
             client.watch_port(self.request()),
         )
         .await
-        .map_err(|error| self.unknown_workload_hint(error))?
+        .map_err(|error| self.workload_hint(error))?
         .into_inner();
         while let Some(server) = stream.message().await.map_err(status)? {
             match output::write_inbound_server(out, self.output, &server) {
@@ -115,9 +115,29 @@ impl InboundArgs {
     }
 
     /// The controller's `NotFound: unknown server` (its wording, upstream's) says the
-    /// workload is unknown only to who knows the API: say so.
-    fn unknown_workload_hint(&self, error: Error) -> Error {
+    /// workload is unknown only to who knows the API: say so. A workload written
+    /// `NAMESPACE/POD` (as kubectl and `dst-diag explain` take it) is refused as invalid: say
+    /// how a proxy writes it.
+    fn workload_hint(&self, error: Error) -> Error {
         match error {
+            Error::Status {
+                rpc,
+                target,
+                status,
+            } if status.code() == tonic::Code::InvalidArgument
+                && !self.workload.contains(':')
+                && self.workload.contains('/') =>
+            {
+                let colon = self.workload.replacen('/', ":", 1);
+                Error::Status {
+                    rpc,
+                    target,
+                    status: tonic::Status::invalid_argument(format!(
+                        "{} (a proxy names its pod NAMESPACE:POD: try `{colon}`)",
+                        status.message(),
+                    )),
+                }
+            }
             Error::Status {
                 rpc,
                 target,

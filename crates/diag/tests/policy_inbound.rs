@@ -184,6 +184,29 @@ async fn unknown_pod_is_a_one_line_not_found() {
 }
 
 #[tokio::test]
+async fn a_workload_written_with_a_slash_gets_the_proxy_form_as_a_hint() {
+    let (addr, _server) = start_policy_server().await;
+    let policy = format!("http://{addr}");
+    let workload = format!("emojivoto/{VOTING}");
+    let child = dst_diag(&["policy", "inbound", &workload, "8080", "--policy", &policy]);
+    let (code, stdout, stderr) = wait_output(child).await;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.starts_with(&format!(
+            "dst-diag: WatchPort {workload} port 8080: InvalidArgument: Invalid workload: "
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.ends_with(&format!(
+            " (a proxy names its pod NAMESPACE:POD: try `emojivoto:{VOTING}`)\n"
+        )),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
 async fn invalid_port_and_address_are_one_line_errors() {
     let (addr, _server) = start_policy_server().await;
     let policy = addr.to_string();
