@@ -54,6 +54,7 @@ pub struct InboundArgs {
 
     /// The inbound port (1-65535). Any port has a policy: one no Server covers gets the
     /// default policy.
+    #[arg(value_parser = port_number)]
     pub port: u32,
 
     /// The client's mTLS identity (`web.emojivoto.serviceaccount.identity.linkerd.cluster.local`);
@@ -134,6 +135,7 @@ const LOCALHOST: &str = "default:localhost";
 
 impl InboundArgs {
     /// The `PortSpec` the pod's proxy sends: the workload in the JSON form the injector sets.
+    /// (A `PORT` given on the command line is checked by [`port_number`] already.)
     ///
     /// Errors: a workload that is not `NS/POD`, `NS:POD` or JSON; a port outside 1-65535.
     pub fn port_spec(&self) -> Result<PortSpec, ExplainError> {
@@ -868,6 +870,16 @@ impl RouteMatches for GrpcRoute {
     fn rules(&self) -> Vec<&[Self::Match]> {
         self.rules.iter().map(|r| &r.matches[..]).collect()
     }
+}
+
+/// The `PORT` argument: a port number 1-65535, whatever is wrong with it (`0`, `65536`, a
+/// number too large for any integer type, a word) said the same way.
+fn port_number(value: &str) -> Result<u32, String> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|port| (1..=65535).contains(port))
+        .ok_or_else(|| "not a port number (1-65535)".to_string())
 }
 
 #[cfg(test)]

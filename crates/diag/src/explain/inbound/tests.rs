@@ -436,6 +436,19 @@ fn workloads_are_sent_in_the_json_form() {
 }
 
 #[test]
+fn a_port_argument_out_of_range_is_refused_the_same_way_at_any_size() {
+    for bad in ["0", "65536", "4294967296", "99999999999", "-1", "http", ""] {
+        assert_eq!(
+            port_number(bad),
+            Err("not a port number (1-65535)".to_string()),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(port_number("1"), Ok(1));
+    assert_eq!(port_number("65535"), Ok(65535));
+}
+
+#[test]
 fn requests_from_flags() {
     let request = build_request(
         "GET".into(),
