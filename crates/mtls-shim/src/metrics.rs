@@ -20,7 +20,8 @@
 //!   served, in seconds since the Unix epoch (Certify mode; 0 before the first one and in file
 //!   mode).
 //!
-//! `listen` is the listener's bound address (`0.0.0.0:8086`).
+//! `listen` is the listener's bound address (`0.0.0.0:8086`); each listener's series exist,
+//! at 0, from the moment it is bound.
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder},
@@ -134,6 +135,27 @@ impl ShimMetrics {
         self.certify_failures
             .get_or_create(&CertifyFailureLabels { reason })
             .inc();
+    }
+
+    /// Creates the series of a listener at 0 (every handshake failure reason included), so
+    /// that `/metrics` shows them before the first connection and a rate over them starts
+    /// from a sample.
+    pub(crate) fn listening(&self, labels: &ListenLabels) {
+        let _ = self.tcp_open.get_or_create(labels);
+        let _ = self.tcp_open_connections.get_or_create(labels);
+        let _ = self.upstream_connect_failures.get_or_create(labels);
+        for reason in [
+            HandshakeFailure::NoClientCert,
+            HandshakeFailure::BadClientCert,
+            HandshakeFailure::Other,
+        ] {
+            let _ = self
+                .handshake_failures
+                .get_or_create(&HandshakeFailureLabels {
+                    listen: labels.listen.clone(),
+                    reason,
+                });
+        }
     }
 
     /// Counts an accepted connection; it is open until the guard is dropped.

@@ -171,13 +171,15 @@ impl Shim {
                 .await
                 .map_err(bind_error)?;
             let local_addr = tcp.local_addr().map_err(bind_error)?;
+            let labels = ListenLabels {
+                listen: local_addr.to_string(),
+            };
+            metrics.listening(&labels);
             listeners.push(Listener {
                 tcp,
                 local_addr,
                 upstream: forward.upstream,
-                labels: ListenLabels {
-                    listen: local_addr.to_string(),
-                },
+                labels,
             });
         }
         let (ready_tx, ready_rx) = watch::channel(false);

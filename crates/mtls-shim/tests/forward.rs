@@ -18,6 +18,13 @@ async fn a_certified_client_without_alpn_gets_endpoints_from_destination() {
     let shim = Harness::start(&pki, &[destination], ClientAuth::Required).await;
     shim.wait_ready().await;
     let listen = shim.listen[0];
+    // The listener's series are there, at 0, before its first connection.
+    let label = format!("listen=\"{listen}\"");
+    assert_eq!(shim.metric("shim_tcp_open_total", &label).await, Some(0));
+    assert_eq!(
+        shim.metric("shim_tcp_open_connections", &label).await,
+        Some(0)
+    );
 
     let client = pki.leaf(CLIENT_IDENTITY);
     let connector = MeshConnector::new(listen, client_config(&pki, Some(&client), &[]));
@@ -53,20 +60,24 @@ async fn a_certified_client_without_alpn_gets_endpoints_from_destination() {
     // The client offered no ALPN, so none was negotiated: h2 by prior knowledge (spec Z.5).
     assert_eq!(*connector.negotiated.lock().unwrap(), [None]);
 
-    let label = format!("listen=\"{listen}\"");
     assert_eq!(shim.metric("shim_tcp_open_total", &label).await, Some(1));
     assert_eq!(
         shim.metric("shim_tcp_open_connections", &label).await,
         Some(1)
     );
-    let metrics = shim.metrics().await;
-    assert!(
-        !metrics.contains("shim_tls_handshake_failures_total{"),
-        "{metrics}"
-    );
-    assert!(
-        !metrics.contains("shim_upstream_connect_failures_total{"),
-        "{metrics}"
+    for reason in ["no_client_cert", "bad_client_cert", "other"] {
+        let labels = format!("{label},reason=\"{reason}\"");
+        assert_eq!(
+            shim.metric("shim_tls_handshake_failures_total", &labels)
+                .await,
+            Some(0),
+            "{reason}"
+        );
+    }
+    assert_eq!(
+        shim.metric("shim_upstream_connect_failures_total", &label)
+            .await,
+        Some(0)
     );
 
     // The destination server ends its streams and connections on shutdown: the relay ends
