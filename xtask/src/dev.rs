@@ -66,7 +66,8 @@ pub struct DevArgs {
     /// Where the run's certificates, logs and `pod.json` (every address, and the certificate
     /// files a client needs) are written, relative to the workspace root. Default
     /// `target/xtask-dev`; with `--free-ports`, `target/xtask-dev-PID`, so that a second pod
-    /// started next to the first neither truncates its logs nor replaces its certificates.
+    /// started next to the first neither truncates its logs nor replaces its certificates
+    /// (those of runs that have ended are removed when the next such run starts).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 
@@ -154,6 +155,11 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
         args.free_ports,
         std::process::id(),
     );
+    if args.free_ports && args.out.is_none() {
+        remove_dirs_of_ended_runs(&root.join("target"), |pid| {
+            Path::new("/proc").join(pid.to_string()).exists()
+        });
+    }
     refuse_pod_addresses(&args.extra)?;
     let (dir, linked) = match &args.cluster_state {
         Some(dir) => (dir.clone(), Vec::new()),
@@ -271,6 +277,29 @@ fn out_dir(root: &Path, out: Option<&Path>, free_ports: bool, pid: u32) -> PathB
         Some(dir) => root.join(dir),
         None if free_ports => root.join(format!("target/xtask-dev-{pid}")),
         None => root.join("target/xtask-dev"),
+    }
+}
+
+/// Removes the `xtask-dev-PID` directories under `target` of runs on free ports whose process
+/// has ended (`running(pid)` is false): each such run writes one, and they would pile up. A
+/// run's directory is kept until then, so its logs can be read after it stops. Failures to
+/// remove are ignored: the directory is only a leftover.
+fn remove_dirs_of_ended_runs(target: &Path, running: impl Fn(u32) -> bool) {
+    let Ok(entries) = std::fs::read_dir(target) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("xtask-dev-"))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !running(pid) && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -666,6 +695,39 @@ mod tests {
         refuse_pod_addresses(&extra(&["--enable-ipv6=true", "--log-level=debug"])).unwrap();
         // A value that happens to read like one of the names is not a flag.
         refuse_pod_addresses(&extra(&["--log-level", "addr"])).unwrap();
+    }
+
+    #[test]
+    fn the_directories_of_ended_runs_on_free_ports_are_removed() {
+        let target = tempfile::tempdir().unwrap();
+        for name in [
+            "xtask-dev-10",
+            "xtask-dev-11",
+            "xtask-dev",
+            "xtask-dev-x",
+            "other-12",
+        ] {
+            std::fs::create_dir(target.path().join(name)).unwrap();
+            std::fs::write(target.path().join(name).join("pod.json"), "{}").unwrap();
+        }
+        // A file with a run's name is not a run's directory.
+        std::fs::write(target.path().join("xtask-dev-13"), "").unwrap();
+        remove_dirs_of_ended_runs(target.path(), |pid| pid == 11);
+        let mut left: Vec<_> = std::fs::read_dir(target.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "other-12",
+                "xtask-dev",
+                "xtask-dev-11",
+                "xtask-dev-13",
+                "xtask-dev-x"
+            ]
+        );
     }
 
     #[test]
