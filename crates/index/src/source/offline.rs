@@ -14,13 +14,16 @@
 //! [`MAX_NESTING`] are refused.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet},
     io::Read,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::Duration,
 };
 use tokio::sync::Notify;
+// Keyed by objects' ids, looked up several times per object of a load: foldhash rather than
+// SipHash (the keys come from the state directory, whose writer is trusted).
+use foldhash::{HashMap, HashMapExt};
 
 pub use self::manifest::{Documents, Manifest, parse_manifests};
 use super::{AnyObject, Event, KindFeed};
