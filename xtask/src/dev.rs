@@ -10,8 +10,8 @@
 //!
 //! Without `--cluster-state`, the bundled clusters are served: a copy of
 //! `tests/fixtures/emojivoto` with the link to a second cluster (`tests/fixtures/east-link/`),
-//! and that cluster, `east` (`tests/fixtures/east/`, `--linked-cluster-state`), so that remote
-//! discovery and federated Services resolve too.
+//! and a copy of that cluster, `east` (`tests/fixtures/east/`, `--linked-cluster-state`), so
+//! that remote discovery and federated Services resolve too.
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -53,7 +53,7 @@ pub struct DevArgs {
     release: bool,
 
     /// The manifests to serve; defaults to a copy of tests/fixtures/emojivoto linked to the
-    /// bundled cluster `east` (tests/fixtures/east).
+    /// bundled cluster `east` (a copy of tests/fixtures/east).
     #[arg(long, value_name = "DIR")]
     cluster_state: Option<PathBuf>,
 
@@ -161,19 +161,6 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
         });
     }
     refuse_pod_addresses(&args.extra)?;
-    let (dir, linked) = match &args.cluster_state {
-        Some(dir) => (dir.clone(), Vec::new()),
-        None => bundled_clusters(root, &out)?,
-    };
-    if dir.is_file() {
-        bail!(
-            "--cluster-state {} is a file: give the directory that holds it",
-            dir.display()
-        );
-    }
-    if !dir.is_dir() {
-        bail!("cluster state directory {} does not exist", dir.display());
-    }
     let addrs = if args.free_ports {
         free_addrs()?
     } else {
@@ -201,6 +188,21 @@ pub fn run(root: &Path, args: DevArgs) -> anyhow::Result<()> {
     ] {
         server::ensure_free(addr, role)
             .context("another dev pod may be running; --free-ports picks free ports")?;
+    }
+    // Only now that the ports are known to be free: a pod already running on them serves the
+    // bundled state from the same `out`, and must not see it replaced.
+    let (dir, linked) = match &args.cluster_state {
+        Some(dir) => (dir.clone(), Vec::new()),
+        None => bundled_clusters(root, &out)?,
+    };
+    if dir.is_file() {
+        bail!(
+            "--cluster-state {} is a file: give the directory that holds it",
+            dir.display()
+        );
+    }
+    if !dir.is_dir() {
+        bail!("cluster state directory {} does not exist", dir.display());
     }
     let files = write_certs(&out)?;
     let exes = match &args.bin_dir {
@@ -304,24 +306,23 @@ fn remove_dirs_of_ended_runs(target: &Path, running: impl Fn(u32) -> bool) {
 }
 
 /// The bundled clusters: `out/state`, a fresh copy of emojivoto with the link Secret, mirror
-/// and federated Services of `tests/fixtures/east-link/`, and the linked cluster `east`
-/// (`tests/fixtures/east/`), served as is.
+/// and federated Services of `tests/fixtures/east-link/`, and `out/east`, a fresh copy of the
+/// linked cluster `east` (`tests/fixtures/east/`): edits to try deltas stay out of the
+/// checked-in fixtures.
 fn bundled_clusters(root: &Path, out: &Path) -> anyhow::Result<(PathBuf, Vec<(String, PathBuf)>)> {
-    let state = out.join("state");
-    std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
-    for file in [
-        "tests/fixtures/emojivoto/cluster.yaml",
-        "tests/fixtures/east-link/link.yaml",
+    let (state, east) = (out.join("state"), out.join("east"));
+    for (file, dir) in [
+        ("tests/fixtures/emojivoto/cluster.yaml", &state),
+        ("tests/fixtures/east-link/link.yaml", &state),
+        ("tests/fixtures/east/cluster.yaml", &east),
     ] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let from = root.join(file);
         let name = from.file_name().context("fixture file name")?;
-        std::fs::copy(&from, state.join(name))
-            .with_context(|| format!("copying {} to {}", from.display(), state.display()))?;
+        std::fs::copy(&from, dir.join(name))
+            .with_context(|| format!("copying {} to {}", from.display(), dir.display()))?;
     }
-    Ok((
-        state,
-        vec![("east".to_string(), root.join("tests/fixtures/east"))],
-    ))
+    Ok((state, vec![("east".to_string(), east)]))
 }
 
 /// The pod's executables.
@@ -649,10 +650,13 @@ fn print_banner(dir: &Path, info: &PodInfo<'_>, uses_fixture: bool) {
     println!("(the first dst-diag run compiles it, a minute on a small machine)");
     println!();
     let hint = if uses_fixture {
-        " (copied afresh each run; pass --cluster-state DIR to serve your own) and in the linked \
-         cluster east's tests/fixtures/east"
+        format!(
+            " and in the linked cluster east's {} (both copied afresh each run; pass \
+             --cluster-state DIR to serve your own)",
+            dir.with_file_name("east").display()
+        )
     } else {
-        ""
+        String::new()
     };
     println!(
         "It follows edits to the files in {}{hint}; Ctrl-C stops it.",

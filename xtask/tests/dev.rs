@@ -340,3 +340,34 @@ fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     (code, body.to_string())
 }
+
+/// A second `xtask dev` while the pod's ports are taken (a pod already running on them) fails
+/// before it touches that pod's files: it used to copy the bundled state over the running
+/// pod's, reverting the user's edits, and only then find the ports taken.
+#[test]
+fn a_dev_pod_refused_for_taken_ports_leaves_the_running_pods_state_alone() {
+    let out = tempfile::tempdir().unwrap();
+    let state = out.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let edited = "# the running pod's state, edited\n";
+    std::fs::write(state.join("cluster.yaml"), edited).unwrap();
+    // Taken by this test, or by something else: taken either way.
+    let _taken = std::net::TcpListener::bind("127.0.0.1:8086");
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["dev", "--bin-dir", "/nonexistent", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("run xtask dev");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("another dev pod may be running; --free-ports picks free ports"),
+        "{stderr}"
+    );
+    assert!(
+        std::fs::read_to_string(state.join("cluster.yaml")).unwrap() == edited,
+        "the running pod's state/cluster.yaml was replaced"
+    );
+    assert!(!state.join("link.yaml").exists());
+    assert!(!out.path().join("east").exists());
+}
