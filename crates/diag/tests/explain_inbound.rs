@@ -318,31 +318,20 @@ async fn bad_input_exits_2_with_the_reason_and_disturbs_nothing() {
         "dst-diag: no meshed pod or ExternalWorkload emojivoto/nosuch is known to the policy controller: WatchPort emojivoto/nosuch port 8080: NotFound: unknown server\n"
     );
 
-    for port in ["0", "70000"] {
+    // Out of range at any size, or not a number: one message.
+    for port in ["0", "70000", "99999999999", "http"] {
         let run = cluster
             .explain(&["inbound", WEB_POD, port, ip[0], ip[1]])
             .await;
         assert_eq!((run.code, run.stdout.as_str()), (Some(2), ""));
-        assert_eq!(
-            run.stderr,
-            format!("dst-diag: invalid PORT \"{port}\": not a port number (1-65535)\n")
+        assert!(
+            run.stderr.starts_with(&format!(
+                "error: invalid value '{port}' for '<PORT>': not a port number (1-65535)\n"
+            )),
+            "{}",
+            run.stderr
         );
     }
-
-    let run = cluster
-        .explain(&["inbound", WEB_POD, "http", ip[0], ip[1]])
-        .await;
-    assert_eq!(
-        run.code,
-        Some(2),
-        "a port that is not a number: {}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("invalid value 'http'"),
-        "{}",
-        run.stderr
-    );
 
     let run = cluster
         .explain(&["inbound", "web-djjwbqr6lt-sfd7g", "8080", ip[0], ip[1]])

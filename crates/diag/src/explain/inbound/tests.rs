@@ -424,12 +424,13 @@ fn workloads_are_sent_in_the_json_form() {
             format!("invalid WORKLOAD {bad:?}: expected NAMESPACE/POD")
         );
     }
+    // The command line refuses these already (`port_number`); flags built otherwise are
+    // checked again.
     for port in [0, 65536] {
+        let mut flags = args("emojivoto/web-0", 80);
+        flags.port = port;
         assert_eq!(
-            args("emojivoto/web-0", port)
-                .port_spec()
-                .unwrap_err()
-                .to_string(),
+            flags.port_spec().unwrap_err().to_string(),
             format!("invalid PORT \"{port}\": not a port number (1-65535)")
         );
     }
