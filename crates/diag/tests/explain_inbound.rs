@@ -399,3 +399,37 @@ async fn bad_input_exits_2_with_the_reason_and_disturbs_nothing() {
         .await;
     assert_eq!(run.code, Some(0), "{}", run.stderr);
 }
+
+/// Offline, the files and objects the index skips are logged on stderr, so that an answer
+/// from incomplete state says so; the answer itself is still printed.
+#[tokio::test]
+async fn offline_the_skipped_files_are_logged_and_the_rest_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("emojivoto").join("cluster.yaml"),
+        dir.path().join("cluster.yaml"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("broken.yaml"), "kind: [unclosed\n").unwrap();
+    let state = dir.path().to_str().unwrap();
+    let run = dst_diag(&[
+        "explain",
+        "inbound",
+        WEB_POD,
+        "8080",
+        "--client-ip",
+        "10.244.0.30",
+        "--cluster-state",
+        state,
+    ])
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(!run.stdout.is_empty());
+    let warning = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("WARN"))
+        .unwrap_or_else(|| panic!("no warning: {}", run.stderr));
+    assert!(warning.contains("broken.yaml"), "{warning}");
+    assert!(warning.contains("invalid YAML"), "{}", run.stderr);
+}

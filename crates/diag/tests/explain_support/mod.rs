@@ -113,6 +113,8 @@ pub async fn dst_diag(args: &[&str]) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_dst-diag"))
         .args(args)
         .env_remove("DST_DIAG_POLICY")
+        // Its log level: the tests compare stderr whole.
+        .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

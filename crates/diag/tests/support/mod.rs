@@ -66,6 +66,8 @@ pub fn dst_diag(args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_dst-diag"))
         .args(args)
         .env_remove("DST_DIAG_DESTINATION")
+        // Its log level: the tests compare stderr whole.
+        .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
