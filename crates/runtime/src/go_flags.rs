@@ -99,6 +99,23 @@ fn as_written(error: clap::Error, given: &[OsString], command: &mut Command) -> 
     let Some(ContextValue::String(rewritten)) = error.get(ContextKind::InvalidArg) else {
         return error;
     };
+    // `-enable-ipv6 false`: a boolean flag takes its value after `=` (in Go too), so the value
+    // was read as an argument of its own.
+    if matches!(rewritten.as_str(), "true" | "false") {
+        let written: Vec<&str> = given.iter().skip(1).filter_map(|a| a.to_str()).collect();
+        if let Some(flag) = written
+            .windows(2)
+            .find(|w| w[1] == rewritten && w[0].starts_with('-') && !w[0].contains('='))
+            .map(|w| w[0])
+        {
+            return command.error(
+                ErrorKind::UnknownArgument,
+                format!(
+                    "unexpected argument '{rewritten}' found: a boolean flag takes its value after '=' ({flag}={rewritten})"
+                ),
+            );
+        }
+    }
     let Some(name) = rewritten.strip_prefix("--") else {
         return error;
     };
@@ -303,6 +320,18 @@ mod tests {
         assert!(err.to_string().contains("'-bogus'"), "{err}");
         let err = parse(&["example", "--bogus"]).unwrap_err();
         assert!(err.to_string().contains("'--bogus'"), "{err}");
+
+        // A boolean's value given as an argument of its own: the hint says how to write it.
+        for flag in ["-enable-h2-upgrade", "--enable-h2-upgrade"] {
+            let err = parse(&["example", flag, "false"]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::UnknownArgument);
+            assert!(
+                err.to_string().contains(&format!(
+                    "unexpected argument 'false' found: a boolean flag takes its value after '=' ({flag}=false)"
+                )),
+                "{err}"
+            );
+        }
 
         let err = parse(&["example", "-enable-pprof=maybe"]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidValue);
