@@ -156,10 +156,11 @@ impl PodInfo {
                         .and_then(|v| v.parse::<std::net::SocketAddr>().ok())
                         .map(|a| a.port())
                 };
+                let [inbound, admin, control] = wire::PROXY_LISTEN_ENV;
                 ProxyPorts {
-                    inbound: env("LINKERD2_PROXY_INBOUND_LISTEN_ADDR"),
-                    admin: env("LINKERD2_PROXY_ADMIN_LISTEN_ADDR"),
-                    control: env("LINKERD2_PROXY_CONTROL_LISTEN_ADDR"),
+                    inbound: env(inbound),
+                    admin: env(admin),
+                    control: env(control),
                 }
             });
         let ips = if status.pod_ips.is_empty() {

@@ -277,7 +277,9 @@ impl<'de> Visitor<'de> for JsonShapeVisitor {
                 "kind" if seen_kind => return Err(de::Error::duplicate_field("kind")),
                 "kind" => {
                     seen_kind = true;
-                    kind = map.next_value::<StringOrOther<'de>>()?.0;
+                    // Any value; a List only when it is a string.
+                    let raw = map.next_value::<&'de RawValue>()?;
+                    kind = serde_json::from_str::<Cow<'de, str>>(raw.get()).ok();
                 }
                 "items" if items.is_some() => return Err(de::Error::duplicate_field("items")),
                 "items" => items = Some(map.next_value::<JsonItems<'de>>()?),
@@ -287,51 +289,6 @@ impl<'de> Visitor<'de> for JsonShapeVisitor {
             }
         }
         Ok(JsonShape::Object { kind, items })
-    }
-}
-
-/// A string value, or `None` for any other value.
-struct StringOrOther<'a>(Option<Cow<'a, str>>);
-
-impl<'de> serde::Deserialize<'de> for StringOrOther<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = StringOrOther<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(StringOrOther(Some(Cow::Borrowed(v))))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(StringOrOther(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(StringOrOther(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(StringOrOther(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(StringOrOther(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(StringOrOther(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(StringOrOther(None))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(StringOrOther(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(StringOrOther(None))
-            }
-        }
-        deserializer.deserialize_any(V)
     }
 }
 
