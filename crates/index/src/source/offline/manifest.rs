@@ -208,7 +208,9 @@ fn json_documents(text: &str) -> Result<Vec<Document<'_>>, FileError> {
 /// What [`json_documents`] needs of one JSON document.
 enum JsonShape<'a> {
     Null,
-    /// `kind` when it is a string; `items` whatever it is. Either given twice is an error.
+    /// `kind` when it is a string; `items` whatever it is. Either given twice counts as its
+    /// last value, as for every key of a JSON object (see [`summarize`]), so that an object
+    /// reads the same in a List's `items` as on its own.
     Object {
         kind: Option<Cow<'a, str>>,
         items: Option<JsonItems<'a>>,
@@ -270,18 +272,14 @@ impl<'de> Visitor<'de> for JsonShapeVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (mut kind, mut items, mut seen_kind) = (None, None, false);
+        let (mut kind, mut items) = (None, None);
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             match key.as_ref() {
-                // A List is told by its `kind`: one given twice refuses the file.
-                "kind" if seen_kind => return Err(de::Error::duplicate_field("kind")),
                 "kind" => {
-                    seen_kind = true;
                     // Any value; a List only when it is a string.
                     let raw = map.next_value::<&'de RawValue>()?;
                     kind = serde_json::from_str::<Cow<'de, str>>(raw.get()).ok();
                 }
-                "items" if items.is_some() => return Err(de::Error::duplicate_field("items")),
                 "items" => items = Some(map.next_value::<JsonItems<'de>>()?),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
