@@ -24,7 +24,6 @@ use std::{
     sync::{Arc, Mutex, PoisonError, Weak},
 };
 use thread_local::ThreadLocal;
-use tokio::sync::watch;
 
 use crate::translate::EndpointTranslator;
 
@@ -44,7 +43,7 @@ pub struct StreamFilter {
 
 /// The state of one `Get` stream.
 pub struct EndpointsStream {
-    rx: watch::Receiver<Arc<EndpointsView>>,
+    rx: linkerd_index::topic::Receiver<EndpointsView>,
     filter: Arc<StreamFilter>,
     translator: Arc<EndpointTranslator>,
     deltas: Arc<SharedDeltas>,
@@ -243,7 +242,7 @@ impl SharedDeltas {
 impl EndpointsStream {
     /// A stream that shares the deltas it computes through `deltas` (one per translator).
     pub fn new(
-        rx: watch::Receiver<Arc<EndpointsView>>,
+        rx: linkerd_index::topic::Receiver<EndpointsView>,
         filter: StreamFilter,
         translator: Arc<EndpointTranslator>,
         deltas: Arc<SharedDeltas>,

@@ -3,6 +3,7 @@
 //! differs from the last one sent (identical consecutive profiles are not re-sent).
 
 use futures::{Stream, StreamExt};
+use linkerd_index::topic;
 use linkerd_index::{
     ObjectRef, PortSet, Workload,
     discovery::profiles::{
@@ -12,7 +13,6 @@ use linkerd_index::{
 use linkerd_runtime::introspect::{LastSent, StreamMeta, StreamRecord};
 use linkerd2_proxy_api::destination::{DestinationProfile, GetDestination};
 use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Instant};
-use tokio::sync::watch;
 use tonic::Status;
 
 use crate::{
@@ -173,7 +173,7 @@ impl DestinationService {
             },
             started,
         );
-        let record = self.streams.open(meta, Some(&rx));
+        let record = self.streams.open(meta, Some(rx.current_view()));
         Ok(Box::pin(
             updates(rx, target, guard, record).take_until(shutdown),
         ))
@@ -196,7 +196,7 @@ impl DestinationService {
         let translator = self.translator.clone();
         let target = move |view: &EndpointProfileView| endpoint_profile(&translator, view);
         let guard = ProfileGuard::workload(self.metrics.clone(), started);
-        let record = self.streams.open(meta, Some(&rx));
+        let record = self.streams.open(meta, Some(rx.current_view()));
         Ok(Box::pin(
             updates(rx, target, guard, record).take_until(self.shutdown.clone().signaled()),
         ))
@@ -212,7 +212,7 @@ impl DestinationService {
 /// the stream is next polled, which [`linkerd_runtime::grpc::WatchStreams`] does only once
 /// HTTP/2 took the profile.
 fn updates<V, F>(
-    rx: watch::Receiver<Arc<V>>,
+    rx: topic::Receiver<V>,
     translate: F,
     guard: ProfileGuard,
     record: StreamRecord<V>,
@@ -222,7 +222,7 @@ where
     F: Fn(&V) -> Option<DestinationProfile> + Send + 'static,
 {
     struct State<V, F> {
-        rx: watch::Receiver<Arc<V>>,
+        rx: topic::Receiver<V>,
         translate: F,
         last: Option<Arc<DestinationProfile>>,
         started: bool,

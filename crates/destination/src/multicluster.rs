@@ -69,7 +69,7 @@ pub struct Member {
 /// The `Get` stream of a remote-discovery or federated Service.
 pub struct MulticlusterStream {
     /// The local Service's own topic: how its labels and annotations are followed.
-    own: watch::Receiver<Arc<EndpointsView>>,
+    own: linkerd_index::topic::Receiver<EndpointsView>,
     clusters: watch::Receiver<Arc<Clusters>>,
     local: DiscoveryIndex,
     namespace: String,
@@ -100,7 +100,7 @@ struct SentFrom {
 
 /// A member's subscription.
 struct Subscribed {
-    rx: watch::Receiver<Arc<EndpointsView>>,
+    rx: linkerd_index::topic::Receiver<EndpointsView>,
     translator: Arc<EndpointTranslator>,
     /// The linked cluster it reads (`None`: local), to see a link restarted on a new index.
     cluster: Option<Arc<LinkedCluster>>,
@@ -184,7 +184,7 @@ impl MulticlusterStream {
     /// The stream of the Service `own` is the topic of. `unknown_cluster` counts members
     /// naming a cluster that is not linked.
     pub fn new(
-        own: watch::Receiver<Arc<EndpointsView>>,
+        own: linkerd_index::topic::Receiver<EndpointsView>,
         store: &ClusterStore,
         local: DiscoveryIndex,
         local_translator: Arc<EndpointTranslator>,

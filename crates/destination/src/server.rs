@@ -253,7 +253,7 @@ impl DestinationService {
             .take_until(self.shutdown.clone().signaled());
             return Ok(Box::pin(updates));
         }
-        let record = self.streams.open(meta, Some(&rx));
+        let record = self.streams.open(meta, Some(rx.current_view()));
         let stream = EndpointsStream::new(rx, filter, self.translator.clone(), self.deltas.clone());
         let state = GetState {
             stream,

@@ -19,8 +19,9 @@
 //!
 //!    [`routes`] holds what the policy indexes share about routes (their rules, and what
 //!    their parents decide).
-//! 4. Views are published on `tokio::sync::watch` topics that live while subscribed; an
-//!    identical recomputation is not published.
+//! 4. Views are published on [`topic`]s, latest-value channels that live while subscribed
+//!    (the design's `tokio::sync::watch`, in a form that costs a stream less); an identical
+//!    recomputation is not published.
 //!
 //! Nothing here knows about gRPC or protobuf: the binaries translate views to their wire types.
 
@@ -41,7 +42,7 @@ pub mod status;
 mod store;
 #[cfg(test)]
 mod testing;
-mod topic;
+pub mod topic;
 pub mod watches;
 
 pub use self::{

@@ -1,7 +1,11 @@
-//! Topics: one `tokio::sync::watch` channel per subscribed key.
+//! Topics: one latest-value channel per subscribed key.
 //!
 //! Many streams share a topic; each reads the newest snapshot when it wakes, so a slow stream
 //! never blocks the index or another stream and never needs a queue (DESIGN.md "Data flow" 4).
+//! The channel is this module's own ([`Receiver`]) rather than `tokio::sync::watch`: a proxy
+//! watches each of its pod's ports on a topic of its own, so the channel is paid once per
+//! stream, and tokio's (about 360 bytes, eight notifiers for many receivers) cost a sixth of a
+//! `WatchPort` stream; this one is a lock, a version and one notifier (about 100 bytes).
 //!
 //! A topic whose last receiver is gone is dropped by the index the next time it would
 //! recompute it (a change to its group), or when the topics of its kind have doubled since they
@@ -12,15 +16,16 @@
 //! Topics of one kind may share their views ([`SharedViews`]): the inbound policy of every pod
 //! of a Deployment on one port is the same value, held once however many pods are watched.
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use std::{
     cell::Cell,
     collections::HashMap,
     hash::{BuildHasher, Hash},
+    ops::Deref,
     sync::{Arc, LazyLock, Weak},
     time::Instant,
 };
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 /// When the index saw the change that each topic's current view comes from, by the view's
 /// address: the start of the convergence a stream measures when it writes the view out
@@ -71,52 +76,207 @@ impl Drop for ChangeSeen {
     }
 }
 
-/// The publishing side of one topic: the only sender of its channel, so its receivers see the
-/// channel close when the index drops it.
+/// The publishing side of one topic: receivers see it close when the index drops it.
 #[derive(Debug)]
 pub struct Topic<V> {
-    tx: watch::Sender<Arc<V>>,
+    shared: Arc<Shared<V>>,
+}
+
+/// What a topic and its receivers share.
+#[derive(Debug)]
+struct Shared<V> {
+    state: RwLock<State<V>>,
+    /// Woken (all waiters) on each publish and when the topic is dropped.
+    changed: Notify,
+}
+
+#[derive(Debug)]
+struct State<V> {
+    view: Arc<V>,
+    /// Counts the views published, so a receiver knows whether it has seen the current one.
+    version: u64,
+    closed: bool,
+}
+
+/// A subscriber of one topic: the latest view, and a wait for the next. Each receiver
+/// remembers the version it last marked seen, as `tokio::sync::watch::Receiver` does, and
+/// offers the same calls (`borrow`, `borrow_and_update`, `has_changed`, `changed`).
+#[derive(Debug)]
+pub struct Receiver<V> {
+    shared: Arc<Shared<V>>,
+    seen: u64,
+}
+
+/// The topic was dropped: no view will follow the current one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the topic is closed")]
+pub struct Closed;
+
+/// A view read from a topic; dereferences to its `Arc`, as `watch::Ref` does.
+#[derive(Debug)]
+pub struct Ref<V>(Arc<V>);
+
+impl<V> Deref for Ref<V> {
+    type Target = Arc<V>;
+
+    fn deref(&self) -> &Arc<V> {
+        &self.0
+    }
 }
 
 impl<V> Drop for Topic<V> {
     fn drop(&mut self) {
-        let key = seen_key(&self.tx.borrow());
+        let mut state = self.shared.state.write();
+        state.closed = true;
+        let key = seen_key(&state.view);
+        drop(state);
         seen_shard(key).lock().remove(&key);
+        self.shared.changed.notify_waiters();
     }
 }
 
 impl<V: PartialEq> Topic<V> {
     /// A topic holding `initial`.
     pub fn new(initial: Arc<V>) -> Self {
-        let (tx, _) = watch::channel(initial);
-        Self { tx }
+        Self {
+            shared: Arc::new(Shared {
+                state: RwLock::new(State {
+                    view: initial,
+                    version: 0,
+                    closed: false,
+                }),
+                changed: Notify::new(),
+            }),
+        }
     }
 
-    /// A new receiver; its first `borrow()` is the current snapshot.
-    pub fn subscribe(&self) -> watch::Receiver<Arc<V>> {
-        self.tx.subscribe()
+    /// A new receiver; its first `borrow()` is the current snapshot, which it counts as seen.
+    pub fn subscribe(&self) -> Receiver<V> {
+        let seen = self.shared.state.read().version;
+        Receiver {
+            shared: self.shared.clone(),
+            seen,
+        }
     }
 
     /// Publishes `view`, allocated by `views`, unless it equals the current snapshot; returns
     /// whether it was published.
     fn publish(&self, view: V, views: &mut impl ViewAlloc<V>) -> bool {
-        self.tx.send_if_modified(|current| {
-            if **current == view {
-                return false;
-            }
-            let old = seen_key(current);
-            seen_shard(old).lock().remove(&old);
-            *current = views.alloc(view);
-            let new = seen_key(current);
-            let seen = APPLYING.get().unwrap_or_else(Instant::now);
-            seen_shard(new).lock().insert(new, seen);
-            true
-        })
+        let state = self.shared.state.write();
+        if *state.view == view {
+            return false;
+        }
+        self.replace(state, views.alloc(view));
+        true
+    }
+
+    /// Publishes `view` unless it equals the current snapshot; returns whether it was
+    /// published. For topics outside an index (tests, tools).
+    pub fn send(&self, view: Arc<V>) -> bool {
+        let state = self.shared.state.write();
+        if *state.view == *view {
+            return false;
+        }
+        self.replace(state, view);
+        true
+    }
+
+    fn replace(&self, mut state: RwLockWriteGuard<'_, State<V>>, view: Arc<V>) {
+        let old = seen_key(&state.view);
+        seen_shard(old).lock().remove(&old);
+        state.view = view;
+        state.version += 1;
+        let new = seen_key(&state.view);
+        let seen = APPLYING.get().unwrap_or_else(Instant::now);
+        seen_shard(new).lock().insert(new, seen);
+        drop(state);
+        self.shared.changed.notify_waiters();
     }
 
     /// Whether no receiver is left.
     pub fn is_idle(&self) -> bool {
-        self.tx.receiver_count() == 0
+        Arc::strong_count(&self.shared) == 1
+    }
+}
+
+impl<V> Receiver<V> {
+    /// The current view, without marking it seen.
+    pub fn borrow(&self) -> Ref<V> {
+        Ref(self.shared.state.read().view.clone())
+    }
+
+    /// The current view, marked seen.
+    pub fn borrow_and_update(&mut self) -> Ref<V> {
+        let state = self.shared.state.read();
+        self.seen = state.version;
+        Ref(state.view.clone())
+    }
+
+    /// Whether a view was published since the one last marked seen; [`Closed`] once the
+    /// topic is dropped.
+    pub fn has_changed(&self) -> Result<bool, Closed> {
+        let state = self.shared.state.read();
+        if state.closed {
+            return Err(Closed);
+        }
+        Ok(state.version != self.seen)
+    }
+
+    /// Waits for a view newer than the one last marked seen and marks it seen (read it with
+    /// [`Self::borrow`]); [`Closed`] when the topic is dropped first. Cancel-safe.
+    pub async fn changed(&mut self) -> Result<(), Closed> {
+        loop {
+            // Registered before the version is read, so a publish in between still wakes it.
+            let notified = self.shared.changed.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let state = self.shared.state.read();
+                if state.version != self.seen {
+                    self.seen = state.version;
+                    return Ok(());
+                }
+                if state.closed {
+                    return Err(Closed);
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+impl<V> Receiver<V> {
+    /// Waits until `ready` holds for the current view (checked first) and returns that view,
+    /// marked seen; [`Closed`] when the topic is dropped first.
+    pub async fn wait_for(
+        &mut self,
+        mut ready: impl FnMut(&Arc<V>) -> bool,
+    ) -> Result<Ref<V>, Closed> {
+        loop {
+            let view = self.borrow_and_update();
+            if ready(&view) {
+                return Ok(view);
+            }
+            self.changed().await?;
+        }
+    }
+}
+
+impl<V: Send + Sync + 'static> Receiver<V> {
+    /// A function reading the current view through a clone of this receiver, which it never
+    /// marks seen (for the introspection registry, `linkerd_runtime::introspect`).
+    pub fn current_view(&self) -> Box<dyn Fn() -> Arc<V> + Send + Sync> {
+        let rx = self.clone();
+        Box::new(move || rx.borrow().clone())
+    }
+}
+
+impl<V> Clone for Receiver<V> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            seen: self.seen,
+        }
     }
 }
 
@@ -236,7 +396,7 @@ impl<G, K, V, A: Default> Default for Topics<G, K, V, A> {
 
 impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq, A: ViewAlloc<V>> Topics<G, K, V, A> {
     /// A receiver of topic `(group, key)`, if it exists.
-    pub(crate) fn get(&self, group: &G, key: &K) -> Option<watch::Receiver<Arc<V>>> {
+    pub(crate) fn get(&self, group: &G, key: &K) -> Option<Receiver<V>> {
         self.groups
             .get(group)
             .and_then(|t| t.get(key))
@@ -246,7 +406,7 @@ impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq, A: ViewAlloc<V>> 
     /// Creates topic `(group, key)` holding `view` and returns a receiver. Sweeps the idle
     /// topics first when as many topics were created since the last sweep as were alive after
     /// it (at least [`TOPICS_MIN_SWEEP`]), so idle topics never outnumber live ones by much.
-    pub(crate) fn insert(&mut self, group: G, key: K, view: V) -> watch::Receiver<Arc<V>> {
+    pub(crate) fn insert(&mut self, group: G, key: K, view: V) -> Receiver<V> {
         if self.created >= self.swept.max(TOPICS_MIN_SWEEP) {
             self.sweep();
         }
@@ -319,7 +479,7 @@ pub(crate) fn subscribe<S, G, K, V, A>(
     group: G,
     key: K,
     compute: impl FnOnce(&S) -> V,
-) -> watch::Receiver<Arc<V>>
+) -> Receiver<V>
 where
     G: Hash + Eq + Clone,
     K: Hash + Eq + Clone,
@@ -376,6 +536,60 @@ mod tests {
         assert!(!topic.is_idle());
         drop(rx);
         assert!(topic.is_idle());
+    }
+
+    /// A proxy watches each port of its pod on a topic of its own: the channel is paid once
+    /// per `WatchPort` stream (tokio's watch channel took 360 bytes).
+    #[test]
+    fn a_topic_channel_is_small() {
+        let shared = std::mem::size_of::<Shared<u32>>();
+        eprintln!("Shared: {shared} bytes");
+        assert!(shared <= 64, "{shared} bytes");
+        assert_eq!(std::mem::size_of::<Receiver<u32>>(), 16);
+    }
+
+    #[tokio::test]
+    async fn a_receiver_wakes_for_the_newest_view_and_sees_the_topic_close() {
+        let topic = Topic::new(Arc::new(1u32));
+        let mut rx = topic.subscribe();
+        let waiting = tokio::spawn(async move {
+            rx.changed().await.unwrap();
+            let view = **rx.borrow();
+            (view, rx)
+        });
+        tokio::task::yield_now().await;
+        assert!(topic.send(Arc::new(2)));
+        let (view, mut rx) = waiting.await.unwrap();
+        assert_eq!(view, 2);
+        assert!(!rx.has_changed().unwrap(), "changed() marks the view seen");
+
+        // Published while nobody waits: one wake-up, for the newest.
+        assert!(topic.send(Arc::new(3)));
+        assert!(topic.send(Arc::new(4)));
+        rx.changed().await.unwrap();
+        assert_eq!(**rx.borrow(), 4);
+        assert!(!rx.has_changed().unwrap());
+
+        // A waiter dropped before any publish leaves the receiver as it was (cancel-safe).
+        let cancelled = tokio::time::timeout(std::time::Duration::from_millis(5), rx.changed());
+        assert!(cancelled.await.is_err());
+        assert!(topic.send(Arc::new(5)));
+        let five = rx.wait_for(|v| **v >= 5).await.unwrap();
+        assert_eq!(**five, 5);
+
+        let mut late = topic.subscribe();
+        let waiter = tokio::spawn(async move { late.wait_for(|v| **v == 7).await.map(|v| **v) });
+        tokio::task::yield_now().await;
+        assert!(topic.send(Arc::new(6)));
+        assert!(topic.send(Arc::new(7)));
+        assert_eq!(waiter.await.unwrap(), Ok(7));
+
+        // A view published before the topic closes is still delivered, then Closed.
+        drop(topic);
+        assert_eq!(rx.has_changed(), Err(Closed));
+        rx.changed().await.unwrap();
+        assert_eq!(**rx.borrow(), 7);
+        assert_eq!(rx.changed().await, Err(Closed));
     }
 
     #[test]

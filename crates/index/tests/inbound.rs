@@ -298,9 +298,7 @@ mod updates {
         index
     }
 
-    fn current(
-        rx: &mut tokio::sync::watch::Receiver<std::sync::Arc<InboundServer>>,
-    ) -> InboundServer {
+    fn current(rx: &mut linkerd_index::topic::Receiver<InboundServer>) -> InboundServer {
         (**rx.borrow_and_update()).clone()
     }
 

@@ -18,8 +18,7 @@ use linkerd_index::{
     source::kube::KubeSource,
 };
 use serde_json::{Value, json};
-use std::{collections::BTreeSet, net::SocketAddr, sync::Arc, time::Duration};
-use tokio::sync::watch;
+use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
 
 const NS: &str = "shop";
 
@@ -29,8 +28,11 @@ const SERVICE_NAMES: [&str; 3] = ["web", "api", "db"];
 /// Every subscription a proxy of the scenarios would hold: each Service's endpoints and
 /// profile.
 struct Subscriptions {
-    endpoints: Vec<(EndpointsKey, watch::Receiver<Arc<EndpointsView>>)>,
-    profiles: Vec<(ServiceProfileKey, watch::Receiver<Arc<ServiceProfileView>>)>,
+    endpoints: Vec<(EndpointsKey, linkerd_index::topic::Receiver<EndpointsView>)>,
+    profiles: Vec<(
+        ServiceProfileKey,
+        linkerd_index::topic::Receiver<ServiceProfileView>,
+    )>,
 }
 
 impl Subscriptions {

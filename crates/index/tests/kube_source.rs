@@ -36,7 +36,7 @@ use std::{
     sync::Arc,
     time::Duration,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 const NS: &str = "emojivoto";
 const WEB_1_IP: &str = "10.244.0.11";
@@ -967,7 +967,10 @@ async fn start_ready_with(api: &FakeApi, metrics: IndexMetrics) -> (DiscoveryInd
 }
 
 /// The next view published, failing the test after [`TIMEOUT`].
-async fn next_view(rx: &mut watch::Receiver<Arc<EndpointsView>>, what: &str) -> Arc<EndpointsView> {
+async fn next_view(
+    rx: &mut linkerd_index::topic::Receiver<EndpointsView>,
+    what: &str,
+) -> Arc<EndpointsView> {
     match tokio::time::timeout(TIMEOUT, rx.changed()).await {
         Ok(Ok(())) => rx.borrow_and_update().clone(),
         Ok(Err(_)) => panic!("topic closed waiting for {what}"),

@@ -16,7 +16,6 @@ use linkerd_index::{
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use std::{net::SocketAddr, sync::Arc, time::Duration};
-use tokio::sync::watch;
 
 const NS: &str = "emojivoto";
 
@@ -98,7 +97,7 @@ fn socks(list: &[&str]) -> Vec<SocketAddr> {
 }
 
 /// Waits until the view's addresses are `want`.
-async fn wait_addrs(rx: &mut watch::Receiver<Arc<EndpointsView>>, want: &[&str]) {
+async fn wait_addrs(rx: &mut linkerd_index::topic::Receiver<EndpointsView>, want: &[&str]) {
     let want = socks(want);
     let waited = tokio::time::timeout(TIMEOUT, rx.wait_for(|v| addrs(v) == want))
         .await

@@ -13,7 +13,6 @@ use linkerd2_proxy_api::inbound::{
     inbound_server_policies_server::{InboundServerPolicies, InboundServerPoliciesServer},
 };
 use std::{pin::Pin, sync::Arc};
-use tokio::sync::watch;
 use tonic::{Request, Response, Status, codegen::BoxFuture};
 
 use crate::{
@@ -114,7 +113,10 @@ impl InboundPolicyService {
     ///
     /// Errors: `InvalidArgument` "Invalid workload: …" / "Invalid port: N"; `NotFound`
     /// "unknown server" when the workload is not indexed (unknown, or an unmeshed pod).
-    fn lookup(&self, spec: &PortSpec) -> Result<watch::Receiver<Arc<InboundServer>>, Status> {
+    fn lookup(
+        &self,
+        spec: &PortSpec,
+    ) -> Result<linkerd_index::topic::Receiver<InboundServer>, Status> {
         let workload: WorkloadRef =
             parse_workload(&spec.workload).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let port = parse_port(spec.port).map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -145,7 +147,7 @@ impl InboundPolicyService {
             // `PortSpec` has no token: its workload, in `target`, is the proxy's own.
             context_token: String::new(),
         };
-        let record = self.streams.open(meta, Some(&rx));
+        let record = self.streams.open(meta, Some(rx.current_view()));
         let state = WatchState {
             views: DistinctViews::new(rx).recorded(record),
             translator: self.translator.clone(),
@@ -234,7 +236,8 @@ mod tests {
     #[test]
     fn the_streams_of_a_topic_translate_each_change_once() {
         const STREAMS: usize = 5;
-        let (tx, rx) = watch::channel(server("web-http", InboundProtocol::Http1));
+        let tx = linkerd_index::topic::Topic::new(server("web-http", InboundProtocol::Http1));
+        let rx = tx.subscribe();
         let translations = Arc::new(SharedTranslations::new());
         let metrics = PolicyMetrics::default();
         let mut streams: Vec<WatchState> = (0..STREAMS)
@@ -256,7 +259,7 @@ mod tests {
         let first = next(&mut streams);
         assert_eq!(translations.translated(), 1);
         assert_eq!(first[0].get().labels["name"], "web-http");
-        tx.send(server("web-grpc", InboundProtocol::Grpc)).unwrap();
+        assert!(tx.send(server("web-grpc", InboundProtocol::Grpc)));
         let changed = next(&mut streams);
         assert_eq!(translations.translated(), 2);
         for message in &changed {

@@ -205,7 +205,7 @@ impl OutboundPolicyService {
                 Ok(Box::pin(stream))
             }
             OutboundLookup::Watch(rx) => {
-                let record = self.streams.open(meta, Some(&rx));
+                let record = self.streams.open(meta, Some(rx.current_view()));
                 let state = WatchState {
                     views: DistinctViews::new(rx).recorded(record),
                     translator: self.translator.clone(),

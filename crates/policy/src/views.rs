@@ -5,17 +5,17 @@
 //! The streams of one topic send the same view, so its translation is made once
 //! ([`SharedTranslations`]) and sent by each of them as one [`Shared`] message.
 
+use linkerd_index::topic;
 use linkerd_runtime::{
     grpc::Shared,
     introspect::{LastSent, StreamRecord},
 };
 use std::{cell::RefCell, collections::VecDeque, sync::Arc, time::Instant};
 use thread_local::ThreadLocal;
-use tokio::sync::watch;
 
 /// A topic's receiver and the view last taken from it.
 pub(crate) struct DistinctViews<V> {
-    rx: watch::Receiver<Arc<V>>,
+    rx: topic::Receiver<V>,
     last: Option<Arc<V>>,
     /// The stream's introspection record, told which view the client is up to date with.
     record: Option<StreamRecord<V>>,
@@ -47,7 +47,7 @@ type Recent<V, M> = VecDeque<(Arc<V>, Shared<M>)>;
 const TRANSLATIONS_PER_THREAD: usize = 16;
 
 impl<V: PartialEq> DistinctViews<V> {
-    pub(crate) fn new(rx: watch::Receiver<Arc<V>>) -> Self {
+    pub(crate) fn new(rx: topic::Receiver<V>) -> Self {
         Self {
             rx,
             last: None,
@@ -188,16 +188,16 @@ mod tests {
 
     #[tokio::test]
     async fn current_view_first_then_only_changes() {
-        let (tx, rx) = watch::channel(Arc::new(1));
-        let mut views = DistinctViews::new(rx);
+        let tx = topic::Topic::new(Arc::new(1));
+        let mut views = DistinctViews::new(tx.subscribe());
         assert_eq!(views.next().await.as_deref(), Some(&1));
         // An equal view under a new Arc, then a different one: only the latter is sent.
-        tx.send(Arc::new(1)).unwrap();
-        tx.send(Arc::new(2)).unwrap();
+        tx.send(Arc::new(1));
+        tx.send(Arc::new(2));
         assert_eq!(views.next().await.as_deref(), Some(&2));
-        tx.send(Arc::new(2)).unwrap();
-        tx.send(Arc::new(3)).unwrap();
-        tx.send(Arc::new(4)).unwrap();
+        tx.send(Arc::new(2));
+        tx.send(Arc::new(3));
+        tx.send(Arc::new(4));
         // A slow reader gets the newest view, not the ones in between.
         assert_eq!(views.next().await.as_deref(), Some(&4));
         drop(tx);

@@ -36,7 +36,6 @@ use std::{
     },
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
-use tokio::sync::watch;
 
 mod service;
 
@@ -142,10 +141,14 @@ trait Progress: Send + Sync + std::fmt::Debug {
     fn behind(&self) -> bool;
 }
 
-/// A topic's receiver (a clone of the stream's, which it does not advance; `None` for a
-/// stream that follows no single topic) and the view the stream last wrote out.
+/// The current view of a stream's topic, read without advancing the stream (a closure over a
+/// clone of the stream's receiver).
+pub type CurrentView<V> = Box<dyn Fn() -> Arc<V> + Send + Sync>;
+
+/// How to read the stream's topic (`None` for a stream that follows no single topic) and the
+/// view the stream last wrote out.
 struct TopicProgress<V> {
-    rx: Option<watch::Receiver<Arc<V>>>,
+    rx: Option<CurrentView<V>>,
     written: Mutex<Option<Arc<V>>>,
 }
 
@@ -192,12 +195,13 @@ impl StreamRegistry {
         this
     }
 
-    /// Records a new stream of `meta` following the topic of `rx` (`None`: a stream that
-    /// follows no single topic, never shown behind). Keep the record as long as the stream.
+    /// Records a new stream of `meta` following the topic whose current view `rx` reads
+    /// (`None`: a stream that follows no single topic, never shown behind). Keep the record as
+    /// long as the stream.
     pub fn open<V: Send + Sync + 'static>(
         &self,
         meta: StreamMeta,
-        rx: Option<&watch::Receiver<Arc<V>>>,
+        rx: Option<CurrentView<V>>,
     ) -> StreamRecord<V> {
         let mut meta = meta;
         // Kept for the stream's life: formatted strings often have room to spare.
@@ -213,7 +217,7 @@ impl StreamRegistry {
             opened_at: SystemTime::now(),
             sent: Mutex::default(),
             progress: TopicProgress {
-                rx: rx.cloned(),
+                rx,
                 written: Mutex::new(None),
             },
         });
@@ -322,7 +326,7 @@ impl<V: Send + Sync> Progress for TopicProgress<V> {
         let Some(rx) = &self.rx else {
             return false;
         };
-        let current = rx.borrow().clone();
+        let current = rx();
         match &*self.written.lock() {
             Some(written) => !Arc::ptr_eq(written, &current),
             // Before its first message a stream is behind: it has a view to send.

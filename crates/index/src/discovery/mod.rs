@@ -244,7 +244,7 @@ impl DiscoveryIndex {
     /// Subscribes to the endpoints of `key`. The receiver's current value is the view now;
     /// it changes whenever a different view is computed. The topic is dropped when the last
     /// receiver is.
-    pub fn endpoints(&self, key: EndpointsKey) -> watch::Receiver<Arc<EndpointsView>> {
+    pub fn endpoints(&self, key: EndpointsKey) -> crate::topic::Receiver<EndpointsView> {
         let sub_key = (key.port, key.hostname.clone());
         subscribe(
             &self.state,
@@ -260,7 +260,7 @@ impl DiscoveryIndex {
     pub fn service_profile(
         &self,
         key: ServiceProfileKey,
-    ) -> watch::Receiver<Arc<ServiceProfileView>> {
+    ) -> crate::topic::Receiver<ServiceProfileView> {
         subscribe(
             &self.state,
             |d| &mut d.profile_topics,
@@ -275,7 +275,7 @@ impl DiscoveryIndex {
     pub fn endpoint_profile(
         &self,
         key: EndpointProfileKey,
-    ) -> Result<watch::Receiver<Arc<EndpointProfileView>>, AddressConflict> {
+    ) -> Result<crate::topic::Receiver<EndpointProfileView>, AddressConflict> {
         profiles::address_conflict(&self.state.lock(), &key)?;
         Ok(subscribe(
             &self.state,

@@ -19,7 +19,6 @@ use std::{
     str::FromStr,
     sync::Arc,
 };
-use tokio::sync::watch;
 
 use self::policy::{
     AuthenticationRef, AuthorizationPolicyInfo, InboundRouteInfo, MeshTlsAuthenticationInfo,
@@ -272,7 +271,7 @@ impl InboundIndex {
         &self,
         workload: WorkloadRef,
         port: u16,
-    ) -> Result<watch::Receiver<Arc<InboundServer>>, UnknownWorkload> {
+    ) -> Result<crate::topic::Receiver<InboundServer>, UnknownWorkload> {
         let initial = self
             .state
             .lock()

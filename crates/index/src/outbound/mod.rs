@@ -64,7 +64,7 @@ pub enum OutboundTarget {
 /// when the EgressNetworks change (§5.8).
 #[derive(Debug)]
 pub enum OutboundLookup {
-    Watch(tokio::sync::watch::Receiver<Arc<OutboundPolicy>>),
+    Watch(crate::topic::Receiver<OutboundPolicy>),
     Fixed(Arc<OutboundPolicy>),
 }
 

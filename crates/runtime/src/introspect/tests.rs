@@ -1,6 +1,13 @@
 use super::*;
 use linkerd_introspection_api::ListStreamsRequest;
 use std::time::Duration;
+use tokio::sync::watch;
+
+/// Reads the current view of `rx`, as the index's `Receiver::current_view` does.
+fn current(rx: &watch::Receiver<Arc<u32>>) -> CurrentView<u32> {
+    let rx = rx.clone();
+    Box::new(move || rx.borrow().clone())
+}
 
 fn meta(api: &'static str, target: &str, pod: Option<&str>, peer: &str) -> StreamMeta {
     StreamMeta {
@@ -28,7 +35,7 @@ fn streams_are_listed_in_open_order_with_filters_and_leave_when_dropped() {
             Some("emojivoto/vote-bot"),
             "10.0.0.1:4000",
         ),
-        Some(&rx),
+        Some(current(&rx)),
     );
     let b = registry.open(
         meta(
@@ -37,7 +44,7 @@ fn streams_are_listed_in_open_order_with_filters_and_leave_when_dropped() {
             Some("emojivoto/web-0"),
             "10.0.0.2:4000",
         ),
-        Some(&rx),
+        Some(current(&rx)),
     );
     let c = registry.open::<u32>(
         meta(
@@ -92,7 +99,7 @@ fn streams_are_listed_in_open_order_with_filters_and_leave_when_dropped() {
 fn a_stream_is_behind_until_it_writes_out_the_topics_newest_view() {
     let registry = StreamRegistry::new();
     let (tx, rx) = watch::channel(Arc::new(1u32));
-    let record = registry.open(meta("Get", "a:80", None, "127.0.0.1:1"), Some(&rx));
+    let record = registry.open(meta("Get", "a:80", None, "127.0.0.1:1"), Some(current(&rx)));
     // Before its first message.
     assert!(registry.list(&StreamFilter::default())[0].behind);
 
@@ -135,7 +142,7 @@ fn one_convergence_observation_per_change_a_stream_writes() {
     let (_tx, rx) = watch::channel(Arc::new(1u32));
     let record = registry.open(
         meta("WatchPort", "w port 1", None, "127.0.0.1:1"),
-        Some(&rx),
+        Some(current(&rx)),
     );
     let view = rx.borrow().clone();
     record.caught_up(&view, true, None);

@@ -467,18 +467,14 @@ status:
 }
 
 /// Waits until `rx`'s channel closes (the watch ended), failing after a second.
-async fn ends(rx: &mut tokio::sync::watch::Receiver<Arc<OutboundPolicy>>) -> bool {
+async fn ends(rx: &mut crate::topic::Receiver<OutboundPolicy>) -> bool {
     let closed = async { while rx.changed().await.is_ok() {} };
     tokio::time::timeout(Duration::from_secs(1), closed)
         .await
         .is_ok()
 }
 
-fn watch(
-    index: &Index,
-    source: &str,
-    addr: &str,
-) -> tokio::sync::watch::Receiver<Arc<OutboundPolicy>> {
+fn watch(index: &Index, source: &str, addr: &str) -> crate::topic::Receiver<OutboundPolicy> {
     match index.outbound_policy(OutboundTarget::Addr(addr.parse().unwrap()), source) {
         Ok(OutboundLookup::Watch(rx)) => rx,
         other => panic!("{other:?}"),
