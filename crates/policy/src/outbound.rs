@@ -235,6 +235,14 @@ pub fn parse_authority(authority: &str, cluster_domain: &str) -> Result<Outbound
         return Err(Status::invalid_argument("authority must have a host"));
     }
     let port = authority_port(&parsed)?;
+    // No Service has such a name, and each distinct name a client watches costs a topic while
+    // its stream lasts: refused, as `Get` refuses it.
+    let name = host.trim_end_matches('.');
+    if name.len() > 253 || name.split('.').any(|label| label.len() > 63) {
+        return Err(Status::invalid_argument(
+            "invalid authority: name longer than DNS allows (253 bytes, 63 per label)",
+        ));
+    }
     // DNS names are case-insensitive; Kubernetes names are lowercase.
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let host = host
@@ -404,6 +412,16 @@ mod tests {
             )
         );
         assert_eq!(err("a b").message(), "invalid authority");
+        // Found by a newcomer: `Get` refused such names while this served a default policy.
+        let long_label = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(64));
+        assert_eq!(
+            err(&long_label).message(),
+            "invalid authority: name longer than DNS allows (253 bytes, 63 per label)"
+        );
+        let long_name = format!("{}.svc.cluster.local", vec!["a".repeat(63); 4].join("."));
+        assert_eq!(err(&long_name).code(), tonic::Code::InvalidArgument);
+        let longest_label = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(63));
+        assert!(parse_authority(&longest_label, "cluster.local").is_ok());
         assert_eq!(err(":80").code(), tonic::Code::InvalidArgument);
         let e = err("example.com:80");
         assert_eq!(e.code(), tonic::Code::NotFound);

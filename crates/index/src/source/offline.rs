@@ -72,7 +72,7 @@ pub enum FileError {
     Read(#[from] std::io::Error),
     #[error("not UTF-8: {0}")]
     NotUtf8(std::str::Utf8Error),
-    #[error("invalid YAML: {0}")]
+    #[error("invalid YAML: {}", yaml_message(.0))]
     Yaml(#[from] serde_saphyr::Error),
     #[error("invalid JSON: {0}")]
     Json(#[from] serde_json::Error),
@@ -83,6 +83,14 @@ pub enum FileError {
     TooLarge { limit: u64 },
     #[error("nested deeper than {limit} levels of `[` or `{{`")]
     TooDeep { limit: usize },
+}
+
+/// serde-saphyr's message without its advice to the program (an option of the decoder, which
+/// the user of a state directory cannot set).
+fn yaml_message(error: &serde_saphyr::Error) -> String {
+    error
+        .to_string()
+        .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
 }
 
 /// `(group, kind)` of an object, e.g. `("discovery.k8s.io", "EndpointSlice")`; the version is not

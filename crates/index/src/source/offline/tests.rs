@@ -347,6 +347,17 @@ fn a_key_repeated_in_a_json_object_counts_as_its_last_value() {
     assert_eq!(objs[0].type_key, (String::new(), "Service".to_string()));
 }
 
+/// A key repeated in a YAML mapping refuses the file (YAML forbids it), and the message names
+/// the key without serde-saphyr's advice to set a decoder option (found by a newcomer).
+#[test]
+fn a_key_repeated_in_yaml_refuses_the_file_naming_the_key() {
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\nkind: Service\n";
+    let err = parse_manifests(Path::new("x.yaml"), yaml.as_bytes()).unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("duplicate mapping key: kind"), "{message}");
+    assert!(!message.contains("Options"), "{message}");
+}
+
 /// Found by the `state_file` fuzz target: an object with `kind` twice was served from a List's
 /// `items` (named by the last `kind`) but refused, with its file, when it was a document of its
 /// own. Both now read it as every JSON decoder does, by the last value; a List is told by its
