@@ -522,10 +522,13 @@ impl StateDir {
         }
         let next = std::sync::atomic::AtomicUsize::new(0);
         let mut loaded: Vec<Option<Loaded>> = paths.iter().map(|_| None).collect();
+        // The workers log where the caller logs (its subscriber may be scoped to its thread).
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
                 .map(|_| {
                     scope.spawn(|| {
+                        let _logs = tracing::dispatcher::set_default(&dispatch);
                         let (mut done, mut buffer) = (Vec::new(), Vec::new());
                         loop {
                             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -617,6 +620,8 @@ impl StateDir {
         };
         let mut objects = Vec::new();
         let mut fresh = Vec::new();
+        // What decoding logs (an address skipped in an object it keeps) names the file.
+        let _file = tracing::warn_span!("state_file", file = %path.display()).entered();
         for m in manifests {
             let key = (m.type_key, m.obj_key);
             // The object's id where the directory has one already.

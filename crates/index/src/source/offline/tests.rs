@@ -347,6 +347,57 @@ fn a_key_repeated_in_a_json_object_counts_as_its_last_value() {
     assert_eq!(objs[0].type_key, (String::new(), "Service".to_string()));
 }
 
+/// Found by a newcomer: a Pod's address that is not an IP was logged without the file it came
+/// from, while every other line about a state file names it. Decoding now runs in a span that
+/// names the file, on loader threads that log where the caller logs.
+#[test]
+fn what_decoding_an_object_logs_names_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = |name: &str, ip: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop}}\n\
+             spec: {{containers: [{{name: app}}]}}\n\
+             status: {{phase: Running, podIP: 10.0.0.7, podIPs: [{{ip: {ip}}}]}}\n"
+        )
+    };
+    std::fs::write(dir.path().join("a-good.yaml"), pod("web-0", "10.0.0.7")).unwrap();
+    std::fs::write(dir.path().join("b-typo.yaml"), pod("web-1", "10.0.0.300")).unwrap();
+    let metrics = IndexMetrics::default();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Event<Arc<PodInfo>>>();
+    let mut state = StateDir::new(
+        dir.path().to_path_buf(),
+        vec![feed::<Pod>(tx, metrics.clone())],
+        metrics,
+    );
+    let log = logged(|| {
+        let (changes, decoded) = state.rescan();
+        state.deliver_changes(changes, decoded);
+    });
+    let line = log
+        .lines()
+        .find(|l| l.contains("10.0.0.300"))
+        .unwrap_or_else(|| panic!("no line about the address: {log}"));
+    assert!(
+        line.contains("b-typo.yaml") && line.contains("shop/web-1"),
+        "{line}"
+    );
+    // Both Pods are served, the second without an address (its podIPs held only the typo).
+    let mut served = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        match event {
+            Event::Apply(pod) => served.push(pod),
+            Event::Reset(pods) => served.extend(pods),
+            Event::Delete(_) => {}
+        }
+    }
+    served.sort_by(|a, b| a.name.cmp(&b.name));
+    let ips: Vec<_> = served
+        .iter()
+        .map(|p| (p.name.as_str(), p.ips.len()))
+        .collect();
+    assert_eq!(ips, [("web-0", 1), ("web-1", 0)]);
+}
+
 /// A key repeated in a YAML mapping refuses the file (YAML forbids it), and the message names
 /// the key without serde-saphyr's advice to set a decoder option (found by a newcomer).
 #[test]
