@@ -67,12 +67,15 @@ pub enum ExplainError {
     /// asked: an unknown pod is `NotFound: unknown server`.
     #[error(transparent)]
     Policy(Box<Error>),
-    /// The controller does not know the workload (`NotFound: unknown server`): no pod or
-    /// ExternalWorkload of that name, or a pod that is not meshed.
-    #[error("no meshed pod or ExternalWorkload {workload} is known to the policy controller")]
+    /// The controller (or the offline index) does not know the workload (`NotFound: unknown
+    /// server`): no pod or ExternalWorkload of that name, or a pod that is not meshed.
+    #[error("no meshed pod or ExternalWorkload {workload} {where_}")]
     UnknownWorkload {
         /// The workload as given (`NS/NAME`).
         workload: String,
+        /// Who was asked: `is known to the policy controller` (`--policy`), `is in the
+        /// cluster state` (`--cluster-state`).
+        where_: &'static str,
         /// The controller's answer.
         source: Box<Error>,
     },

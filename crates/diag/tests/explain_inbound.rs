@@ -309,7 +309,7 @@ async fn bad_input_exits_2_with_the_reason_and_disturbs_nothing() {
     assert_eq!((run.code, run.stdout.as_str()), (Some(2), ""));
     assert_eq!(
         run.stderr,
-        "dst-diag: no meshed pod or ExternalWorkload emojivoto/nosuch is known to the policy controller: GetPort emojivoto/nosuch port 8080: NotFound: unknown server\n"
+        "dst-diag: no meshed pod or ExternalWorkload emojivoto/nosuch is in the cluster state: GetPort emojivoto/nosuch port 8080: NotFound: unknown server\n"
     );
     let run = cluster.online(&unknown_pod).await;
     assert_eq!((run.code, run.stdout.as_str()), (Some(2), ""));
@@ -362,6 +362,16 @@ async fn bad_input_exits_2_with_the_reason_and_disturbs_nothing() {
             format!("dst-diag: invalid --client-identity {id:?}: {why}\n")
         );
     }
+
+    // Found by a newcomer: a method that is no HTTP token was explained as given.
+    let run = cluster
+        .explain(&["inbound", WEB_POD, "8080", ip[0], ip[1], "--method", "GE T"])
+        .await;
+    assert_eq!((run.code, run.stdout.as_str()), (Some(2), ""));
+    assert_eq!(
+        run.stderr,
+        "dst-diag: invalid --method \"GE T\": not an HTTP method (letters, digits and !#$%&'*+-.^_`|~ only)\n"
+    );
 
     // Neither a client nor a source: the command line is refused.
     let run = dst_diag(&["explain", "inbound", WEB_POD, "8080"]).await;

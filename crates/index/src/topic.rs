@@ -5,7 +5,7 @@
 //! The channel is this module's own ([`Receiver`]) rather than `tokio::sync::watch`: a proxy
 //! watches each of its pod's ports on a topic of its own, so the channel is paid once per
 //! stream, and tokio's (about 360 bytes, eight notifiers for many receivers) cost a sixth of a
-//! `WatchPort` stream; this one is a lock, a version and one notifier (about 100 bytes).
+//! `WatchPort` stream; this one is a lock, a version and one notifier (80 bytes).
 //!
 //! A topic whose last receiver is gone is dropped by the index the next time it would
 //! recompute it (a change to its group), or when the topics of its kind have doubled since they

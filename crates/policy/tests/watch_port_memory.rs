@@ -203,7 +203,7 @@ async fn open(
 /// per-topic tasks and the router's future stopped living as long as the stream; 4,722 while
 /// each registry entry held the last message it sent, keeping one translation alive per
 /// stream; 2,227 while each topic was a `tokio::sync::watch` channel, 360 bytes against the
-/// topic's own 100). Issue 15's target, under upstream's 1.9 KB, is not met; this bound stops
+/// topic's own 80). Issue 15's target, under upstream's 1.9 KB, is not met; this bound stops
 /// growth.
 const MAX_BYTES_PER_STREAM: isize = 2_150;
 

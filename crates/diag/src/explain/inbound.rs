@@ -235,6 +235,11 @@ impl InboundArgs {
                     {
                         ExplainError::UnknownWorkload {
                             workload: self.workload.clone(),
+                            where_: if self.source.cluster_state.is_some() {
+                                "is in the cluster state"
+                            } else {
+                                "is known to the policy controller"
+                            },
                             source,
                         }
                     }
@@ -254,6 +259,15 @@ pub(crate) fn build_request(
     headers: &[String],
     default_host: Option<String>,
 ) -> Result<Request, ExplainError> {
+    // RFC 9110 §9.1: a method is a token; a proxy never sees one with spaces or separators.
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if !method.bytes().all(tchar) {
+        return Err(ExplainError::InvalidArgument {
+            flag: "--method",
+            value: method,
+            reason: "not an HTTP method (letters, digits and !#$%&'*+-.^_`|~ only)".into(),
+        });
+    }
     if !target.starts_with('/') {
         return Err(ExplainError::InvalidArgument {
             flag: "--path",
