@@ -81,10 +81,11 @@ pub struct StatusMetrics {
 type ObjectKey = (&'static str, &'static str, String, String);
 
 /// The statuses queued or sent but not yet observed, per object, each without its
-/// `lastTransitionTime`s ([`comparable`]). Shared by the controller, which fills it and
-/// forgets what it observes, and the writer, which forgets what failed.
+/// `lastTransitionTime`s ([`comparable`]) and with when it was queued. Shared by the
+/// controller, which fills it, forgets what it observes and what stayed unobserved for a
+/// whole reconcile period, and the writer, which forgets what failed.
 #[derive(Clone, Debug, Default)]
-struct InFlight(Arc<Mutex<HashMap<ObjectKey, serde_json::Value>>>);
+struct InFlight(Arc<Mutex<HashMap<ObjectKey, (serde_json::Value, Instant)>>>);
 
 /// Why the status writer stopped; the process then exits (spec §1.4).
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +107,7 @@ impl InFlight {
         )
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, serde_json::Value>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, (serde_json::Value, Instant)>> {
         // The map holds no invariant a panicking holder could break.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -116,11 +117,19 @@ impl InFlight {
         self.lock().clear();
     }
 
+    /// Forgets the statuses queued at least `period` ago: a write overwritten before it was
+    /// observed is then sent again. One queued a moment ago is kept, as its write may not
+    /// have come back yet (forgetting it sent the same status twice).
+    fn expire(&self, period: Duration) {
+        self.lock()
+            .retain(|_, (_, queued)| queued.elapsed() < period);
+    }
+
     /// Forgets `patch`'s status unless a different one was queued for its object since.
     fn forget(&self, patch: &StatusPatch) {
         let mut map = self.lock();
         let key = Self::key(patch);
-        if map.get(&key) == Some(&comparable(&patch.status)) {
+        if map.get(&key).map(|(status, _)| status) == Some(&comparable(&patch.status)) {
             map.remove(&key);
         }
     }
@@ -267,8 +276,9 @@ async fn reconcile(
         tokio::select! {
             _ = timer.tick() => {
                 // A write overwritten before it was observed would otherwise never be
-                // sent again: the periodic reconciliation sends whatever still differs.
-                in_flight.clear();
+                // sent again: the periodic reconciliation sends whatever still differs and
+                // was queued a period ago or more.
+                in_flight.expire(period);
             }
             changed = changes.changed() => {
                 if changed.is_err() {
@@ -296,13 +306,13 @@ async fn reconcile(
         for patch in patches {
             let key = InFlight::key(&patch);
             let status = comparable(&patch.status);
-            if pending.get(&key) == Some(&status) {
+            if pending.get(&key).map(|(pending, _)| pending) == Some(&status) {
                 continue;
             }
             match tx.try_send(patch) {
                 Ok(()) => {
                     metrics.enqueues.inc();
-                    pending.insert(key, status);
+                    pending.insert(key, (status, Instant::now()));
                 }
                 Err(TrySendError::Full(patch)) => {
                     metrics.overflows.inc();

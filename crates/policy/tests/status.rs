@@ -739,7 +739,7 @@ async fn a_failed_patch_is_retried() {
     assert_eq!(metric(&registry, "resource_status_patches_total"), "1");
 }
 
-/// The periodic reconciliation forgets what is in flight: a write never observed (here the
+/// The periodic reconciliation forgets what has been in flight for a period: a write never observed (here the
 /// scripted API never reports it back, as when another writer overwrote it first) is sent
 /// again each period while the observed status still differs.
 #[tokio::test]
@@ -760,4 +760,39 @@ async fn a_status_never_observed_is_sent_again_each_period() {
     );
     let log = wait_log(&api, "a second patch of r", |log| patched(log).len() >= 2).await;
     assert_eq!(patched(&log)[..2], ["r", "r"]);
+}
+
+/// Found by the HA test under load (`ha_status_binary`: the new leader patched a route twice):
+/// the periodic reconciliation forgot every status in flight, also one queued a moment before
+/// the tick whose write had not come back yet, and sent it again. Now only what stayed
+/// unobserved for a whole period is sent again.
+#[tokio::test]
+async fn a_status_queued_just_before_a_periodic_reconciliation_is_not_sent_twice() {
+    let (addr, api) = start_api().await;
+    let index = index();
+    let config = StatusConfig {
+        reconcile_period: Duration::from_millis(1000),
+        ..status_config(100)
+    };
+    let _writer = status::spawn(
+        index.index().clone(),
+        client(addr),
+        Leadership::fixed(true),
+        config,
+        StatusMetrics::default(),
+    );
+    // Queued 800 ms into the first period (the scripted API never reports the write back).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    apply_route(&index, "late", json!([]));
+    wait_log(&api, "the patch of late", |log| patched(log) == ["late"]).await;
+    // The tick at 1 s keeps it: at 1.7 s it was still written once.
+    tokio::time::sleep(Duration::from_millis(1700).saturating_sub(Duration::from_millis(800)))
+        .await;
+    assert_eq!(patched(&api.lock().unwrap().log), ["late"]);
+    // Unobserved for a whole period by the tick at 2 s: sent again.
+    let log = wait_log(&api, "a second patch of late", |log| {
+        patched(log).len() >= 2
+    })
+    .await;
+    assert_eq!(patched(&log)[..2], ["late", "late"]);
 }
