@@ -84,7 +84,7 @@ pub enum Error {
         source: tonic::transport::Error,
     },
     /// The server refused the request or ended the stream with an error status.
-    #[error("{rpc} {target}: {}", status_line(status))]
+    #[error("{rpc} {}: {}", echo(target), status_line(status))]
     Status {
         /// The RPC (`Get`, `GetProfile`, `WatchPort`).
         rpc: &'static str,
@@ -96,7 +96,8 @@ pub enum Error {
     /// The server accepted the connection but did not answer the request in time: not a gRPC
     /// server, or a plaintext client on a TLS-only port that does not close the connection.
     #[error(
-        "{rpc} {target}: no response in {}s: is the address a plaintext gRPC port of the right server?",
+        "{rpc} {}: no response in {}s: is the address a plaintext gRPC port of the right server?",
+        echo(target),
         after.as_secs_f32()
     )]
     NoResponse {
@@ -170,6 +171,21 @@ pub fn error_line(error: &dyn std::error::Error) -> String {
     line
 }
 
+/// What an error line repeats of a target: its first 256 bytes (at a character boundary) and
+/// `...` when longer, as the servers' own messages cut what they echo; the whole target is
+/// what the user typed.
+fn echo(target: &str) -> std::borrow::Cow<'_, str> {
+    const MAX_ECHO: usize = 256;
+    if target.len() <= MAX_ECHO {
+        return target.into();
+    }
+    let end = (0..=MAX_ECHO)
+        .rev()
+        .find(|&i| target.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}...", &target[..end]).into()
+}
+
 /// `InvalidArgument: Invalid authority: ...`, or only the code when there is no message, then
 /// the status's causes. An answer that is not gRPC at all (an admin or webhook port given as
 /// the server) or a connection a TLS-only port dropped (the mtls-shim's) gets a hint.
@@ -229,4 +245,31 @@ fn status_line(status: &tonic::Status) -> String {
         );
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by a newcomer: a 10,000-character name was repeated whole in the error line.
+    #[test]
+    fn an_error_line_repeats_at_most_256_bytes_of_the_target() {
+        let target = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(10_000));
+        let error = Error::Status {
+            rpc: "Get",
+            target,
+            status: tonic::Status::invalid_argument("name longer than DNS allows"),
+        };
+        let line = error.to_string();
+        assert_eq!(
+            line,
+            format!(
+                "Get {}...: InvalidArgument: name longer than DNS allows",
+                "a".repeat(256)
+            )
+        );
+        // Cut at a character boundary.
+        assert_eq!(echo(&"é".repeat(200)), format!("{}...", "é".repeat(128)));
+        assert_eq!(echo("web-svc:80"), "web-svc:80");
+    }
 }
