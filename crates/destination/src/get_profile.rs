@@ -3,12 +3,12 @@
 //! differs from the last one sent (identical consecutive profiles are not re-sent).
 
 use futures::{Stream, StreamExt};
-use linkerd_index::topic;
 use linkerd_index::{
     ObjectRef, PortSet, Workload,
     discovery::profiles::{
         EndpointProfileKey, EndpointProfileView, ServiceProfileKey, ServiceProfileView,
     },
+    topic,
 };
 use linkerd_runtime::introspect::{LastSent, StreamMeta, StreamRecord};
 use linkerd2_proxy_api::destination::{DestinationProfile, GetDestination};

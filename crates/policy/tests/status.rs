@@ -739,25 +739,34 @@ async fn a_failed_patch_is_retried() {
     assert_eq!(metric(&registry, "resource_status_patches_total"), "1");
 }
 
-/// The periodic reconciliation forgets what has been in flight for a period: a write never observed (here the
-/// scripted API never reports it back, as when another writer overwrote it first) is sent
-/// again each period while the observed status still differs.
-#[tokio::test]
-async fn a_status_never_observed_is_sent_again_each_period() {
-    let (addr, api) = start_api().await;
-    let index = index();
-    apply_route(&index, "r", json!([]));
+/// A status writer that holds the Lease, reconciling every `period`.
+fn spawn_leader(
+    index: &Index,
+    addr: SocketAddr,
+    period: Duration,
+) -> tokio::task::JoinHandle<Result<(), status::StatusError>> {
     let config = StatusConfig {
-        reconcile_period: Duration::from_millis(300),
+        reconcile_period: period,
         ..status_config(100)
     };
-    let _writer = status::spawn(
+    status::spawn(
         index.index().clone(),
         client(addr),
         Leadership::fixed(true),
         config,
         StatusMetrics::default(),
-    );
+    )
+}
+
+/// The periodic reconciliation forgets what has been in flight for a period: a write never
+/// observed (here the scripted API never reports it back, as when another writer overwrote it
+/// first) is sent again each period while the observed status still differs.
+#[tokio::test]
+async fn a_status_never_observed_is_sent_again_each_period() {
+    let (addr, api) = start_api().await;
+    let index = index();
+    apply_route(&index, "r", json!([]));
+    let _writer = spawn_leader(&index, addr, Duration::from_millis(300));
     let log = wait_log(&api, "a second patch of r", |log| patched(log).len() >= 2).await;
     assert_eq!(patched(&log)[..2], ["r", "r"]);
 }
@@ -770,24 +779,13 @@ async fn a_status_never_observed_is_sent_again_each_period() {
 async fn a_status_queued_just_before_a_periodic_reconciliation_is_not_sent_twice() {
     let (addr, api) = start_api().await;
     let index = index();
-    let config = StatusConfig {
-        reconcile_period: Duration::from_millis(1000),
-        ..status_config(100)
-    };
-    let _writer = status::spawn(
-        index.index().clone(),
-        client(addr),
-        Leadership::fixed(true),
-        config,
-        StatusMetrics::default(),
-    );
+    let _writer = spawn_leader(&index, addr, Duration::from_millis(1000));
     // Queued 800 ms into the first period (the scripted API never reports the write back).
     tokio::time::sleep(Duration::from_millis(800)).await;
     apply_route(&index, "late", json!([]));
     wait_log(&api, "the patch of late", |log| patched(log) == ["late"]).await;
     // The tick at 1 s keeps it: at 1.7 s it was still written once.
-    tokio::time::sleep(Duration::from_millis(1700).saturating_sub(Duration::from_millis(800)))
-        .await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(patched(&api.lock().unwrap().log), ["late"]);
     // Unobserved for a whole period by the tick at 2 s: sent again.
     let log = wait_log(&api, "a second patch of late", |log| {
