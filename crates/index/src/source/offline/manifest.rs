@@ -97,6 +97,19 @@ impl<'a> Documents<'a> {
                         .zip(ends.iter().copied())
                         .map(|(start, end)| &text[start..end]),
                 ),
+                Document::Summarized(items) => {
+                    for (item, (json, summary)) in items.iter().enumerate() {
+                        push_manifest(
+                            &mut manifests,
+                            path,
+                            index,
+                            Some(item),
+                            json,
+                            summary.clone(),
+                        );
+                    }
+                    continue;
+                }
                 Document::NotAnObject => {
                     tracing::warn!(
                         file = %path.display(),
@@ -116,33 +129,57 @@ impl<'a> Documents<'a> {
             };
             let in_list = matches!(document, Document::List(_) | Document::Buffer { .. });
             for (item, json) in items.enumerate() {
-                match summarize(json)? {
-                    Ok((type_key, obj_key, digest)) => manifests.push(Manifest {
-                        type_key,
-                        obj_key,
-                        digest,
-                        json: Cow::Borrowed(json),
-                    }),
-                    Err(Unnamed { missing, kind }) => {
-                        let kind = kind.as_deref().unwrap_or("<no kind>");
-                        let problem = if json.starts_with('{') {
-                            format!(
-                                "without a string `{missing}` (an object needs apiVersion, kind and metadata.name)"
-                            )
-                        } else {
-                            "that is not an object".to_string()
-                        };
-                        // The item's place is all that names an object without a name.
-                        if in_list {
-                            tracing::warn!(file = %path.display(), document = index + 1, item = %format_args!("items[{item}]"), %kind, "skipping a List item {problem}");
-                        } else {
-                            tracing::warn!(file = %path.display(), document = index + 1, %kind, "skipping an object {problem}");
-                        }
-                    }
-                }
+                let summary = summarize(json)?;
+                push_manifest(
+                    &mut manifests,
+                    path,
+                    index,
+                    in_list.then_some(item),
+                    json,
+                    summary,
+                );
             }
         }
         Ok(manifests)
+    }
+}
+
+/// Adds the object `json`, document `index`'s item `item` (`None`: the document itself), to
+/// `manifests`, or logs why it cannot be named.
+fn push_manifest<'a>(
+    manifests: &mut Vec<Manifest<'a>>,
+    path: &Path,
+    index: usize,
+    item: Option<usize>,
+    json: &'a str,
+    summary: Summary,
+) {
+    match summary {
+        Ok((type_key, obj_key, digest)) => manifests.push(Manifest {
+            type_key,
+            obj_key,
+            digest,
+            json: Cow::Borrowed(json),
+        }),
+        Err(Unnamed { missing, kind }) => {
+            let kind = kind.as_deref().unwrap_or("<no kind>");
+            let problem = if json.starts_with('{') {
+                format!(
+                    "without a string `{missing}` (an object needs apiVersion, kind and metadata.name)"
+                )
+            } else {
+                "that is not an object".to_string()
+            };
+            // The item's place is all that names an object without a name.
+            match item {
+                Some(item) => {
+                    tracing::warn!(file = %path.display(), document = index + 1, item = %format_args!("items[{item}]"), %kind, "skipping a List item {problem}")
+                }
+                None => {
+                    tracing::warn!(file = %path.display(), document = index + 1, %kind, "skipping an object {problem}")
+                }
+            }
+        }
     }
 }
 
@@ -153,6 +190,9 @@ enum Document<'a> {
     Object(Cow<'a, str>),
     /// The items of a `kind: List` (or `…List`); an item may be anything, even not an object.
     List(Vec<&'a str>),
+    /// The items of a JSON `kind: List`, each with its keys and digest, read in the pass that
+    /// split the file ([`json_documents`]).
+    Summarized(Vec<(&'a str, Summary)>),
     /// The items of a YAML List, re-encoded as JSON one after another into `text`: item `i`
     /// ends at `ends[i]`. One growing text, not a string per item: the items' trees, freed as
     /// soon as they are encoded, leave no holes pinned by long-lived strings.
@@ -172,38 +212,135 @@ fn is_list_kind(kind: &str) -> bool {
 
 // === JSON ===
 
-/// The documents of a JSON stream, each object a slice of `text`: one pass over the text, which
-/// reads each document's `kind` and splits its `items` while it finds where it ends.
+/// The documents of a JSON stream, each object a slice of `text`.
+///
+/// One pass over the text reads each document's `kind`, and the keys and digest of each of its
+/// `items` ([`Document::Summarized`]), which is most of the work of reading a large List.
+/// Where that pass cannot tell where an item's text lies (an item that is not an object with
+/// a plain first key, a key with escapes after `items`) or fails (an object nested deeper than
+/// serde_json reads), the text is read again as before: split first, each object summarized
+/// later ([`Documents::manifests`]). Both readings give the same manifests.
 fn json_documents(text: &str) -> Result<Vec<Document<'_>>, FileError> {
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<JsonShape<'_>>();
+    match json_documents_summarized(text) {
+        Some(documents) => Ok(documents),
+        None => json_documents_split(text),
+    }
+}
+
+/// [`json_documents`]' single pass; `None` when its result would not be exact.
+fn json_documents_summarized(text: &str) -> Option<Vec<Document<'_>>> {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Shape<'_, true>>();
     let mut documents = Vec::new();
     loop {
         let start = stream.byte_offset();
         let Some(shape) = stream.next() else {
             break;
         };
-        let document = match shape? {
-            JsonShape::Null => Document::Empty,
-            JsonShape::Other => Document::NotAnObject,
-            JsonShape::Object { kind, items } => match (kind, items) {
-                (Some(kind), Some(items)) if is_list_kind(&kind) => match items {
-                    JsonItems::Seq(items) => {
-                        Document::List(items.into_iter().map(RawValue::get).collect())
-                    }
-                    JsonItems::Null => Document::List(Vec::new()),
-                    JsonItems::Other => Document::BadItems,
-                },
-                // The object's own text: from the end of what came before (blanks trimmed)
-                // to where the stream stopped.
-                _ => Document::Object(Cow::Borrowed(
-                    text[start..stream.byte_offset()].trim_start(),
-                )),
-            },
+        let document = match shape.ok()?.0 {
+            JsonShape::Object {
+                kind: Some(kind),
+                items: Some(JsonItems::Summarized(items)),
+                items_end,
+            } if is_list_kind(&kind) => {
+                let texts = locate_items(text, &items, items_end, stream.byte_offset())?;
+                Document::Summarized(
+                    texts
+                        .into_iter()
+                        .zip(items.into_iter().map(|i| i.summary))
+                        .collect(),
+                )
+            }
+            shape => document(text, start, stream.byte_offset(), shape),
         };
         documents.push(document);
     }
+    Some(documents)
+}
+
+/// [`json_documents`]' two passes: the documents, each List's items as texts.
+fn json_documents_split(text: &str) -> Result<Vec<Document<'_>>, FileError> {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Shape<'_, false>>();
+    let mut documents = Vec::new();
+    loop {
+        let start = stream.byte_offset();
+        let Some(shape) = stream.next() else {
+            break;
+        };
+        documents.push(document(text, start, stream.byte_offset(), shape?.0));
+    }
     Ok(documents)
 }
+
+/// The document `shape` read from `text[start..end]`.
+fn document<'a>(text: &'a str, start: usize, end: usize, shape: JsonShape<'a>) -> Document<'a> {
+    match shape {
+        JsonShape::Null => Document::Empty,
+        JsonShape::Other => Document::NotAnObject,
+        JsonShape::Object { kind, items, .. } => match (kind, items) {
+            (Some(kind), Some(items)) if is_list_kind(&kind) => match items {
+                JsonItems::Seq(items) => {
+                    Document::List(items.into_iter().map(RawValue::get).collect())
+                }
+                JsonItems::Null => Document::List(Vec::new()),
+                JsonItems::Other => Document::BadItems,
+                // Not reached: `json_documents_summarized` places a List's summarized items.
+                JsonItems::Summarized(_) => Document::BadItems,
+            },
+            // The object's own text: from the end of what came before (blanks trimmed)
+            // to where the stream stopped.
+            _ => Document::Object(Cow::Borrowed(text[start..end].trim_start())),
+        },
+    }
+}
+
+/// The text of each of `items`, the entries of a List's `items` in `text`: an item starts at
+/// the `{` before its first key and ends before the next item's `{`, or before `items_end`,
+/// with only the separators JSON allows in between; `document_end` is where the List ends.
+/// `None` when an item's first key or the end is not known, or what lies between is not
+/// exactly those separators.
+fn locate_items<'a>(
+    text: &'a str,
+    items: &[SummarizedItem],
+    items_end: ItemsEnd,
+    document_end: usize,
+) -> Option<Vec<&'a str>> {
+    const BLANKS: [char; 4] = [' ', '\t', '\n', '\r'];
+    let base = text.as_ptr() as usize;
+    let starts = items
+        .iter()
+        .map(|item| {
+            // `{`, blanks, then the key's opening quote.
+            let key = item.first_key_at?.checked_sub(base)?;
+            let before = text.get(..key)?.strip_suffix('"')?.trim_end_matches(BLANKS);
+            Some(before.strip_suffix('{')?.len())
+        })
+        .collect::<Option<Vec<usize>>>()?;
+    // After the last item: `]`, then the next key's opening quote or the end of the List's
+    // object.
+    let (end, tail): (usize, &[char]) = match items_end {
+        ItemsEnd::BeforeKeyAt(key) => (key.checked_sub(base)?.checked_sub(1)?, &[',', ']']),
+        ItemsEnd::DocumentEnd => (document_end, &['}', ']']),
+        ItemsEnd::Unknown => return None,
+    };
+    let mut texts = Vec::with_capacity(starts.len());
+    for (i, &start) in starts.iter().enumerate() {
+        let mut item = text.get(start..starts.get(i + 1).copied().unwrap_or(end))?;
+        let separators: &[char] = if i + 1 < starts.len() { &[','] } else { tail };
+        for separator in separators {
+            item = item.trim_end_matches(BLANKS).strip_suffix(*separator)?;
+        }
+        let item = item.trim_end_matches(BLANKS);
+        if !item.ends_with('}') {
+            return None;
+        }
+        texts.push(item);
+    }
+    Some(texts)
+}
+
+/// A [`JsonShape`] whose List `items` are read as each item's keys and digest
+/// ([`JsonItems::Summarized`]) when `SUMMARIZE`, else as each item's text ([`JsonItems::Seq`]).
+struct Shape<'a, const SUMMARIZE: bool>(JsonShape<'a>);
 
 /// What [`json_documents`] needs of one JSON document.
 enum JsonShape<'a> {
@@ -214,26 +351,54 @@ enum JsonShape<'a> {
     Object {
         kind: Option<Cow<'a, str>>,
         items: Option<JsonItems<'a>>,
+        /// What follows the last `items`.
+        items_end: ItemsEnd,
     },
     /// Any other value.
     Other,
+}
+
+/// What follows a document's last `items` value.
+#[derive(Clone, Copy)]
+enum ItemsEnd {
+    /// The end of the document's object.
+    DocumentEnd,
+    /// The key at this address, lent by the parser from the text.
+    BeforeKeyAt(usize),
+    /// A key with escapes, which the parser copied.
+    Unknown,
 }
 
 /// An object's `items`.
 enum JsonItems<'a> {
     /// The text of each entry.
     Seq(Vec<&'a RawValue>),
+    /// The keys and digest of each entry, and where its first key is.
+    Summarized(Vec<SummarizedItem>),
     Null,
     Other,
 }
 
-impl<'de> serde::Deserialize<'de> for JsonShape<'de> {
+/// One entry of `items`, summarized where it was read.
+struct SummarizedItem {
+    summary: Summary,
+    /// See [`Head::first_key_at`]; `None` for an entry that is not an object.
+    first_key_at: Option<usize>,
+}
+
+impl<'de, const SUMMARIZE: bool> serde::Deserialize<'de> for Shape<'de, SUMMARIZE> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(JsonShapeVisitor)
+        deserializer
+            .deserialize_any(JsonShapeVisitor {
+                summarize: SUMMARIZE,
+            })
+            .map(Shape)
     }
 }
 
-struct JsonShapeVisitor;
+struct JsonShapeVisitor {
+    summarize: bool,
+}
 
 impl<'de> Visitor<'de> for JsonShapeVisitor {
     type Value = JsonShape<'de>;
@@ -273,62 +438,142 @@ impl<'de> Visitor<'de> for JsonShapeVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut kind, mut items) = (None, None);
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        let mut items_end = ItemsEnd::DocumentEnd;
+        // Whether the last key read was `items`: the next key, if any, ends it.
+        let mut after_items = false;
+        while let Some(key) = map.next_key_seed(KeyText)? {
+            if std::mem::take(&mut after_items) {
+                items_end = match &key {
+                    Cow::Borrowed(key) => ItemsEnd::BeforeKeyAt(key.as_ptr() as usize),
+                    Cow::Owned(_) => ItemsEnd::Unknown,
+                };
+            }
             match key.as_ref() {
                 "kind" => {
                     // Any value; a List only when it is a string.
                     let raw = map.next_value::<&'de RawValue>()?;
                     kind = serde_json::from_str::<Cow<'de, str>>(raw.get()).ok();
                 }
-                "items" => items = Some(map.next_value::<JsonItems<'de>>()?),
+                "items" => {
+                    items = Some(map.next_value_seed(ItemsSeed {
+                        summarize: self.summarize,
+                    })?);
+                    (items_end, after_items) = (ItemsEnd::DocumentEnd, true);
+                }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(JsonShape::Object { kind, items })
+        Ok(JsonShape::Object {
+            kind,
+            items,
+            items_end,
+        })
     }
 }
 
-impl<'de> serde::Deserialize<'de> for JsonItems<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = JsonItems<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON value")
+/// Reads a map key, lent from the text when the parser can (`Cow<str>` itself always copies).
+struct KeyText;
+
+impl<'de> DeserializeSeed<'de> for KeyText {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyText {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+}
+
+/// Reads an object's `items` (see [`Shape`]).
+struct ItemsSeed {
+    summarize: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for ItemsSeed {
+    type Value = JsonItems<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemsSeed {
+    type Value = JsonItems<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let capacity = seq.size_hint().unwrap_or(0);
+        if !self.summarize {
+            let mut items = Vec::with_capacity(capacity);
+            while let Some(item) = seq.next_element::<&'de RawValue>()? {
+                items.push(item);
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-                while let Some(item) = seq.next_element::<&'de RawValue>()? {
-                    items.push(item);
-                }
-                Ok(JsonItems::Seq(items))
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(JsonItems::Null)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(JsonItems::Other)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(JsonItems::Other)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(JsonItems::Other)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(JsonItems::Other)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(JsonItems::Other)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(JsonItems::Other)
-            }
+            return Ok(JsonItems::Seq(items));
         }
-        deserializer.deserialize_any(V)
+        let mut items = Vec::with_capacity(capacity);
+        loop {
+            let mut head = Head::default();
+            let seed = DigestSeed {
+                capture: Capture::Object(&mut head),
+            };
+            let Some(digest) = seq.next_element_seed(seed)? else {
+                break;
+            };
+            let first_key_at = head.first_key_at;
+            items.push(SummarizedItem {
+                summary: head.summary(digest),
+                first_key_at,
+            });
+        }
+        Ok(JsonItems::Summarized(items))
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(JsonItems::Null)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(JsonItems::Other)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(JsonItems::Other)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(JsonItems::Other)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(JsonItems::Other)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(JsonItems::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(JsonItems::Other)
     }
 }
 
@@ -512,47 +757,25 @@ impl<'de> serde::Deserialize<'de> for YamlItems {
 
 // === keys and digest ===
 
+/// An object's keys and digest ([`summarize`]), or why it cannot be named.
+type Summary = Result<(TypeKey, ObjectKey, Digest), Unnamed>;
+
 /// The keys and digest of one object's JSON text, in one pass over it; [`Unnamed`] when it is
 /// not an object with `apiVersion`, `kind` and `metadata.name` strings. Errors only when the
 /// text nests deeper than serde_json reads.
-fn summarize(
-    json: &str,
-) -> Result<Result<(TypeKey, ObjectKey, Digest), Unnamed>, serde_json::Error> {
+fn summarize(json: &str) -> Result<Summary, serde_json::Error> {
     let mut head = Head::default();
     let mut deserializer = serde_json::Deserializer::from_str(json);
     let digest = DigestSeed {
         capture: Capture::Object(&mut head),
     }
     .deserialize(&mut deserializer)?;
-    let Head {
-        api_version: Some(api_version),
-        kind: Some(kind),
-        name: Some(name),
-        namespace,
-    } = head
-    else {
-        let missing = match &head {
-            Head {
-                api_version: None, ..
-            } => "apiVersion",
-            Head { kind: None, .. } => "kind",
-            _ => "metadata.name",
-        };
-        return Ok(Err(Unnamed {
-            missing,
-            kind: head.kind,
-        }));
-    };
-    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    Ok(Ok((
-        (group.to_string(), kind),
-        (namespace.unwrap_or_default(), name),
-        digest,
-    )))
+    Ok(head.summary(digest))
 }
 
 /// An object that cannot be named: the first of `apiVersion`, `kind`, `metadata.name` that it
 /// lacks (or that is not a string), and its `kind` if it has one.
+#[derive(Clone, Debug)]
 struct Unnamed {
     missing: &'static str,
     kind: Option<String>,
@@ -565,6 +788,41 @@ struct Head {
     kind: Option<String>,
     name: Option<String>,
     namespace: Option<String>,
+    /// The address of the object's first key when the parser lent it from the text (no
+    /// escapes): where [`json_documents`] finds the object's text.
+    first_key_at: Option<usize>,
+}
+
+impl Head {
+    /// The object's keys and `digest`, or what it lacks to be named.
+    fn summary(self, digest: Digest) -> Summary {
+        let Head {
+            api_version: Some(api_version),
+            kind: Some(kind),
+            name: Some(name),
+            namespace,
+            ..
+        } = self
+        else {
+            let missing = match &self {
+                Head {
+                    api_version: None, ..
+                } => "apiVersion",
+                Head { kind: None, .. } => "kind",
+                _ => "metadata.name",
+            };
+            return Err(Unnamed {
+                missing,
+                kind: self.kind,
+            });
+        };
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        Ok((
+            (group.to_string(), kind),
+            (namespace.unwrap_or_default(), name),
+            digest,
+        ))
+    }
 }
 
 /// What a [`DigestSeed`] records of the value it digests, besides the digest.
@@ -681,7 +939,13 @@ impl<'de> Visitor<'de> for DigestSeed<'_> {
             _ => (None, false),
         };
         let (mut sum, mut len) = (0u64, 0u64);
-        while let Some((key, field)) = map.next_key_seed(KeySeed)? {
+        while let Some((key, field, at)) = map.next_key_seed(KeySeed)? {
+            if len == 0
+                && object
+                && let Some(h) = head.as_deref_mut()
+            {
+                h.first_key_at = at;
+            }
             // A key given twice in a JSON object (YAML refuses that) counts as its last value,
             // as serde_json's and Go's decoders read it: each head field is cleared when its key
             // comes, so that the object is named from what the kinds decode, not partly from an
@@ -731,11 +995,12 @@ enum Field {
     Other,
 }
 
-/// Reads a map key: its digest, and which field it is.
+/// Reads a map key: its digest, which field it is, and its address when the parser lent it
+/// from the text.
 struct KeySeed;
 
 impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = (Digest, Field);
+    type Value = (Digest, Field, Option<usize>);
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_str(self)
@@ -743,10 +1008,15 @@ impl<'de> DeserializeSeed<'de> for KeySeed {
 }
 
 impl<'de> Visitor<'de> for KeySeed {
-    type Value = (Digest, Field);
+    type Value = (Digest, Field, Option<usize>);
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a string key")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        let (digest, field, _) = self.visit_str::<E>(v)?;
+        Ok((digest, field, Some(v.as_ptr() as usize)))
     }
 
     fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
@@ -758,7 +1028,7 @@ impl<'de> Visitor<'de> for KeySeed {
             "namespace" => Field::Namespace,
             _ => Field::Other,
         };
-        Ok((digest_of(Tag::Str, v), field))
+        Ok((digest_of(Tag::Str, v), field, None))
     }
 }
 
@@ -817,4 +1087,98 @@ pub(super) fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
         i += 1;
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Read = Vec<(TypeKey, ObjectKey, Digest, String)>;
+
+    fn read(documents: Vec<Document<'_>>) -> Read {
+        Documents(documents)
+            .manifests(Path::new("x.json"))
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.type_key, m.obj_key, m.digest, m.json.into_owned()))
+            .collect()
+    }
+
+    fn svc(name: &str) -> String {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"ports":[{{"port":80}}],"note":"}}], \"x\","}}}}"#
+        )
+    }
+
+    /// The single pass reads a List as the two passes do: the same objects, texts and digests.
+    #[test]
+    fn one_pass_and_two_passes_read_the_same_lists() {
+        let (a, b, c) = (svc("a"), svc("b"), svc("c"));
+        let pretty = serde_json::to_string_pretty(
+            &serde_json::from_str::<Value>(&format!(
+                r#"{{"apiVersion":"v1","items":[{a},{b}],"kind":"List","metadata":{{"resourceVersion":""}}}}"#
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        let unnamed = r#"{"apiVersion":"v1","kind":"Service","metadata":{}}"#;
+        for text in [
+            // As kubectl prints it: `kind` and `metadata` after `items`.
+            pretty,
+            // `items` last, blanks everywhere JSON allows them.
+            format!("{{\"kind\":\"List\" , \"items\" :\n[ {a} ,\n\t{b}\r\n ] \n}}"),
+            // Several documents, an object on its own among them, and an empty List.
+            format!(
+                r#"{c} {{"kind":"ServiceList","items":[{a}],"x":1}}{{"kind":"List","items":[]}}{{"kind":"List","items":null}}"#
+            ),
+            // `items` twice: the last one counts.
+            format!(r#"{{"kind":"List","items":[{a}],"items":[{b},{c}]}}"#),
+            // An item that cannot be named is kept as a summary, and skipped alike.
+            format!(r#"{{"kind":"List","items":[{unnamed},{a}]}}"#),
+            // Not a List: `items` is any field.
+            format!(
+                r#"{{"apiVersion":"v1","kind":"Thing","metadata":{{"name":"t"}},"items":[{a}]}}"#
+            ),
+        ] {
+            let summarized = json_documents_summarized(&text).expect(&text);
+            let split = json_documents_split(&text).unwrap();
+            let (one, two) = (read(summarized), read(split));
+            assert!(!one.is_empty(), "{text}");
+            assert_eq!(one, two, "{text}");
+            for (_, _, _, json) in &one {
+                assert!(json.starts_with('{') && json.ends_with('}'), "{json}");
+            }
+        }
+    }
+
+    /// Where the single pass cannot place an item, the file is read in two passes.
+    #[test]
+    fn what_one_pass_cannot_place_is_read_in_two() {
+        let a = svc("a");
+        for text in [
+            // A first key with an escape: the parser copies it.
+            format!(
+                r#"{{"kind":"List","items":[{{"\u0061piVersion":"v1","kind":"Service","metadata":{{"name":"e"}}}},{a}]}}"#
+            ),
+            // An item that is not an object, an empty object.
+            format!(r#"{{"kind":"List","items":[1,{a}]}}"#),
+            format!(r#"{{"kind":"List","items":[{a},{{}}]}}"#),
+            // A key with an escape after `items`.
+            format!(r#"{{"items":[{a}],"\u006bind":"List"}}"#),
+        ] {
+            assert!(json_documents_summarized(&text).is_none(), "{text}");
+            let documents = json_documents(&text).unwrap();
+            assert_eq!(read(documents), read(json_documents_split(&text).unwrap()));
+        }
+        // An item nested deeper than serde_json reads within the List, not on its own.
+        let deep = format!(
+            r#"{{"kind":"List","items":[{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"d"}},"x":{}1{}}}]}}"#,
+            "[".repeat(125),
+            "]".repeat(125)
+        );
+        assert!(json_documents_summarized(&deep).is_none());
+        let read_deep = read(json_documents(&deep).unwrap());
+        assert_eq!(read_deep.len(), 1);
+        assert_eq!(read_deep[0].1.1, "d");
+    }
 }
