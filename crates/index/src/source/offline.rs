@@ -608,7 +608,13 @@ impl StateDir {
             .flat_map(|f| &f.objects)
             .map(|(id, d)| (id, *d))
             .collect();
-        let manifests = match documents.manifests(path) {
+        // An object of a served kind without a name is as invalid as one that does not decode.
+        let mut nameless = |type_key: &TypeKey| {
+            if let Some(feed) = self.feeds.get(type_key) {
+                self.metrics.invalid_object(feed.label());
+            }
+        };
+        let manifests = match documents.manifests_with(path, &mut nameless) {
             Ok(manifests) => manifests,
             Err(error) => {
                 return Loaded::Failed {

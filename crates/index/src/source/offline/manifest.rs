@@ -85,6 +85,17 @@ impl<'a> Documents<'a> {
     /// Errors when an object nests deeper than serde_json reads (128 levels): splitting a JSON
     /// file into its objects does not count levels, so this is where such a file is refused.
     pub fn manifests(&self, path: &Path) -> Result<Vec<Manifest<'_>>, FileError> {
+        self.manifests_with(path, &mut |_| {})
+    }
+
+    /// [`Self::manifests`], calling `nameless` with the `(group, kind)` of each object skipped
+    /// because it has `apiVersion` and `kind` but no `metadata.name` string, so that the
+    /// caller can count those of the kinds it serves.
+    pub fn manifests_with(
+        &self,
+        path: &Path,
+        nameless: &mut dyn FnMut(&TypeKey),
+    ) -> Result<Vec<Manifest<'_>>, FileError> {
         let mut manifests = Vec::new();
         for (index, document) in self.0.iter().enumerate() {
             let items: Box<dyn Iterator<Item = &str>> = match document {
@@ -101,11 +112,10 @@ impl<'a> Documents<'a> {
                     for (item, (json, summary)) in items.iter().enumerate() {
                         push_manifest(
                             &mut manifests,
-                            path,
-                            index,
-                            Some(item),
+                            (path, index, Some(item)),
                             json,
                             summary.clone(),
+                            nameless,
                         );
                     }
                     continue;
@@ -132,11 +142,10 @@ impl<'a> Documents<'a> {
                 let summary = summarize(json)?;
                 push_manifest(
                     &mut manifests,
-                    path,
-                    index,
-                    in_list.then_some(item),
+                    (path, index, in_list.then_some(item)),
                     json,
                     summary,
+                    nameless,
                 );
             }
         }
@@ -144,15 +153,15 @@ impl<'a> Documents<'a> {
     }
 }
 
-/// Adds the object `json`, document `index`'s item `item` (`None`: the document itself), to
-/// `manifests`, or logs why it cannot be named.
+/// Adds the object `json` to `manifests`, or logs why it cannot be named (and tells `nameless`
+/// of one that has a kind but no name). `(path, index, item)`: where it is, document `index`'s
+/// item `item` (`None`: the document itself) in `path`.
 fn push_manifest<'a>(
     manifests: &mut Vec<Manifest<'a>>,
-    path: &Path,
-    index: usize,
-    item: Option<usize>,
+    (path, index, item): (&Path, usize, Option<usize>),
     json: &'a str,
     summary: Summary,
+    nameless: &mut dyn FnMut(&TypeKey),
 ) {
     match summary {
         Ok((type_key, obj_key, digest)) => manifests.push(Manifest {
@@ -161,7 +170,14 @@ fn push_manifest<'a>(
             digest,
             json: Cow::Borrowed(json),
         }),
-        Err(Unnamed { missing, kind }) => {
+        Err(Unnamed {
+            missing,
+            kind,
+            type_key,
+        }) => {
+            if let Some(type_key) = &type_key {
+                nameless(type_key);
+            }
             let kind = kind.as_deref().unwrap_or("<no kind>");
             let problem = if json.starts_with('{') {
                 format!(
@@ -773,12 +789,19 @@ fn summarize(json: &str) -> Result<Summary, serde_json::Error> {
     Ok(head.summary(digest))
 }
 
+/// The group of `apiVersion` (`""` for the core group's `v1`).
+fn group(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
 /// An object that cannot be named: the first of `apiVersion`, `kind`, `metadata.name` that it
 /// lacks (or that is not a string), and its `kind` if it has one.
 #[derive(Clone, Debug)]
 struct Unnamed {
     missing: &'static str,
     kind: Option<String>,
+    /// `(group, kind)` when both `apiVersion` and `kind` are strings (only the name lacks).
+    type_key: Option<TypeKey>,
 }
 
 /// The fields of an object that name it.
@@ -811,14 +834,20 @@ impl Head {
                 Head { kind: None, .. } => "kind",
                 _ => "metadata.name",
             };
+            let type_key = match (&self.api_version, &self.kind) {
+                (Some(api_version), Some(kind)) => {
+                    Some((group(api_version).to_string(), kind.clone()))
+                }
+                _ => None,
+            };
             return Err(Unnamed {
                 missing,
                 kind: self.kind,
+                type_key,
             });
         };
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
         Ok((
-            (group.to_string(), kind),
+            (group(&api_version).to_string(), kind),
             (namespace.unwrap_or_default(), name),
             digest,
         ))

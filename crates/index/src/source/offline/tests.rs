@@ -538,6 +538,34 @@ async fn objects_that_do_not_decode_are_skipped_and_counted() {
     );
 }
 
+/// A nameless object of a served kind is skipped and counted as invalid, whether on its own or
+/// in a List, in YAML or JSON; one of a kind not served, or with no kind, is only logged.
+#[tokio::test]
+async fn nameless_objects_of_served_kinds_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!(
+            "{}---\napiVersion: v1\nkind: Service\nmetadata: {{namespace: ns}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{}}\n",
+            svc_yaml("good", 80)
+        ),
+    );
+    write(
+        dir.path(),
+        "b.json",
+        r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"namespace":"ns"}},{"kind":"Service"}]}"#,
+    );
+    let metrics = IndexMetrics::default();
+    let mut services = services(dir.path(), &metrics).await;
+    let Event::Reset(objs) = next(&mut services).await else {
+        panic!("expected Reset")
+    };
+    assert_eq!(names(&objs), ["good"]);
+    assert_eq!(metrics.invalid_objects("Service"), 2);
+    assert_eq!(metrics.invalid_objects("ConfigMap"), 0);
+}
+
 #[test]
 fn a_missing_directory_is_an_error_naming_it() {
     let rt = tokio::runtime::Builder::new_current_thread()
