@@ -166,10 +166,31 @@ impl StreamsArgs {
             }
             OutputFormat::Table => {
                 emit(out, &streams_table(&streams, now).render())?;
+                if streams.is_empty()
+                    && let Some(hint) = self.api.as_deref().and_then(served_by)
+                {
+                    emit(out, &hint)?;
+                }
             }
         }
         Ok(())
     }
+}
+
+/// Where the streams of `api` are, for a listing of them that came back empty: the API of the
+/// other container is a common mistake (`--api WatchPort` on destination's port). `None` for
+/// a name that is not one of the four.
+fn served_by(api: &str) -> Option<String> {
+    let (binary, default) = match api {
+        "Get" | "GetProfile" => ("destination", DEFAULT_DESTINATION_INTROSPECTION),
+        "WatchPort" | "Watch" => ("policy-controller", DEFAULT_POLICY_INTROSPECTION),
+        _ => return None,
+    };
+    Some(format!(
+        "no open {api} streams here; {api} streams are {binary}'s, whose introspection API the \
+         pod serves on {} (--introspection)",
+        default.trim_start_matches("http://")
+    ))
 }
 
 // === impl StreamArgs ===

@@ -194,6 +194,25 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
         "{stdout}"
     );
 
+    // `WatchPort` streams asked of destination: none, and where they are.
+    let (code, stdout, _) = wait_output(dst_diag(&[
+        "streams",
+        "--introspection",
+        &s.destination_introspection,
+        "--api",
+        "WatchPort",
+    ]))
+    .await;
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "ID  API  POD  TARGET  PEER  SENT  LAST SENT  OPENED  BEHIND",
+            "no open WatchPort streams here; WatchPort streams are policy-controller's, whose introspection API the pod serves on 127.0.0.1:9980 (--introspection)"
+        ],
+        "{stdout}"
+    );
+
     // `stream ID -o json`: what it last sent, in the shape `dst-diag endpoints -o json` prints.
     let (code, stdout, stderr) = wait_output(dst_diag(&[
         "stream",
