@@ -139,7 +139,17 @@ impl<'a> Documents<'a> {
             };
             let in_list = matches!(document, Document::List(_) | Document::Buffer { .. });
             for (item, json) in items.enumerate() {
-                let summary = summarize(json)?;
+                let summary = match summarize(json) {
+                    Ok(summary) => summary,
+                    // A value that is not an object is skipped alone however deep it nests,
+                    // as a document that is not one is; an object too deep refuses the file.
+                    Err(_) if !json.starts_with('{') => Err(Unnamed {
+                        missing: "apiVersion",
+                        kind: None,
+                        type_key: None,
+                    }),
+                    Err(error) => return Err(error.into()),
+                };
                 push_manifest(
                     &mut manifests,
                     (path, index, in_list.then_some(item)),

@@ -923,6 +923,15 @@ fn deeply_nested_files_are_refused_before_parsing() {
             "{err}"
         );
     }
+    // A List item that is not an object is skipped alone, however deep it nests.
+    let deep_item = format!(
+        r#"{{"kind":"List","items":[{}{},{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"a"}}}}]}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let objs = parse_manifests(Path::new("x.json"), deep_item.as_bytes()).unwrap();
+    assert_eq!(objs.len(), 1);
+    assert_eq!(objs[0].obj_key, (String::new(), "a".to_string()));
     let mixed = format!("a: {}", "{b: [".repeat(200));
     assert!(matches!(
         parse_manifests(Path::new("x.yaml"), mixed.as_bytes()),
