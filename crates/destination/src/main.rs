@@ -33,7 +33,7 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
     let metrics = DestinationMetrics::register(&mut registry);
     let link_metrics = LinkMetrics::register(&mut registry);
     let controller_metrics = external_endpoints::ControllerMetrics::register(&mut registry);
-    let streams = StreamRegistry::register(&mut registry);
+    let streams = StreamRegistry::register(&mut registry, &["Get", "GetProfile"]);
     linkerd_runtime::process::register(&mut registry);
 
     let (trigger, shutdown) = shutdown::channel();

@@ -95,7 +95,7 @@ async fn start() -> Served {
     index.apply(Event::Apply(slice(&ready)));
 
     let mut registry = Registry::default();
-    let streams = StreamRegistry::register(&mut registry);
+    let streams = StreamRegistry::register(&mut registry, &["Get", "GetProfile"]);
     let (trigger, shutdown) = shutdown::channel();
     let service = DestinationService::new(
         index.index().clone(),
@@ -334,7 +334,7 @@ async fn the_convergence_histogram_counts_one_observation_per_stream_per_change(
     // First messages answer requests: no observation.
     let text = s.scrape();
     assert!(
-        !text.contains("stream_convergence_seconds_count{api=\"Get\"}"),
+        text.contains("stream_convergence_seconds_count{api=\"Get\"} 0\n"),
         "{text}"
     );
 

@@ -55,6 +55,17 @@ async fn subscribers_follow_streams_and_series_go_with_the_last_one() {
         text.contains("service_cache_size{cluster=\"local\"} 3"),
         "{text}"
     );
+    // Counters that nothing has incremented are there at 0, so that `increase()` sees the
+    // first increment.
+    for zero in [
+        "offline_invalid_files_total{cluster=\"local\"} 0\n",
+        "offline_conflicting_objects_total{cluster=\"local\"} 0\n",
+        "offline_reloads_total{cluster=\"local\"} 0\n",
+        "index_invalid_objects_total{cluster=\"local\",kind=\"Pod\"} 0\n",
+        "index_invalid_objects_total{cluster=\"local\",kind=\"EndpointSlice\"} 0\n",
+    ] {
+        assert!(text.contains(zero), "{zero}{text}");
+    }
 
     // Closing streams must not deadlock the metrics (regression: the gauge's read guard was held
     // while removing the series) and the series goes with the last subscriber.

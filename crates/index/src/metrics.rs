@@ -241,6 +241,32 @@ impl IndexMetrics {
             .map(|(_, h)| h.clone())
     }
 
+    /// Creates the series of `kind` at 0 (`index_invalid_objects_total{cluster,kind}`, and
+    /// `index_watch_restarts_total{kind}` when `watched` from an API server): a series that
+    /// appears only with its first increment hides that increment from `increase()`.
+    pub(crate) fn expose_kind(&self, kind: &str, watched: bool) {
+        drop(self.invalid_objects.get_or_create(&InvalidObjectLabels {
+            cluster: self.cluster.cluster.clone(),
+            kind: kind.to_string(),
+        }));
+        if watched {
+            drop(self.watch_restarts.get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            }));
+        }
+    }
+
+    /// Creates the offline source's series of this cluster at 0 (see [`Self::expose_kind`]).
+    pub(crate) fn expose_offline(&self) {
+        for counter in [
+            &self.invalid_files,
+            &self.conflicting_objects,
+            &self.offline_reloads,
+        ] {
+            drop(counter.family.get_or_create(&counter.labels));
+        }
+    }
+
     pub(crate) fn watch_restarted(&self, kind: &str) {
         self.watch_restarts
             .get_or_create(&KindLabels {

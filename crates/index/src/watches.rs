@@ -272,6 +272,10 @@ impl Watches {
             .enumerate()
             .map(|(at, k)| k.start(readiness.clone(), at, self.metrics.clone()))
             .collect();
+        let watched = matches!(source, ClusterSource::Kube(_));
+        for kind in &kinds {
+            self.metrics.expose_kind(kind.label(), watched);
+        }
         let tasks = match source {
             ClusterSource::Kube(kube) => kinds.into_iter().map(|k| k.spawn_kube(kube)).collect(),
             ClusterSource::Offline(offline) => {

@@ -37,7 +37,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let index_metrics = IndexMetrics::register(&mut registry);
     let metrics = PolicyMetrics::register(&mut registry);
     let status_metrics = StatusMetrics::register(&mut registry);
-    let streams = linkerd_runtime::introspect::StreamRegistry::register(&mut registry);
+    let streams = linkerd_runtime::introspect::StreamRegistry::register(
+        &mut registry,
+        &["WatchPort", "Watch"],
+    );
     linkerd_runtime::process::register(&mut registry);
 
     let (trigger, shutdown) = shutdown::channel();

@@ -183,9 +183,14 @@ impl StreamRegistry {
         }
     }
 
-    /// A registry whose `stream_convergence_seconds` and `streams_behind` are in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
+    /// A registry whose `stream_convergence_seconds` and `streams_behind` are in `registry`,
+    /// with the histogram of each of `apis` (the server's, of [`APIS`]) there from the start,
+    /// empty: a series that appears only with its first observation hides it from `increase()`.
+    pub fn register(registry: &mut Registry, apis: &[&'static str]) -> Self {
         let this = Self::new();
+        for api in apis {
+            this.convergence(api);
+        }
         registry.register(
             "stream_convergence_seconds",
             "Time from the index seeing a change to a watch stream writing the message it causes",

@@ -229,6 +229,7 @@ impl OfflineSource {
         use tracing::Instrument;
         let span = tracing::Span::current();
         let dir = self.dir.clone();
+        self.metrics.expose_offline();
         let mut state = StateDir::new(dir.clone(), feeds, self.metrics.clone());
         // Reading and parsing block: a huge or hostile file must not stall the runtime.
         let in_span = span.clone();

@@ -138,7 +138,7 @@ fn a_stream_is_behind_until_it_writes_out_the_topics_newest_view() {
 #[test]
 fn one_convergence_observation_per_change_a_stream_writes() {
     let mut metrics = Registry::default();
-    let registry = StreamRegistry::register(&mut metrics);
+    let registry = StreamRegistry::register(&mut metrics, &["Get"]);
     let (_tx, rx) = watch::channel(Arc::new(1u32));
     let record = registry.open(
         meta("WatchPort", "w port 1", None, "127.0.0.1:1"),
@@ -173,6 +173,11 @@ fn one_convergence_observation_per_change_a_stream_writes() {
         "{text}"
     );
     assert!(text.contains("streams_behind{api=\"Get\"} 0\n"), "{text}");
+    // The server's APIs have their histogram before any observation.
+    assert!(
+        text.contains("stream_convergence_seconds_count{api=\"Get\"} 0\n"),
+        "{text}"
+    );
 }
 
 #[test]
