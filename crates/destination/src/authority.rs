@@ -1,7 +1,7 @@
 //! Parsing the `path` of a `Get` request: `<service>.<namespace>.svc.<cluster-domain>[:port]` or
 //! `<instance>.<service>.<namespace>.svc.<cluster-domain>[:port]` (spec/destination.md §C.1).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 /// Why a path was refused; each becomes `InvalidArgument` with this message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -67,7 +67,13 @@ pub fn split_host_port(path: &str) -> Result<(&str, u16), AuthorityError> {
             .rsplit_once(':')
             .ok_or_else(|| invalid("missing port"))?;
         if host.contains(':') {
-            return Err(invalid("IPv6 addresses must be bracketed"));
+            // `fd00::1:80` is an IPv6 address left bare; `http://web:80` or `web:80:80` is not
+            // an authority at all.
+            return Err(invalid(if host.parse::<Ipv6Addr>().is_ok() {
+                "IPv6 addresses must be bracketed"
+            } else {
+                "not host:port (one `:` at most, and no scheme such as `http://`)"
+            }));
         }
         (host, port)
     };
@@ -289,6 +295,20 @@ mod tests {
             assert!(
                 matches!(invalid(path), AuthorityError::NotAService { .. }),
                 "{path}"
+            );
+        }
+        let reason = |p: &str| match invalid(p) {
+            AuthorityError::Invalid { reason, .. } => reason,
+            other => panic!("{p}: {other:?}"),
+        };
+        assert_eq!(reason("fd00::1:80"), "IPv6 addresses must be bracketed");
+        for path in [
+            "http://web-svc.emojivoto.svc.cluster.local:80",
+            "web-svc.emojivoto.svc.cluster.local:80:80",
+        ] {
+            assert_eq!(
+                reason(path),
+                "not host:port (one `:` at most, and no scheme such as `http://`)"
             );
         }
         let long = format!("{}:99999", "é".repeat(10_000));

@@ -331,9 +331,10 @@ impl ProxyStatusArgs {
                 }
                 let behind = rows.iter().filter(|(_, s)| s.behind).count();
                 let summary = format!(
-                    "{}: {} streams, {} in sync, {} behind",
+                    "{}: {} stream{}, {} in sync, {} behind",
                     self.pod,
                     rows.len(),
+                    if rows.len() == 1 { "" } else { "s" },
                     rows.len() - behind,
                     behind
                 );

@@ -227,9 +227,14 @@ impl OutboundPolicyService {
 /// Parses an authority target (§5.1 step 3): `<name>.<namespace>.svc[.<cluster-domain>][.]`
 /// with an optional port (default 80), case-insensitively.
 pub fn parse_authority(authority: &str, cluster_domain: &str) -> Result<OutboundTarget, Status> {
-    let parsed: http::uri::Authority = authority
-        .parse()
-        .map_err(|_| Status::invalid_argument("invalid authority"))?;
+    // Upstream's message, with the parser's reason after it.
+    let parsed: http::uri::Authority = authority.parse().map_err(|e: http::uri::InvalidUri| {
+        let reason = e.to_string();
+        Status::invalid_argument(match reason.as_str() {
+            "invalid authority" => reason,
+            _ => format!("invalid authority: {reason}"),
+        })
+    })?;
     let host = parsed.host();
     if host.is_empty() {
         return Err(Status::invalid_argument("authority must have a host"));
@@ -411,7 +416,12 @@ mod tests {
                 "invalid authority: port \"+80\" is not a number"
             )
         );
-        assert_eq!(err("a b").message(), "invalid authority");
+        assert_eq!(
+            err("a b").message(),
+            "invalid authority: invalid uri character"
+        );
+        assert_eq!(err("").message(), "invalid authority: empty string");
+        assert!(err("a:80:80").message().starts_with("invalid authority"));
         // Found by a newcomer: `Get` refused such names while this served a default policy.
         let long_label = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(64));
         assert_eq!(
