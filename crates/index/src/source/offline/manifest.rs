@@ -139,16 +139,12 @@ impl<'a> Documents<'a> {
             };
             let in_list = matches!(document, Document::List(_) | Document::Buffer { .. });
             for (item, json) in items.enumerate() {
-                let summary = match summarize(json) {
-                    Ok(summary) => summary,
-                    // A value that is not an object is skipped alone however deep it nests,
-                    // as a document that is not one is; an object too deep refuses the file.
-                    Err(_) if !json.starts_with('{') => Err(Unnamed {
-                        missing: "apiVersion",
-                        kind: None,
-                        type_key: None,
-                    }),
-                    Err(error) => return Err(error.into()),
+                // A value that is not an object names nothing: it is skipped alone, unread,
+                // however deep it nests. An object too deep refuses the file.
+                let summary = if json.starts_with('{') {
+                    summarize(json)?
+                } else {
+                    Err(Unnamed::not_an_object())
                 };
                 push_manifest(
                     &mut manifests,
@@ -812,6 +808,17 @@ struct Unnamed {
     kind: Option<String>,
     /// `(group, kind)` when both `apiVersion` and `kind` are strings (only the name lacks).
     type_key: Option<TypeKey>,
+}
+
+impl Unnamed {
+    /// A value that is not an object: it lacks `apiVersion` first, as [`summarize`] finds.
+    fn not_an_object() -> Self {
+        Self {
+            missing: "apiVersion",
+            kind: None,
+            type_key: None,
+        }
+    }
 }
 
 /// The fields of an object that name it.
