@@ -16,6 +16,9 @@
 //! 5. Checks the index is complete: `destination` must answer a `Get` of the last Service with
 //!    its M endpoints, each with a TLS identity (the pods are meshed); in kube mode every pod
 //!    must have been listed.
+//! 6. With `--streams S`, `destination` only: opens S `Get` streams of the last Service at once,
+//!    round robin over `--connections` HTTP/2 connections, waits until each has all M
+//!    endpoints, and reads the RSS again: what a stream costs on this cluster, in each mode.
 
 use anyhow::{Context, bail, ensure};
 use linkerd2_proxy_api::destination::{
@@ -79,6 +82,15 @@ pub struct BenchScaleArgs {
     /// The state directory's files in offline mode.
     #[arg(long, value_enum, default_value_t = Format::Yaml)]
     format: Format,
+
+    /// `destination` only: `Get` streams of the last Service opened after the check, to
+    /// measure what a stream costs (0: none).
+    #[arg(long, default_value_t = 0)]
+    streams: usize,
+
+    /// HTTP/2 connections the `--streams` are spread over (round robin).
+    #[arg(long, default_value_t = 200)]
+    connections: usize,
 
     /// Seconds between the RSS read at ready and the settled one.
     #[arg(long, default_value_t = 2.0)]
@@ -174,6 +186,18 @@ struct Figures {
     cpu_to_ready: Duration,
     /// The completeness check: what it found, or why it failed.
     check: Result<String, String>,
+    /// `--streams`: what opening them cost, or why it failed.
+    streams: Option<Result<StreamFigures, String>>,
+}
+
+/// `--streams` on one run.
+struct StreamFigures {
+    streams: usize,
+    /// From the first request until every stream had all M endpoints.
+    opened_in: Duration,
+    /// RSS with the connections open, before the first stream, and with every stream open.
+    rss_before: u64,
+    rss_open: u64,
 }
 
 /// What was generated, for the report.
@@ -449,6 +473,12 @@ async fn measure(
         Binary::Destination => check_endpoints(addr, spec).await,
         Binary::PolicyController => Ok("ready".to_string()),
     };
+    let streams = match binary {
+        Binary::Destination if args.streams > 0 && check.is_ok() => {
+            Some(open_streams(addr, pid, spec, args).await)
+        }
+        _ => None,
+    };
     if let Source::Kube { api, .. } = &source {
         let listed = api
             .stats()
@@ -478,7 +508,72 @@ async fn measure(
         settled,
         cpu_to_ready,
         check,
+        streams,
     }))
+}
+
+/// `--streams`: opens them all at once over `--connections` connections, waits until each has
+/// the last Service's M endpoints, reads the RSS, and closes them.
+async fn open_streams(
+    addr: SocketAddr,
+    pid: u32,
+    spec: &ScaleSpec,
+    args: &BenchScaleArgs,
+) -> Result<StreamFigures, String> {
+    let channels = bench::connect(addr, args.connections)
+        .await
+        .map_err(|e| format!("{e:#}"))?
+        .channels;
+    let rss = || server::rss_bytes(pid).map_err(|e| format!("{e:#}"));
+    let rss_before = rss()?;
+    let request = GetDestination {
+        scheme: "k8s".to_string(),
+        path: spec.authority(spec.services - 1),
+        context_token: String::new(),
+    };
+    let endpoints = spec.pods_per_service;
+    eprintln!(
+        "opening {} Get streams of {} over {} connections...",
+        args.streams, request.path, args.connections
+    );
+    let started = Instant::now();
+    let opened = (0..args.streams).map(|i| {
+        let mut client = DestinationClient::new(channels[i % channels.len()].clone());
+        let request = request.clone();
+        async move {
+            let mut updates = client
+                .get(request)
+                .await
+                .map_err(|e| format!("stream {i}: Get refused: {e}"))?
+                .into_inner();
+            let mut got = 0;
+            while got < endpoints {
+                match updates.message().await {
+                    Ok(Some(update)) => match update.update {
+                        Some(update::Update::Add(set)) => got += set.addrs.len(),
+                        other => return Err(format!("stream {i}: unexpected update {other:?}")),
+                    },
+                    Ok(None) => return Err(format!("stream {i}: ended")),
+                    Err(e) => return Err(format!("stream {i}: {e}")),
+                }
+            }
+            Ok(updates)
+        }
+    });
+    let timeout = CHECK_TIMEOUT.max(Duration::from_millis(5 * args.streams as u64));
+    let open = tokio::time::timeout(timeout, futures::future::try_join_all(opened))
+        .await
+        .map_err(|_| format!("not every stream had its endpoints within {timeout:?}"))??;
+    let opened_in = started.elapsed();
+    let rss_open = rss()?;
+    drop(open);
+    drop(channels);
+    Ok(StreamFigures {
+        streams: args.streams,
+        opened_in,
+        rss_before,
+        rss_open,
+    })
 }
 
 /// A `Get` of the last Service's HTTP port must bring its M pods' addresses, each with a TLS
@@ -570,6 +665,17 @@ impl BenchScaleArgs {
             "--ready-timeout must be positive"
         );
         ensure!(self.max_rss_mib > 0, "--max-rss-mib must be positive");
+        if self.streams > 0 {
+            ensure!(
+                self.binary != BinaryArg::PolicyController,
+                "--streams opens Get streams: it needs --binary destination or both"
+            );
+            ensure!(
+                (1..=self.streams).contains(&self.connections),
+                "--connections must be between 1 and --streams ({})",
+                self.streams
+            );
+        }
         Ok(())
     }
 
@@ -618,7 +724,7 @@ fn print(args: &BenchScaleArgs, spec: &ScaleSpec, generated: &Generated, runs: &
     println!();
     println!("== cargo xtask bench-scale ==");
     println!(
-        "parameters: --services {} --pods-per-service {} --mode {} --binary {} --format {format} --settle {} --ready-timeout {} --max-rss-mib {} --release={}",
+        "parameters: --services {} --pods-per-service {} --mode {} --binary {} --format {format} --streams {} --connections {} --settle {} --ready-timeout {} --max-rss-mib {} --release={}",
         args.services,
         args.pods_per_service,
         format!("{:?}", args.mode).to_lowercase(),
@@ -627,6 +733,8 @@ fn print(args: &BenchScaleArgs, spec: &ScaleSpec, generated: &Generated, runs: &
             BinaryArg::PolicyController => "policy-controller",
             BinaryArg::Both => "both",
         },
+        args.streams,
+        args.connections,
         args.settle,
         args.ready_timeout,
         args.max_rss_mib,
@@ -706,6 +814,93 @@ fn print(args: &BenchScaleArgs, spec: &ScaleSpec, generated: &Generated, runs: &
                 run.binary.name(),
                 f.load
             );
+            match &f.streams {
+                Some(Ok(s)) => {
+                    let grown = s.rss_open.saturating_sub(s.rss_before);
+                    println!(
+                        "{} {}: {} Get streams of {} endpoints over {} connections, all with their endpoints after {:.2} s; RSS {:.1} -> {:.1} MiB: {:.2} KiB per stream",
+                        run.mode.name(),
+                        run.binary.name(),
+                        s.streams,
+                        spec.pods_per_service,
+                        args.connections,
+                        s.opened_in.as_secs_f64(),
+                        mib(s.rss_before),
+                        mib(s.rss_open),
+                        grown as f64 / 1024.0 / s.streams as f64
+                    );
+                }
+                Some(Err(why)) => println!(
+                    "{} {}: --streams FAILED: {why}",
+                    run.mode.name(),
+                    run.binary.name()
+                ),
+                None => {}
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> BenchScaleArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            scale: BenchScaleArgs,
+        }
+        let argv = std::iter::once("bench-scale").chain(extra.iter().copied());
+        <Cli as clap::Parser>::parse_from(argv).scale
+    }
+
+    #[test]
+    fn streams_are_opened_only_on_destination_and_over_at_most_one_connection_each() {
+        assert!(args(&[]).validate().is_ok());
+        assert!(
+            args(&["--streams", "100", "--connections", "100"])
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            args(&[
+                "--streams",
+                "100",
+                "--connections",
+                "10",
+                "--binary",
+                "both"
+            ])
+            .validate()
+            .is_ok()
+        );
+        let policy = args(&[
+            "--streams",
+            "100",
+            "--connections",
+            "10",
+            "--binary",
+            "policy-controller",
+        ]);
+        assert!(
+            policy
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--binary destination or both")
+        );
+        // 200 connections by default: more than 100 streams can use.
+        let too_many = args(&["--streams", "100"]).validate().unwrap_err();
+        assert!(
+            too_many
+                .to_string()
+                .contains("--connections must be between 1")
+        );
+        assert!(
+            args(&["--streams", "10", "--connections", "0"])
+                .validate()
+                .is_err()
+        );
     }
 }
