@@ -85,10 +85,12 @@ pub enum FileError {
     TooDeep { limit: usize },
 }
 
-/// serde-saphyr's message without its advice to the program (an option of the decoder, which
-/// the user of a state directory cannot set).
+/// serde-saphyr's message on one line, as a log line holds it: with the line and column but
+/// without the excerpt of the file it draws under them, and without its advice to the program
+/// (an option of the decoder, which the user of a state directory cannot set).
 fn yaml_message(error: &serde_saphyr::Error) -> String {
     error
+        .without_snippet()
         .to_string()
         .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
 }

@@ -106,7 +106,7 @@ fn malformed_files_are_errors_naming_the_problem() {
     let cases = [
         ("x.yaml", "kind: [unclosed", "invalid YAML"),
         ("x.json", "{\"kind\":", "invalid JSON"),
-        ("x.yaml", "? [a, b]\n: c\n", "invalid YAML: error: line 1"),
+        ("x.yaml", "? [a, b]\n: c\n", "at line 1, column 3"),
     ];
     for (file, text, needle) in cases {
         let err = parse_manifests(Path::new(file), text.as_bytes())
@@ -114,6 +114,15 @@ fn malformed_files_are_errors_naming_the_problem() {
             .to_string();
         assert!(err.contains(needle), "{text:?}: {err}");
     }
+    // One line, as logged: the position, not an excerpt of the file drawn under it.
+    let text = "apiVersion: v1\nkind: Service\nspec:\n  ports:\n  - port: [1\n";
+    let err = parse_manifests(Path::new("x.yaml"), text.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains('\n'), "{err}");
+    assert!(err.starts_with("invalid YAML: "), "{err}");
+    assert!(err.contains("line 5, column 11"), "{err}");
+    assert!(err.contains("unclosed bracket"), "{err}");
     let err = parse_manifests(Path::new("x.yaml"), b"kind: caf\xe9\n").unwrap_err();
     assert!(matches!(err, FileError::NotUtf8(_)), "{err}");
     assert!(err.to_string().starts_with("not UTF-8: "), "{err}");
