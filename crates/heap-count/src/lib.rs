@@ -9,7 +9,9 @@
 //!   freed by another thread counts on that thread);
 //! - on marked threads: [`marked_live`] is what the threads that called [`mark_thread`] (a
 //!   runtime's `on_thread_start`) allocated and freed, so a server on its own runtime can be
-//!   measured apart from its clients.
+//!   measured apart from its clients; [`reset_marked_peak`] and [`marked_peak`] give the most
+//!   it held at once over a stretch (what a burst of work needs, even if freed since: the
+//!   process keeps that much resident).
 //!
 //! ```ignore
 //! #[global_allocator]
@@ -26,6 +28,7 @@ use std::{
 pub struct CountingAllocator;
 
 static MARKED_LIVE: AtomicIsize = AtomicIsize::new(0);
+static MARKED_PEAK: AtomicIsize = AtomicIsize::new(0);
 
 thread_local! {
     static THREAD_LIVE: Cell<isize> = const { Cell::new(0) };
@@ -36,7 +39,8 @@ fn count(bytes: isize) {
     // `try_with`: a thread's locals may be gone while the thread exits.
     let _ = THREAD_LIVE.try_with(|live| live.set(live.get() + bytes));
     if MARKED.try_with(Cell::get).unwrap_or(false) {
-        MARKED_LIVE.fetch_add(bytes, Ordering::Relaxed);
+        let live = MARKED_LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        MARKED_PEAK.fetch_max(live, Ordering::Relaxed);
     }
 }
 
@@ -54,6 +58,17 @@ pub fn mark_thread() {
 /// each thread was marked).
 pub fn marked_live() -> isize {
     MARKED_LIVE.load(Ordering::Relaxed)
+}
+
+/// Starts a new stretch for [`marked_peak`]: its peak is what the marked threads hold now.
+pub fn reset_marked_peak() {
+    MARKED_PEAK.store(MARKED_LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// The most bytes the marked threads held at once since the last [`reset_marked_peak`] (or
+/// since the start).
+pub fn marked_peak() -> isize {
+    MARKED_PEAK.load(Ordering::Relaxed)
 }
 
 // SAFETY: every call is passed on to the system allocator unchanged; counting allocates

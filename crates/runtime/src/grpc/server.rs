@@ -20,7 +20,7 @@ use futures::{
     stream::FuturesUnordered,
     task::{ArcWake, AtomicWaker, waker_ref},
 };
-use hyper::body::Incoming;
+use hyper::body::{Body as HttpBody, Bytes, Frame, Incoming};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{
     future::Future,
@@ -198,10 +198,20 @@ async fn serve_connection(
     // The router's future holds the whole request until the handler has it, and hyper keeps
     // each stream's future as large as it ever is for the stream's life: boxed, the router's
     // future goes once the response head is ready, about 270 bytes less per watch stream.
+    // A request is routed once its body's first frame (the request message) has arrived: a
+    // client opening a burst of streams sends their HEADERS before their DATA, and tonic's
+    // per-call future with its decode buffer (about 1.4 KB) waiting for each body made the
+    // heap of a 2,000-stream burst peak 650 bytes per stream higher than what it holds after.
     let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
         let mut routes = routes.clone();
         request.extensions_mut().insert(connect_info.clone());
-        Box::pin(routes.call(request.map(Body::new))) as Pin<Box<dyn Future<Output = _> + Send>>
+        Box::pin(async move {
+            let (parts, mut body) = request.into_parts();
+            let first = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+            let body = Prefetched { first, rest: body };
+            let request = http::Request::from_parts(parts, Body::new(body));
+            Box::pin(routes.call(request)).await
+        }) as Pin<Box<dyn Future<Output = _> + Send>>
     });
     let (mut streams, executor) = ConnectionStreams::new();
     let mut builder = hyper::server::conn::http2::Builder::new(executor);
@@ -212,9 +222,11 @@ async fn serve_connection(
         .keep_alive_interval(settings.keep_alive_interval)
         .keep_alive_timeout(settings.keep_alive_timeout);
     let read = Arc::new(AtomicUsize::new(0));
+    let budget = Arc::new(AtomicUsize::new(READ_BUDGET));
     let io = CopiedFrames {
         tcp,
         read: read.clone(),
+        budget: budget.clone(),
     };
     let mut connection = pin!(builder.serve_connection(TokioIo::new(io), service));
     let mut preface_deadline = pin!(tokio::time::sleep(settings.preface_timeout));
@@ -222,6 +234,7 @@ async fn serve_connection(
     loop {
         // Streams first, then the connection: it writes what they all sent at once.
         let served = std::future::poll_fn(|cx| {
+            budget.store(READ_BUDGET, Ordering::Relaxed);
             streams.poll_streams(cx);
             connection.as_mut().poll(cx)
         });
@@ -249,6 +262,32 @@ async fn serve_connection(
                 }
             },
         }
+    }
+}
+
+/// A request body whose first frame was read before the request was routed (see
+/// `serve_connection`): that frame, then the rest of the body.
+struct Prefetched {
+    first: Option<Result<Frame<Bytes>, hyper::Error>>,
+    rest: Incoming,
+}
+
+impl HttpBody for Prefetched {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.first.take() {
+            Some(first) => Poll::Ready(Some(first)),
+            None => Pin::new(&mut self.rest).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_end_stream()
     }
 }
 
@@ -347,16 +386,33 @@ impl ConnectionStreams {
     }
 }
 
+/// Bytes one poll of a connection's task reads from its socket: a few requests of the watch
+/// APIs (a `GetDestination` or a `PortSpec` with its headers is 100 to 200 bytes).
+///
+/// A proxy that reconnects opens all its streams at once, and hyper accepts every stream whose
+/// frames one poll reads before any of them runs. Reading without a bound, a burst of
+/// thousands of requests was all queued at once in h2: their request bodies, then their
+/// responses, in per-connection buffers that keep their largest size, and the small DATA
+/// frames that h2 counts against its flood budget until a stream takes them. Past about
+/// 2,600 of those h2 closed the whole connection (`GOAWAY ENHANCE_YOUR_CALM`,
+/// `too_many_data_frames`), and each stream of a burst of 2,000 held 700 more bytes of heap.
+/// With this bound, the streams accepted in one poll take their bodies and send their
+/// responses in the next, before more is read; the task yields to the runtime in between.
+const READ_BUDGET: usize = 512;
+
 /// A connection whose writes h2 batches: it reports no vectored writes, so h2 copies DATA
 /// frames of up to 1 KiB into its 16 KiB write buffer instead of writing each frame over
 /// 256 bytes on its own (h2 `FramedWrite`: it holds at most one frame it did not copy). The
 /// updates of one change to many streams then leave in a few writes.
 ///
-/// It also counts the bytes read, up to the length of the HTTP/2 preface, for
-/// [`Http2Settings::preface_timeout`].
+/// It reads at most [`READ_BUDGET`] bytes per poll of the connection's task, and counts the
+/// bytes read, up to the length of the HTTP/2 preface, for [`Http2Settings::preface_timeout`].
 struct CopiedFrames {
     tcp: TcpStream,
     read: Arc<AtomicUsize>,
+    /// What the current poll of the connection's task may still read; the task refills it
+    /// each time it is polled.
+    budget: Arc<AtomicUsize>,
 }
 
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
@@ -368,12 +424,21 @@ impl AsyncRead for CopiedFrames {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
+        let budget = self.budget.load(Ordering::Relaxed);
+        if budget == 0 {
+            // Spent for this poll: the task comes back once the runtime's other tasks ran.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let limit = budget.min(buf.remaining());
+        let mut limited = ReadBuf::new(buf.initialize_unfilled_to(limit));
+        let polled = Pin::new(&mut self.tcp).poll_read(cx, &mut limited);
+        let n = limited.filled().len();
+        buf.advance(n);
+        self.budget.store(budget - n, Ordering::Relaxed);
         let read = self.read.load(Ordering::Relaxed);
         if read < PREFACE.len() {
-            self.read
-                .store(read + (buf.filled().len() - before), Ordering::Relaxed);
+            self.read.store(read + n, Ordering::Relaxed);
         }
         polled
     }
