@@ -42,6 +42,8 @@ use crate::{
 
 /// How often `/ready` is polled: the resolution of the time to ready.
 const READY_POLL: Duration = Duration::from_millis(20);
+/// `--connections` when not given (or `--streams`, when fewer).
+const DEFAULT_CONNECTIONS: usize = 200;
 /// How long the completeness check waits for the endpoints of a `Get`.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 /// The policy controller's Lease claimant (`HOSTNAME`) in kube mode.
@@ -88,9 +90,10 @@ pub struct BenchScaleArgs {
     #[arg(long, default_value_t = 0)]
     streams: usize,
 
-    /// HTTP/2 connections the `--streams` are spread over (round robin).
-    #[arg(long, default_value_t = 200)]
-    connections: usize,
+    /// HTTP/2 connections the `--streams` are spread over (round robin); by default 200, or
+    /// one per stream when there are fewer.
+    #[arg(long)]
+    connections: Option<usize>,
 
     /// Seconds between the RSS read at ready and the settled one.
     #[arg(long, default_value_t = 2.0)]
@@ -520,7 +523,8 @@ async fn open_streams(
     spec: &ScaleSpec,
     args: &BenchScaleArgs,
 ) -> Result<StreamFigures, String> {
-    let channels = bench::connect(addr, args.connections)
+    let connections = args.connections();
+    let channels = bench::connect(addr, connections)
         .await
         .map_err(|e| format!("{e:#}"))?
         .channels;
@@ -534,7 +538,7 @@ async fn open_streams(
     let endpoints = spec.pods_per_service;
     eprintln!(
         "opening {} Get streams of {} over {} connections...",
-        args.streams, request.path, args.connections
+        args.streams, request.path, connections
     );
     let started = Instant::now();
     let opened = (0..args.streams).map(|i| {
@@ -671,12 +675,23 @@ impl BenchScaleArgs {
                 "--streams opens Get streams: it needs --binary destination or both"
             );
             ensure!(
-                (1..=self.streams).contains(&self.connections),
+                (1..=self.streams).contains(&self.connections()),
                 "--connections must be between 1 and --streams ({})",
                 self.streams
             );
+        } else {
+            ensure!(
+                self.connections.is_none(),
+                "--connections spreads the --streams: give --streams too"
+            );
         }
         Ok(())
+    }
+
+    /// The connections `--streams` are spread over.
+    fn connections(&self) -> usize {
+        self.connections
+            .unwrap_or(DEFAULT_CONNECTIONS.min(self.streams))
     }
 
     fn binaries(&self) -> Vec<Binary> {
@@ -734,7 +749,7 @@ fn print(args: &BenchScaleArgs, spec: &ScaleSpec, generated: &Generated, runs: &
             BinaryArg::Both => "both",
         },
         args.streams,
-        args.connections,
+        args.connections(),
         args.settle,
         args.ready_timeout,
         args.max_rss_mib,
@@ -823,7 +838,7 @@ fn print(args: &BenchScaleArgs, spec: &ScaleSpec, generated: &Generated, runs: &
                         run.binary.name(),
                         s.streams,
                         spec.pods_per_service,
-                        args.connections,
+                        args.connections(),
                         s.opened_in.as_secs_f64(),
                         mib(s.rss_before),
                         mib(s.rss_open),
@@ -890,13 +905,21 @@ mod tests {
                 .to_string()
                 .contains("--binary destination or both")
         );
-        // 200 connections by default: more than 100 streams can use.
-        let too_many = args(&["--streams", "100"]).validate().unwrap_err();
+        // 200 connections by default, or one per stream when there are fewer.
+        let few = args(&["--streams", "10"]);
+        assert!(few.validate().is_ok());
+        assert_eq!(few.connections(), 10);
+        assert_eq!(args(&["--streams", "10000"]).connections(), 200);
+        let too_many = args(&["--streams", "100", "--connections", "101"])
+            .validate()
+            .unwrap_err();
         assert!(
             too_many
                 .to_string()
                 .contains("--connections must be between 1")
         );
+        let alone = args(&["--connections", "5"]).validate().unwrap_err();
+        assert!(alone.to_string().contains("give --streams too"), "{alone}");
         assert!(
             args(&["--streams", "10", "--connections", "0"])
                 .validate()

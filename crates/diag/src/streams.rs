@@ -86,6 +86,7 @@ pub struct StreamArgs {
 #[derive(Clone, Debug, clap::Args)]
 pub struct ProxyStatusArgs {
     /// The pod whose proxy to show, `namespace/name`.
+    #[arg(value_parser = pod_argument)]
     pub pod: String,
 
     /// destination's introspection API; empty to leave destination out.
@@ -242,6 +243,15 @@ impl StreamArgs {
             Err(error) => Err(Error::Output(error)),
         }
     }
+}
+
+/// `proxy-status`'s pod: the server checks its form, but an empty one would ask it for every
+/// stream (an empty filter matches all), so it is refused here.
+fn pod_argument(pod: &str) -> Result<String, String> {
+    if pod.trim().is_empty() {
+        return Err("expected namespace/name, not an empty string".to_string());
+    }
+    Ok(pod.to_string())
 }
 
 // === impl ProxyStatusArgs ===

@@ -347,6 +347,13 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
     .await;
     assert_eq!(code, Some(1));
     assert!(stderr.contains("connect to http://127.0.0.1:1"), "{stderr}");
+    // An empty pod would be no filter at all: refused before asking.
+    let (code, _, stderr) = wait_output(dst_diag(&["proxy-status", " "])).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("expected namespace/name, not an empty string"),
+        "{stderr}"
+    );
     let (code, _, _) = wait_output(dst_diag(&["stream", "not-a-number"])).await;
     assert_eq!(code, Some(2), "clap refuses a non-numeric ID");
 

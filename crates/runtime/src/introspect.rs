@@ -58,6 +58,9 @@ pub struct StreamRegistry {
 
 #[derive(Debug)]
 struct Inner {
+    /// The APIs whose `streams_behind` series are there even with no stream open: the
+    /// server's ([`StreamRegistry::register`]), or all of [`APIS`].
+    apis: Vec<&'static str>,
     next_id: AtomicU64,
     streams: Mutex<BTreeMap<u64, Arc<Entry<dyn Progress>>>>,
     convergence: Family<ApiLabels, Histogram, fn() -> Histogram>,
@@ -174,8 +177,13 @@ fn convergence_histogram() -> Histogram {
 impl StreamRegistry {
     /// A registry whose metrics are registered nowhere (tests, tools).
     pub fn new() -> Self {
+        Self::serving(&APIS)
+    }
+
+    fn serving(apis: &[&'static str]) -> Self {
         Self {
             inner: Arc::new(Inner {
+                apis: apis.to_vec(),
                 next_id: AtomicU64::new(1),
                 streams: Mutex::default(),
                 convergence: Family::new_with_constructor(convergence_histogram),
@@ -187,7 +195,7 @@ impl StreamRegistry {
     /// with the histogram of each of `apis` (the server's, of [`APIS`]) there from the start,
     /// empty: a series that appears only with its first observation hides it from `increase()`.
     pub fn register(registry: &mut Registry, apis: &[&'static str]) -> Self {
-        let this = Self::new();
+        let this = Self::serving(apis);
         for api in apis {
             this.convergence(api);
         }
@@ -277,15 +285,16 @@ impl StreamRegistry {
             .clone()
     }
 
-    /// Open streams that are behind, by API.
+    /// Open streams that are behind, by API: each API the registry serves (0 with none behind),
+    /// and the API of each open stream.
     pub fn behind_counts(&self) -> BTreeMap<&'static str, i64> {
         let entries: Vec<Arc<Entry<dyn Progress>>> =
             self.inner.streams.lock().values().cloned().collect();
-        let mut counts: BTreeMap<&'static str, i64> = APIS.iter().map(|a| (*a, 0)).collect();
+        let mut counts: BTreeMap<&'static str, i64> =
+            self.inner.apis.iter().map(|a| (*a, 0)).collect();
         for entry in entries {
-            if entry.behind() {
-                *counts.entry(entry.meta.api).or_default() += 1;
-            }
+            let count = counts.entry(entry.meta.api).or_default();
+            *count += i64::from(entry.behind());
         }
         counts
     }

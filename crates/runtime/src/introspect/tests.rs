@@ -173,6 +173,9 @@ fn one_convergence_observation_per_change_a_stream_writes() {
         "{text}"
     );
     assert!(text.contains("streams_behind{api=\"Get\"} 0\n"), "{text}");
+    // Only the server's APIs, and those of its open streams: a destination has no Watch.
+    assert!(!text.contains("api=\"GetProfile\""), "{text}");
+    assert!(!text.contains("api=\"Watch\""), "{text}");
     // The server's APIs have their histogram before any observation.
     assert!(
         text.contains("stream_convergence_seconds_count{api=\"Get\"} 0\n"),
