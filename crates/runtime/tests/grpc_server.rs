@@ -304,6 +304,51 @@ async fn connections_still_open_after_the_drain_timeout_are_dropped() {
 }
 
 #[tokio::test]
+async fn a_request_whose_message_never_arrives_is_answered_after_the_body_timeout() {
+    let (_changes, rx) = watch::channel(0);
+    let settings = Http2Settings {
+        request_body_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let (addr, _stop, _server) = start_with(rx, settings).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    // The request's headers go out; its message never does.
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    let never = futures::stream::pending::<GetDestination>();
+    let answered = tokio::time::timeout(
+        Duration::from_secs(5),
+        grpc.streaming::<_, _, Update, _>(
+            Request::new(never),
+            "/io.linkerd.proxy.destination.Destination/Get"
+                .parse()
+                .unwrap(),
+            tonic_prost::ProstCodec::default(),
+        ),
+    )
+    .await
+    .expect("answered within the body timeout");
+    let status = answered.expect_err("no stream without a request message");
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "the request message did not arrive within 200ms of its headers"
+    );
+    // The connection goes on serving.
+    let mut client = DestinationClient::new(channel);
+    let mut stream = client
+        .get(GetDestination::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stream.message().await.unwrap(), Some(add(0)));
+}
+
+#[tokio::test]
 async fn a_client_that_does_not_answer_pings_is_disconnected() {
     let (changes, rx) = watch::channel(0);
     let settings = Http2Settings {

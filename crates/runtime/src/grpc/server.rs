@@ -77,6 +77,11 @@ pub struct Http2Settings {
     /// it at once). One that has not is closed: idle sockets that never speak would otherwise
     /// hold file descriptors forever. grpc-go bounds its handshake the same way.
     pub preface_timeout: Duration,
+    /// How long a request has for its message to arrive once its headers have (10 s; a proxy
+    /// sends both at once). One that has not is answered `DEADLINE_EXCEEDED`: every API here
+    /// takes one request message, and a stream waiting for it would otherwise hold its
+    /// memory, and hold up a graceful shutdown, until its connection closes.
+    pub request_body_timeout: Duration,
 }
 
 impl Default for Http2Settings {
@@ -88,6 +93,7 @@ impl Default for Http2Settings {
             keep_alive_interval: Duration::from_secs(10),
             keep_alive_timeout: Duration::from_secs(20),
             preface_timeout: Duration::from_secs(10),
+            request_body_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -202,12 +208,29 @@ async fn serve_connection(
     // client opening a burst of streams sends their HEADERS before their DATA, and tonic's
     // per-call future with its decode buffer (about 1.4 KB) waiting for each body made the
     // heap of a 2,000-stream burst peak 650 bytes per stream higher than what it holds after.
+    let body_timeout = settings.request_body_timeout;
     let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
         let mut routes = routes.clone();
         request.extensions_mut().insert(connect_info.clone());
         Box::pin(async move {
             let (parts, mut body) = request.into_parts();
-            let first = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+            // A timer only for a body that is not there at once: most of a burst's are.
+            let mut deadline: Option<Pin<Box<tokio::time::Sleep>>> = None;
+            let first = std::future::poll_fn(|cx| {
+                if let Poll::Ready(frame) = Pin::new(&mut body).poll_frame(cx) {
+                    return Poll::Ready(Some(frame));
+                }
+                let deadline =
+                    deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(body_timeout)));
+                deadline.as_mut().poll(cx).map(|()| None)
+            })
+            .await;
+            let Some(first) = first else {
+                let status = tonic::Status::deadline_exceeded(format!(
+                    "the request message did not arrive within {body_timeout:?} of its headers"
+                ));
+                return Ok(status.into_http());
+            };
             let body = Prefetched { first, rest: body };
             let request = http::Request::from_parts(parts, Body::new(body));
             Box::pin(routes.call(request)).await
