@@ -72,7 +72,7 @@ pub fn marked_peak() -> isize {
 }
 
 // SAFETY: every call is passed on to the system allocator unchanged; counting allocates
-// nothing (const-initialized thread locals, one atomic).
+// nothing (const-initialized thread locals, two atomics).
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let ptr = unsafe { System.alloc(layout) };
