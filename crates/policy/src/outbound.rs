@@ -281,6 +281,9 @@ fn misplaced_colon(authority: &str) -> Option<&'static str> {
     if authority.starts_with('[') {
         return (!authority.contains(']')).then_some("'[' without its ']'");
     }
+    if authority.contains(['[', ']']) {
+        return Some("'[' or ']' outside an IPv6 address's brackets");
+    }
     (authority.matches(':').count() > 1)
         .then_some("more than one ':' (an IPv6 address is written in brackets)")
 }
@@ -443,6 +446,7 @@ mod tests {
                 "more than one ':' (an IPv6 address is written in brackets)",
             ),
             ("[::1", "'[' without its ']'"),
+            ("a]:80", "'[' or ']' outside an IPv6 address's brackets"),
         ] {
             assert_eq!(
                 err(authority).message(),
