@@ -5,7 +5,9 @@
 //! The channel is this module's own ([`Receiver`]) rather than `tokio::sync::watch`: a proxy
 //! watches each of its pod's ports on a topic of its own, so the channel is paid once per
 //! stream, and tokio's (about 360 bytes, eight notifiers for many receivers) cost a sixth of a
-//! `WatchPort` stream; this one is a lock, a version and one notifier (80 bytes).
+//! `WatchPort` stream; this one is a lock, a version and a table of the waiting receivers'
+//! wakers. A receiver waits by polling ([`Receiver::poll_changed`]), so a stream written as a
+//! `Stream` by hand holds no pinned waiter (tokio's `Notified` is 64 bytes).
 //!
 //! A topic whose last receiver is gone is dropped by the index the next time it would
 //! recompute it (a change to its group), or when the topics of its kind have doubled since they
@@ -17,15 +19,16 @@
 //! of a Deployment on one port is the same value, held once however many pods are watched.
 
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use slab::Slab;
 use std::{
     cell::Cell,
     collections::HashMap,
     hash::{BuildHasher, Hash},
     ops::Deref,
     sync::{Arc, LazyLock, Weak},
+    task::{Context, Poll, Waker},
     time::Instant,
 };
-use tokio::sync::Notify;
 
 /// When the index saw the change that each topic's current view comes from, by the view's
 /// address: the start of the convergence a stream measures when it writes the view out
@@ -86,8 +89,10 @@ pub struct Topic<V> {
 #[derive(Debug)]
 struct Shared<V> {
     state: RwLock<State<V>>,
-    /// Woken (all waiters) on each publish and when the topic is dropped.
-    changed: Notify,
+    /// The wakers of the receivers waiting for a newer view, each in its receiver's slot (the
+    /// slot stays the receiver's until it is dropped). All are taken and woken on each publish
+    /// and when the topic is dropped.
+    waiters: Mutex<Slab<Option<Waker>>>,
 }
 
 #[derive(Debug)]
@@ -105,7 +110,12 @@ struct State<V> {
 pub struct Receiver<V> {
     shared: Arc<Shared<V>>,
     seen: u64,
+    /// Its slot in the topic's `waiters`, once it has waited ([`NO_SLOT`] before).
+    slot: u32,
 }
+
+/// The [`Receiver::slot`] of a receiver that never waited.
+const NO_SLOT: u32 = u32::MAX;
 
 /// The topic was dropped: no view will follow the current one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -131,7 +141,7 @@ impl<V> Drop for Topic<V> {
         let key = seen_key(&state.view);
         drop(state);
         seen_shard(key).lock().remove(&key);
-        self.shared.changed.notify_waiters();
+        self.shared.wake_all();
     }
 }
 
@@ -145,7 +155,7 @@ impl<V: PartialEq> Topic<V> {
                     version: 0,
                     closed: false,
                 }),
-                changed: Notify::new(),
+                waiters: Mutex::new(Slab::new()),
             }),
         }
     }
@@ -156,6 +166,7 @@ impl<V: PartialEq> Topic<V> {
         Receiver {
             shared: self.shared.clone(),
             seen,
+            slot: NO_SLOT,
         }
     }
 
@@ -190,7 +201,7 @@ impl<V: PartialEq> Topic<V> {
         let seen = APPLYING.get().unwrap_or_else(Instant::now);
         seen_shard(new).lock().insert(new, seen);
         drop(state);
-        self.shared.changed.notify_waiters();
+        self.shared.wake_all();
     }
 
     /// Whether no receiver is left.
@@ -225,22 +236,77 @@ impl<V> Receiver<V> {
     /// Waits for a view newer than the one last marked seen and marks it seen (read it with
     /// [`Self::borrow`]); [`Closed`] when the topic is dropped first. Cancel-safe.
     pub async fn changed(&mut self) -> Result<(), Closed> {
-        loop {
-            // Registered before the version is read, so a publish in between still wakes it.
-            let notified = self.shared.changed.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let state = self.shared.state.read();
-                if state.version != self.seen {
-                    self.seen = state.version;
-                    return Ok(());
-                }
-                if state.closed {
-                    return Err(Closed);
+        std::future::poll_fn(|cx| self.poll_changed(cx)).await
+    }
+
+    /// [`Self::changed`] as a poll: `Ready` once a view newer than the one last marked seen
+    /// is published (marked seen) or the topic is dropped; `Pending` otherwise, with `cx`'s
+    /// waker kept until the next publish (one slot per receiver, whatever the polls).
+    pub fn poll_changed(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
+        if let Some(ready) = self.check() {
+            return Poll::Ready(ready);
+        }
+        {
+            let mut waiters = self.shared.waiters.lock();
+            match waiters.get_mut(self.slot as usize) {
+                Some(Some(waker)) if waker.will_wake(cx.waker()) => {}
+                Some(waiting) => *waiting = Some(cx.waker().clone()),
+                None => {
+                    // Grown one at a time while small: most topics have one receiver.
+                    if waiters.len() == waiters.capacity() {
+                        let more = waiters.capacity().max(1);
+                        waiters.reserve_exact(more);
+                    }
+                    let slot = waiters.insert(Some(cx.waker().clone()));
+                    match u32::try_from(slot) {
+                        Ok(slot) if slot != NO_SLOT => self.slot = slot,
+                        // Beyond four billion receivers: poll again rather than sleep.
+                        _ => {
+                            waiters.remove(slot);
+                            cx.waker().wake_by_ref();
+                        }
+                    }
                 }
             }
-            notified.await;
+        }
+        // Checked again once the waker is in: a publish before that woke nobody, but a
+        // publish after it wakes this receiver.
+        match self.check() {
+            Some(ready) => Poll::Ready(ready),
+            None => Poll::Pending,
+        }
+    }
+
+    /// `Some` when a wait would end now: a newer view (marked seen), or the topic closed.
+    fn check(&mut self) -> Option<Result<(), Closed>> {
+        let state = self.shared.state.read();
+        if state.version != self.seen {
+            self.seen = state.version;
+            return Some(Ok(()));
+        }
+        state.closed.then_some(Err(Closed))
+    }
+}
+
+impl<V> Shared<V> {
+    /// Wakes every waiting receiver (outside the lock, which they take to wait again).
+    fn wake_all(&self) {
+        let wakers: Vec<Waker> = self
+            .waiters
+            .lock()
+            .iter_mut()
+            .filter_map(|(_, waiting)| waiting.take())
+            .collect();
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+}
+
+impl<V> Drop for Receiver<V> {
+    fn drop(&mut self) {
+        if self.slot != NO_SLOT {
+            self.shared.waiters.lock().try_remove(self.slot as usize);
         }
     }
 }
@@ -266,16 +332,18 @@ impl<V: Send + Sync + 'static> Receiver<V> {
     /// A function reading the current view through a clone of this receiver, which it never
     /// marks seen (for the introspection registry, `linkerd_runtime::introspect`).
     pub fn current_view(&self) -> Box<dyn Fn() -> Arc<V> + Send + Sync> {
-        let rx = self.clone();
-        Box::new(move || rx.borrow().clone())
+        let shared = self.shared.clone();
+        Box::new(move || shared.state.read().view.clone())
     }
 }
 
 impl<V> Clone for Receiver<V> {
+    /// A receiver that has seen what this one has; it waits in a slot of its own.
     fn clone(&self) -> Self {
         Self {
             shared: self.shared.clone(),
             seen: self.seen,
+            slot: NO_SLOT,
         }
     }
 }
@@ -544,8 +612,66 @@ mod tests {
     fn a_topic_channel_is_small() {
         let shared = std::mem::size_of::<Shared<u32>>();
         eprintln!("Shared: {shared} bytes");
-        assert!(shared <= 64, "{shared} bytes");
-        assert_eq!(std::mem::size_of::<Receiver<u32>>(), 16);
+        assert!(shared <= 80, "{shared} bytes");
+        assert_eq!(std::mem::size_of::<Receiver<u32>>(), 24);
+    }
+
+    /// A waker that counts its wake-ups.
+    struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_polled_receiver_keeps_one_slot_and_is_woken_once_per_publish() {
+        let topic = Topic::new(Arc::new(1u32));
+        let counter = Arc::new(CountingWaker(Default::default()));
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        let woken = || counter.0.load(std::sync::atomic::Ordering::SeqCst);
+
+        let mut rx = topic.subscribe();
+        let mut other = topic.subscribe();
+        for _ in 0..5 {
+            assert!(rx.poll_changed(&mut cx).is_pending());
+        }
+        assert!(other.poll_changed(&mut cx).is_pending());
+        assert_eq!(
+            topic.shared.waiters.lock().len(),
+            2,
+            "one slot per receiver"
+        );
+        assert_eq!(
+            topic.shared.waiters.lock().capacity(),
+            2,
+            "grown one at a time"
+        );
+
+        assert!(topic.send(Arc::new(2)));
+        assert_eq!(woken(), 2);
+        assert_eq!(rx.poll_changed(&mut cx), Poll::Ready(Ok(())));
+        assert_eq!(**rx.borrow(), 2);
+        // Woken only while waiting: `rx` took its view and did not wait again.
+        assert!(other.poll_changed(&mut cx).is_ready());
+        assert!(other.poll_changed(&mut cx).is_pending());
+        assert!(topic.send(Arc::new(3)));
+        assert_eq!(woken(), 3);
+
+        // A clone waits in a slot of its own; a dropped receiver frees its slot.
+        let mut clone = rx.clone();
+        assert_eq!(clone.poll_changed(&mut cx), Poll::Ready(Ok(())));
+        assert!(clone.poll_changed(&mut cx).is_pending());
+        assert_eq!(topic.shared.waiters.lock().len(), 3);
+        drop((rx, other));
+        assert_eq!(topic.shared.waiters.lock().len(), 1);
+
+        // A dropped topic wakes its waiters, which then see it closed.
+        drop(topic);
+        assert_eq!(woken(), 4);
+        assert_eq!(clone.poll_changed(&mut cx), Poll::Ready(Err(Closed)));
     }
 
     #[tokio::test]

@@ -20,9 +20,9 @@ use std::{net::SocketAddr, pin::Pin, sync::Arc};
 use tonic::{Request, Response, Status, codegen::BoxFuture};
 
 use crate::{
-    metrics::{OUTBOUND_GET, OUTBOUND_WATCH, PolicyMetrics, Rpc},
+    metrics::{OUTBOUND_GET, OUTBOUND_WATCH, PolicyMetrics},
     translate::outbound::OutboundTranslator,
-    views::{self, DistinctViews, SharedTranslations, Translate},
+    views::{DistinctViews, SharedTranslations, Translate, ViewMessages},
     workload::{parse_workload, workload_name},
 };
 
@@ -64,14 +64,6 @@ impl StreamingMethod for WatchMethod {
         let messages = self.0.watch_messages(request).map(Response::new);
         Box::pin(async move { messages })
     }
-}
-
-/// What one `Watch` stream holds between updates.
-struct WatchState {
-    views: DistinctViews<OutboundPolicy>,
-    translator: Arc<OutboundTranslator>,
-    translations: Arc<SharedTranslations<OutboundPolicy, ApiPolicy>>,
-    rpc: Rpc,
 }
 
 // === impl OutboundPolicyService ===
@@ -171,7 +163,6 @@ impl OutboundPolicyService {
             Ok(lookup) => lookup,
             Err(status) => return Err(rpc.fail(status)),
         };
-        let shutdown = self.shutdown.clone().signaled();
         let spec = request.get_ref();
         let meta = StreamMeta {
             api: "Watch",
@@ -196,7 +187,7 @@ impl OutboundPolicyService {
                 record.sent(1, Some(LastSent::message(POLICY_TYPE, first.clone())));
                 let stream = futures::stream::once(async move { Ok(first) })
                     .chain(futures::stream::pending())
-                    .take_until(shutdown);
+                    .take_until(self.shutdown.clone().signaled());
                 // `rpc` finishes (counted OK) when the stream drops.
                 let stream = stream.map(move |m| {
                     let _ = (&rpc, &record);
@@ -206,19 +197,15 @@ impl OutboundPolicyService {
             }
             OutboundLookup::Watch(rx) => {
                 let record = self.streams.open(meta, Some(rx.current_view()));
-                let state = WatchState {
-                    views: DistinctViews::new(rx).recorded(record),
-                    translator: self.translator.clone(),
-                    translations: self.translations.clone(),
+                let messages: ViewMessages<_, _> = ViewMessages::new(
+                    DistinctViews::new(rx).recorded(record),
+                    self.translator.clone(),
+                    self.translations.clone(),
                     rpc,
-                };
-                let updates = futures::stream::unfold(state, |mut state| async move {
-                    let policy = state.next().await?;
-                    state.rpc.sent();
-                    Some((Ok(policy), state))
-                })
-                .take_until(shutdown);
-                Ok(Box::pin(updates))
+                    self.shutdown.clone(),
+                    (),
+                );
+                Ok(Box::pin(messages))
             }
         }
     }
@@ -345,15 +332,6 @@ impl OutboundPolicies for OutboundPolicyService {
         Ok(Response::new(Box::pin(
             messages.map(|message| message.map(Shared::into_inner)),
         )))
-    }
-}
-
-// === impl WatchState ===
-
-impl WatchState {
-    /// The next message to send; `None` once the topic is gone.
-    async fn next(&mut self) -> Option<Shared<ApiPolicy>> {
-        views::next_message(&mut self.views, &self.translator, &self.translations).await
     }
 }
 

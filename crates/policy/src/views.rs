@@ -4,14 +4,30 @@
 //!
 //! The streams of one topic send the same view, so its translation is made once
 //! ([`SharedTranslations`]) and sent by each of them as one [`Shared`] message.
+//!
+//! A stream is a [`ViewMessages`], a `Stream` written by hand: tens of thousands are open at
+//! once, and `unfold` plus `take_until` over async functions held each stream's state twice
+//! over (408 bytes against 200 for a `WatchPort` stream).
 
+use futures::Stream;
 use linkerd_index::topic;
 use linkerd_runtime::{
     grpc::Shared,
     introspect::{LastSent, StreamRecord},
+    shutdown::Shutdown,
 };
-use std::{cell::RefCell, collections::VecDeque, sync::Arc, time::Instant};
+use std::{
+    cell::RefCell,
+    collections::VecDeque,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+    time::Instant,
+};
 use thread_local::ThreadLocal;
+use tonic::Status;
+
+use crate::metrics::Rpc;
 
 /// A topic's receiver and the view last taken from it.
 pub(crate) struct DistinctViews<V> {
@@ -71,14 +87,20 @@ impl<V: PartialEq> DistinctViews<V> {
 
     /// The current view on the first call, then the next view not equal to the last one
     /// returned; `None` once the topic is gone (its target was deleted).
+    #[cfg(test)]
     pub(crate) async fn next(&mut self) -> Option<Arc<V>> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// [`Self::next`] as a poll.
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Arc<V>>> {
         if let (Some(record), Some((view, seen))) = (&self.record, self.handed.take()) {
             record.caught_up(&view, true, seen);
         }
         loop {
             let first = self.last.is_none();
-            if !first {
-                self.rx.changed().await.ok()?;
+            if !first && ready!(self.rx.poll_changed(cx)).is_err() {
+                return Poll::Ready(None);
             }
             let view = self.rx.borrow_and_update().clone();
             // Recomputations publish equal views under new `Arc`s: those are not news.
@@ -95,7 +117,7 @@ impl<V: PartialEq> DistinctViews<V> {
                         .flatten();
                     self.handed = Some((view.clone(), seen));
                 }
-                return Some(view);
+                return Poll::Ready(Some(view));
             }
             if let Some(record) = &self.record {
                 record.caught_up(&view, false, None);
@@ -114,32 +136,90 @@ pub(crate) trait Translate<V>: Send + Sync + 'static {
     fn translate(&self, view: &V) -> Self::Message;
 }
 
-/// The translation of `views`' next view ([`DistinctViews::next`]), made once for the streams
-/// of the topic by `translations`; `None` once the topic is gone. The stream's record is told
-/// what it sent.
-pub(crate) async fn next_message<V, T>(
-    views: &mut DistinctViews<V>,
-    translator: &Arc<T>,
-    translations: &SharedTranslations<V, T::Message>,
-) -> Option<Shared<T::Message>>
+/// The messages of one watch stream (`WatchPort`, `OutboundPolicies.Watch`): the translation
+/// of each view [`DistinctViews`] returns, made once for the streams of the topic by
+/// [`SharedTranslations`]. Ends (`None`, answered `OK`) when the topic is gone or at shutdown;
+/// it never fails. Its record is told what it sent, and `rpc` counts each message and the
+/// stream's end. `G` is held for the stream's life (a subscriber gauge's guard).
+pub(crate) struct ViewMessages<V: Send + Sync, T: Translate<V>, G = ()> {
+    views: DistinctViews<V>,
+    translator: Arc<T>,
+    translations: Arc<SharedTranslations<V, T::Message>>,
+    rpc: Rpc,
+    shutdown: Shutdown,
+    _guard: G,
+}
+
+impl<V, T, G> ViewMessages<V, T, G>
 where
     V: PartialEq + Send + Sync + 'static,
     T: Translate<V>,
 {
-    let view = views.next().await?;
-    let message = translations.get_or_translate(&view, |view| translator.translate(view));
-    if let Some(record) = views.record() {
-        // The view, translated again if the introspection API asks: holding the message
-        // would keep a translation alive per stream once the shared cache lets it go.
-        let (translator, view) = (translator.clone(), view.clone());
-        record.sent(
-            1,
-            Some(LastSent::lazy(T::TYPE_NAME, move || {
-                prost::Message::encode_to_vec(&translator.translate(&view))
-            })),
-        );
+    pub(crate) fn new(
+        views: DistinctViews<V>,
+        translator: Arc<T>,
+        translations: Arc<SharedTranslations<V, T::Message>>,
+        rpc: Rpc,
+        shutdown: Shutdown,
+        guard: G,
+    ) -> Self {
+        Self {
+            views,
+            translator,
+            translations,
+            rpc,
+            shutdown,
+            _guard: guard,
+        }
     }
-    Some(message)
+
+    /// The next message; `None` once the topic is gone. Shutdown is not checked.
+    fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<Option<Shared<T::Message>>> {
+        let Some(view) = ready!(self.views.poll_next(cx)) else {
+            return Poll::Ready(None);
+        };
+        let translator = &self.translator;
+        let message = self
+            .translations
+            .get_or_translate(&view, |view| translator.translate(view));
+        if let Some(record) = self.views.record() {
+            // The view, translated again if the introspection API asks: holding the message
+            // would keep a translation alive per stream once the shared cache lets it go.
+            let (translator, view) = (translator.clone(), view.clone());
+            record.sent(
+                1,
+                Some(LastSent::lazy(T::TYPE_NAME, move || {
+                    prost::Message::encode_to_vec(&translator.translate(&view))
+                })),
+            );
+        }
+        self.rpc.sent();
+        Poll::Ready(Some(message))
+    }
+
+    /// The next message, waited for; `None` once the topic is gone (shutdown not checked).
+    #[cfg(test)]
+    pub(crate) async fn next_message(&mut self) -> Option<Shared<T::Message>> {
+        std::future::poll_fn(|cx| self.poll_message(cx)).await
+    }
+}
+
+impl<V, T, G> Stream for ViewMessages<V, T, G>
+where
+    V: PartialEq + Send + Sync + 'static,
+    T: Translate<V>,
+    G: Unpin,
+{
+    type Item = Result<Shared<T::Message>, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        // Shutdown first, as `take_until` would: a stream with news still ends.
+        if this.shutdown.poll_signaled(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        this.poll_message(cx).map(|message| message.map(Ok))
+    }
 }
 
 // === impl SharedTranslations ===

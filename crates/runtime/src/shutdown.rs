@@ -83,6 +83,12 @@ impl Shutdown {
     pub fn signaled(self) -> impl Future<Output = ()> + Send + Unpin + 'static {
         self.signaled
     }
+
+    /// [`Self::signaled`] as a poll, for a stream written by hand: `Ready` once shutdown is
+    /// triggered (and on every poll after), else `Pending` with `cx`'s waker kept.
+    pub fn poll_signaled(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.signaled.poll_unpin(cx)
+    }
 }
 
 #[cfg(test)]
