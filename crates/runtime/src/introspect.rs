@@ -126,10 +126,25 @@ pub struct StreamFilter {
 #[derive(Debug)]
 struct Entry<P: ?Sized> {
     id: u64,
-    meta: StreamMeta,
+    meta: PackedMeta,
     opened_at: SystemTime,
     sent: Mutex<Sent>,
     progress: P,
+}
+
+/// A [`StreamMeta`] as its entry keeps it for the stream's life: the strings in one
+/// allocation (a `WatchPort` stream's two strings and their `String`s cost 100 bytes more).
+#[derive(Debug)]
+struct PackedMeta {
+    api: &'static str,
+    peer: Option<SocketAddr>,
+    /// `target`, `pod`, `context_token` and `client_identity`, one after the other.
+    text: Box<str>,
+    /// Where each of the four ends in `text`.
+    ends: [u32; 4],
+    /// Whether `pod` and `client_identity` are set (to tell `Some("")` from `None`).
+    has_pod: bool,
+    has_client_identity: bool,
 }
 
 #[derive(Default)]
@@ -216,13 +231,7 @@ impl StreamRegistry {
         meta: StreamMeta,
         rx: Option<CurrentView<V>>,
     ) -> StreamRecord<V> {
-        let mut meta = meta;
-        // Kept for the stream's life: formatted strings often have room to spare.
-        meta.target.shrink_to_fit();
-        meta.context_token.shrink_to_fit();
-        if let Some(pod) = &mut meta.pod {
-            pod.shrink_to_fit();
-        }
+        let meta = PackedMeta::new(meta);
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed).max(1);
         let entry = Arc::new(Entry {
             id,
@@ -247,7 +256,7 @@ impl StreamRegistry {
             self.inner.streams.lock().values().cloned().collect();
         entries
             .iter()
-            .filter(|e| filter.matches_meta(&e.meta))
+            .filter(|e| filter.matches(&e.meta))
             .map(|e| e.summary())
             .filter(|s| !filter.behind_only || s.behind)
             .collect()
@@ -314,7 +323,7 @@ impl Entry<dyn Progress> {
         };
         StreamSummary {
             id: self.id,
-            meta: self.meta.clone(),
+            meta: self.meta.unpack(),
             opened_at: self.opened_at,
             messages_sent,
             last_sent_at,
@@ -424,22 +433,77 @@ impl LastSent {
     }
 }
 
+// === impl PackedMeta ===
+
+impl PackedMeta {
+    fn new(meta: StreamMeta) -> Self {
+        let parts = [
+            meta.target.as_str(),
+            meta.pod.as_deref().unwrap_or_default(),
+            meta.context_token.as_str(),
+            meta.client_identity.as_deref().unwrap_or_default(),
+        ];
+        let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        let mut ends = [0; 4];
+        for (part, end) in parts.iter().zip(&mut ends) {
+            text.push_str(part);
+            // A request is at most 4 MiB: a longer text would only read back as empty parts.
+            *end = u32::try_from(text.len()).unwrap_or(u32::MAX);
+        }
+        Self {
+            api: meta.api,
+            peer: meta.peer,
+            text: text.into_boxed_str(),
+            ends,
+            has_pod: meta.pod.is_some(),
+            has_client_identity: meta.client_identity.is_some(),
+        }
+    }
+
+    /// Part `i` of `text` (see [`Self::ends`]).
+    fn part(&self, i: usize) -> &str {
+        let start = i.checked_sub(1).map_or(0, |before| self.ends[before]) as usize;
+        self.text
+            .get(start..self.ends[i] as usize)
+            .unwrap_or_default()
+    }
+
+    fn target(&self) -> &str {
+        self.part(0)
+    }
+
+    fn pod(&self) -> Option<&str> {
+        self.has_pod.then(|| self.part(1))
+    }
+
+    fn unpack(&self) -> StreamMeta {
+        StreamMeta {
+            api: self.api,
+            peer: self.peer,
+            client_identity: self.has_client_identity.then(|| self.part(3).to_string()),
+            target: self.target().to_string(),
+            pod: self.pod().map(str::to_string),
+            context_token: self.part(2).to_string(),
+        }
+    }
+}
+
 // === impl StreamFilter ===
 
 impl StreamFilter {
-    fn matches_meta(&self, meta: &StreamMeta) -> bool {
+    fn matches(&self, meta: &PackedMeta) -> bool {
         self.api.as_deref().is_none_or(|api| api == meta.api)
             && self
                 .pod
                 .as_deref()
-                .is_none_or(|pod| meta.pod.as_deref() == Some(pod))
+                .is_none_or(|pod| meta.pod() == Some(pod))
             && self
                 .peer_ip
                 .is_none_or(|ip| meta.peer.is_some_and(|p| p.ip() == ip))
             && self
                 .target_contains
                 .as_deref()
-                .is_none_or(|t| meta.target.contains(t))
+                .is_none_or(|t| meta.target().contains(t))
     }
 }
 

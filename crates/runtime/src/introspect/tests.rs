@@ -96,6 +96,57 @@ fn streams_are_listed_in_open_order_with_filters_and_leave_when_dropped() {
 }
 
 #[test]
+fn a_stream_is_shown_as_its_request_described_it() {
+    let registry = StreamRegistry::new();
+    let described = [
+        StreamMeta {
+            client_identity: Some(
+                "web.default.serviceaccount.identity.linkerd.cluster.local".into(),
+            ),
+            ..meta(
+                "Get",
+                "web.default.svc.cluster.local:80",
+                Some("default/web-0"),
+                "10.0.0.1:4000",
+            )
+        },
+        // Empty strings stay apart from missing ones.
+        StreamMeta {
+            api: "WatchPort",
+            peer: None,
+            client_identity: Some(String::new()),
+            target: String::new(),
+            pod: Some(String::new()),
+            context_token: String::new(),
+        },
+        StreamMeta {
+            pod: None,
+            ..meta("Watch", "héllo ✓ port 80", None, "[::1]:9000")
+        },
+    ];
+    let records: Vec<_> = described
+        .iter()
+        .map(|m| registry.open::<()>(m.clone(), None))
+        .collect();
+    let listed: Vec<StreamMeta> = registry
+        .list(&StreamFilter::default())
+        .into_iter()
+        .map(|s| s.meta)
+        .collect();
+    assert_eq!(listed, described);
+    let filter = StreamFilter {
+        pod: Some(String::new()),
+        ..Default::default()
+    };
+    assert_eq!(ids(&registry.list(&filter)), vec![records[1].id()]);
+    let filter = StreamFilter {
+        target_contains: Some("✓".into()),
+        ..Default::default()
+    };
+    assert_eq!(ids(&registry.list(&filter)), vec![records[2].id()]);
+}
+
+#[test]
 fn a_stream_is_behind_until_it_writes_out_the_topics_newest_view() {
     let registry = StreamRegistry::new();
     let (tx, rx) = watch::channel(Arc::new(1u32));
