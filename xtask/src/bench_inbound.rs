@@ -200,7 +200,7 @@ async fn bench(
     let ready_after = started.elapsed();
     let pid = server.pid();
     let channels = bench::connect(addr, args.connections).await?.channels;
-    warm_up(&channels, &spec)
+    warm_up(&channels, spec)
         .await
         .with_context(|| format!("warm-up stream failed{}", server.log_tail()))?;
     let rss_before = server::rss_bytes(pid)?;
