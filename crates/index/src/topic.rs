@@ -306,7 +306,12 @@ impl<V> Shared<V> {
 impl<V> Drop for Receiver<V> {
     fn drop(&mut self) {
         if self.slot != NO_SLOT {
-            self.shared.waiters.lock().try_remove(self.slot as usize);
+            let mut waiters = self.shared.waiters.lock();
+            waiters.try_remove(self.slot as usize);
+            // A topic that had many receivers does not keep their table once they are gone.
+            if waiters.is_empty() {
+                *waiters = Slab::new();
+            }
         }
     }
 }
@@ -626,6 +631,20 @@ mod tests {
     }
 
     #[test]
+    fn the_waiters_table_goes_with_the_last_waiting_receiver() {
+        let topic = Topic::new(Arc::new(1u32));
+        let waker = Waker::from(Arc::new(CountingWaker(Default::default())));
+        let mut cx = Context::from_waker(&waker);
+        let mut receivers: Vec<_> = (0..1000).map(|_| topic.subscribe()).collect();
+        for rx in &mut receivers {
+            assert!(rx.poll_changed(&mut cx).is_pending());
+        }
+        assert!(topic.shared.waiters.lock().capacity() >= 1000);
+        drop(receivers);
+        assert_eq!(topic.shared.waiters.lock().capacity(), 0);
+    }
+
+    #[test]
     fn a_polled_receiver_keeps_one_slot_and_is_woken_once_per_publish() {
         let topic = Topic::new(Arc::new(1u32));
         let counter = Arc::new(CountingWaker(Default::default()));
@@ -667,6 +686,9 @@ mod tests {
         assert_eq!(topic.shared.waiters.lock().len(), 3);
         drop((rx, other));
         assert_eq!(topic.shared.waiters.lock().len(), 1);
+        let mut last = topic.subscribe();
+        assert!(last.poll_changed(&mut cx).is_pending());
+        drop(last);
 
         // A dropped topic wakes its waiters, which then see it closed.
         drop(topic);
