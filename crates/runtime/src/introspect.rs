@@ -132,8 +132,18 @@ struct Entry<P: ?Sized> {
     progress: P,
 }
 
-/// A [`StreamMeta`] as its entry keeps it for the stream's life: the strings in one
-/// allocation (a `WatchPort` stream's two strings and their `String`s cost 100 bytes more).
+/// The most of each [`StreamMeta`] string an entry keeps, in bytes: a longer one is cut at a
+/// character boundary and ends with [`CUT`]. A real target or context token is well under it
+/// (an authority is at most 259 bytes); the request itself may carry 4 MiB, which a stream
+/// would otherwise hold for its life and the introspection API would send back.
+pub const MAX_META_BYTES: usize = 512;
+
+/// What ends a [`StreamMeta`] string cut to [`MAX_META_BYTES`].
+pub const CUT: &str = "…";
+
+/// A [`StreamMeta`] as its entry keeps it for the stream's life: the strings, each at most
+/// [`MAX_META_BYTES`], in one allocation (a `WatchPort` stream's two strings and their
+/// `String`s cost 100 bytes more).
 #[derive(Debug)]
 struct PackedMeta {
     api: &'static str,
@@ -443,10 +453,12 @@ impl PackedMeta {
             meta.context_token.as_str(),
             meta.client_identity.as_deref().unwrap_or_default(),
         ];
-        let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        let parts = parts.map(cut);
+        let mut text = String::with_capacity(parts.iter().map(|(p, c)| p.len() + c.len()).sum());
         let mut ends = [0; 4];
-        for (part, end) in parts.iter().zip(&mut ends) {
+        for ((part, cut), end) in parts.iter().zip(&mut ends) {
             text.push_str(part);
+            text.push_str(cut);
             // A request is at most 4 MiB: a longer text would only read back as empty parts.
             *end = u32::try_from(text.len()).unwrap_or(u32::MAX);
         }
@@ -486,6 +498,18 @@ impl PackedMeta {
             context_token: self.part(2).to_string(),
         }
     }
+}
+
+/// `part`, or its first [`MAX_META_BYTES`] (less [`CUT`], at a character boundary) and `CUT`.
+fn cut(part: &str) -> (&str, &'static str) {
+    if part.len() <= MAX_META_BYTES {
+        return (part, "");
+    }
+    let mut end = MAX_META_BYTES - CUT.len();
+    while !part.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&part[..end], CUT)
 }
 
 // === impl StreamFilter ===

@@ -146,6 +146,41 @@ fn a_stream_is_shown_as_its_request_described_it() {
     assert_eq!(ids(&registry.list(&filter)), vec![records[2].id()]);
 }
 
+/// A request may carry 4 MiB of context token or target: a stream keeps a bounded prefix, or
+/// a few clients could fill the server and make the introspection API's answer too large.
+#[test]
+fn a_stream_keeps_at_most_a_bounded_prefix_of_each_string() {
+    let registry = StreamRegistry::new();
+    let huge = format!(
+        "{{\"ns\":\"emojivoto\",\"x\":\"{}\"}}",
+        "é".repeat(2_000_000)
+    );
+    let _record = registry.open::<()>(
+        StreamMeta {
+            api: "Get",
+            peer: None,
+            client_identity: Some("y".repeat(MAX_META_BYTES)),
+            target: huge.clone(),
+            pod: Some(huge.clone()),
+            context_token: huge.clone(),
+        },
+        None,
+    );
+    let listed = registry.list(&StreamFilter::default()).remove(0).meta;
+    for kept in [
+        &listed.target,
+        listed.pod.as_ref().unwrap(),
+        &listed.context_token,
+    ] {
+        assert!(kept.len() <= MAX_META_BYTES, "{} bytes kept", kept.len());
+        assert!(kept.len() > MAX_META_BYTES - 8, "{} bytes kept", kept.len());
+        assert!(kept.ends_with(CUT), "{kept}");
+        assert!(huge.starts_with(kept.strip_suffix(CUT).unwrap()));
+    }
+    // A string of the limit exactly is kept whole.
+    assert_eq!(listed.client_identity.unwrap(), "y".repeat(MAX_META_BYTES));
+}
+
 #[test]
 fn a_stream_is_behind_until_it_writes_out_the_topics_newest_view() {
     let registry = StreamRegistry::new();
