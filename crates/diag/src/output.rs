@@ -51,10 +51,12 @@ pub(crate) use self::{
 /// How updates are printed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
-    /// A readable block per update: a header line, then aligned columns.
+    /// Readable text: a block per update (a header line, then aligned columns), or a table
+    /// with a row per stream for `streams`.
     #[default]
     Table,
-    /// One JSON object per update, on its own line (newline-delimited JSON).
+    /// One JSON object per update, or per stream for `streams`, on its own line
+    /// (newline-delimited JSON).
     Json,
 }
 

@@ -168,7 +168,10 @@ impl StreamsArgs {
             OutputFormat::Table => {
                 emit(out, &streams_table(&streams, now).render())?;
                 if streams.is_empty()
-                    && let Some(hint) = self.api.as_deref().and_then(served_by)
+                    && let Some(hint) = self
+                        .api
+                        .as_deref()
+                        .and_then(|api| served_by(api, &self.introspection))
                 {
                     emit(out, &hint)?;
                 }
@@ -178,15 +181,23 @@ impl StreamsArgs {
     }
 }
 
-/// Where the streams of `api` are, for a listing of them that came back empty: the API of the
-/// other container is a common mistake (`--api WatchPort` on destination's port). `None` for
-/// a name that is not one of the four.
-fn served_by(api: &str) -> Option<String> {
+/// Where the streams of `api` are, for a listing of them from `asked` that came back empty: the
+/// API of the other container is a common mistake (`--api WatchPort` on destination's port).
+/// `None` for a name that is not one of the four, or when `asked` is that container's address.
+fn served_by(api: &str, asked: &str) -> Option<String> {
     let (binary, default) = match api {
         "Get" | "GetProfile" => ("destination", DEFAULT_DESTINATION_INTROSPECTION),
         "WatchPort" | "Watch" => ("policy-controller", DEFAULT_POLICY_INTROSPECTION),
         _ => return None,
     };
+    let address = |a: &str| {
+        a.trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string()
+    };
+    if address(asked) == address(default) {
+        return None;
+    }
     Some(format!(
         "no open {api} streams here; {api} streams are {binary}'s, whose introspection API the \
          pod serves on {} (--introspection)",
@@ -494,6 +505,22 @@ impl Sent {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// Newcomer finding: asking the policy controller itself for `Watch` streams, and finding
+    /// none, pointed at the policy controller.
+    #[test]
+    fn an_empty_listing_points_elsewhere_only_when_another_server_was_asked() {
+        for asked in ["http://127.0.0.1:9980", "127.0.0.1:9980", "127.0.0.1:9980/"] {
+            assert_eq!(served_by("Watch", asked), None, "{asked}");
+        }
+        assert_eq!(served_by("Get", "127.0.0.1:9986"), None);
+        assert_eq!(served_by("Other", "127.0.0.1:9986"), None);
+        let hint = served_by("WatchPort", "127.0.0.1:9986").expect("a hint");
+        assert!(hint.contains("policy-controller's"), "{hint}");
+        assert!(hint.contains("127.0.0.1:9980"), "{hint}");
+        let hint = served_by("GetProfile", "http://127.0.0.1:9980").expect("a hint");
+        assert!(hint.contains("destination's"), "{hint}");
+    }
 
     fn info(id: u64, behind: bool) -> StreamInfo {
         StreamInfo {
