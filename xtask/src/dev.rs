@@ -545,14 +545,25 @@ async fn first_exit(
     }
 }
 
-/// Stops the processes in the reverse order of their start: the shim first, so that clients
-/// see their streams end (as with the pod's terminating proxy), then the controllers.
+/// Stops the pod as Kubernetes stops it: SIGTERM to every container at once, and to the
+/// mtls-shim, a native sidecar, only once they have exited, so that the streams it relays end
+/// with the controllers' `OK` rather than with a closed connection.
 async fn stop(pod: &mut Vec<ServerProcess>) -> anyhow::Result<()> {
     if pod.is_empty() {
         return Ok(());
     }
     eprintln!("stopping the pod...");
-    while let Some(mut process) = pod.pop() {
+    let (sidecars, mut containers): (Vec<_>, Vec<_>) = std::mem::take(pod)
+        .into_iter()
+        .partition(|p| p.name() == "mtls-shim");
+    let stopped = futures::future::join_all(containers.iter_mut().map(|process| async move {
+        (process.name().to_string(), process.stop(STOP_GRACE).await)
+    }))
+    .await;
+    for (name, status) in stopped {
+        eprintln!("{name} stopped ({})", status?);
+    }
+    for mut process in sidecars {
         let status = process.stop(STOP_GRACE).await?;
         eprintln!("{} stopped ({status})", process.name());
     }
