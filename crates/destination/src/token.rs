@@ -6,7 +6,9 @@ use serde::Deserialize;
 ///
 /// The proxy sends JSON such as `{"ns":"emojivoto","nodeName":"ip-10-20-1-11...","pod":"web-..."}`.
 /// Older proxies send `ns:<namespace>`. Anything else yields an empty token: a bad token is
-/// never an error.
+/// never an error. A field longer than Kubernetes allows for what it names (63 bytes for a
+/// namespace, 253 for a pod or node name) names nothing and is dropped: a stream keeps its
+/// token's fields (the node name is a metric label), and the request may carry 4 MiB.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct ContextToken {
     /// The client's namespace.
@@ -19,6 +21,11 @@ pub struct ContextToken {
     #[serde(default)]
     pub pod: Option<String>,
 }
+
+/// The longest namespace Kubernetes accepts (a DNS label).
+const MAX_NAMESPACE_BYTES: usize = 63;
+/// The longest pod or node name Kubernetes accepts (a DNS subdomain).
+const MAX_NAME_BYTES: usize = 253;
 
 impl ContextToken {
     /// The client pod as `namespace/name`, when the token names both.
@@ -34,15 +41,22 @@ impl ContextToken {
     /// Parses a token; never fails.
     pub fn parse(token: &str) -> Self {
         let token = token.trim();
-        if let Ok(parsed) = serde_json::from_str::<Self>(token) {
-            return parsed;
-        }
-        match token.strip_prefix("ns:") {
-            Some(ns) if !ns.contains(':') => Self {
-                ns: Some(ns.to_string()),
-                ..Self::default()
-            },
-            _ => Self::default(),
+        let parsed = if let Ok(parsed) = serde_json::from_str::<Self>(token) {
+            parsed
+        } else {
+            match token.strip_prefix("ns:") {
+                Some(ns) if !ns.contains(':') => Self {
+                    ns: Some(ns.to_string()),
+                    ..Self::default()
+                },
+                _ => Self::default(),
+            }
+        };
+        let fits = |max: usize| move |field: &String| field.len() <= max;
+        Self {
+            ns: parsed.ns.filter(fits(MAX_NAMESPACE_BYTES)),
+            node_name: parsed.node_name.filter(fits(MAX_NAME_BYTES)),
+            pod: parsed.pod.filter(fits(MAX_NAME_BYTES)),
         }
     }
 }
@@ -62,6 +76,29 @@ mod tests {
             Some("ip-10-20-1-11.eu-west-1.compute.internal")
         );
         assert_eq!(t.pod.as_deref(), Some("vote-bot"));
+    }
+
+    /// Newcomer finding: megabytes of `nodeName` were kept by the stream and its metric labels.
+    #[test]
+    fn fields_longer_than_kubernetes_allows_are_dropped() {
+        let token = |ns: usize, node: usize, pod: usize| {
+            ContextToken::parse(&format!(
+                "{{\"ns\":\"{}\",\"nodeName\":\"{}\",\"pod\":\"{}\"}}",
+                "n".repeat(ns),
+                "a".repeat(node),
+                "p".repeat(pod)
+            ))
+        };
+        let longest = token(63, 253, 253);
+        assert_eq!(longest.ns.map(|s| s.len()), Some(63));
+        assert_eq!(longest.node_name.map(|s| s.len()), Some(253));
+        assert_eq!(longest.pod.map(|s| s.len()), Some(253));
+        let too_long = token(64, 3_000_000, 254);
+        assert_eq!(too_long, ContextToken::default());
+        assert_eq!(
+            ContextToken::parse(&format!("ns:{}", "n".repeat(64))),
+            ContextToken::default()
+        );
     }
 
     #[test]

@@ -33,9 +33,34 @@ struct JsonWorkload {
     external_workload: Option<String>,
 }
 
+/// The longest namespace Kubernetes accepts (a DNS label), in bytes.
+const MAX_NAMESPACE_BYTES: usize = 63;
+/// The longest pod or ExternalWorkload name Kubernetes accepts (a DNS subdomain), in bytes.
+const MAX_NAME_BYTES: usize = 253;
+
 /// Parses `PortSpec.workload`: legacy `"<ns>:<pod>"` (both parts non-empty) or the JSON form
-/// (any string starting with `{`), naming exactly one of `pod` and `external_workload`.
+/// (any string starting with `{`), naming exactly one of `pod` and `external_workload`. A
+/// namespace over 63 bytes or a name over 253, which Kubernetes would refuse, is invalid: such
+/// a name would otherwise be kept by the stream and key an outbound topic.
 pub fn parse_workload(workload: &str) -> Result<WorkloadRef, PortSpecError> {
+    let parsed = parse_workload_form(workload)?;
+    let (WorkloadRef::Pod { namespace, name } | WorkloadRef::ExternalWorkload { namespace, name }) =
+        &parsed;
+    let reason = if namespace.len() > MAX_NAMESPACE_BYTES {
+        format!("namespace longer than {MAX_NAMESPACE_BYTES} bytes")
+    } else if name.len() > MAX_NAME_BYTES {
+        format!("name longer than {MAX_NAME_BYTES} bytes")
+    } else {
+        return Ok(parsed);
+    };
+    Err(PortSpecError::Workload {
+        workload: echo(workload),
+        reason: Some(reason),
+    })
+}
+
+/// [`parse_workload`] without the length limits.
+fn parse_workload_form(workload: &str) -> Result<WorkloadRef, PortSpecError> {
     let invalid = |reason: Option<String>| PortSpecError::Workload {
         workload: echo(workload),
         reason,
@@ -174,6 +199,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.len() < 400, "{err}");
+    }
+
+    /// Newcomer finding: a 100 KB pod name was kept by each stream that sent it.
+    #[test]
+    fn names_longer_than_kubernetes_allows_are_invalid() {
+        let (ns, name) = ("n".repeat(63), "p".repeat(253));
+        assert!(parse_workload(&format!("{ns}:{name}")).is_ok());
+        let json = format!(r#"{{"ns":"{ns}","external_workload":"{name}"}}"#);
+        assert!(parse_workload(&json).is_ok());
+        let reason = |bad: &str| {
+            let err = parse_workload(bad).unwrap_err().to_string();
+            assert!(err.len() < 400, "{err}");
+            err.rsplit_once(" (").map(|(_, r)| r.to_string()).unwrap()
+        };
+        assert_eq!(
+            reason(&format!("{ns}n:{name}")),
+            "namespace longer than 63 bytes)"
+        );
+        assert_eq!(
+            reason(&format!(
+                r#"{{"ns":"{ns}","pod":"{}"}}"#,
+                "p".repeat(100_000)
+            )),
+            "name longer than 253 bytes)"
+        );
     }
 
     #[test]
