@@ -90,7 +90,8 @@ impl DestinationService {
     /// and `GetProfile` streams served by [`WatchStreams`] ([`linkerd_runtime::grpc`]).
     pub fn into_server(self) -> DestinationGrpc {
         let service = Arc::new(self);
-        let generated = DestinationServer::from_arc(service.clone());
+        let generated = DestinationServer::from_arc(service.clone())
+            .max_decoding_message_size(linkerd_runtime::grpc::MAX_REQUEST_BYTES);
         WatchStreams::new(
             WatchStreams::new(generated, GetMethod(service.clone())),
             GetProfileMethod(service),

@@ -24,10 +24,10 @@ async fn malformed_paths_are_invalid_arguments_that_name_the_problem() {
         ("web-svc.emojivoto.svc.cluster.local.:80", "invalid service"),
         ("\u{0}\u{ffff}:80", "invalid service"),
     ];
-    // Names no Kubernetes object can have: a 64-byte label, a 254-byte name, a megabyte.
+    // Names no Kubernetes object can have: a 64-byte label, a 254-byte name, 60 KB.
     let long_label = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(64));
     let long_name = format!("{}.svc.cluster.local:80", "a.".repeat(119));
-    let huge = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(1 << 20));
+    let huge = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(60_000));
     let too_long = [long_label, long_name, huge];
     let cases = cases.into_iter().chain(
         too_long
@@ -43,6 +43,15 @@ async fn malformed_paths_are_invalid_arguments_that_name_the_problem() {
             status.message()
         );
     }
+    // A request over 64 KiB is refused from its length prefix, before it is buffered.
+    let megabyte = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(1 << 20));
+    let status = h.get(&megabyte, "").await.expect_err("a megabyte path");
+    assert_eq!(status.code(), tonic::Code::OutOfRange);
+    assert!(
+        status.message().contains("the limit is: 65536 bytes"),
+        "{}",
+        status.message()
+    );
     // The server is still fine.
     let mut stream = h
         .get("web-svc.emojivoto.svc.cluster.local:80", "")
@@ -60,7 +69,7 @@ async fn garbage_context_tokens_are_ignored() {
         "[]",
         "{\"nodeName\": 7}",
         "\u{1}\u{2}",
-        &"x".repeat(100_000),
+        &"x".repeat(60_000),
     ] {
         let mut stream = h
             .get("voting-svc.emojivoto.svc.cluster.local:8080", token)

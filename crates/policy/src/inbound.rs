@@ -98,7 +98,8 @@ impl InboundPolicyService {
     pub fn into_server(self) -> InboundGrpc {
         let service = Arc::new(self);
         WatchStreams::new(
-            InboundServerPoliciesServer::from_arc(service.clone()),
+            InboundServerPoliciesServer::from_arc(service.clone())
+                .max_decoding_message_size(linkerd_runtime::grpc::MAX_REQUEST_BYTES),
             WatchPortMethod(service),
         )
     }

@@ -101,7 +101,8 @@ impl OutboundPolicyService {
     pub fn into_server(self) -> OutboundGrpc {
         let service = Arc::new(self);
         WatchStreams::new(
-            OutboundPoliciesServer::from_arc(service.clone()),
+            OutboundPoliciesServer::from_arc(service.clone())
+                .max_decoding_message_size(linkerd_runtime::grpc::MAX_REQUEST_BYTES),
             WatchMethod(service),
         )
     }

@@ -65,6 +65,40 @@ async fn a_long_workload_is_cut_in_the_message() {
     assert!(err.message().starts_with("Invalid workload: xxx"));
 }
 
+/// Newcomer finding: names Kubernetes cannot hold were kept per stream; a request over 64 KiB
+/// is refused from its length prefix, before it is buffered.
+#[tokio::test]
+async fn names_too_long_for_kubernetes_and_oversized_requests() {
+    let mut h = harness().await;
+    let long_name = format!("emojivoto:{}", "p".repeat(254));
+    assert_refused(
+        &mut h,
+        &long_name,
+        8080,
+        Code::InvalidArgument,
+        "Invalid workload: emojivoto:ppp",
+    )
+    .await;
+    let err = h.get_port(&long_name, 8080).await.unwrap_err();
+    assert!(
+        err.message().ends_with("(name longer than 253 bytes)"),
+        "{}",
+        err.message()
+    );
+    let oversized = format!("emojivoto:{}", "p".repeat(70_000));
+    assert_refused(
+        &mut h,
+        &oversized,
+        8080,
+        Code::OutOfRange,
+        "Error, decoded message length too large",
+    )
+    .await;
+    // The server is still fine.
+    let workload = pod_workload("emojivoto", WEB);
+    assert!(h.get_port(&workload, 80).await.is_ok());
+}
+
 #[tokio::test]
 async fn ports_outside_1_to_65535() {
     let mut h = harness().await;

@@ -158,6 +158,12 @@ impl<M: prost::Message + Clone + Default> prost::Message for Shared<M> {
 /// Bytes a stream's request decode buffer starts with; a larger request grows it to fit.
 pub const STREAM_BUFFER: usize = 512;
 
+/// The largest request message the proxy APIs decode, in bytes; a larger one is answered
+/// `OUT_OF_RANGE` ("decoded message length too large") from its length prefix, before its
+/// body is buffered. A proxy's requests are a name, a port and a context token, under 1 KiB;
+/// with tonic's 4 MiB default, each call could make the server buffer megabytes.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
 /// One server-streaming gRPC method, as [`WatchStreams`] serves it: its stream yields
 /// [`Shared`] messages, sent without copying.
 pub trait StreamingMethod: Clone + Send + Sync + 'static {
@@ -227,7 +233,8 @@ where
             stream: stream.clone(),
         };
         Box::pin(async move {
-            let mut grpc = Grpc::new(DecodeOnly::<M>(PhantomData));
+            let mut grpc = Grpc::new(DecodeOnly::<M>(PhantomData))
+                .max_decoding_message_size(MAX_REQUEST_BYTES);
             let response = grpc.server_streaming(method, request).await;
             let taken = stream.lock().unwrap_or_else(|e| e.into_inner()).take();
             Ok(match taken {
