@@ -373,6 +373,9 @@ impl ServerProcess {
             }
         };
         die_with_parent(&mut cmd);
+        // A group of its own: a terminal's Ctrl-C reaches xtask alone, which stops the servers
+        // in order (`xtask dev` stops the mtls-shim after the controllers).
+        cmd.process_group(0);
         let child = cmd
             .spawn()
             .with_context(|| format!("cannot start {}", exe.display()))?;
