@@ -38,11 +38,7 @@ fn echo(s: &str) -> String {
     if s.len() <= MAX_ECHO {
         return s.to_string();
     }
-    let mut end = MAX_ECHO;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
+    format!("{}...", &s[..s.floor_char_boundary(MAX_ECHO)])
 }
 
 /// Splits `host[:port]`; the port defaults to 80; IPv6 hosts must be bracketed.
@@ -91,8 +87,8 @@ pub fn split_host_port(path: &str) -> Result<(&str, u16), AuthorityError> {
 
 /// The longest DNS name and label (RFC 1035 §2.3.4); Service, namespace and pod hostnames are
 /// DNS labels, so a longer one names nothing.
-const MAX_NAME: usize = 253;
-const MAX_LABEL: usize = 63;
+pub(crate) const MAX_NAME: usize = 253;
+pub(crate) const MAX_LABEL: usize = 63;
 
 /// Parses a `Get` path against the cluster domain.
 ///

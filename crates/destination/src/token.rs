@@ -2,13 +2,15 @@
 
 use serde::Deserialize;
 
+use crate::authority::{MAX_LABEL, MAX_NAME};
+
 /// A parsed `context_token` (spec/destination.md §C.1).
 ///
 /// The proxy sends JSON such as `{"ns":"emojivoto","nodeName":"ip-10-20-1-11...","pod":"web-..."}`.
 /// Older proxies send `ns:<namespace>`. Anything else yields an empty token: a bad token is
 /// never an error. A field longer than Kubernetes allows for what it names (63 bytes for a
 /// namespace, 253 for a pod or node name) names nothing and is dropped: a stream keeps its
-/// token's fields (the node name is a metric label), and the request may carry 4 MiB.
+/// token's fields (the node name is a metric label), and the request may carry 64 KiB.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct ContextToken {
     /// The client's namespace.
@@ -21,11 +23,6 @@ pub struct ContextToken {
     #[serde(default)]
     pub pod: Option<String>,
 }
-
-/// The longest namespace Kubernetes accepts (a DNS label).
-const MAX_NAMESPACE_BYTES: usize = 63;
-/// The longest pod or node name Kubernetes accepts (a DNS subdomain).
-const MAX_NAME_BYTES: usize = 253;
 
 impl ContextToken {
     /// The client pod as `namespace/name`, when the token names both.
@@ -54,9 +51,10 @@ impl ContextToken {
         };
         let fits = |max: usize| move |field: &String| field.len() <= max;
         Self {
-            ns: parsed.ns.filter(fits(MAX_NAMESPACE_BYTES)),
-            node_name: parsed.node_name.filter(fits(MAX_NAME_BYTES)),
-            pod: parsed.pod.filter(fits(MAX_NAME_BYTES)),
+            // A namespace is a DNS label; pod and node names are DNS names.
+            ns: parsed.ns.filter(fits(MAX_LABEL)),
+            node_name: parsed.node_name.filter(fits(MAX_NAME)),
+            pod: parsed.pod.filter(fits(MAX_NAME)),
         }
     }
 }

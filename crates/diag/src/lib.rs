@@ -179,11 +179,7 @@ fn echo(target: &str) -> std::borrow::Cow<'_, str> {
     if target.len() <= MAX_ECHO {
         return target.into();
     }
-    let end = (0..=MAX_ECHO)
-        .rev()
-        .find(|&i| target.is_char_boundary(i))
-        .unwrap_or(0);
-    format!("{}...", &target[..end]).into()
+    format!("{}...", &target[..target.floor_char_boundary(MAX_ECHO)]).into()
 }
 
 /// `InvalidArgument: Invalid authority: ...`, or only the code when there is no message, then

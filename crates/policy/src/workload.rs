@@ -116,11 +116,7 @@ fn echo(s: &str) -> String {
     if s.len() <= MAX_ECHO {
         return s.to_string();
     }
-    let mut end = MAX_ECHO;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
+    format!("{}...", &s[..s.floor_char_boundary(MAX_ECHO)])
 }
 
 /// The workload a `PortSpec.workload` or `TrafficSpec.source_workload` names, as

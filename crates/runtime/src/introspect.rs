@@ -134,8 +134,9 @@ struct Entry<P: ?Sized> {
 
 /// The most of each [`StreamMeta`] string an entry keeps, in bytes: a longer one is cut at a
 /// character boundary and ends with [`CUT`]. A real target or context token is well under it
-/// (an authority is at most 259 bytes); the request itself may carry 4 MiB, which a stream
-/// would otherwise hold for its life and the introspection API would send back.
+/// (an authority is at most 259 bytes); the request itself may carry 64 KiB
+/// ([`crate::grpc::MAX_REQUEST_BYTES`]), which a stream would otherwise hold for its life and
+/// the introspection API would send back.
 pub const MAX_META_BYTES: usize = 512;
 
 /// What ends a [`StreamMeta`] string cut to [`MAX_META_BYTES`].
@@ -459,7 +460,7 @@ impl PackedMeta {
         for ((part, cut), end) in parts.iter().zip(&mut ends) {
             text.push_str(part);
             text.push_str(cut);
-            // A request is at most 4 MiB: a longer text would only read back as empty parts.
+            // At most four cut parts: far below `u32::MAX`.
             *end = u32::try_from(text.len()).unwrap_or(u32::MAX);
         }
         Self {
@@ -505,11 +506,10 @@ fn cut(part: &str) -> (&str, &'static str) {
     if part.len() <= MAX_META_BYTES {
         return (part, "");
     }
-    let mut end = MAX_META_BYTES - CUT.len();
-    while !part.is_char_boundary(end) {
-        end -= 1;
-    }
-    (&part[..end], CUT)
+    (
+        &part[..part.floor_char_boundary(MAX_META_BYTES - CUT.len())],
+        CUT,
+    )
 }
 
 // === impl StreamFilter ===

@@ -146,7 +146,7 @@ fn a_stream_is_shown_as_its_request_described_it() {
     assert_eq!(ids(&registry.list(&filter)), vec![records[2].id()]);
 }
 
-/// A request may carry 4 MiB of context token or target: a stream keeps a bounded prefix, or
+/// A request may carry 64 KiB of context token or target: a stream keeps a bounded prefix, or
 /// a few clients could fill the server and make the introspection API's answer too large.
 #[test]
 fn a_stream_keeps_at_most_a_bounded_prefix_of_each_string() {
