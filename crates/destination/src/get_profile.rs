@@ -121,7 +121,7 @@ impl DestinationService {
         // 2): the proxy falls back to its client policy.
         if !svc.ports.iter().any(|p| p.port == port) {
             let guard = ProfileGuard::undeclared_port(self.metrics.clone(), started);
-            let record = self.streams.open::<()>(meta, None);
+            let record = self.streams.open(meta);
             let stream = futures::stream::once(async { Ok(profile::empty_profile()) })
                 .chain(futures::stream::pending())
                 .take_until(shutdown)
@@ -173,7 +173,7 @@ impl DestinationService {
             },
             started,
         );
-        let record = self.streams.open(meta, Some(rx.current_view()));
+        let record = self.streams.open_following(meta, rx.current_view());
         Ok(Box::pin(
             updates(rx, target, guard, record).take_until(shutdown),
         ))
@@ -196,7 +196,7 @@ impl DestinationService {
         let translator = self.translator.clone();
         let target = move |view: &EndpointProfileView| endpoint_profile(&translator, view);
         let guard = ProfileGuard::workload(self.metrics.clone(), started);
-        let record = self.streams.open(meta, Some(rx.current_view()));
+        let record = self.streams.open_following(meta, rx.current_view());
         Ok(Box::pin(
             updates(rx, target, guard, record).take_until(self.shutdown.clone().signaled()),
         ))

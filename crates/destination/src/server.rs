@@ -228,7 +228,7 @@ impl DestinationService {
             context_token: request_token,
         };
         if let Some(request) = request {
-            let record = self.streams.open::<()>(meta, None);
+            let record = self.streams.open(meta);
             let stream = MulticlusterStream::new(
                 rx,
                 &self.clusters,
@@ -254,7 +254,7 @@ impl DestinationService {
             .take_until(self.shutdown.clone().signaled());
             return Ok(Box::pin(updates));
         }
-        let record = self.streams.open(meta, Some(rx.current_view()));
+        let record = self.streams.open_following(meta, rx.current_view());
         let stream = EndpointsStream::new(rx, filter, self.translator.clone(), self.deltas.clone());
         let state = GetState {
             stream,

@@ -336,9 +336,9 @@ impl<V> Receiver<V> {
 impl<V: Send + Sync + 'static> Receiver<V> {
     /// A function reading the current view through a clone of this receiver, which it never
     /// marks seen (for the introspection registry, `linkerd_runtime::introspect`).
-    pub fn current_view(&self) -> Box<dyn Fn() -> Arc<V> + Send + Sync> {
+    pub fn current_view(&self) -> impl Fn() -> Arc<V> + Send + Sync + 'static {
         let shared = self.shared.clone();
-        Box::new(move || shared.state.read().view.clone())
+        move || shared.state.read().view.clone()
     }
 }
 

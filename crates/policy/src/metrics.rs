@@ -95,7 +95,8 @@ pub struct Families {
 #[derive(Debug)]
 pub struct Rpc {
     metrics: PolicyMetrics,
-    method: Method,
+    /// One of the constants: a reference keeps each open stream's `Rpc` 32 bytes smaller.
+    method: &'static Method,
     started: Instant,
     code: tonic::Code,
 }
@@ -175,8 +176,8 @@ impl PolicyMetrics {
     }
 
     /// Counts a started RPC and its request message; the returned [`Rpc`] finishes it.
-    pub fn start(&self, method: Method) -> Rpc {
-        let labels = labels(method);
+    pub fn start(&self, method: &'static Method) -> Rpc {
+        let labels = labels(*method);
         self.started.get_or_create(&labels).inc();
         self.received.get_or_create(&labels).inc();
         Rpc {
@@ -248,7 +249,7 @@ pub fn code_name(code: tonic::Code) -> &'static str {
 impl Rpc {
     /// Counts one streamed message.
     pub fn sent(&self) {
-        self.metrics.sent.get_or_create(&labels(self.method)).inc();
+        self.metrics.sent.get_or_create(&labels(*self.method)).inc();
     }
 
     /// Ends the RPC with `status`, which is returned for convenience.
@@ -262,10 +263,10 @@ impl Drop for Rpc {
     fn drop(&mut self) {
         let m = &self.metrics;
         m.handled
-            .get_or_create(&code_labels(self.method, self.code))
+            .get_or_create(&code_labels(*self.method, self.code))
             .inc();
         m.handling
-            .get_or_create(&labels(self.method))
+            .get_or_create(&labels(*self.method))
             .observe(self.started.elapsed().as_secs_f64());
     }
 }

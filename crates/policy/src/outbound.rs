@@ -159,7 +159,7 @@ impl OutboundPolicyService {
         &self,
         request: Request<TrafficSpec>,
     ) -> Result<BoxStream<Shared<ApiPolicy>>, Status> {
-        let rpc = self.metrics.start(OUTBOUND_WATCH);
+        let rpc = self.metrics.start(&OUTBOUND_WATCH);
         let lookup = match self.lookup(request.get_ref()) {
             Ok(lookup) => lookup,
             Err(status) => return Err(rpc.fail(status)),
@@ -184,7 +184,7 @@ impl OutboundPolicyService {
             OutboundLookup::Fixed(policy) => {
                 let first = Shared::new(self.translator.policy(&policy));
                 rpc.sent();
-                let record = self.streams.open::<()>(meta, None);
+                let record = self.streams.open(meta);
                 record.sent(1, Some(LastSent::message(POLICY_TYPE, first.clone())));
                 let stream = futures::stream::once(async move { Ok(first) })
                     .chain(futures::stream::pending())
@@ -197,9 +197,8 @@ impl OutboundPolicyService {
                 Ok(Box::pin(stream))
             }
             OutboundLookup::Watch(rx) => {
-                let record = self.streams.open(meta, Some(rx.current_view()));
                 let messages: ViewMessages<_, _> = ViewMessages::new(
-                    DistinctViews::new(rx).recorded(record),
+                    DistinctViews::new(rx).recorded(&self.streams, meta, self.translator.clone()),
                     self.translator.clone(),
                     self.translations.clone(),
                     rpc,
@@ -308,7 +307,7 @@ impl OutboundPolicies for OutboundPolicyService {
     /// The current policy of a target (§5.8). Errors: see [`Self::parse_request`], and
     /// `NotFound` "No such service" for an in-cluster address nothing claims.
     async fn get(&self, request: Request<TrafficSpec>) -> Result<Response<ApiPolicy>, Status> {
-        let rpc = self.metrics.start(OUTBOUND_GET);
+        let rpc = self.metrics.start(&OUTBOUND_GET);
         let policy = match self.lookup(request.get_ref()) {
             Ok(OutboundLookup::Watch(rx)) => rx.borrow().clone(),
             Ok(OutboundLookup::Fixed(policy)) => policy,

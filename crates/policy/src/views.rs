@@ -13,7 +13,7 @@ use futures::Stream;
 use linkerd_index::topic;
 use linkerd_runtime::{
     grpc::Shared,
-    introspect::{LastSent, StreamRecord},
+    introspect::{StreamMeta, StreamRecord, StreamRegistry},
     shutdown::Shutdown,
 };
 use std::{
@@ -35,9 +35,9 @@ pub(crate) struct DistinctViews<V> {
     last: Option<Arc<V>>,
     /// The stream's introspection record, told which view the client is up to date with.
     record: Option<StreamRecord<V>>,
-    /// The view last returned, and when the index saw its change (`None` for a first view),
-    /// until the next call says the stream took it.
-    handed: Option<(Arc<V>, Option<Instant>)>,
+    /// When the index saw the change of the view last returned (`last`; `None` for a first
+    /// view), until the next call says the stream took it.
+    handed: Option<Option<Instant>>,
 }
 
 /// The messages of the views translated lately, by view, so that the streams of a topic
@@ -62,7 +62,7 @@ type Recent<V, M> = VecDeque<(Arc<V>, Shared<M>)>;
 /// flight, not every topic's (each translation is a message of a few KiB).
 const TRANSLATIONS_PER_THREAD: usize = 16;
 
-impl<V: PartialEq> DistinctViews<V> {
+impl<V: PartialEq + Send + Sync + 'static> DistinctViews<V> {
     pub(crate) fn new(rx: topic::Receiver<V>) -> Self {
         Self {
             rx,
@@ -72,11 +72,25 @@ impl<V: PartialEq> DistinctViews<V> {
         }
     }
 
-    /// The same views, reported to `record`: a view is written out when the next one is
-    /// asked for (a watch stream asks only once HTTP/2 took its last message), and a view
-    /// equal to the last one sent is written out at once.
-    pub(crate) fn recorded(mut self, record: StreamRecord<V>) -> Self {
-        self.record = Some(record);
+    /// The same views, recorded in `streams` as a stream of `meta` whose messages are
+    /// `translator`'s: a view is written out when the next one is asked for (a watch stream
+    /// asks only once HTTP/2 took its last message), and a view equal to the last one sent is
+    /// written out at once. The introspection API shows the translation of the view written
+    /// out, made again when asked for: holding the message would keep a translation alive per
+    /// stream once the shared cache lets it go.
+    pub(crate) fn recorded<T: Translate<V>>(
+        mut self,
+        streams: &StreamRegistry,
+        meta: StreamMeta,
+        translator: Arc<T>,
+    ) -> Self {
+        let rx = &self.rx;
+        self.record = Some(streams.open_views(meta, rx.current_view(), move |view| {
+            (
+                T::TYPE_NAME,
+                prost::Message::encode_to_vec(&translator.translate(view)),
+            )
+        }));
         self
     }
 
@@ -94,8 +108,10 @@ impl<V: PartialEq> DistinctViews<V> {
 
     /// [`Self::next`] as a poll.
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Arc<V>>> {
-        if let (Some(record), Some((view, seen))) = (&self.record, self.handed.take()) {
-            record.caught_up(&view, true, seen);
+        if let (Some(record), Some(seen), Some(last)) =
+            (&self.record, self.handed.take(), &self.last)
+        {
+            record.caught_up(last, true, seen);
         }
         loop {
             let first = self.last.is_none();
@@ -115,7 +131,7 @@ impl<V: PartialEq> DistinctViews<V> {
                     let seen = (!first)
                         .then(|| linkerd_index::change_seen_at(&view))
                         .flatten();
-                    self.handed = Some((view.clone(), seen));
+                    self.handed = Some(seen);
                 }
                 return Poll::Ready(Some(view));
             }
@@ -183,15 +199,7 @@ where
             .translations
             .get_or_translate(&view, |view| translator.translate(view));
         if let Some(record) = self.views.record() {
-            // The view, translated again if the introspection API asks: holding the message
-            // would keep a translation alive per stream once the shared cache lets it go.
-            let (translator, view) = (translator.clone(), view.clone());
-            record.sent(
-                1,
-                Some(LastSent::lazy(T::TYPE_NAME, move || {
-                    prost::Message::encode_to_vec(&translator.translate(&view))
-                })),
-            );
+            record.sent(1, None);
         }
         self.rpc.sent();
         Poll::Ready(Some(message))

@@ -2,9 +2,10 @@
 //! introspection API (`proto/introspection.proto`), and the metrics that show whether the
 //! streams keep up with the index.
 //!
-//! A server opens a [`StreamRecord`] for each watch stream it serves ([`StreamRegistry::open`])
-//! and tells it what it wrote ([`StreamRecord::sent`]) and which view of its topic it has
-//! written out ([`StreamRecord::caught_up`]). The record goes when the stream ends. From the
+//! A server opens a [`StreamRecord`] for each watch stream it serves ([`StreamRegistry::open`]
+//! and its variants for streams that follow a topic) and tells it what it wrote
+//! ([`StreamRecord::sent`]) and which view of its topic it has written out
+//! ([`StreamRecord::caught_up`]). The record goes when the stream ends. From the
 //! records the registry answers [`StreamRegistry::list`] and [`StreamRegistry::get`], and it
 //! exports:
 //!
@@ -121,8 +122,8 @@ pub struct StreamFilter {
     pub behind_only: bool,
 }
 
-/// A stream's record, shared by the stream and the registry; `P` is its [`TopicProgress`],
-/// last so that one allocation holds both.
+/// A stream's record, shared by the stream and the registry; `P` is its progress ([`NoTopic`]
+/// or a [`TopicProgress`]), last so that one allocation holds both.
 #[derive(Debug)]
 struct Entry<P: ?Sized> {
     id: u64,
@@ -165,26 +166,50 @@ struct Sent {
     last: Option<LastSent>,
 }
 
-/// Whether a stream has written out the newest view of its topic.
+/// Whether a stream has written out the newest view of its topic, and the message of the view
+/// it wrote out when the stream's messages are its views' translations.
 trait Progress: Send + Sync + std::fmt::Debug {
     fn behind(&self) -> bool;
+    /// `None` when the stream reports its messages itself ([`StreamRecord::sent`]).
+    fn written_message(&self) -> Option<EncodedMessage>;
 }
 
-/// The current view of a stream's topic, read without advancing the stream (a closure over a
-/// clone of the stream's receiver).
-pub type CurrentView<V> = Box<dyn Fn() -> Arc<V> + Send + Sync>;
+/// A [`Progress`] that a stream of views of `V` tells which view it wrote out.
+trait Follows<V>: Progress {
+    /// `None` for a stream that follows no single topic.
+    fn written(&self) -> Option<&Mutex<Option<Arc<V>>>>;
+}
 
-/// How to read the stream's topic (`None` for a stream that follows no single topic) and the
-/// view the stream last wrote out.
-struct TopicProgress<V> {
-    rx: Option<CurrentView<V>>,
+/// The progress of a stream that follows no single topic: never behind.
+#[derive(Debug)]
+struct NoTopic;
+
+/// How to read the stream's topic without advancing the stream (`current`, a closure over
+/// the topic's shared state), the view the stream last wrote out, and how that view's message
+/// is encoded (`E`: [`NotEncoded`] or a [`ViewEncoder`]). Closures are held inline: a boxed one
+/// costs each of tens of thousands of streams an allocation.
+struct TopicProgress<V, R, E> {
+    current: R,
     written: Mutex<Option<Arc<V>>>,
+    encode: E,
 }
+
+/// How a [`TopicProgress`] makes the message of the view written out.
+trait EncodeView<V>: Send + Sync {
+    fn encode(&self, view: &V) -> Option<EncodedMessage>;
+}
+
+/// The stream reports each message itself ([`StreamRecord::sent`]).
+struct NotEncoded;
+
+/// The stream's messages are its views' translations: the last one is made again from the
+/// view written out when the introspection API asks, so the stream holds no message.
+struct ViewEncoder<F>(F);
 
 /// A stream's entry in its registry, removed when dropped (the stream ended).
 #[derive(Debug)]
 pub struct StreamRecord<V = ()> {
-    entry: Arc<Entry<TopicProgress<V>>>,
+    entry: Arc<Entry<dyn Follows<V>>>,
     registry: StreamRegistry,
 }
 
@@ -234,14 +259,37 @@ impl StreamRegistry {
         this
     }
 
-    /// Records a new stream of `meta` following the topic whose current view `rx` reads
-    /// (`None`: a stream that follows no single topic, never shown behind). Keep the record as
-    /// long as the stream.
-    pub fn open<V: Send + Sync + 'static>(
+    /// Records a new stream of `meta` that follows no single topic (never shown behind); it
+    /// reports its messages ([`StreamRecord::sent`]). Keep the record as long as the stream.
+    pub fn open(&self, meta: StreamMeta) -> StreamRecord {
+        self.insert(meta, NoTopic)
+    }
+
+    /// Records a new stream of `meta` following the topic whose current view `current` reads
+    /// (the index's `Receiver::current_view`); it reports its messages
+    /// ([`StreamRecord::sent`]). Keep the record as long as the stream.
+    pub fn open_following<V: Send + Sync + 'static>(
         &self,
         meta: StreamMeta,
-        rx: Option<CurrentView<V>>,
+        current: impl Fn() -> Arc<V> + Send + Sync + 'static,
     ) -> StreamRecord<V> {
+        self.insert(meta, TopicProgress::new(current, NotEncoded))
+    }
+
+    /// Records a new stream of `meta` whose messages are its topic's views translated (a
+    /// policy watch): `current` reads the topic's current view, and the last message shown is
+    /// `encode` of the view the stream last wrote out ([`StreamRecord::caught_up`]), made
+    /// when asked for. Keep the record as long as the stream.
+    pub fn open_views<V: Send + Sync + 'static>(
+        &self,
+        meta: StreamMeta,
+        current: impl Fn() -> Arc<V> + Send + Sync + 'static,
+        encode: impl Fn(&V) -> EncodedMessage + Send + Sync + 'static,
+    ) -> StreamRecord<V> {
+        self.insert(meta, TopicProgress::new(current, ViewEncoder(encode)))
+    }
+
+    fn insert<V, P: Follows<V> + 'static>(&self, meta: StreamMeta, progress: P) -> StreamRecord<V> {
         let meta = PackedMeta::new(meta);
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed).max(1);
         let entry = Arc::new(Entry {
@@ -249,10 +297,7 @@ impl StreamRegistry {
             meta,
             opened_at: SystemTime::now(),
             sent: Mutex::default(),
-            progress: TopicProgress {
-                rx,
-                written: Mutex::new(None),
-            },
+            progress,
         });
         self.inner.streams.lock().insert(id, entry.clone());
         StreamRecord {
@@ -278,12 +323,10 @@ impl StreamRegistry {
     pub fn get(&self, id: u64) -> Option<(StreamSummary, Option<EncodedMessage>)> {
         let entry = self.inner.streams.lock().get(&id).cloned()?;
         let summary = entry.summary();
-        let last = entry
-            .sent
-            .lock()
-            .last
-            .as_ref()
-            .map(|l| (l.type_name, (l.encode)()));
+        let last = entry.progress.written_message().or_else(|| {
+            let sent = entry.sent.lock();
+            sent.last.as_ref().map(|l| (l.type_name, (l.encode)()))
+        });
         Some((summary, last))
     }
 
@@ -353,23 +396,81 @@ impl std::fmt::Debug for Sent {
     }
 }
 
+// === impl NoTopic ===
+
+impl Progress for NoTopic {
+    fn behind(&self) -> bool {
+        false
+    }
+
+    fn written_message(&self) -> Option<EncodedMessage> {
+        None
+    }
+}
+
+impl<V> Follows<V> for NoTopic {
+    fn written(&self) -> Option<&Mutex<Option<Arc<V>>>> {
+        None
+    }
+}
+
 // === impl TopicProgress ===
 
-impl<V: Send + Sync> Progress for TopicProgress<V> {
+impl<V, R, E> TopicProgress<V, R, E> {
+    fn new(current: R, encode: E) -> Self {
+        Self {
+            current,
+            written: Mutex::new(None),
+            encode,
+        }
+    }
+}
+
+impl<V, R, E> Progress for TopicProgress<V, R, E>
+where
+    V: Send + Sync,
+    R: Fn() -> Arc<V> + Send + Sync,
+    E: EncodeView<V>,
+{
     fn behind(&self) -> bool {
-        let Some(rx) = &self.rx else {
-            return false;
-        };
-        let current = rx();
+        let current = (self.current)();
         match &*self.written.lock() {
             Some(written) => !Arc::ptr_eq(written, &current),
             // Before its first message a stream is behind: it has a view to send.
             None => true,
         }
     }
+
+    fn written_message(&self) -> Option<EncodedMessage> {
+        let written = self.written.lock().clone()?;
+        self.encode.encode(&written)
+    }
 }
 
-impl<V> std::fmt::Debug for TopicProgress<V> {
+impl<V, R, E> Follows<V> for TopicProgress<V, R, E>
+where
+    V: Send + Sync,
+    R: Fn() -> Arc<V> + Send + Sync,
+    E: EncodeView<V>,
+{
+    fn written(&self) -> Option<&Mutex<Option<Arc<V>>>> {
+        Some(&self.written)
+    }
+}
+
+impl<V> EncodeView<V> for NotEncoded {
+    fn encode(&self, _: &V) -> Option<EncodedMessage> {
+        None
+    }
+}
+
+impl<V, F: Fn(&V) -> EncodedMessage + Send + Sync> EncodeView<V> for ViewEncoder<F> {
+    fn encode(&self, view: &V) -> Option<EncodedMessage> {
+        Some((self.0)(view))
+    }
+}
+
+impl<V, R, E> std::fmt::Debug for TopicProgress<V, R, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TopicProgress").finish_non_exhaustive()
     }
@@ -397,8 +498,8 @@ impl<V> StreamRecord<V> {
     /// and the index saw the change at `seen`, the delay is observed in
     /// `stream_convergence_seconds`.
     pub fn caught_up(&self, view: &Arc<V>, wrote: bool, seen: Option<Instant>) {
-        if self.entry.progress.rx.is_some() {
-            *self.entry.progress.written.lock() = Some(view.clone());
+        if let Some(written) = self.entry.progress.written() {
+            *written.lock() = Some(view.clone());
         }
         if wrote && let Some(seen) = seen {
             self.observe(seen);

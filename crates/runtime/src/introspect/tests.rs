@@ -4,9 +4,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// Reads the current view of `rx`, as the index's `Receiver::current_view` does.
-fn current(rx: &watch::Receiver<Arc<u32>>) -> CurrentView<u32> {
+fn current(rx: &watch::Receiver<Arc<u32>>) -> impl Fn() -> Arc<u32> + Send + Sync + 'static {
     let rx = rx.clone();
-    Box::new(move || rx.borrow().clone())
+    move || rx.borrow().clone()
 }
 
 fn meta(api: &'static str, target: &str, pod: Option<&str>, peer: &str) -> StreamMeta {
@@ -28,33 +28,30 @@ fn ids(summaries: &[StreamSummary]) -> Vec<u64> {
 fn streams_are_listed_in_open_order_with_filters_and_leave_when_dropped() {
     let registry = StreamRegistry::new();
     let (_tx, rx) = watch::channel(Arc::new(1u32));
-    let a = registry.open(
+    let a = registry.open_following(
         meta(
             "Get",
             "web.emojivoto.svc.cluster.local:80",
             Some("emojivoto/vote-bot"),
             "10.0.0.1:4000",
         ),
-        Some(current(&rx)),
+        current(&rx),
     );
-    let b = registry.open(
+    let b = registry.open_following(
         meta(
             "GetProfile",
             "web.emojivoto.svc.cluster.local:80",
             Some("emojivoto/web-0"),
             "10.0.0.2:4000",
         ),
-        Some(current(&rx)),
+        current(&rx),
     );
-    let c = registry.open::<u32>(
-        meta(
-            "WatchPort",
-            "emojivoto:web-0 port 8080",
-            Some("emojivoto/web-0"),
-            "10.0.0.2:4001",
-        ),
-        None,
-    );
+    let c = registry.open(meta(
+        "WatchPort",
+        "emojivoto:web-0 port 8080",
+        Some("emojivoto/web-0"),
+        "10.0.0.2:4001",
+    ));
 
     let all = registry.list(&StreamFilter::default());
     assert_eq!(ids(&all), [a.id(), b.id(), c.id()]);
@@ -124,10 +121,7 @@ fn a_stream_is_shown_as_its_request_described_it() {
             ..meta("Watch", "héllo ✓ port 80", None, "[::1]:9000")
         },
     ];
-    let records: Vec<_> = described
-        .iter()
-        .map(|m| registry.open::<()>(m.clone(), None))
-        .collect();
+    let records: Vec<_> = described.iter().map(|m| registry.open(m.clone())).collect();
     let listed: Vec<StreamMeta> = registry
         .list(&StreamFilter::default())
         .into_iter()
@@ -155,17 +149,14 @@ fn a_stream_keeps_at_most_a_bounded_prefix_of_each_string() {
         "{{\"ns\":\"emojivoto\",\"x\":\"{}\"}}",
         "é".repeat(2_000_000)
     );
-    let _record = registry.open::<()>(
-        StreamMeta {
-            api: "Get",
-            peer: None,
-            client_identity: Some("y".repeat(MAX_META_BYTES)),
-            target: huge.clone(),
-            pod: Some(huge.clone()),
-            context_token: huge.clone(),
-        },
-        None,
-    );
+    let _record = registry.open(StreamMeta {
+        api: "Get",
+        peer: None,
+        client_identity: Some("y".repeat(MAX_META_BYTES)),
+        target: huge.clone(),
+        pod: Some(huge.clone()),
+        context_token: huge.clone(),
+    });
     let listed = registry.list(&StreamFilter::default()).remove(0).meta;
     for kept in [
         &listed.target,
@@ -185,7 +176,7 @@ fn a_stream_keeps_at_most_a_bounded_prefix_of_each_string() {
 fn a_stream_is_behind_until_it_writes_out_the_topics_newest_view() {
     let registry = StreamRegistry::new();
     let (tx, rx) = watch::channel(Arc::new(1u32));
-    let record = registry.open(meta("Get", "a:80", None, "127.0.0.1:1"), Some(current(&rx)));
+    let record = registry.open_following(meta("Get", "a:80", None, "127.0.0.1:1"), current(&rx));
     // Before its first message.
     assert!(registry.list(&StreamFilter::default())[0].behind);
 
@@ -221,14 +212,56 @@ fn a_stream_is_behind_until_it_writes_out_the_topics_newest_view() {
     assert_eq!(<u32 as prost::Message>::decode(&bytes[..]).unwrap(), 1);
 }
 
+/// A policy watch's record holds no message: the last one shown is the translation of the
+/// view the stream wrote out, made when the introspection API asks.
+#[test]
+fn a_view_stream_shows_the_message_of_the_view_it_wrote_out() {
+    use std::sync::atomic::AtomicUsize;
+    let registry = StreamRegistry::new();
+    let (tx, rx) = watch::channel(Arc::new(1u32));
+    let encoded = Arc::new(AtomicUsize::new(0));
+    let counter = encoded.clone();
+    let record = registry.open_views(
+        meta("WatchPort", "w port 1", None, "127.0.0.1:1"),
+        current(&rx),
+        move |view: &u32| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            ("test.UInt32", prost::Message::encode_to_vec(&(view * 10)))
+        },
+    );
+    let last = |registry: &StreamRegistry| {
+        let (summary, last) = registry.get(record.id()).unwrap();
+        let last = last.map(|(type_name, bytes)| {
+            assert_eq!(type_name, "test.UInt32");
+            <u32 as prost::Message>::decode(&bytes[..]).unwrap()
+        });
+        (summary.behind, last)
+    };
+    assert_eq!(last(&registry), (true, None), "nothing written out yet");
+
+    let first = rx.borrow().clone();
+    record.sent(1, None);
+    record.caught_up(&first, true, None);
+    assert_eq!(last(&registry), (false, Some(10)));
+    // A newer view the stream has not written out yet is not what it sent.
+    tx.send(Arc::new(2)).unwrap();
+    assert_eq!(last(&registry), (true, Some(10)));
+    let second = rx.borrow().clone();
+    record.sent(1, None);
+    record.caught_up(&second, true, None);
+    assert_eq!(last(&registry), (false, Some(20)));
+    assert_eq!(registry.list(&StreamFilter::default())[0].messages_sent, 2);
+    assert_eq!(encoded.load(Ordering::SeqCst), 3, "encoded only when asked");
+}
+
 #[test]
 fn one_convergence_observation_per_change_a_stream_writes() {
     let mut metrics = Registry::default();
     let registry = StreamRegistry::register(&mut metrics, &["Get"]);
     let (_tx, rx) = watch::channel(Arc::new(1u32));
-    let record = registry.open(
+    let record = registry.open_following(
         meta("WatchPort", "w port 1", None, "127.0.0.1:1"),
-        Some(current(&rx)),
+        current(&rx),
     );
     let view = rx.borrow().clone();
     record.caught_up(&view, true, None);
