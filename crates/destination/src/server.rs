@@ -398,11 +398,15 @@ impl Destination for DestinationService {
 
 /// Serves `service` on `listener` until `shutdown`, with HTTP/2 limits set for many long-lived
 /// streams per connection (every watch of one proxy shares its connection).
+/// `Get` and `GetProfile` are served in front of the router, so their streams keep no boxes of
+/// its making ([`WatchStreams`]).
 pub async fn serve(listener: TcpListener, service: DestinationService, shutdown: Shutdown) {
-    let routes = tonic::service::Routes::new(service.into_server());
+    let (inner, get_profile) = service.into_server().into_parts();
+    let (generated, get) = inner.into_parts();
+    let routes = tonic::service::Routes::new(generated).prepare();
     linkerd_runtime::grpc::serve(
         listener,
-        routes,
+        WatchStreams::new(WatchStreams::new(routes, get), get_profile),
         Http2Settings::default(),
         shutdown.signaled(),
     )

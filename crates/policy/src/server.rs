@@ -1,8 +1,12 @@
 //! The policy controller's gRPC server: one HTTP/2 server for the policy APIs (spec §1.1).
 
-use linkerd_runtime::{grpc::Http2Settings, shutdown::Shutdown};
+use linkerd_runtime::{
+    grpc::{Http2Settings, WatchStreams},
+    shutdown::Shutdown,
+};
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
+use tonic::service::Routes;
 
 use crate::{inbound::InboundPolicyService, outbound::OutboundPolicyService};
 
@@ -19,17 +23,25 @@ pub async fn serve_policies(
     outbound: Option<OutboundPolicyService>,
     shutdown: Shutdown,
 ) {
-    let mut routes = tonic::service::Routes::new(inbound.into_server());
+    // The watch methods are served in front of the router, so their streams keep no boxes of
+    // its making (`WatchStreams`).
+    let (inbound, watch_port) = inbound.into_server().into_parts();
+    let mut routes = Routes::new(inbound);
+    let mut watch = None;
     if let Some(outbound) = outbound {
-        routes = routes.add_service(outbound.into_server());
+        let (outbound, method) = outbound.into_server().into_parts();
+        routes = routes.add_service(outbound);
+        watch = Some(method);
     }
-    linkerd_runtime::grpc::serve(
-        listener,
-        routes,
-        Http2Settings::default(),
-        shutdown.signaled(),
-    )
-    .await
+    let routes = WatchStreams::new(routes.prepare(), watch_port);
+    let (settings, shutdown) = (Http2Settings::default(), shutdown.signaled());
+    match watch {
+        Some(watch) => {
+            let routes = WatchStreams::new(routes, watch);
+            linkerd_runtime::grpc::serve(listener, routes, settings, shutdown).await
+        }
+        None => linkerd_runtime::grpc::serve(listener, routes, settings, shutdown).await,
+    }
 }
 
 /// Binds `addr`, returning the listener and its bound address (port 0 picks one).

@@ -250,16 +250,21 @@ fn measure(connections: usize, at_once: bool) -> (isize, isize) {
 /// Bytes of heap per stream the server may hold: the stream's HTTP/2 state, its future and
 /// response body, the (pod, port) topic and its view, and the stream's entry in the
 /// introspection registry (about 300 bytes: the entry, its strings, the map slot). Measured
-/// at 1,705 bytes (1,759–1,761 while the registry entry boxed the closure reading its topic
-/// and each message's `LastSent`, and the stream held its metrics' method by value; 5,130 before topics shared equal views, dropped their per-topic
-/// tasks and the router's future stopped living as long as the stream; 4,722 while each
-/// registry entry held the last message it sent, keeping one translation alive per stream;
-/// 2,227 while each topic was a `tokio::sync::watch` channel, 360 bytes against the topic's
-/// own 80; 2,009 while the stream was `unfold` and `take_until` over async functions, 408
-/// bytes against 184, and its registry entry kept its strings apart). Below upstream's
-/// 1.9 KB of RSS; the process's RSS per stream is still above it (allocator overhead and the
-/// burst's peak, `cargo xtask bench-inbound`).
-const MAX_BYTES_PER_STREAM: isize = 1_740;
+/// at 1,671 bytes. Before, newest first:
+/// - 1,705 while the response body went through tonic's router, which boxed it twice more;
+/// - 1,759–1,761 while the registry entry boxed the closure reading its topic and each
+///   message's `LastSent`, and the stream held its metrics' method by value;
+/// - 2,009 while the stream was `unfold` and `take_until` over async functions (408 bytes
+///   against 184) and its registry entry kept its strings apart;
+/// - 2,227 while each topic was a `tokio::sync::watch` channel (360 bytes against 80);
+/// - 4,722 while each registry entry held the last message it sent, keeping one translation
+///   alive per stream;
+/// - 5,130 before topics shared equal views and dropped their per-topic tasks, and before the
+///   router's future stopped living as long as the stream.
+///
+/// Below upstream's 1.9 KB of RSS; the process's RSS per stream is still above it (allocator
+/// overhead, and h2's per-connection tables, `cargo xtask bench-inbound`).
+const MAX_BYTES_PER_STREAM: isize = 1_720;
 
 const PODS: usize = 400;
 const DEPLOYMENTS: usize = 40;
@@ -279,7 +284,7 @@ fn a_watch_port_stream_costs_the_server_less_than_upstream() {
 
 /// Bytes per stream the server may hold, and may need at most while they open, when 2,000
 /// streams open at once over 40 connections (`cargo xtask bench-inbound`'s shape). Measured at
-/// 1,639 held and 2,022 at the peak (the peak varies with how the burst's requests
+/// 1,611 held and 2,070 at the peak (the peak varies with how the burst's requests
 /// interleave; the request body timer adds about 100); 1,688–1,715 and 1,915–2,157 before the
 /// changes noted at [`MAX_BYTES_PER_STREAM`]. Before the hand-written stream, 1,940–
 /// 1,967 held and 2,048–2,285 at the peak. Before that, 2,647 held and 3,390 at the
@@ -288,7 +293,7 @@ fn a_watch_port_stream_costs_the_server_less_than_upstream() {
 /// per-call future (about 1.4 KB with its decode buffer) rather than before it
 /// (`linkerd_runtime::grpc::serve`); with the first fix alone, 2,635 at the peak. The peak
 /// matters as much as what is held: the process keeps it resident.
-const MAX_BYTES_PER_STREAM_AT_ONCE: isize = 1_760;
+const MAX_BYTES_PER_STREAM_AT_ONCE: isize = 1_700;
 const MAX_PEAK_PER_STREAM_AT_ONCE: isize = 2_400;
 const CONNECTIONS_AT_ONCE: usize = 40;
 

@@ -37,7 +37,7 @@ use tonic_prost::{ProstDecoder, ProstEncoder};
 
 mod server;
 
-pub use self::server::{Http2Settings, serve};
+pub use self::server::{GrpcService, Http2Settings, serve};
 
 /// The connections accepted on `listener`, with `TCP_NODELAY` set on each: without it a
 /// small reply sent while an earlier one is unacknowledged waits for the peer's delayed ACK
@@ -182,9 +182,14 @@ pub trait StreamingMethod: Clone + Send + Sync + 'static {
     ) -> BoxFuture<tonic::Response<Self::Stream>, Status>;
 }
 
-/// The tonic service `S` (a generated server, or another `WatchStreams`) with method `M`
-/// served by [`WatchBody`]; every other path goes to `S`. Nest it to cover several methods of
-/// one service.
+/// The tonic service `S` (a generated server, a `Routes`, or another `WatchStreams`) with
+/// method `M` served by [`WatchBody`]; every other path goes to `S`. Nest it to cover several
+/// methods.
+///
+/// The servers put it in front of their `Routes` ([`serve`] serves any such service): a
+/// response that went through the router has its body boxed twice more (tonic's router is
+/// axum's, which boxes bodies its own way), and each watch stream would keep those boxes
+/// for its life.
 #[derive(Clone)]
 pub struct WatchStreams<S, M> {
     inner: S,
@@ -195,6 +200,12 @@ impl<S, M> WatchStreams<S, M> {
     pub fn new(inner: S, method: M) -> Self {
         Self { inner, method }
     }
+
+    /// The service and the method, to put the method in front of a router holding the
+    /// service instead.
+    pub fn into_parts(self) -> (S, M) {
+        (self.inner, self.method)
+    }
 }
 
 impl<S: NamedService, M> NamedService for WatchStreams<S, M> {
@@ -203,12 +214,8 @@ impl<S: NamedService, M> NamedService for WatchStreams<S, M> {
 
 impl<S, M, B> Service<http::Request<B>> for WatchStreams<S, M>
 where
-    S: Service<
-            http::Request<B>,
-            Response = http::Response<Body>,
-            Error = Infallible,
-            Future = BoxFuture<http::Response<Body>, Infallible>,
-        >,
+    S: Service<http::Request<B>, Response = http::Response<Body>, Error = Infallible>,
+    S::Future: Send + 'static,
     M: StreamingMethod,
     B: tonic::codegen::Body + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
@@ -223,7 +230,7 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         if request.uri().path() != M::PATH {
-            return self.inner.call(request);
+            return Box::pin(self.inner.call(request));
         }
         // tonic decodes the request and builds the response head (or the error); the method's
         // stream is taken out of its hands and sent by a `WatchBody`.

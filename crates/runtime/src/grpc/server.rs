@@ -23,6 +23,7 @@ use futures::{
 use hyper::body::{Body as HttpBody, Bytes, Frame, Incoming};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{
+    convert::Infallible,
     future::Future,
     io,
     panic::AssertUnwindSafe,
@@ -42,7 +43,6 @@ use tokio::{
 use tonic::{
     body::Body,
     codegen::{Service, http},
-    service::Routes,
 };
 
 /// HTTP/2 settings for the pod's watch APIs: many long-lived streams per connection (every
@@ -102,6 +102,31 @@ impl Default for Http2Settings {
 /// descriptors) before accepting again, rather than failing in a busy loop.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// What [`serve`] serves: a gRPC service of tonic's bodies.
+pub trait GrpcService:
+    Service<
+        http::Request<Body>,
+        Response = http::Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> GrpcService for S where
+    S: Service<
+            http::Request<Body>,
+            Response = http::Response<Body>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
 /// Where the server is in its life; every connection watches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -113,6 +138,7 @@ enum Phase {
 }
 
 /// Serves `routes` over HTTP/2 (gRPC; no HTTP/1) on the connections accepted from `listener`
+/// (a tonic `Routes`, `prepare`d, or [`super::WatchStreams`] in front of one)
 /// (with `TCP_NODELAY`, see [`super::incoming`]) until `shutdown` completes. Then it stops
 /// accepting and asks every connection to close gracefully (`GOAWAY`; open streams finish as
 /// their services end them). It returns once all are closed, or after
@@ -120,22 +146,21 @@ enum Phase {
 ///
 /// Errors: none after the listener is bound. A failed connection is logged at debug level; a
 /// failed accept is logged and retried after [`ACCEPT_BACKOFF`].
-pub async fn serve(
+pub async fn serve<S: GrpcService>(
     listener: TcpListener,
-    routes: Routes,
+    routes: S,
     settings: Http2Settings,
     shutdown: impl Future<Output = ()>,
 ) {
     serve_incoming(super::incoming(listener), routes, settings, shutdown).await
 }
 
-async fn serve_incoming(
+async fn serve_incoming<S: GrpcService>(
     incoming: impl Stream<Item = io::Result<TcpStream>>,
-    routes: Routes,
+    routes: S,
     settings: Http2Settings,
     shutdown: impl Future<Output = ()>,
 ) {
-    let routes = routes.prepare();
     // Every connection holds a receiver, so `closed()` says when all have ended.
     let (phase, watched) = watch::channel(Phase::Serving);
     let mut shutdown = pin!(shutdown);
@@ -189,9 +214,9 @@ async fn serve_incoming(
 
 /// Serves one connection, its streams polled by this future; closes it gracefully once
 /// `phase` is draining, and drops it once it is closed.
-async fn serve_connection(
+async fn serve_connection<S: GrpcService>(
     tcp: TcpStream,
-    routes: Routes,
+    routes: S,
     settings: Http2Settings,
     mut phase: watch::Receiver<Phase>,
 ) {
@@ -492,6 +517,7 @@ impl AsyncWrite for CopiedFrames {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tonic::service::Routes;
     use tracing_subscriber::layer::SubscriberExt;
 
     /// A stream as h2 makes it: each time it is woken it sends, which wakes it once more.
