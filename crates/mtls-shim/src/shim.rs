@@ -39,9 +39,6 @@ pub const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the upstreams are tried until each accepts a connection (readiness).
 const UPSTREAM_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How often the served certificate is checked against the identity after reloads.
-const IDENTITY_CHECK_INTERVAL: Duration = Duration::from_secs(5);
-
 /// What the shim serves, from the flags.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -101,7 +98,6 @@ pub enum StartError {
 #[derive(Debug)]
 pub struct Shim {
     served: Served,
-    trust_anchors: TrustAnchors,
     local_identity: String,
     listeners: Vec<Listener>,
     metrics: ShimMetrics,
@@ -146,6 +142,17 @@ impl Shim {
                         identity: config.local_identity.clone(),
                         reason,
                     })?;
+                // A reloaded certificate that proxies would refuse is not served: the previous
+                // one stays, and the reloader logs why.
+                let (anchors, identity) = (trust_anchors.clone(), config.local_identity.clone());
+                let tls = tls.with_reload_check(move |chain| {
+                    verify_identity(chain, &anchors, &identity).map_err(|reason| {
+                        format!(
+                            "it is not valid for the identity {identity} under the trust anchors in {}: {reason}",
+                            anchors.path().display()
+                        )
+                    })
+                });
                 Served::Files(tls)
             }
             Identity::Certify(certify) => {
@@ -185,7 +192,6 @@ impl Shim {
         let (ready_tx, ready_rx) = watch::channel(false);
         Ok(Self {
             served,
-            trust_anchors,
             local_identity: config.local_identity.clone(),
             listeners,
             metrics,
@@ -215,7 +221,6 @@ impl Shim {
     pub async fn serve(self, shutdown: Shutdown) {
         let Self {
             served,
-            trust_anchors,
             local_identity,
             listeners,
             metrics,
@@ -228,7 +233,6 @@ impl Shim {
         let (_reloader, server_config) = match served {
             Served::Files(tls) => {
                 certified_tx.send_replace(true);
-                background.spawn(check_identity(tls.clone(), trust_anchors, local_identity));
                 (Some(tls.spawn_reloader()), tls.config())
             }
             Served::Certify { config, certifier } => {
@@ -394,30 +398,6 @@ pub fn verify_identity(
         .verify_server_cert(leaf, intermediates, &name, &[], UnixTime::now())
         .map(|_| ())
         .map_err(|e| e.to_string())
-}
-
-/// Checks each certificate the reloader installs against the identity: proxies refuse one
-/// that is not valid for it, so say so in the log.
-async fn check_identity(tls: ServerTls, trust_anchors: TrustAnchors, identity: String) {
-    let mut checked = tls.current_chain();
-    loop {
-        tokio::time::sleep(IDENTITY_CHECK_INTERVAL).await;
-        let chain = tls.current_chain();
-        if chain == checked {
-            continue;
-        }
-        match verify_identity(&chain, &trust_anchors, &identity) {
-            Ok(()) => {
-                tracing::info!(%identity, "the reloaded certificate is valid for the identity")
-            }
-            Err(reason) => tracing::warn!(
-                %identity,
-                %reason,
-                "the reloaded certificate is not valid for the identity; proxies will refuse it"
-            ),
-        }
-        checked = chain;
-    }
 }
 
 /// Tries every upstream until each has accepted a TCP connection. Upstreams still missing

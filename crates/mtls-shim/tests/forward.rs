@@ -186,3 +186,53 @@ async fn new_handshakes_get_a_swapped_certificate_while_open_streams_go_on() {
     tokio::io::AsyncWriteExt::shutdown(&mut open).await.unwrap();
     shim.stop().await;
 }
+
+/// A reloaded certificate that proxies would refuse (another CA's, or one for another
+/// identity) is not served: every handshake meanwhile gets the previous certificate, which
+/// clients still verify, and a valid one installed after is served.
+#[tokio::test]
+async fn a_reloaded_certificate_proxies_would_refuse_is_not_served() {
+    let pki = Pki::new();
+    let echo = Echo::start().await;
+    let shim = Harness::start(&pki, &[echo.addr], ClientAuth::Required).await;
+    let client = pki.leaf(CLIENT_IDENTITY);
+    let handshake = || async {
+        let config = client_config(&pki, Some(&client), &[]);
+        let mut tls = connect(shim.listen[0], config)
+            .await
+            .expect("the handshake fails: the shim serves a certificate proxies refuse");
+        let leaf = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+        assert_eq!(echo_round_trip(&mut tls, b"probe").await, b"probe");
+        leaf
+    };
+    let old = handshake().await;
+
+    let other_ca = Pki::new().leaf(&shim_identity());
+    let other_identity = pki.leaf("web.emojivoto.serviceaccount.identity.linkerd.cluster.local");
+    for refused in [&other_ca, &other_identity] {
+        install(shim.files.as_ref().unwrap(), refused);
+        // Past the reloader's debounce, many times over.
+        let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+        while tokio::time::Instant::now() < until {
+            assert_eq!(handshake().await, old);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    let new = pki.leaf(&shim_identity());
+    install(shim.files.as_ref().unwrap(), &new);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let leaf = handshake().await;
+        if leaf == new.der {
+            break;
+        }
+        assert_eq!(leaf, old);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the valid certificate was never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shim.stop().await;
+}

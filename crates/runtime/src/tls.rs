@@ -124,7 +124,15 @@ pub enum TlsError {
     InvalidTrustAnchor { path: PathBuf, reason: String },
     #[error("cannot build the TLS configuration: {0}")]
     Config(rustls::Error),
+    /// A reloaded certificate that the server's check refused ([`ServerTls::with_reload_check`]).
+    #[error("the certificate in {} is refused: {reason}", certs.display())]
+    Refused { certs: PathBuf, reason: String },
 }
+
+/// Decides whether a reloaded certificate chain (leaf first) may be served; the error says why
+/// not.
+pub type ChainCheck =
+    Arc<dyn Fn(&[CertificateDer<'static>]) -> Result<(), String> + Send + Sync + 'static>;
 
 /// The roots that client (and peer) certificates must chain to: the mesh's trust anchors
 /// (`ca-bundle.crt` of the `linkerd-identity-trust-roots` ConfigMap, spec §d.4). Read once;
@@ -147,11 +155,22 @@ pub enum ClientAuth {
 
 /// A server certificate loaded from [`TlsFiles`], and the rustls configuration that serves it.
 /// Clones share the certificate: a reload through one is seen by all.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ServerTls {
     files: TlsFiles,
     resolver: Arc<Resolver>,
     config: Arc<ServerConfig>,
+    /// What a reloaded certificate must pass before it is served.
+    reload_check: Option<ChainCheck>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("files", &self.files)
+            .field("reload_check", &self.reload_check.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Whether [`ServerTls::reload`] found new contents.
@@ -271,7 +290,21 @@ impl ServerTls {
             files: files.clone(),
             resolver,
             config: Arc::new(config),
+            reload_check: None,
         })
+    }
+
+    /// The same certificate, whose reloads (through this value and its clones made after)
+    /// serve a new certificate only if `check` accepts its chain: otherwise [`Self::reload`]
+    /// fails with [`TlsError::Refused`] and the previous certificate stays. The mtls-shim
+    /// checks that a certificate is valid for its identity, as proxies do: one that is not
+    /// would cut every proxy off.
+    pub fn with_reload_check(
+        mut self,
+        check: impl Fn(&[CertificateDer<'static>]) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.reload_check = Some(Arc::new(check));
+        self
     }
 
     /// The rustls configuration; its certificate follows reloads.
@@ -289,8 +322,8 @@ impl ServerTls {
         self.resolver.current().cert.clone()
     }
 
-    /// Re-reads both files and serves their certificate if it changed. On an error the
-    /// previous certificate stays.
+    /// Re-reads both files and serves their certificate if it changed and passes the reload
+    /// check ([`Self::with_reload_check`]). On an error the previous certificate stays.
     pub fn reload(&self) -> Result<Reloaded, TlsError> {
         let certs_pem = read_file(&self.files.certs)?;
         let key_pem = read_file(&self.files.key)?;
@@ -305,6 +338,12 @@ impl ServerTls {
             }
         }
         let loaded = parse(&self.files, certs_pem, key_pem)?;
+        if let Some(check) = &self.reload_check {
+            check(&loaded.key.cert).map_err(|reason| TlsError::Refused {
+                certs: self.files.certs.clone(),
+                reason,
+            })?;
+        }
         *self
             .resolver
             .current
