@@ -53,6 +53,13 @@ pub const DEFAULT_API_VERSION: &str = META_API_VERSION_V1;
 /// answered `413` with [`body_too_large`] without being buffered.
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
+/// The bytes of review bodies either webhook holds at once: two of the largest
+/// ([`MAX_BODY_BYTES`]), or hundreds of the few-KiB reviews the API server sends. A review waits
+/// for room before its body is read (`linkerd_runtime::tls::BodyBudget`): without a bound,
+/// clients sending many large bodies at once could take a container past its memory limit
+/// (`deploy/`: 250Mi).
+pub const MAX_BODY_BYTES_AT_ONCE: usize = 2 * MAX_BODY_BYTES;
+
 /// How deep JSON objects and arrays may nest in a review, counted from the review itself
 /// (`request` is level 2, `request.object` level 3): serde_json refuses the 128th level (its
 /// recursion limit of 128, which keeps decoding off the end of the stack). A review whose

@@ -71,8 +71,8 @@ async fn mk_webhook() -> Webhook {
 }
 
 impl Webhook {
-    /// Sends one HTTP/1.1 request over a new TLS connection.
-    async fn send(&self, method: &str, path: &str, body: &[u8]) -> Reply {
+    /// A new TLS connection to the webhook.
+    async fn connect(&self) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.ca.clone()).unwrap();
         let config = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -83,10 +83,15 @@ impl Webhook {
         .with_root_certificates(roots)
         .with_no_client_auth();
         let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
-        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(ServerName::try_from("localhost").unwrap(), tcp)
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// Sends one HTTP/1.1 request over a new TLS connection.
+    async fn send(&self, method: &str, path: &str, body: &[u8]) -> Reply {
+        let mut tls = self.connect().await;
         let head = format!(
             "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             body.len()
@@ -1211,20 +1216,7 @@ fn review_of_size(size: usize) -> Vec<u8> {
 /// Sends `body` to `/` chunked (no `content-length`), 1 MiB a chunk, before reading the
 /// answer; returns its status and body.
 async fn send_chunked(webhook: &Webhook, body: &[u8]) -> (u16, String) {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(webhook.ca.clone()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(webhook.addr).await.unwrap();
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap();
+    let mut tls = webhook.connect().await;
     let head = "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
     tls.write_all(head.as_bytes()).await.unwrap();
     for chunk in body.chunks(1 << 20) {
@@ -1284,6 +1276,55 @@ async fn admit_bodies_over_the_limit_413() {
     );
     let (status, body) = send_chunked(&webhook, &body).await;
     assert_eq!(status, 200, "{body}");
+}
+
+/// Reviews take turns for the webhook's budget of bodies (`MAX_BODY_BYTES_AT_ONCE`): while two
+/// clients hold 9 MiB each, their bodies half sent, a small review is answered, and another
+/// large one waits until one of them has been answered.
+#[tokio::test]
+async fn large_reviews_take_turns_for_the_body_budget() {
+    const LARGE: usize = 9 * 1024 * 1024;
+    const {
+        assert!(2 * LARGE <= linkerd_admission::MAX_BODY_BYTES_AT_ONCE);
+        assert!(3 * LARGE > linkerd_admission::MAX_BODY_BYTES_AT_ONCE);
+    }
+    let webhook = Arc::new(mk_webhook().await);
+    let large = review_of_size(LARGE);
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut tls = webhook.connect().await;
+        let head = format!(
+            "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {LARGE}\r\nconnection: close\r\n\r\n"
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.write_all(&large[..LARGE / 2]).await.unwrap();
+        tls.flush().await.unwrap();
+        stalled.push(tls);
+    }
+    // Until the server has read both heads.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let small = webhook.send("POST", "/", &review_of_size(4096)).await;
+    assert_eq!(small.status, 200, "{}", small.body);
+
+    let third = tokio::spawn({
+        let (webhook, large) = (webhook.clone(), large.clone());
+        async move { webhook.send("POST", "/", &large).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(
+        !third.is_finished(),
+        "answered while two large bodies held the budget"
+    );
+
+    let mut first = stalled.remove(0);
+    first.write_all(&large[LARGE / 2..]).await.unwrap();
+    first.flush().await.unwrap();
+    let mut answer = String::new();
+    first.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    let third = third.await.unwrap();
+    assert_eq!(third.status, 200, "{}", third.body);
 }
 
 #[tokio::test]

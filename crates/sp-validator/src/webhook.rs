@@ -8,6 +8,7 @@
 //! |---|---|
 //! | empty | `200` with an empty body, as upstream (the API server counts it as a failed call and applies the webhook's `failurePolicy`) |
 //! | larger than [`MAX_BODY_BYTES`] (10 MiB, upstream's limit; see there why) | `413 text/plain` `limit reached while reading: 10485760` (upstream answers `500` with this text), without reading the body when its `content-length` says so |
+//! | not arrived within 15 s once it fits in the budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies (it waits for room first) | `400 text/plain` `the request body did not arrive within 15s` |
 //! | not a review (not JSON, wrong field types) | `400 text/plain` `failed to decode admission review request: <error>` |
 //! | a review without `request`, or with an empty `request.uid` | `400 text/plain` `invalid admission review request` |
 //! | a review | `200 application/json`: `{apiVersion, kind: AdmissionReview, response}` with the request's `apiVersion` (`admission.k8s.io/v1` when it has none) and `uid` |
@@ -27,7 +28,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use linkerd_admission::{AdmissionRequest, AdmissionResponse, AdmissionReviewResponse};
-use linkerd_runtime::tls::{BodyError, read_body};
+use linkerd_runtime::tls::{BodyBudget, BodyError};
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue},
     metrics::{counter::Counter, family::Family},
@@ -75,9 +76,12 @@ impl WebhookMetrics {
     }
 }
 
-/// The webhook's routes: every method and path reviews its body (see the module docs).
+/// The webhook's routes: every method and path reviews its body (see the module docs). The
+/// router's reviews share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of
+/// bodies.
 pub fn router(metrics: WebhookMetrics) -> Router {
-    Router::new().fallback(handle).with_state(metrics)
+    let budget = BodyBudget::new(linkerd_admission::MAX_BODY_BYTES_AT_ONCE, MAX_BODY_BYTES);
+    Router::new().fallback(handle).with_state((metrics, budget))
 }
 
 /// Answers a non-empty review body (see the module docs).
@@ -149,12 +153,15 @@ fn is_service_profile(request: &AdmissionRequest) -> bool {
     }
 }
 
-async fn handle(State(metrics): State<WebhookMetrics>, request: Request) -> Response {
+async fn handle(
+    State((metrics, budget)): State<(WebhookMetrics, BodyBudget)>,
+    request: Request,
+) -> Response {
     let text = |status: StatusCode, text: String| {
         (status, [(header::CONTENT_TYPE, "text/plain")], text).into_response()
     };
     let (head, body) = request.into_parts();
-    let body = match read_body(&head.headers, body, MAX_BODY_BYTES).await {
+    let body = match budget.read(&head.headers, body).await {
         Ok(body) => body,
         Err(BodyError::TooLarge { .. }) => {
             metrics.count(Verdict::invalid);

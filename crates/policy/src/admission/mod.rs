@@ -9,7 +9,9 @@
 //!
 //! - a body over [`MAX_BODY_BYTES`] (10 MiB, see there why) is answered `413 text/plain`
 //!   `limit reached while reading: 10485760`, without reading it when its `content-length` says
-//!   so.
+//!   so. A body waits until it fits in the webhook's budget of
+//!   [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies, and one that then does not
+//!   arrive within 15 s is answered `400 text/plain`.
 //! - a body that does not decode as a review (not JSON, wrong field types) is answered
 //!   `400 text/plain` `failed to decode admission review request: <error>`, and a review without
 //!   `request` or with an empty `request.uid` `400` `invalid admission review request`. (Upstream
@@ -44,7 +46,7 @@ mod routes;
 
 use axum::{
     Router,
-    extract::Request,
+    extract::{Request, State},
     http::{StatusCode, header},
     response::{IntoResponse, Response},
     routing::post,
@@ -65,18 +67,21 @@ use linkerd_k8s_api::{
 };
 
 pub use self::kinds::Kind;
-use linkerd_runtime::tls::{BodyError, read_body};
+use linkerd_runtime::tls::{BodyBudget, BodyError};
 
 pub use linkerd_admission::{
     AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, GroupVersionKind, MAX_BODY_BYTES,
     ReviewError,
 };
 
-/// The webhook's routes: `POST /` reviews; everything else is `404`.
+/// The webhook's routes: `POST /` reviews; everything else is `404`. The router's reviews
+/// share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies.
 pub fn router() -> Router {
+    let budget = BodyBudget::new(linkerd_admission::MAX_BODY_BYTES_AT_ONCE, MAX_BODY_BYTES);
     Router::new()
         .route("/", post(handle).fallback(not_found))
         .fallback(not_found)
+        .with_state(budget)
 }
 
 /// Answers a review body (see the module docs for the protocol).
@@ -202,12 +207,12 @@ fn deny(request: &AdmissionRequest, message: String) -> AdmissionResponse {
     linkerd_admission::deny(request, message)
 }
 
-async fn handle(request: Request) -> Response {
+async fn handle(State(budget): State<BodyBudget>, request: Request) -> Response {
     let text = |status: StatusCode, text: String| {
         (status, [(header::CONTENT_TYPE, "text/plain")], text).into_response()
     };
     let (head, body) = request.into_parts();
-    let body = match read_body(&head.headers, body, MAX_BODY_BYTES).await {
+    let body = match budget.read(&head.headers, body).await {
         Ok(body) => body,
         Err(BodyError::TooLarge { .. }) => {
             return text(

@@ -445,3 +445,86 @@ async fn an_early_answer_reaches_a_client_still_sending() {
     assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
     assert!(response.ends_with("\r\n\r\nhello over tls"), "{response}");
 }
+
+fn with_length(length: Option<usize>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Some(length) = length {
+        headers.insert(header::CONTENT_LENGTH, length.into());
+    }
+    headers
+}
+
+/// A body whose bytes arrive when sent on the returned channel, and which ends when it drops.
+fn fed_body() -> (futures::channel::mpsc::UnboundedSender<Bytes>, Body) {
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Bytes>();
+    (tx, Body::from_stream(rx.map(Ok::<_, std::io::Error>)))
+}
+
+/// Bodies wait until what they declare fits beside those held; each holds its share until its
+/// `HeldBody` drops, and one larger than the limit is refused at once, however full the budget.
+#[tokio::test]
+async fn a_body_budget_holds_at_most_its_bytes_of_bodies() {
+    use futures::FutureExt;
+    let budget = BodyBudget::new(10, 8);
+    let (tx_a, body_a) = fed_body();
+    let (headers_a, headers_b) = (with_length(Some(8)), with_length(Some(4)));
+    let mut a = Box::pin(budget.read(&headers_a, body_a));
+    assert!(
+        (&mut a).now_or_never().is_none(),
+        "its body has not arrived"
+    );
+    assert_eq!(budget.available(), 2);
+
+    // Waits: 4 more bytes do not fit.
+    let mut b = Box::pin(budget.read(&headers_b, Body::from("four")));
+    assert!((&mut b).now_or_never().is_none());
+    // Refused without waiting, though the budget is full.
+    let too_large = budget
+        .read(&with_length(Some(9)), Body::from("ninebytes"))
+        .now_or_never()
+        .expect("not waiting");
+    assert!(matches!(too_large, Err(BodyError::TooLarge { limit: 8 })));
+
+    tx_a.unbounded_send(Bytes::from_static(b"12345678"))
+        .unwrap();
+    drop(tx_a);
+    let held_a = a.await.unwrap();
+    assert_eq!(&held_a[..], b"12345678");
+    assert!((&mut b).now_or_never().is_none(), "a is still held");
+    drop(held_a);
+    let held_b = b.await.unwrap();
+    assert_eq!(&held_b[..], b"four");
+    assert_eq!(budget.available(), 6);
+
+    // A body that declares no length takes the per-body limit.
+    let (tx_c, body_c) = fed_body();
+    let no_length = with_length(None);
+    let mut c = Box::pin(budget.read(&no_length, body_c));
+    assert!((&mut c).now_or_never().is_none());
+    // 8 bytes do not fit beside b's 4: c waits, first in line for what is freed (tokio's
+    // semaphore sets the free bytes aside for it).
+    assert_eq!(budget.available(), 0);
+    drop(held_b);
+    assert!((&mut c).now_or_never().is_none());
+    assert_eq!(budget.available(), 2);
+    tx_c.unbounded_send(Bytes::from_static(b"abc")).unwrap();
+    drop(tx_c);
+    assert_eq!(&c.await.unwrap()[..], b"abc");
+    assert_eq!(budget.available(), 10);
+}
+
+/// A body that does not arrive gives its share back after `BODY_READ_TIMEOUT`.
+#[tokio::test(start_paused = true)]
+async fn a_body_that_does_not_arrive_times_out_and_frees_its_share() {
+    let budget = BodyBudget::new(10, 8);
+    let (_tx, body) = fed_body();
+    let started = tokio::time::Instant::now();
+    let error = budget.read(&with_length(Some(8)), body).await.unwrap_err();
+    assert!(matches!(error, BodyError::Timeout));
+    assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
+    assert_eq!(
+        error.to_string(),
+        "the request body did not arrive within 15s"
+    );
+    assert_eq!(budget.available(), 10);
+}
