@@ -6,12 +6,16 @@
 //!
 //! A `Detect` target is taken as HTTP/1 (its HTTP/2 routes are the same routes). Opaque and TLS
 //! targets have no request matches; their first route carries every connection.
+//!
+//! A rule whose filters fail everything it matches (a failure injector without a ratio or with
+//! ratio 1, as an EgressNetwork's `Deny` routes carry; a `Forbidden` opaque or TLS filter)
+//! denies: the proxy answers the request itself and sends it nowhere.
 
 use linkerd2_proxy_api::{
-    http_route::Timeouts,
+    http_route::{Ratio, Timeouts},
     outbound::{
         ExponentialBackoff, GrpcRoute, HttpRoute, OutboundPolicy, TrafficSpec, grpc_route,
-        http_route, proxy_protocol, traffic_spec::Target,
+        http_route, opaque_route, proxy_protocol, tls_route, traffic_spec::Target,
     },
 };
 use serde_json::Value;
@@ -178,6 +182,28 @@ pub fn explain_policy(
                 "request",
                 "a connection (the target is not HTTP: request flags do not apply)",
             ));
+            // The first rule of the first route: the one the proxy uses.
+            let forbidden = match kind {
+                proxy_protocol::Kind::Opaque(o) => o
+                    .routes
+                    .first()
+                    .and_then(|r| r.rules.first())
+                    .is_some_and(|rule| {
+                        rule.filters.iter().any(|f| {
+                            matches!(f.kind, Some(opaque_route::filter::Kind::Forbidden(_)))
+                        })
+                    }),
+                proxy_protocol::Kind::Tls(t) => t
+                    .routes
+                    .first()
+                    .and_then(|r| r.rules.first())
+                    .is_some_and(|rule| {
+                        rule.filters
+                            .iter()
+                            .any(|f| matches!(f.kind, Some(tls_route::filter::Kind::Forbidden(_))))
+                    }),
+                _ => false,
+            };
             match routes_json.first() {
                 Some(route) => {
                     let name = route["route"].as_str().unwrap_or_default().to_string();
@@ -185,7 +211,13 @@ pub fn explain_policy(
                         "route {name}: selected (the first route carries every connection)"
                     ));
                     push_backends(route, 0, &mut lines);
-                    Decision::Allowed(format!("routed by route {name}"))
+                    if forbidden {
+                        Decision::Denied(format!(
+                            "route {name} forbids every connection (the proxy closes it)"
+                        ))
+                    } else {
+                        Decision::Allowed(format!("routed by route {name}"))
+                    }
                 }
                 None => Decision::Denied(
                     "the policy has no route (the proxy fails the connection)".into(),
@@ -195,7 +227,7 @@ pub fn explain_policy(
     };
     lines.push(match &decision {
         Decision::Allowed(text) => line("decision", text),
-        Decision::Denied(reason) => line("decision", format!("no route: {reason}")),
+        Decision::Denied(reason) => line("decision", format!("denied: {reason}")),
     });
     Ok((lines.join("\n"), decision))
 }
@@ -219,6 +251,20 @@ fn explain_http(
     if let Some(rule) = routes.get(i).and_then(|route| route.rules.get(r)) {
         lines.push(line("timeouts", http_timeouts_text(rule)));
         lines.push(line("retries", http_retry_text(rule.retry.as_ref())));
+        let failure = rule.filters.iter().find_map(|f| match &f.kind {
+            Some(http_route::filter::Kind::FailureInjector(fi)) if always(fi.ratio.as_ref()) => {
+                Some(fi)
+            }
+            _ => None,
+        });
+        if let Some(failure) = failure {
+            return Decision::Denied(format!(
+                "{} fails every request it matches: HTTP {} {:?} (the proxy answers it)",
+                route_rule(routes_json, i, r),
+                failure.status,
+                failure.message
+            ));
+        }
     }
     routed(routes_json, i, r)
 }
@@ -248,16 +294,44 @@ fn explain_grpc(
             timeouts_text(rule.timeouts.as_ref(), legacy),
         ));
         lines.push(line("retries", grpc_retry_text(rule.retry.as_ref())));
+        let failure = rule.filters.iter().find_map(|f| match &f.kind {
+            Some(grpc_route::filter::Kind::FailureInjector(fi)) if always(fi.ratio.as_ref()) => {
+                Some(fi)
+            }
+            _ => None,
+        });
+        if let Some(failure) = failure {
+            return Decision::Denied(format!(
+                "{} fails every call it matches: gRPC status {} {:?} (the proxy answers it)",
+                route_rule(routes_json, i, r),
+                failure.code,
+                failure.message
+            ));
+        }
     }
     routed(routes_json, i, r)
 }
 
 fn routed(routes_json: &[Value], route: usize, rule: usize) -> Decision {
+    Decision::Allowed(format!(
+        "routed by {}",
+        route_rule(routes_json, route, rule)
+    ))
+}
+
+/// `route NAME rule N` (N from 1).
+fn route_rule(routes_json: &[Value], route: usize, rule: usize) -> String {
     let name = routes_json
         .get(route)
         .and_then(|r| r["route"].as_str())
         .unwrap_or_default();
-    Decision::Allowed(format!("routed by route {name} rule {}", rule + 1))
+    format!("route {name} rule {}", rule + 1)
+}
+
+/// Whether a failure injector with `ratio` fails every request: no ratio (the proxy API's
+/// "always"), or a ratio of at least 1.
+fn always(ratio: Option<&Ratio>) -> bool {
+    ratio.is_none_or(|r| r.denominator > 0 && r.numerator >= r.denominator)
 }
 
 /// One line per route, then the selected rule's filters and backends; the selected route and

@@ -105,7 +105,7 @@ fn a_request_no_route_matches_is_not_routed() {
             "protocol:   http1",
             "request:    GET /web",
             "route default:api: does not match: rule 1: path is not under /api",
-            "decision:   no route: no route matches the request (the proxy fails it)",
+            "decision:   denied: no route matches the request (the proxy fails it)",
         ]
         .join("\n")
     );
@@ -121,5 +121,113 @@ fn a_request_no_route_matches_is_not_routed() {
     assert!(
         text.contains("backends:   none (the proxy fails what this rule matches)"),
         "{text}"
+    );
+}
+
+/// An EgressNetwork's `Deny` routes fail what they match: the proxy answers the request itself,
+/// so the request is denied, not routed; a failure injector that fails only some requests
+/// still routes.
+#[test]
+fn a_rule_that_fails_every_request_denies_it() {
+    use linkerd2_proxy_api::{
+        http_route::{HttpFailureInjector, Ratio},
+        opaque_route::Forbidden,
+        outbound::{OpaqueRoute, opaque_route},
+    };
+    let http = |ratio: Option<Ratio>| OutboundPolicy {
+        metadata: Some(Metadata {
+            kind: Some(metadata::Kind::Default("egress".into())),
+        }),
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
+                routes: vec![HttpRoute {
+                    metadata: Some(Metadata {
+                        kind: Some(metadata::Kind::Default("http-egress-deny".into())),
+                    }),
+                    hosts: vec![],
+                    rules: vec![http_route::Rule {
+                        matches: vec![HttpRouteMatch::default()],
+                        filters: vec![http_route::Filter {
+                            kind: Some(http_route::filter::Kind::FailureInjector(
+                                HttpFailureInjector {
+                                    status: 403,
+                                    message: "traffic not allowed".into(),
+                                    ratio,
+                                },
+                            )),
+                        }],
+                        ..Default::default()
+                    }],
+                }],
+                failure_accrual: None,
+            })),
+        }),
+    };
+    let request = Request {
+        method: "GET".into(),
+        path: "/".into(),
+        ..Default::default()
+    };
+    let denied = Decision::Denied(
+        "route default:http-egress-deny rule 1 fails every request it matches: HTTP 403 \
+         \"traffic not allowed\" (the proxy answers it)"
+            .into(),
+    );
+    for ratio in [
+        None,
+        Some(Ratio {
+            numerator: 1,
+            denominator: 1,
+        }),
+    ] {
+        let (text, decision) = explain_policy(&http(ratio), &request).unwrap();
+        assert_eq!(decision, denied);
+        assert!(
+            text.ends_with(&format!(
+                "decision:   denied: {}",
+                match &denied {
+                    Decision::Denied(reason) => reason,
+                    Decision::Allowed(_) => unreachable!(),
+                }
+            )),
+            "{text}"
+        );
+    }
+    let half = Some(Ratio {
+        numerator: 1,
+        denominator: 2,
+    });
+    let (_, decision) = explain_policy(&http(half), &request).unwrap();
+    assert_eq!(
+        decision,
+        Decision::Allowed("routed by route default:http-egress-deny rule 1".into())
+    );
+
+    let opaque = OutboundPolicy {
+        metadata: Some(Metadata {
+            kind: Some(metadata::Kind::Default("egress".into())),
+        }),
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {
+                routes: vec![OpaqueRoute {
+                    metadata: Some(Metadata {
+                        kind: Some(metadata::Kind::Default("tcp-egress-deny".into())),
+                    }),
+                    rules: vec![opaque_route::Rule {
+                        backends: None,
+                        filters: vec![opaque_route::Filter {
+                            kind: Some(opaque_route::filter::Kind::Forbidden(Forbidden {})),
+                        }],
+                    }],
+                }],
+            })),
+        }),
+    };
+    let (_, decision) = explain_policy(&opaque, &request).unwrap();
+    assert_eq!(
+        decision,
+        Decision::Denied(
+            "route default:tcp-egress-deny forbids every connection (the proxy closes it)".into()
+        )
     );
 }
