@@ -54,6 +54,15 @@ pub fn split_host_port(path: &str) -> Result<(&str, u16), AuthorityError> {
         return Ok((path, 80));
     }
     let (host, port) = if let Some(rest) = path.strip_prefix('[') {
+        // `[::1]` alone takes the default port, as `web` does.
+        if let Some(host) = rest.strip_suffix(']')
+            && !host.contains(']')
+        {
+            if host.is_empty() {
+                return Err(invalid("empty host"));
+            }
+            return Ok((host, 80));
+        }
         let (host, port) = rest
             .split_once("]:")
             .ok_or_else(|| invalid("unterminated IPv6 literal"))?;
@@ -195,6 +204,17 @@ mod tests {
             parse_profile_target("[::ffff:10.244.2.19]:8080", DOMAIN),
             Ok(ProfileTarget::Addr("10.244.2.19:8080".parse().unwrap()))
         );
+        // A bracketed address without a port takes port 80, as a name does.
+        assert_eq!(
+            parse_profile_target("[fd00:10:96::8:7a3e]", DOMAIN),
+            Ok(ProfileTarget::Addr(
+                "[fd00:10:96::8:7a3e]:80".parse().unwrap()
+            ))
+        );
+        assert_eq!(split_host_port("[::1]"), Ok(("::1", 80)));
+        for malformed in ["[::1", "[::1]x", "[::1]]", "[]:80"] {
+            assert!(split_host_port(malformed).is_err(), "{malformed}");
+        }
         assert!(parse_profile_target("fd00::1:80", DOMAIN).is_err());
         assert!(parse_profile_target("linkerd.io:80", DOMAIN).is_err());
         assert!(parse_profile_target("10.0.0.1:0", DOMAIN).is_err());
