@@ -703,6 +703,10 @@ impl StateDir {
 
     /// The entry at `path` is gone: its objects are withdrawn (unless defined elsewhere too).
     fn forget(&mut self, path: &Path, changes: &mut Touched) {
+        if let Some(file) = self.files.get(path) {
+            // A withdrawal tells every proxy the objects are gone: say why.
+            tracing::info!(file = %path.display(), objects = file.objects.len(), "cluster state file removed; withdrawing its objects (unless another file defines them)");
+        }
         self.rejected.remove(path);
         self.unreadable.remove(path);
         self.retry.remove(path);

@@ -1159,3 +1159,27 @@ async fn edits_to_a_directory_moved_away_withdraw_nothing() {
     std::fs::rename(&away, &dir).unwrap();
     assert_eq!(applied_port(&mut services).await, 81);
 }
+
+/// Removing a file withdraws its objects from every proxy: the log says which file went and how
+/// many objects it defined.
+#[test]
+fn a_removed_file_is_logged_with_its_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = IndexMetrics::default();
+    write(dir.path(), "a.yaml", &svc_yaml("a", 80));
+    write(
+        dir.path(),
+        "b.yaml",
+        &format!("{}---\n{}", svc_yaml("b", 80), svc_yaml("c", 80)),
+    );
+    let mut state = state_dir(dir.path(), &metrics);
+    assert_eq!(rescanned(&mut state), 3);
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    let log = logged(|| rescan(&mut state));
+    let line = format!(
+        "cluster state file removed; withdrawing its objects (unless another file defines them) file={} objects=2",
+        dir.path().join("b.yaml").display()
+    );
+    assert!(log.contains(&line), "{line}\n{log}");
+    assert_eq!(service_count(&state), 1);
+}
