@@ -249,8 +249,9 @@ fn measure(connections: usize, at_once: bool) -> (isize, isize) {
 
 /// Bytes of heap per stream the server may hold: the stream's HTTP/2 state, its future and
 /// response body, the (pod, port) topic and its view, and the stream's entry in the
-/// introspection registry (about 300 bytes: the entry, its strings, the map slot). Measured
-/// at 1,671 bytes. Before, newest first:
+/// introspection registry (about 280 bytes: the entry, its strings, the map slot). Measured
+/// at 1,622 bytes. Before, newest first:
+/// - 1,671 while the registry entry kept its counts and last message under a lock;
 /// - 1,705 while the response body went through tonic's router, which boxed it twice more;
 /// - 1,759–1,761 while the registry entry boxed the closure reading its topic and each
 ///   message's `LastSent`, and the stream held its metrics' method by value;
@@ -264,7 +265,7 @@ fn measure(connections: usize, at_once: bool) -> (isize, isize) {
 ///
 /// Below upstream's 1.9 KB of RSS; the process's RSS per stream is still above it (allocator
 /// overhead, and h2's per-connection tables, `cargo xtask bench-inbound`).
-const MAX_BYTES_PER_STREAM: isize = 1_720;
+const MAX_BYTES_PER_STREAM: isize = 1_660;
 
 const PODS: usize = 400;
 const DEPLOYMENTS: usize = 40;
@@ -284,16 +285,16 @@ fn a_watch_port_stream_costs_the_server_less_than_upstream() {
 
 /// Bytes per stream the server may hold, and may need at most while they open, when 2,000
 /// streams open at once over 40 connections (`cargo xtask bench-inbound`'s shape). Measured at
-/// 1,611 held and 2,070 at the peak (the peak varies with how the burst's requests
+/// 1,568 held and 1,782 at the peak (the peak varies with how the burst's requests
 /// interleave; the request body timer adds about 100); 1,688–1,715 and 1,915–2,157 before the
-/// changes noted at [`MAX_BYTES_PER_STREAM`]. Before the hand-written stream, 1,940–
+/// changes noted at [`MAX_BYTES_PER_STREAM`] since 1,759. Before the hand-written stream, 1,940–
 /// 1,967 held and 2,048–2,285 at the peak. Before that, 2,647 held and 3,390 at the
 /// peak: h2 queued the requests and then the responses of a whole burst in per-connection
 /// buffers that keep their largest size, and each request waited for its body inside tonic's
 /// per-call future (about 1.4 KB with its decode buffer) rather than before it
 /// (`linkerd_runtime::grpc::serve`); with the first fix alone, 2,635 at the peak. The peak
 /// matters as much as what is held: the process keeps it resident.
-const MAX_BYTES_PER_STREAM_AT_ONCE: isize = 1_700;
+const MAX_BYTES_PER_STREAM_AT_ONCE: isize = 1_650;
 const MAX_PEAK_PER_STREAM_AT_ONCE: isize = 2_400;
 const CONNECTIONS_AT_ONCE: usize = 40;
 

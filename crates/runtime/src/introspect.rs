@@ -129,7 +129,7 @@ struct Entry<P: ?Sized> {
     id: u64,
     meta: PackedMeta,
     opened_at: SystemTime,
-    sent: Mutex<Sent>,
+    sent: SentCounts,
     progress: P,
 }
 
@@ -159,19 +159,22 @@ struct PackedMeta {
     has_client_identity: bool,
 }
 
-#[derive(Default)]
-struct Sent {
-    count: u64,
-    at: Option<SystemTime>,
-    last: Option<LastSent>,
+/// Messages a stream wrote, and when it wrote the last one (Unix milliseconds, 0 before the
+/// first): two atomics rather than a lock, as tens of thousands of entries hold them.
+#[derive(Debug, Default)]
+struct SentCounts {
+    count: AtomicU64,
+    at_ms: AtomicU64,
 }
 
-/// Whether a stream has written out the newest view of its topic, and the message of the view
-/// it wrote out when the stream's messages are its views' translations.
+/// Whether a stream has written out the newest view of its topic, and the last message it sent:
+/// the one it reported ([`StreamRecord::sent`]), or the translation of the view it wrote out.
 trait Progress: Send + Sync + std::fmt::Debug {
     fn behind(&self) -> bool;
-    /// `None` when the stream reports its messages itself ([`StreamRecord::sent`]).
-    fn written_message(&self) -> Option<EncodedMessage>;
+    fn last_message(&self) -> Option<EncodedMessage>;
+    /// Keeps `last` as the last message (a stream whose messages are its views' translations
+    /// reports none).
+    fn keep_last(&self, last: LastSent);
 }
 
 /// A [`Progress`] that a stream of views of `V` tells which view it wrote out.
@@ -180,27 +183,30 @@ trait Follows<V>: Progress {
     fn written(&self) -> Option<&Mutex<Option<Arc<V>>>>;
 }
 
-/// The progress of a stream that follows no single topic: never behind.
-#[derive(Debug)]
-struct NoTopic;
+/// The progress of a stream that follows no single topic: never behind; the last message it
+/// reported.
+#[derive(Debug, Default)]
+struct NoTopic(Reported);
 
 /// How to read the stream's topic without advancing the stream (`current`, a closure over
-/// the topic's shared state), the view the stream last wrote out, and how that view's message
-/// is encoded (`E`: [`NotEncoded`] or a [`ViewEncoder`]). Closures are held inline: a boxed one
-/// costs each of tens of thousands of streams an allocation.
+/// the topic's shared state), the view the stream last wrote out, and its last message (`E`:
+/// the one it [`Reported`], or a [`ViewEncoder`] of the view written out). Closures are held
+/// inline: a boxed one costs each of tens of thousands of streams an allocation.
 struct TopicProgress<V, R, E> {
     current: R,
     written: Mutex<Option<Arc<V>>>,
     encode: E,
 }
 
-/// How a [`TopicProgress`] makes the message of the view written out.
-trait EncodeView<V>: Send + Sync {
-    fn encode(&self, view: &V) -> Option<EncodedMessage>;
+/// How a [`TopicProgress`] shows the last message: [`Reported`] or a [`ViewEncoder`].
+trait LastMessage<V>: Send + Sync {
+    fn last(&self, written: Option<&Arc<V>>) -> Option<EncodedMessage>;
+    fn keep(&self, last: LastSent);
 }
 
-/// The stream reports each message itself ([`StreamRecord::sent`]).
-struct NotEncoded;
+/// The last message the stream reported ([`StreamRecord::sent`]).
+#[derive(Default)]
+struct Reported(Mutex<Option<LastSent>>);
 
 /// The stream's messages are its views' translations: the last one is made again from the
 /// view written out when the introspection API asks, so the stream holds no message.
@@ -262,7 +268,7 @@ impl StreamRegistry {
     /// Records a new stream of `meta` that follows no single topic (never shown behind); it
     /// reports its messages ([`StreamRecord::sent`]). Keep the record as long as the stream.
     pub fn open(&self, meta: StreamMeta) -> StreamRecord {
-        self.insert(meta, NoTopic)
+        self.insert(meta, NoTopic::default())
     }
 
     /// Records a new stream of `meta` following the topic whose current view `current` reads
@@ -273,7 +279,7 @@ impl StreamRegistry {
         meta: StreamMeta,
         current: impl Fn() -> Arc<V> + Send + Sync + 'static,
     ) -> StreamRecord<V> {
-        self.insert(meta, TopicProgress::new(current, NotEncoded))
+        self.insert(meta, TopicProgress::new(current, Reported::default()))
     }
 
     /// Records a new stream of `meta` whose messages are its topic's views translated (a
@@ -296,7 +302,7 @@ impl StreamRegistry {
             id,
             meta,
             opened_at: SystemTime::now(),
-            sent: Mutex::default(),
+            sent: SentCounts::default(),
             progress,
         });
         self.inner.streams.lock().insert(id, entry.clone());
@@ -323,10 +329,7 @@ impl StreamRegistry {
     pub fn get(&self, id: u64) -> Option<(StreamSummary, Option<EncodedMessage>)> {
         let entry = self.inner.streams.lock().get(&id).cloned()?;
         let summary = entry.summary();
-        let last = entry.progress.written_message().or_else(|| {
-            let sent = entry.sent.lock();
-            sent.last.as_ref().map(|l| (l.type_name, (l.encode)()))
-        });
+        let last = entry.progress.last_message();
         Some((summary, last))
     }
 
@@ -371,9 +374,10 @@ impl Entry<dyn Progress> {
     }
 
     fn summary(&self) -> StreamSummary {
-        let (messages_sent, last_sent_at) = {
-            let sent = self.sent.lock();
-            (sent.count, sent.at)
+        let messages_sent = self.sent.count.load(Ordering::Relaxed);
+        let last_sent_at = match self.sent.at_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(UNIX_EPOCH + std::time::Duration::from_millis(ms)),
         };
         StreamSummary {
             id: self.id,
@@ -386,12 +390,11 @@ impl Entry<dyn Progress> {
     }
 }
 
-impl std::fmt::Debug for Sent {
+impl std::fmt::Debug for Reported {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sent")
-            .field("count", &self.count)
-            .field("at", &self.at)
-            .field("last", &self.last.as_ref().map(|l| l.type_name))
+        let last = self.0.lock();
+        f.debug_tuple("Reported")
+            .field(&last.as_ref().map(|l| l.type_name))
             .finish()
     }
 }
@@ -403,8 +406,12 @@ impl Progress for NoTopic {
         false
     }
 
-    fn written_message(&self) -> Option<EncodedMessage> {
-        None
+    fn last_message(&self) -> Option<EncodedMessage> {
+        LastMessage::<()>::last(&self.0, None)
+    }
+
+    fn keep_last(&self, last: LastSent) {
+        LastMessage::<()>::keep(&self.0, last)
     }
 }
 
@@ -430,7 +437,7 @@ impl<V, R, E> Progress for TopicProgress<V, R, E>
 where
     V: Send + Sync,
     R: Fn() -> Arc<V> + Send + Sync,
-    E: EncodeView<V>,
+    E: LastMessage<V>,
 {
     fn behind(&self) -> bool {
         let current = (self.current)();
@@ -441,9 +448,13 @@ where
         }
     }
 
-    fn written_message(&self) -> Option<EncodedMessage> {
-        let written = self.written.lock().clone()?;
-        self.encode.encode(&written)
+    fn last_message(&self) -> Option<EncodedMessage> {
+        let written = self.written.lock().clone();
+        self.encode.last(written.as_ref())
+    }
+
+    fn keep_last(&self, last: LastSent) {
+        self.encode.keep(last)
     }
 }
 
@@ -451,23 +462,31 @@ impl<V, R, E> Follows<V> for TopicProgress<V, R, E>
 where
     V: Send + Sync,
     R: Fn() -> Arc<V> + Send + Sync,
-    E: EncodeView<V>,
+    E: LastMessage<V>,
 {
     fn written(&self) -> Option<&Mutex<Option<Arc<V>>>> {
         Some(&self.written)
     }
 }
 
-impl<V> EncodeView<V> for NotEncoded {
-    fn encode(&self, _: &V) -> Option<EncodedMessage> {
-        None
+impl<V> LastMessage<V> for Reported {
+    fn last(&self, _: Option<&Arc<V>>) -> Option<EncodedMessage> {
+        let last = self.0.lock();
+        last.as_ref().map(|l| (l.type_name, (l.encode)()))
+    }
+
+    fn keep(&self, last: LastSent) {
+        *self.0.lock() = Some(last);
     }
 }
 
-impl<V, F: Fn(&V) -> EncodedMessage + Send + Sync> EncodeView<V> for ViewEncoder<F> {
-    fn encode(&self, view: &V) -> Option<EncodedMessage> {
-        Some((self.0)(view))
+impl<V, F: Fn(&V) -> EncodedMessage + Send + Sync> LastMessage<V> for ViewEncoder<F> {
+    fn last(&self, written: Option<&Arc<V>>) -> Option<EncodedMessage> {
+        written.map(|view| (self.0)(view))
     }
+
+    /// Never called: such a stream reports no message.
+    fn keep(&self, _: LastSent) {}
 }
 
 impl<V, R, E> std::fmt::Debug for TopicProgress<V, R, E> {
@@ -486,11 +505,15 @@ impl<V> StreamRecord<V> {
 
     /// The stream wrote `messages` messages; `last`, if given, is what its client holds now.
     pub fn sent(&self, messages: u64, last: Option<LastSent>) {
-        let mut sent = self.entry.sent.lock();
-        sent.count += messages;
-        sent.at = Some(SystemTime::now());
-        if last.is_some() {
-            sent.last = last;
+        let sent = &self.entry.sent;
+        sent.count.fetch_add(messages, Ordering::Relaxed);
+        // At least 1: 0 means nothing sent yet.
+        let now = u64::try_from(unix_ms(SystemTime::now()))
+            .unwrap_or(0)
+            .max(1);
+        sent.at_ms.store(now, Ordering::Relaxed);
+        if let Some(last) = last {
+            self.entry.progress.keep_last(last);
         }
     }
 
