@@ -70,8 +70,24 @@ fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
     newest
 }
 
-/// A free loopback port (bound then released; good enough on a test machine).
+/// A free loopback port, bound then released for a process to bind. It is taken below Linux's
+/// ephemeral range (32768–60999): a port the kernel picked there could be given to any
+/// outgoing connection (a client of the fake API server) before the process binds it, which
+/// made a server exit with "Address already in use". Ports are spread by process ID so that
+/// test binaries running at once rarely try the same ones.
 pub fn free_addr() -> SocketAddr {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919) % COUNT;
+    for _ in 0..COUNT {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = FIRST + (start + n.wrapping_mul(101)) % COUNT;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port as u16)) {
+            return listener.local_addr().unwrap();
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
