@@ -275,7 +275,7 @@ async fn three_streams_are_listed_and_one_shows_the_set_its_client_holds() {
     assert_eq!(status.code(), tonic::Code::NotFound);
     assert_eq!(
         status.message(),
-        "no open stream has ID 999999 (it closed, or never existed)"
+        "no open stream has ID 999999 here (it closed, never existed, or is another server's: destination and policy-controller number their streams apart)"
     );
     let status = s
         .introspection

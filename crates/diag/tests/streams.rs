@@ -321,7 +321,7 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
     assert_eq!(stdout, "");
     assert_eq!(
         stderr,
-        "dst-diag: GetStream stream 999999: NotFound: no open stream has ID 999999 (it closed, or never existed)\n"
+        "dst-diag: GetStream stream 999999: NotFound: no open stream has ID 999999 here (it closed, never existed, or is another server's: destination and policy-controller number their streams apart)\n"
     );
     let (code, _, stderr) = wait_output(dst_diag(&[
         "streams",

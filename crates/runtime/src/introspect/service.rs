@@ -123,7 +123,7 @@ impl Introspection for IntrospectionService {
         let id = request.get_ref().id;
         let Some((summary, last)) = self.registry.get(id) else {
             return Err(Status::not_found(format!(
-                "no open stream has ID {id} (it closed, or never existed)"
+                "no open stream has ID {id} here (it closed, never existed, or is another server's: destination and policy-controller number their streams apart)"
             )));
         };
         Ok(Response::new(GetStreamResponse {
