@@ -195,7 +195,7 @@ struct NoTopic(Reported);
 struct TopicProgress<V, R, E> {
     current: R,
     written: Mutex<Option<Arc<V>>>,
-    encode: E,
+    last: E,
 }
 
 /// How a [`TopicProgress`] shows the last message: [`Reported`] or a [`ViewEncoder`].
@@ -424,11 +424,11 @@ impl<V> Follows<V> for NoTopic {
 // === impl TopicProgress ===
 
 impl<V, R, E> TopicProgress<V, R, E> {
-    fn new(current: R, encode: E) -> Self {
+    fn new(current: R, last: E) -> Self {
         Self {
             current,
             written: Mutex::new(None),
-            encode,
+            last,
         }
     }
 }
@@ -450,11 +450,11 @@ where
 
     fn last_message(&self) -> Option<EncodedMessage> {
         let written = self.written.lock().clone();
-        self.encode.last(written.as_ref())
+        self.last.last(written.as_ref())
     }
 
     fn keep_last(&self, last: LastSent) {
-        self.encode.keep(last)
+        self.last.keep(last)
     }
 }
 

@@ -137,9 +137,9 @@ enum Phase {
     Closed,
 }
 
-/// Serves `routes` over HTTP/2 (gRPC; no HTTP/1) on the connections accepted from `listener`
-/// (a tonic `Routes`, `prepare`d, or [`super::WatchStreams`] in front of one)
-/// (with `TCP_NODELAY`, see [`super::incoming`]) until `shutdown` completes. Then it stops
+/// Serves `routes` (a tonic `Routes`, `prepare`d, or [`super::WatchStreams`] in front of one)
+/// over HTTP/2 (gRPC; no HTTP/1) on the connections accepted from `listener` (with
+/// `TCP_NODELAY`, see [`super::incoming`]) until `shutdown` completes. Then it stops
 /// accepting and asks every connection to close gracefully (`GOAWAY`; open streams finish as
 /// their services end them). It returns once all are closed, or after
 /// [`Http2Settings::drain_timeout`], when it drops those still open.
