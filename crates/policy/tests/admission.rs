@@ -1398,3 +1398,26 @@ fn too_deep_column(json: &str) -> usize {
     }
     panic!("not nested too deep: {json}");
 }
+
+/// The README's example review (`examples/admission/server-review.json`) is denied, naming the
+/// field.
+#[test]
+fn the_readmes_example_review_is_denied() {
+    let body = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/admission/server-review.json"
+    ))
+    .unwrap();
+    let answer = admission::review(&body).unwrap();
+    let answer: Value =
+        serde_json::from_slice(&linkerd_admission::to_json(&answer).unwrap()).unwrap();
+    assert_eq!(
+        answer["response"]["uid"],
+        "6a1e2c3d-0000-4000-8000-000000000002"
+    );
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(
+        answer["response"]["status"]["message"],
+        "Invalid 'accessPolicy' field: invalid mode: \"nobody\""
+    );
+}

@@ -268,3 +268,20 @@ async fn reviews_are_counted() {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
 }
+
+/// The README's example review (`examples/admission/serviceprofile-review.json`) is admitted.
+#[test]
+fn the_readmes_example_review_is_admitted() {
+    let body = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/admission/serviceprofile-review.json"
+    ))
+    .unwrap();
+    let answer = sp_validator::webhook::review(&body).unwrap();
+    let answer: Value =
+        serde_json::from_slice(&linkerd_admission::to_json(&answer).unwrap()).unwrap();
+    assert_eq!(
+        answer["response"],
+        json!({"uid": "6a1e2c3d-0000-4000-8000-000000000001", "allowed": true})
+    );
+}
