@@ -60,6 +60,70 @@ pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 /// (`deploy/`: 250Mi).
 pub const MAX_BODY_BYTES_AT_ONCE: usize = 2 * MAX_BODY_BYTES;
 
+/// The most memory one review may take to decode and judge, in bytes, as [`decode_cost`]
+/// estimates it: 64 MiB. A larger one is refused ([`ReviewError::TooComplex`]) before it is
+/// decoded. The body limit alone does not bound this: decoded, each JSON object is a map of
+/// its own, so 9 MiB of small objects (`{"name":"r","condition":{"method":"GET"}}`, ...) took a
+/// validator to 710 MB. A review the API server sends (at most about 3 MiB of real objects)
+/// costs a few MiB to a few tens of MiB.
+pub const MAX_DECODED_BYTES: usize = 64 * 1024 * 1024;
+
+/// What decoding and judging one JSON object of a review costs, beyond its text, in bytes: its
+/// map, and the typed copy the validators make (measured: about 3.2 KB per route of
+/// `{"name":"r","condition":{"method":"GET"}}`, two objects and five values).
+const OBJECT_COST: usize = 1536;
+
+/// The same for any other JSON value (an array, an element, a member).
+const VALUE_COST: usize = 96;
+
+/// Copies of the body's text a judged review may hold at once: the decoded strings, the typed
+/// copy, and names repeated in messages (measured: 2.7 times a body of long route names).
+const TEXT_COPIES: usize = 3;
+
+/// The memory decoding and judging `body` may take, in bytes, estimated from its shape (one
+/// pass over the bytes, without decoding): [`TEXT_COPIES`] times its length, plus
+/// [`OBJECT_COST`] per JSON object and [`VALUE_COST`] per other value, counting only what
+/// nests no deeper than the decoder reads ([`MAX_JSON_NESTING`]). An upper bound for the shapes measured in the tests;
+/// compared with [`MAX_DECODED_BYTES`], and what the webhooks count against their budget of
+/// reviews decoded at once.
+pub fn decode_cost(body: &[u8]) -> usize {
+    let (mut objects, mut values, mut depth) = (0usize, 0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &byte in body {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        // Structure nested deeper than the decoder goes is never decoded (it stops there).
+        let decoded = depth <= MAX_JSON_NESTING + 1;
+        match byte {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth <= MAX_JSON_NESTING + 1 {
+                    if byte == b'{' {
+                        objects += 1;
+                    } else {
+                        values += 1;
+                    }
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b',' | b':' if decoded => values += 1,
+            _ => {}
+        }
+    }
+    body.len()
+        .saturating_mul(TEXT_COPIES)
+        .saturating_add(objects.saturating_mul(OBJECT_COST))
+        .saturating_add(values.saturating_mul(VALUE_COST))
+}
+
 /// How deep JSON objects and arrays may nest in a review, counted from the review itself
 /// (`request` is level 2, `request.object` level 3): serde_json refuses the 128th level (its
 /// recursion limit of 128, which keeps decoding off the end of the stack). A review whose
@@ -91,6 +155,16 @@ pub enum ReviewError {
     NotAnObject {
         /// `array`, `string`, `number`, `boolean` or `null`.
         found: &'static str,
+    },
+    /// The review would take more than [`MAX_DECODED_BYTES`] to decode ([`decode_cost`]).
+    #[error(
+        "the admission review is too complex: decoding it would take about {} MiB, more than the {} MiB a review may (too many JSON objects and values)",
+        cost / (1024 * 1024),
+        MAX_DECODED_BYTES / (1024 * 1024)
+    )]
+    TooComplex {
+        /// [`decode_cost`] of the body, in bytes.
+        cost: usize,
     },
 }
 
@@ -179,12 +253,17 @@ pub struct AdmissionRequest {
 /// [`MAX_JSON_NESTING`], a number out of range, ...) is still answered: `admit` gets the
 /// request without `object` and with [`AdmissionRequest::object_error`] set.
 ///
-/// Errors: [`ReviewError::Decode`] when the body is not a review, [`ReviewError::Invalid`]
+/// Errors: [`ReviewError::TooComplex`] when it would take more than [`MAX_DECODED_BYTES`] to
+/// decode, [`ReviewError::Decode`] when the body is not a review, [`ReviewError::Invalid`]
 /// when it has no `request` or an empty `request.uid`.
 pub fn review(
     body: &[u8],
     admit: impl FnOnce(&AdmissionRequest) -> AdmissionResponse,
 ) -> Result<AdmissionReviewResponse, ReviewError> {
+    let cost = decode_cost(body);
+    if cost > MAX_DECODED_BYTES {
+        return Err(ReviewError::TooComplex { cost });
+    }
     let review = match serde_json::from_slice::<IncomingReview<AdmissionRequest>>(body) {
         Ok(review) => review,
         Err(error) => match read_without_object(body, &error) {

@@ -370,3 +370,38 @@ fn the_body_limit_message_names_it() {
     assert_eq!(MAX_BODY_BYTES, 10_485_760);
     assert_eq!(body_too_large(), "limit reached while reading: 10485760");
 }
+
+/// A review whose shape would take more than `MAX_DECODED_BYTES` to decode is refused before
+/// it is decoded (9 MiB of small objects took a validator to 710 MB); one of the same size in
+/// long strings is read.
+#[test]
+fn a_review_too_complex_to_decode_is_refused() {
+    let routes = r#"{"name":"r","condition":{"method":"GET"}},"#.repeat(200_000);
+    let body = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","object":{{"spec":{{"routes":[{}{{}}]}}}}}}}}"#,
+        routes
+    );
+    let cost = decode_cost(body.as_bytes());
+    assert!(cost > MAX_DECODED_BYTES, "{cost}");
+    let error = review(body.as_bytes(), |_| unreachable!("decoded")).unwrap_err();
+    assert!(matches!(error, ReviewError::TooComplex { .. }));
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "the admission review is too complex: decoding it would take about {} MiB, more than the 64 MiB a review may (too many JSON objects and values)",
+            cost / (1024 * 1024)
+        )
+    );
+
+    // As long, in one string: read, and judged.
+    let text = "x".repeat(body.len());
+    let body = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","object":{{"spec":{{"pad":"{text}"}}}}}}}}"#
+    );
+    assert!(decode_cost(body.as_bytes()) < MAX_DECODED_BYTES);
+    let answer = review(body.as_bytes(), allow).unwrap();
+    assert!(answer.response.unwrap().allowed);
+    // Braces, commas and colons inside strings (escaped quotes too) are text, not structure.
+    let quoted = br#"{"a":"{[,:\"{"}"#;
+    assert_eq!(decode_cost(quoted), 3 * quoted.len() + 1536 + 96);
+}

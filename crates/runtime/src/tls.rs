@@ -83,29 +83,36 @@ pub enum BodyError {
     Timeout,
 }
 
-/// How long a body read through a [`BodyBudget`] may take once its turn came: as long as the
-/// headers may ([`HEADER_READ_TIMEOUT`]). The API server's webhook calls time out sooner (10 s
-/// by default, 30 s at most), and a client trickling its body must not keep its share of the
-/// budget from the others.
-pub const BODY_READ_TIMEOUT: Duration = HEADER_READ_TIMEOUT;
+/// How long a body read through a [`BodyBudget`] may take: 10 s, the API server's default
+/// webhook timeout (after it the API server no longer waits for the answer). A client
+/// trickling its body must not keep its share of the budget from the others for longer.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The request bodies a server holds at once, by size. A body is read only once the bytes it
-/// declares (its `content-length`, or the per-body limit when it declares none) fit in the
-/// budget beside the bodies being read and handled, and it keeps its share until its
-/// [`HeldBody`] drops (after the answer is made). However many clients send at once, the
-/// server then holds at most the budget's bytes of bodies: without it, 60 webhook calls of
-/// 9 MiB took a validator over 450 MB. A body waits its turn (first come, first served).
-/// Cheap to clone; clones share the budget.
+/// The memory a server's request bodies take at once, by size: the bytes of the bodies being
+/// read and answered, and what decoding them takes ([`BodyBudget::decoding`]). A body takes its
+/// share (its declared `content-length`, or the per-body limit when it declares none) when its
+/// first bytes arrive, so a client that declares a large body and sends nothing holds
+/// nothing; a body that does not fit waits (first come, first served) until others are
+/// answered, for at most [`BODY_READ_TIMEOUT`]. Without it, 60 webhook calls of 9 MiB took a
+/// validator over 450 MB. Cheap to clone; clones share the budget.
 #[derive(Clone, Debug)]
 pub struct BodyBudget {
     bytes: Arc<tokio::sync::Semaphore>,
     per_body: usize,
+    decoded: Arc<tokio::sync::Semaphore>,
+    decoded_total: usize,
 }
 
 /// A request body read through a [`BodyBudget`], holding its share until dropped.
 #[derive(Debug)]
 pub struct HeldBody {
     bytes: Bytes,
+    _share: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// A share of a [`BodyBudget`]'s decoding budget, held until dropped.
+#[derive(Debug)]
+pub struct DecodingShare {
     _share: tokio::sync::OwnedSemaphorePermit,
 }
 
@@ -531,54 +538,100 @@ impl HttpsServer {
 // === impl BodyBudget ===
 
 impl BodyBudget {
-    /// A budget of `total` bytes (at least `per_body`, so that every body can be read) for
-    /// bodies of at most `per_body` bytes each.
-    pub fn new(total: usize, per_body: usize) -> Self {
+    /// A budget of `total` bytes of bodies (at least `per_body`, so that every body can be
+    /// read) of at most `per_body` bytes each, and of `decoded` bytes of decoding.
+    pub fn new(total: usize, per_body: usize, decoded: usize) -> Self {
         // tokio's semaphores count at most `usize::MAX >> 3` permits, and take `u32` at once.
-        let per_body = per_body.min(u32::MAX as usize);
+        let max = (u32::MAX as usize).min(tokio::sync::Semaphore::MAX_PERMITS);
+        let per_body = per_body.min(max);
         let total = total.max(per_body).min(tokio::sync::Semaphore::MAX_PERMITS);
+        let decoded = decoded.clamp(1, max);
         Self {
             bytes: Arc::new(tokio::sync::Semaphore::new(total)),
             per_body,
+            decoded: Arc::new(tokio::sync::Semaphore::new(decoded)),
+            decoded_total: decoded,
         }
     }
 
-    /// Reads a body of at most the per-body limit, as [`read_body`] does, once its declared
-    /// size fits in the budget.
+    /// Reads a body of at most the per-body limit, as [`read_body`] does, once its size fits in
+    /// the budget.
     ///
-    /// Errors: those of [`read_body`], and [`BodyError::Timeout`] when the body does not arrive
-    /// within [`BODY_READ_TIMEOUT`] of its turn.
+    /// Errors: those of [`read_body`], and [`BodyError::Timeout`] when the body has not
+    /// arrived within [`BODY_READ_TIMEOUT`] (waiting for room included).
     pub async fn read(&self, headers: &HeaderMap, body: Body) -> Result<HeldBody, BodyError> {
         let declared = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        let share = match declared {
-            // Refused by `read_body` without being read: no share needed.
-            Some(len) if len > self.per_body as u64 => 0,
-            Some(len) => len as u32,
-            None => self.per_body as u32,
-        };
-        let share = self
-            .bytes
-            .clone()
-            .acquire_many_owned(share)
-            .await
-            // The budget's semaphore is never closed.
-            .map_err(|_| BodyError::Timeout)?;
-        let bytes =
-            tokio::time::timeout(BODY_READ_TIMEOUT, read_body(headers, body, self.per_body))
+        if declared.is_some_and(|len| len > self.per_body as u64) {
+            return Err(BodyError::TooLarge {
+                limit: self.per_body,
+            });
+        }
+        let limit = self.per_body;
+        let read = async {
+            let mut frames = body.into_data_stream();
+            let Some(first) = frames.next().await else {
+                return Ok(HeldBody {
+                    bytes: Bytes::new(),
+                    _share: None,
+                });
+            };
+            // The whole declared size at once, when the body starts to arrive: taken a part
+            // at a time, two bodies that together overflow the budget would each wait for
+            // what the other holds.
+            let size = declared.map_or(limit, |len| len as usize);
+            let share = self
+                .bytes
+                .clone()
+                // At most the per-body limit: fits in `u32` (see `new`).
+                .acquire_many_owned(size as u32)
                 .await
-                .map_err(|_| BodyError::Timeout)??;
-        Ok(HeldBody {
-            bytes,
-            _share: share,
-        })
+                // The budget's semaphore is never closed.
+                .map_err(|_| BodyError::Timeout)?;
+            let mut read = Vec::with_capacity(size);
+            let mut frame = Some(first);
+            while let Some(next) = frame {
+                let next = next?;
+                if read.len() + next.len() > limit {
+                    return Err(BodyError::TooLarge { limit });
+                }
+                read.extend_from_slice(&next);
+                frame = frames.next().await;
+            }
+            Ok(HeldBody {
+                bytes: Bytes::from(read),
+                _share: Some(share),
+            })
+        };
+        tokio::time::timeout(BODY_READ_TIMEOUT, read)
+            .await
+            .map_err(|_| BodyError::Timeout)?
     }
 
-    /// Bytes of the budget no body holds now.
+    /// Waits until `cost` bytes of decoding (at most the whole decoding budget) fit beside the
+    /// bodies being decoded, and holds them until the share drops: decoding a body can take
+    /// many times its size (see `linkerd_admission::decode_cost`).
+    pub async fn decoding(&self, cost: usize) -> DecodingShare {
+        let cost = cost.clamp(1, self.decoded_total) as u32;
+        let share = self
+            .decoded
+            .clone()
+            .acquire_many_owned(cost)
+            .await
+            .expect("the decoding semaphore is never closed");
+        DecodingShare { _share: share }
+    }
+
+    /// Bytes of the body budget no body holds now.
     pub fn available(&self) -> usize {
         self.bytes.available_permits()
+    }
+
+    /// Bytes of the decoding budget no decoding holds now.
+    pub fn decoding_available(&self) -> usize {
+        self.decoded.available_permits()
     }
 }
 

@@ -8,7 +8,8 @@
 //! |---|---|
 //! | empty | `200` with an empty body, as upstream (the API server counts it as a failed call and applies the webhook's `failurePolicy`) |
 //! | larger than [`MAX_BODY_BYTES`] (10 MiB, upstream's limit; see there why) | `413 text/plain` `limit reached while reading: 10485760` (upstream answers `500` with this text), without reading the body when its `content-length` says so |
-//! | not arrived within 15 s once it fits in the budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies (it waits for room first) | `400 text/plain` `the request body did not arrive within 15s` |
+//! | not arrived within 10 s, waiting for room in the budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies included | `400 text/plain` `the request body did not arrive within 10s` |
+//! | a review whose decoding would take more than [`linkerd_admission::MAX_DECODED_BYTES`] ([`linkerd_admission::decode_cost`]; others wait for room in a budget of that size) | `400 text/plain` `the admission review is too complex: …` |
 //! | not a review (not JSON, wrong field types) | `400 text/plain` `failed to decode admission review request: <error>` |
 //! | a review without `request`, or with an empty `request.uid` | `400 text/plain` `invalid admission review request` |
 //! | a review | `200 application/json`: `{apiVersion, kind: AdmissionReview, response}` with the request's `apiVersion` (`admission.k8s.io/v1` when it has none) and `uid` |
@@ -80,7 +81,11 @@ impl WebhookMetrics {
 /// router's reviews share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of
 /// bodies.
 pub fn router(metrics: WebhookMetrics) -> Router {
-    let budget = BodyBudget::new(linkerd_admission::MAX_BODY_BYTES_AT_ONCE, MAX_BODY_BYTES);
+    let budget = BodyBudget::new(
+        linkerd_admission::MAX_BODY_BYTES_AT_ONCE,
+        MAX_BODY_BYTES,
+        linkerd_admission::MAX_DECODED_BYTES,
+    );
     Router::new().fallback(handle).with_state((metrics, budget))
 }
 
@@ -180,6 +185,14 @@ async fn handle(
         metrics.count(Verdict::invalid);
         return StatusCode::OK.into_response();
     }
+    // Decoding can take many times the body's size: it waits for room in the budget too (a
+    // review too complex for it is refused by `review` without being decoded).
+    let cost = linkerd_admission::decode_cost(&body);
+    let _decoding = if cost <= linkerd_admission::MAX_DECODED_BYTES {
+        Some(budget.decoding(cost).await)
+    } else {
+        None
+    };
     let answer = match review(&body) {
         Ok(answer) => answer,
         Err(error) => {

@@ -10,8 +10,10 @@
 //! - a body over [`MAX_BODY_BYTES`] (10 MiB, see there why) is answered `413 text/plain`
 //!   `limit reached while reading: 10485760`, without reading it when its `content-length` says
 //!   so. A body waits until it fits in the webhook's budget of
-//!   [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies, and one that then does not
-//!   arrive within 15 s is answered `400 text/plain`.
+//!   [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies, and one that does not
+//!   arrive within 10 s is answered `400 text/plain`. Decoding waits for room in a budget of
+//!   [`linkerd_admission::MAX_DECODED_BYTES`], and a review whose decoding would take more is
+//!   answered `400` (`the admission review is too complex: …`).
 //! - a body that does not decode as a review (not JSON, wrong field types) is answered
 //!   `400 text/plain` `failed to decode admission review request: <error>`, and a review without
 //!   `request` or with an empty `request.uid` `400` `invalid admission review request`. (Upstream
@@ -77,7 +79,11 @@ pub use linkerd_admission::{
 /// The webhook's routes: `POST /` reviews; everything else is `404`. The router's reviews
 /// share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies.
 pub fn router() -> Router {
-    let budget = BodyBudget::new(linkerd_admission::MAX_BODY_BYTES_AT_ONCE, MAX_BODY_BYTES);
+    let budget = BodyBudget::new(
+        linkerd_admission::MAX_BODY_BYTES_AT_ONCE,
+        MAX_BODY_BYTES,
+        linkerd_admission::MAX_DECODED_BYTES,
+    );
     Router::new()
         .route("/", post(handle).fallback(not_found))
         .fallback(not_found)
@@ -221,6 +227,14 @@ async fn handle(State(budget): State<BodyBudget>, request: Request) -> Response 
             );
         }
         Err(error) => return text(StatusCode::BAD_REQUEST, error.to_string()),
+    };
+    // Decoding can take many times the body's size: it waits for room in the budget too (a
+    // review too complex for it is refused by `review` without being decoded).
+    let cost = linkerd_admission::decode_cost(&body);
+    let _decoding = if cost <= linkerd_admission::MAX_DECODED_BYTES {
+        Some(budget.decoding(cost).await)
+    } else {
+        None
     };
     let answer = review(&body).map_err(|error| {
         tracing::info!(%error, "bad admission review");

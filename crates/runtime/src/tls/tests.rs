@@ -460,22 +460,31 @@ fn fed_body() -> (futures::channel::mpsc::UnboundedSender<Bytes>, Body) {
     (tx, Body::from_stream(rx.map(Ok::<_, std::io::Error>)))
 }
 
-/// Bodies wait until what they declare fits beside those held; each holds its share until its
-/// `HeldBody` drops, and one larger than the limit is refused at once, however full the budget.
+/// A body takes its declared size when its first bytes arrive and holds it until its
+/// `HeldBody` drops; one that does not fit waits; one declared larger than the limit is refused
+/// at once, however full the budget.
 #[tokio::test]
 async fn a_body_budget_holds_at_most_its_bytes_of_bodies() {
     use futures::FutureExt;
-    let budget = BodyBudget::new(10, 8);
+    let budget = BodyBudget::new(10, 8, 100);
     let (tx_a, body_a) = fed_body();
-    let (headers_a, headers_b) = (with_length(Some(8)), with_length(Some(4)));
+    let headers_a = with_length(Some(8));
     let mut a = Box::pin(budget.read(&headers_a, body_a));
     assert!(
         (&mut a).now_or_never().is_none(),
         "its body has not arrived"
     );
-    assert_eq!(budget.available(), 2);
+    assert_eq!(
+        budget.available(),
+        10,
+        "a declared body that did not start holds nothing"
+    );
+    tx_a.unbounded_send(Bytes::from_static(b"1234567")).unwrap();
+    assert!((&mut a).now_or_never().is_none());
+    assert_eq!(budget.available(), 2, "the 8 bytes declared");
 
-    // Waits: 4 more bytes do not fit.
+    // 4 bytes do not fit beside a's 8: b waits.
+    let headers_b = with_length(Some(4));
     let mut b = Box::pin(budget.read(&headers_b, Body::from("four")));
     assert!((&mut b).now_or_never().is_none());
     // Refused without waiting, though the budget is full.
@@ -485,8 +494,7 @@ async fn a_body_budget_holds_at_most_its_bytes_of_bodies() {
         .expect("not waiting");
     assert!(matches!(too_large, Err(BodyError::TooLarge { limit: 8 })));
 
-    tx_a.unbounded_send(Bytes::from_static(b"12345678"))
-        .unwrap();
+    tx_a.unbounded_send(Bytes::from_static(b"8")).unwrap();
     drop(tx_a);
     let held_a = a.await.unwrap();
     assert_eq!(&held_a[..], b"12345678");
@@ -495,36 +503,56 @@ async fn a_body_budget_holds_at_most_its_bytes_of_bodies() {
     let held_b = b.await.unwrap();
     assert_eq!(&held_b[..], b"four");
     assert_eq!(budget.available(), 6);
+    drop(held_b);
 
-    // A body that declares no length takes the per-body limit.
+    // A body that declares no length takes the per-body limit; an empty one nothing.
     let (tx_c, body_c) = fed_body();
     let no_length = with_length(None);
     let mut c = Box::pin(budget.read(&no_length, body_c));
-    assert!((&mut c).now_or_never().is_none());
-    // 8 bytes do not fit beside b's 4: c waits, first in line for what is freed (tokio's
-    // semaphore sets the free bytes aside for it).
-    assert_eq!(budget.available(), 0);
-    drop(held_b);
+    tx_c.unbounded_send(Bytes::from_static(b"abc")).unwrap();
     assert!((&mut c).now_or_never().is_none());
     assert_eq!(budget.available(), 2);
-    tx_c.unbounded_send(Bytes::from_static(b"abc")).unwrap();
     drop(tx_c);
     assert_eq!(&c.await.unwrap()[..], b"abc");
+    let empty = budget
+        .read(&with_length(Some(0)), Body::empty())
+        .await
+        .unwrap();
+    assert!(empty.is_empty());
     assert_eq!(budget.available(), 10);
+}
+
+/// Decoding shares wait until they fit; one larger than the whole budget takes all of it.
+#[tokio::test]
+async fn decoding_shares_wait_for_room() {
+    use futures::FutureExt;
+    let budget = BodyBudget::new(10, 8, 100);
+    let first = budget.decoding(70).await;
+    assert_eq!(budget.decoding_available(), 30);
+    let mut second = Box::pin(budget.decoding(50));
+    assert!((&mut second).now_or_never().is_none());
+    drop(first);
+    let second = second.await;
+    let mut whole = Box::pin(budget.decoding(1_000));
+    assert!((&mut whole).now_or_never().is_none());
+    drop(second);
+    let _whole = whole.await;
+    assert_eq!(budget.decoding_available(), 0);
 }
 
 /// A body that does not arrive gives its share back after `BODY_READ_TIMEOUT`.
 #[tokio::test(start_paused = true)]
 async fn a_body_that_does_not_arrive_times_out_and_frees_its_share() {
-    let budget = BodyBudget::new(10, 8);
-    let (_tx, body) = fed_body();
+    let budget = BodyBudget::new(10, 8, 100);
+    let (tx, body) = fed_body();
+    tx.unbounded_send(Bytes::from_static(b"half")).unwrap();
     let started = tokio::time::Instant::now();
     let error = budget.read(&with_length(Some(8)), body).await.unwrap_err();
     assert!(matches!(error, BodyError::Timeout));
     assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
     assert_eq!(
         error.to_string(),
-        "the request body did not arrive within 15s"
+        "the request body did not arrive within 10s"
     );
     assert_eq!(budget.available(), 10);
 }
