@@ -77,7 +77,7 @@ pub enum BodyError {
     /// The client broke off or sent a malformed body.
     #[error("cannot read the request body: {0}")]
     Read(#[from] axum::Error),
-    /// The body did not arrive within [`BODY_READ_TIMEOUT`] of its turn
+    /// The body did not arrive within [`BODY_READ_TIMEOUT`], waiting for room included
     /// ([`BodyBudget::read`]).
     #[error("the request body did not arrive within {:?}", BODY_READ_TIMEOUT)]
     Timeout,
