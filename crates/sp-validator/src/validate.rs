@@ -338,19 +338,8 @@ fn invalid_path_regex(m: &RequestMatch) -> Option<(&str, String)> {
         return Some(found);
     }
     let path = m.path_regex.as_deref().filter(|p| !p.is_empty())?;
-    let error = regex::Regex::new(path).err()?;
-    Some((path, regex_problem(&error)))
-}
-
-/// The one-line cause of a regex error, without the multi-line rendering of the pattern that
-/// `regex::Error`'s `Display` adds.
-fn regex_problem(error: &regex::Error) -> String {
-    let text = error.to_string();
-    text.lines()
-        .rev()
-        .find_map(|line| line.trim().strip_prefix("error: "))
-        .map(str::to_string)
-        .unwrap_or_else(|| text.split_whitespace().collect::<Vec<_>>().join(" "))
+    let problem = linkerd_index::model::regex::compile_regex(path).err()?;
+    Some((path, problem))
 }
 
 /// Go's `time.ParseDuration`, under which negative durations are valid.

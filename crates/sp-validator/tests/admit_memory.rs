@@ -65,3 +65,28 @@ fn judging_a_review_takes_less_than_its_estimated_cost() {
         assert!(cost <= linkerd_admission::MAX_DECODED_BYTES);
     }
 }
+
+/// A `pathRegex` is compiled within bounds: one of `(a|b)*` repeated 240,000 times (1.4 MiB,
+/// an object etcd stores) took the validator to 320 MB; it is denied, holding little.
+#[test]
+fn a_huge_path_regex_is_denied_without_compiling_it() {
+    let pattern = "(a|b)*".repeat(240_000);
+    let body = review_with(json!([{"name": "r", "condition": {"pathRegex": pattern}}]));
+    let peak = peak_judging(&body);
+    assert!(
+        (peak as usize) < 8 * body.len(),
+        "{peak} bytes held for a {} byte review",
+        body.len()
+    );
+    let answer = sp_validator::webhook::review(&body).unwrap();
+    let response = answer.response.unwrap();
+    assert!(!response.allowed);
+    assert!(
+        response
+            .result
+            .message
+            .contains("more than the 8192 allowed"),
+        "{}",
+        response.result.message
+    );
+}

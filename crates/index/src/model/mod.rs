@@ -17,6 +17,7 @@ mod pod;
 mod policy_kinds;
 pub mod ports;
 pub mod profile;
+pub mod regex;
 mod secret;
 pub mod selector;
 mod server;

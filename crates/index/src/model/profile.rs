@@ -291,27 +291,13 @@ impl RequestMatch {
             items.push(Self::Not(Box::new(Self::from_spec(not)?)));
         }
         if let Some(path) = spec.path_regex.as_deref().filter(|p| !p.is_empty()) {
-            if let Err(e) = regex::Regex::new(path) {
-                return Err(format!(
-                    "invalid pathRegex \"{path}\": {}",
-                    regex_problem(&e)
-                ));
+            if let Err(problem) = super::regex::compile_regex(path) {
+                return Err(format!("invalid pathRegex \"{path}\": {problem}"));
             }
             items.push(Self::Path(path.to_string()));
         }
         one_or_all(items, Self::All, "A request match must have a field set")
     }
-}
-
-/// The one-line cause of a regex error (`unclosed group`), without the multi-line rendering
-/// of the pattern that `regex::Error`'s `Display` adds.
-fn regex_problem(error: &regex::Error) -> String {
-    let text = error.to_string();
-    text.lines()
-        .rev()
-        .find_map(|line| line.trim().strip_prefix("error: "))
-        .map(str::to_string)
-        .unwrap_or_else(|| text.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 // === impl ResponseMatch ===

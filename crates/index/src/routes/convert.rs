@@ -50,11 +50,11 @@ pub enum RouteError {
 }
 
 fn regex(value: &str) -> Result<String, RouteError> {
-    regex::Regex::new(value)
+    crate::model::regex::compile_regex(value)
         .map(|_| value.to_string())
-        .map_err(|e| RouteError::InvalidRegex {
+        .map_err(|reason| RouteError::InvalidRegex {
             regex: value.to_string(),
-            reason: e.to_string(),
+            reason,
         })
 }
 
