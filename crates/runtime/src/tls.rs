@@ -590,18 +590,10 @@ impl BodyBudget {
                 .await
                 // The budget's semaphore is never closed.
                 .map_err(|_| BodyError::Timeout)?;
-            let mut read = Vec::with_capacity(size);
-            let mut frame = Some(first);
-            while let Some(next) = frame {
-                let next = next?;
-                if read.len() + next.len() > limit {
-                    return Err(BodyError::TooLarge { limit });
-                }
-                read.extend_from_slice(&next);
-                frame = frames.next().await;
-            }
+            let rest = futures::stream::once(async { first }).chain(frames);
+            let bytes = read_body(headers, Body::from_stream(rest), limit).await?;
             Ok(HeldBody {
-                bytes: Bytes::from(read),
+                bytes,
                 _share: Some(share),
             })
         };
