@@ -61,11 +61,12 @@ pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 pub const MAX_BODY_BYTES_AT_ONCE: usize = 2 * MAX_BODY_BYTES;
 
 /// The most memory one review may take to decode and judge, in bytes, as [`decode_cost`]
-/// estimates it: 64 MiB. A larger one is refused ([`ReviewError::TooComplex`]) before it is
-/// decoded. The body limit alone does not bound this: decoded, each JSON object is a map of
-/// its own, so 9 MiB of small objects (`{"name":"r","condition":{"method":"GET"}}`, ...) took a
-/// validator to 710 MB. A review the API server sends (at most about 3 MiB of real objects)
-/// costs a few MiB to a few tens of MiB.
+/// estimates it: 64 MiB. The object of a costlier review is not decoded, and the webhooks deny
+/// it ([`ObjectError::TooComplex`]). The body limit alone does not bound this: decoded, each
+/// JSON object is a map of its own, so 9 MiB of small objects
+/// (`{"name":"r","condition":{"method":"GET"}}`, ...) took a validator to 710 MB. A review the
+/// API server sends costs a few MiB at most; the limit is reached by a ServiceProfile of about
+/// 18,000 of the smallest routes (760 KB of JSON), where a real one has tens.
 pub const MAX_DECODED_BYTES: usize = 64 * 1024 * 1024;
 
 /// What decoding and judging one JSON object of a review costs, beyond its text, in bytes: its
@@ -82,30 +83,46 @@ const TEXT_COPIES: usize = 3;
 
 /// The memory decoding and judging `body` may take, in bytes, estimated from its shape (one
 /// pass over the bytes, without decoding): [`TEXT_COPIES`] times its length, plus
-/// [`OBJECT_COST`] per JSON object and [`VALUE_COST`] per other value, counting only what
-/// nests no deeper than the decoder reads ([`MAX_JSON_NESTING`]). An upper bound for the shapes measured in the tests;
-/// compared with [`MAX_DECODED_BYTES`], and what the webhooks count against their budget of
-/// reviews decoded at once.
+/// [`OBJECT_COST`] per JSON object and [`VALUE_COST`] per other value, counting only what the
+/// decoder builds: not what nests deeper than it reads ([`MAX_JSON_NESTING`]), and not
+/// `request.oldObject`, which it skips (so an `UPDATE` costs what a `CREATE` of the same
+/// object does). An upper bound for the shapes measured in the tests; compared with
+/// [`MAX_DECODED_BYTES`] by [`ReviewBody`].
 pub fn decode_cost(body: &[u8]) -> usize {
+    // `request`'s members are at this depth (the review itself is at depth 1).
+    const REQUEST_MEMBERS: usize = 2;
     let (mut objects, mut values, mut depth) = (0usize, 0usize, 0usize);
     let (mut in_string, mut escaped) = (false, false);
-    for &byte in body {
+    let (mut string_start, mut last_string): (usize, &[u8]) = (0, b"");
+    // Whether the member being read at `REQUEST_MEMBERS` is `oldObject`, and whether the
+    // scan is inside its value.
+    let (mut old_object_member, mut in_old_object) = (false, false);
+    for (at, &byte) in body.iter().enumerate() {
         if in_string {
             match (escaped, byte) {
                 (true, _) => escaped = false,
                 (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
+                (false, b'"') => {
+                    in_string = false;
+                    last_string = &body[string_start..at];
+                }
                 _ => {}
             }
             continue;
         }
         // Structure nested deeper than the decoder goes is never decoded (it stops there).
-        let decoded = depth <= MAX_JSON_NESTING + 1;
+        let decoded = depth <= MAX_JSON_NESTING + 1 && !in_old_object;
         match byte {
-            b'"' => in_string = true,
+            b'"' => {
+                in_string = true;
+                string_start = at + 1;
+            }
             b'{' | b'[' => {
+                if depth == REQUEST_MEMBERS && old_object_member {
+                    in_old_object = true;
+                }
                 depth += 1;
-                if depth <= MAX_JSON_NESTING + 1 {
+                if depth <= MAX_JSON_NESTING + 1 && !in_old_object {
                     if byte == b'{' {
                         objects += 1;
                     } else {
@@ -113,7 +130,21 @@ pub fn decode_cost(body: &[u8]) -> usize {
                     }
                 }
             }
-            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                if depth <= REQUEST_MEMBERS {
+                    in_old_object = false;
+                    old_object_member = false;
+                }
+            }
+            b':' if depth == REQUEST_MEMBERS => {
+                old_object_member = last_string == b"oldObject";
+                values += 1;
+            }
+            b',' if depth == REQUEST_MEMBERS => {
+                old_object_member = false;
+                values += 1;
+            }
             b',' | b':' if decoded => values += 1,
             _ => {}
         }
@@ -122,6 +153,82 @@ pub fn decode_cost(body: &[u8]) -> usize {
         .saturating_mul(TEXT_COPIES)
         .saturating_add(objects.saturating_mul(OBJECT_COST))
         .saturating_add(values.saturating_mul(VALUE_COST))
+}
+
+/// A review's body with [`decode_cost`], estimated once: a webhook waits for
+/// [`Self::memory`] of room in its decoding budget, then answers it with [`Self::review`].
+#[derive(Clone, Copy, Debug)]
+pub struct ReviewBody<'a> {
+    bytes: &'a [u8],
+    cost: usize,
+}
+
+impl<'a> ReviewBody<'a> {
+    /// Estimates what decoding `bytes` would take (one pass, see [`decode_cost`]).
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            cost: decode_cost(bytes),
+        }
+    }
+
+    /// [`decode_cost`] of the body, in bytes.
+    pub fn cost(&self) -> usize {
+        self.cost
+    }
+
+    /// The memory [`Self::review`] takes beyond the body, in bytes: the cost, or none when the
+    /// review is too complex to decode (then only its head is read, skipping the object).
+    pub fn memory(&self) -> usize {
+        if self.too_complex() { 0 } else { self.cost }
+    }
+
+    fn too_complex(&self) -> bool {
+        self.cost > MAX_DECODED_BYTES
+    }
+
+    /// Reads `request` of the review and answers it with `admit`'s response (built by
+    /// [`allow`], [`deny`] or [`invalid`], which carry the request's `uid`), in the review's
+    /// `apiVersion` ([`DEFAULT_API_VERSION`] when it has none).
+    ///
+    /// A review whose `request.object` alone cannot be read is still answered: `admit` gets
+    /// the request without `object` and with [`AdmissionRequest::object_error`] set, so that
+    /// the webhook denies it whatever its `failurePolicy`. That is the case of an object that
+    /// would take more than [`MAX_DECODED_BYTES`] to decode (it is not decoded), nests deeper
+    /// than [`MAX_JSON_NESTING`], or holds a number out of range.
+    ///
+    /// Errors: [`ReviewError::Decode`] (or [`ReviewError::NotAnObject`]) when the body is not
+    /// a review, [`ReviewError::Invalid`] when it has no `request` or an empty `request.uid`.
+    pub fn review(
+        &self,
+        admit: impl FnOnce(&AdmissionRequest) -> AdmissionResponse,
+    ) -> Result<AdmissionReviewResponse, ReviewError> {
+        let body = self.bytes;
+        let review = if self.too_complex() {
+            read_without_object(body, ObjectError::TooComplex { cost: self.cost })
+                .map_err(|error| not_an_object(body).unwrap_or(ReviewError::Decode(error)))?
+        } else {
+            match serde_json::from_slice::<IncomingReview<AdmissionRequest>>(body) {
+                Ok(review) => review,
+                Err(error) => read_without_object(body, ObjectError::from_decoder(&error))
+                    .map_err(|_| not_an_object(body).unwrap_or(ReviewError::Decode(error)))?,
+            }
+        };
+        let request = review
+            .request
+            .ok_or(ReviewError::Invalid("it has no request"))?;
+        if request.uid.is_empty() {
+            return Err(ReviewError::Invalid("its request.uid is empty"));
+        }
+        let mut response = admit(&request);
+        response.types = TypeMeta {
+            api_version: review
+                .api_version
+                .unwrap_or_else(|| DEFAULT_API_VERSION.to_string()),
+            kind: META_KIND.to_string(),
+        };
+        Ok(response.into_review())
+    }
 }
 
 /// How deep JSON objects and arrays may nest in a review, counted from the review itself
@@ -156,16 +263,6 @@ pub enum ReviewError {
         /// `array`, `string`, `number`, `boolean` or `null`.
         found: &'static str,
     },
-    /// The review would take more than [`MAX_DECODED_BYTES`] to decode ([`decode_cost`]).
-    #[error(
-        "the admission review is too complex: decoding it would take about {} MiB, more than the {} MiB a review may (too many JSON objects and values)",
-        cost / (1024 * 1024),
-        MAX_DECODED_BYTES / (1024 * 1024)
-    )]
-    TooComplex {
-        /// [`decode_cost`] of the body, in bytes.
-        cost: usize,
-    },
 }
 
 /// Why a review's `request.object` was not read although the rest of the review was. The
@@ -184,6 +281,30 @@ pub enum ObjectError {
     /// range (`number out of range at line 1 column 95`).
     #[error("the object cannot be decoded: {0}")]
     Decode(String),
+    /// Decoding the review would take more than [`MAX_DECODED_BYTES`] ([`decode_cost`]), so
+    /// its object is not decoded: 9 MiB of small objects took a validator to 710 MB.
+    #[error(
+        "the object is too complex to validate: decoding the review would take about {} MiB, more than the {} MiB a review may (too many JSON objects and values)",
+        cost / (1024 * 1024),
+        MAX_DECODED_BYTES / (1024 * 1024)
+    )]
+    TooComplex {
+        /// [`decode_cost`] of the review, in bytes.
+        cost: usize,
+    },
+}
+
+impl ObjectError {
+    /// The object's error for the decoder's `error` on a review whose head reads.
+    fn from_decoder(error: &serde_json::Error) -> Self {
+        let text = error.to_string();
+        // serde_json has no error code for its recursion limit; its message is the only sign.
+        if text.starts_with("recursion limit exceeded") {
+            Self::TooDeep(text)
+        } else {
+            Self::Decode(text)
+        }
+    }
 }
 
 /// An incoming review, `{apiVersion, kind, request}`; every field may be absent. `R` is
@@ -245,46 +366,13 @@ pub struct AdmissionRequest {
     pub object_error: Option<ObjectError>,
 }
 
-/// Reads `request` of a review `body` and answers it with `admit`'s response (built by
-/// [`allow`], [`deny`] or [`invalid`], which carry the request's `uid`), in the review's
-/// `apiVersion` ([`DEFAULT_API_VERSION`] when it has none).
-///
-/// A review whose `request.object` alone does not decode (nested deeper than
-/// [`MAX_JSON_NESTING`], a number out of range, ...) is still answered: `admit` gets the
-/// request without `object` and with [`AdmissionRequest::object_error`] set.
-///
-/// Errors: [`ReviewError::TooComplex`] when it would take more than [`MAX_DECODED_BYTES`] to
-/// decode, [`ReviewError::Decode`] when the body is not a review, [`ReviewError::Invalid`]
-/// when it has no `request` or an empty `request.uid`.
+/// Answers review `body` with `admit`'s response: [`ReviewBody::review`], for a caller that
+/// keeps no decoding budget (tests, tools).
 pub fn review(
     body: &[u8],
     admit: impl FnOnce(&AdmissionRequest) -> AdmissionResponse,
 ) -> Result<AdmissionReviewResponse, ReviewError> {
-    let cost = decode_cost(body);
-    if cost > MAX_DECODED_BYTES {
-        return Err(ReviewError::TooComplex { cost });
-    }
-    let review = match serde_json::from_slice::<IncomingReview<AdmissionRequest>>(body) {
-        Ok(review) => review,
-        Err(error) => match read_without_object(body, &error) {
-            Some(review) => review,
-            None => return Err(not_an_object(body).unwrap_or(ReviewError::Decode(error))),
-        },
-    };
-    let request = review
-        .request
-        .ok_or(ReviewError::Invalid("it has no request"))?;
-    if request.uid.is_empty() {
-        return Err(ReviewError::Invalid("its request.uid is empty"));
-    }
-    let mut response = admit(&request);
-    response.types = TypeMeta {
-        api_version: review
-            .api_version
-            .unwrap_or_else(|| DEFAULT_API_VERSION.to_string()),
-        kind: META_KIND.to_string(),
-    };
-    Ok(response.into_review())
+    ReviewBody::new(body).review(admit)
 }
 
 /// [`ReviewError::NotAnObject`] when `body` starts as JSON that is not an object.
@@ -306,22 +394,15 @@ fn not_an_object(body: &[u8]) -> Option<ReviewError> {
     Some(ReviewError::NotAnObject { found })
 }
 
-/// Reads a review that failed to decode with `error` again, skipping `request.object`: when
-/// the rest decodes, the object was the problem, and the request carries `error` as its
-/// [`ObjectError`]. `None` when the review is broken elsewhere too.
+/// Reads review `body` skipping `request.object`, for a review whose object is not read
+/// (`object_error` says why): its request carries `object_error`. The decoder's error when
+/// the review is broken elsewhere too.
 fn read_without_object(
     body: &[u8],
-    error: &serde_json::Error,
-) -> Option<IncomingReview<AdmissionRequest>> {
-    let review: IncomingReview<RequestHead> = serde_json::from_slice(body).ok()?;
-    let text = error.to_string();
-    // serde_json has no error code for its recursion limit; its message is the only sign.
-    let object_error = if text.starts_with("recursion limit exceeded") {
-        ObjectError::TooDeep(text)
-    } else {
-        ObjectError::Decode(text)
-    };
-    Some(IncomingReview {
+    object_error: ObjectError,
+) -> Result<IncomingReview<AdmissionRequest>, serde_json::Error> {
+    let review: IncomingReview<RequestHead> = serde_json::from_slice(body)?;
+    Ok(IncomingReview {
         api_version: review.api_version,
         request: review.request.map(|head| AdmissionRequest {
             uid: head.uid,

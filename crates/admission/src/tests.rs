@@ -371,24 +371,34 @@ fn the_body_limit_message_names_it() {
     assert_eq!(body_too_large(), "limit reached while reading: 10485760");
 }
 
-/// A review whose shape would take more than `MAX_DECODED_BYTES` to decode is refused before
-/// it is decoded (9 MiB of small objects took a validator to 710 MB); one of the same size in
-/// long strings is read.
+/// A review whose shape would take more than `MAX_DECODED_BYTES` to decode has its object
+/// denied without decoding it (9 MiB of small objects took a validator to 710 MB): a `400`
+/// would let `failurePolicy: Ignore` admit it unvalidated. One of the same size in long
+/// strings is read.
 #[test]
-fn a_review_too_complex_to_decode_is_refused() {
-    let routes = r#"{"name":"r","condition":{"method":"GET"}},"#.repeat(200_000);
-    let body = format!(
-        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","object":{{"spec":{{"routes":[{}{{}}]}}}}}}}}"#,
-        routes
-    );
+fn a_review_too_complex_to_decode_is_denied_undecoded() {
+    let body = profile_review("CREATE", &small_routes(200_000), None);
     let cost = decode_cost(body.as_bytes());
     assert!(cost > MAX_DECODED_BYTES, "{cost}");
-    let error = review(body.as_bytes(), |_| unreachable!("decoded")).unwrap_err();
-    assert!(matches!(error, ReviewError::TooComplex { .. }));
+    let reviewed = ReviewBody::new(body.as_bytes());
+    assert_eq!((reviewed.cost(), reviewed.memory()), (cost, 0));
+    let answer = reviewed
+        .review(|request| {
+            assert_eq!(request.uid, "u");
+            assert_eq!(request.kind.kind, "ServiceProfile");
+            assert_eq!(request.object, None);
+            let error = request.object_error.clone().expect("an object error");
+            assert_eq!(error, ObjectError::TooComplex { cost });
+            deny(request, error.to_string())
+        })
+        .unwrap();
+    let response = answer.response.unwrap();
+    assert!(!response.allowed);
+    assert_eq!(response.uid, "u");
     assert_eq!(
-        error.to_string(),
+        response.result.message,
         format!(
-            "the admission review is too complex: decoding it would take about {} MiB, more than the 64 MiB a review may (too many JSON objects and values)",
+            "the object is too complex to validate: decoding the review would take about {} MiB, more than the 64 MiB a review may (too many JSON objects and values)",
             cost / (1024 * 1024)
         )
     );
@@ -404,4 +414,61 @@ fn a_review_too_complex_to_decode_is_refused() {
     // Braces, commas and colons inside strings (escaped quotes too) are text, not structure.
     let quoted = br#"{"a":"{[,:\"{"}"#;
     assert_eq!(decode_cost(quoted), 3 * quoted.len() + 1536 + 96);
+}
+
+/// `{"name":"r","condition":{"method":"GET"}},` repeated: the smallest routes a ServiceProfile
+/// holds, 42 bytes each.
+fn small_routes(n: usize) -> String {
+    r#"{"name":"r","condition":{"method":"GET"}},"#.repeat(n)
+}
+
+/// A ServiceProfile review of `operation` whose object has `routes` (and an `oldObject` with
+/// `old_routes`).
+fn profile_review(operation: &str, routes: &str, old_routes: Option<&str>) -> String {
+    let object = |routes: &str| format!(r#"{{"spec":{{"routes":[{routes}{{}}]}}}}"#);
+    let old = old_routes
+        .map(|old| format!(r#","oldObject":{}"#, object(old)))
+        .unwrap_or_default();
+    format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","kind":{{"group":"linkerd.io","version":"v1alpha2","kind":"ServiceProfile"}},"operation":"{operation}","object":{}{old}}}}}"#,
+        object(routes)
+    )
+}
+
+/// The limit is reached at about 18,000 of the smallest routes (what `MAX_DECODED_BYTES`
+/// documents), and an `UPDATE` costs what a `CREATE` of its object does beyond the text of
+/// `oldObject`, which the decoder skips: otherwise a profile that could be created could not
+/// be updated.
+#[test]
+fn the_decoding_estimate_counts_what_the_decoder_builds() {
+    let under = profile_review("CREATE", &small_routes(18_000), None);
+    let over = profile_review("CREATE", &small_routes(18_500), None);
+    assert!(decode_cost(under.as_bytes()) <= MAX_DECODED_BYTES);
+    assert!(decode_cost(over.as_bytes()) > MAX_DECODED_BYTES);
+    assert!((750_000..770_000).contains(&under.len()), "{}", under.len());
+
+    let routes = small_routes(10_000);
+    let create = profile_review("CREATE", &routes, None);
+    let update = profile_review("UPDATE", &routes, Some(&routes));
+    let old_text = update.len() - create.len();
+    assert_eq!(
+        decode_cost(update.as_bytes()),
+        decode_cost(create.as_bytes()) + 3 * old_text + 2 * 96,
+        "oldObject adds its text, a comma and a colon"
+    );
+    let answer = review(update.as_bytes(), |request| {
+        assert!(request.object.is_some() && request.object_error.is_none());
+        allow(request)
+    })
+    .unwrap();
+    assert!(answer.response.unwrap().allowed);
+
+    // Only `request.oldObject` is skipped: the same key anywhere else is counted.
+    let nested = format!(
+        r#"{{"request":{{"uid":"u","object":{{"oldObject":[{}{{}}]}}}}}}"#,
+        small_routes(100)
+    );
+    let plain = nested.replace("oldObject", "newObject");
+    assert_eq!(decode_cost(nested.as_bytes()), decode_cost(plain.as_bytes()));
+    assert!(decode_cost(nested.as_bytes()) > 100 * 2 * 1536);
 }

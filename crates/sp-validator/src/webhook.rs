@@ -9,7 +9,6 @@
 //! | empty | `200` with an empty body, as upstream (the API server counts it as a failed call and applies the webhook's `failurePolicy`) |
 //! | larger than [`MAX_BODY_BYTES`] (10 MiB, upstream's limit; see there why) | `413 text/plain` `limit reached while reading: 10485760` (upstream answers `500` with this text), without reading the body when its `content-length` says so |
 //! | not arrived within 10 s, waiting for room in the budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies included | `400 text/plain` `the request body did not arrive within 10s` |
-//! | a review whose decoding would take more than [`linkerd_admission::MAX_DECODED_BYTES`] ([`linkerd_admission::decode_cost`]; others wait for room in a budget of that size) | `400 text/plain` `the admission review is too complex: …` |
 //! | not a review (not JSON, wrong field types) | `400 text/plain` `failed to decode admission review request: <error>` |
 //! | a review without `request`, or with an empty `request.uid` | `400 text/plain` `invalid admission review request` |
 //! | a review | `200 application/json`: `{apiVersion, kind: AdmissionReview, response}` with the request's `apiVersion` (`admission.k8s.io/v1` when it has none) and `uid` |
@@ -17,9 +16,11 @@
 //! The response allows or denies as [`admit`] decides; a denial carries
 //! `status: {message, code: 400, reason: BadRequest, status: Failure}`. Unlike upstream the
 //! request is not echoed back in the answer: the API server reads only `response`. A review
-//! whose `object` alone does not decode (nested deeper than the JSON decoder reads, see
-//! [`linkerd_admission::MAX_JSON_NESTING`]) is a review: its profile is denied, naming the
-//! problem, since a `400` would let `failurePolicy: Ignore` admit it unvalidated.
+//! whose `object` alone is not decoded is a review: its profile is denied, naming the problem,
+//! since a `400` would let `failurePolicy: Ignore` admit it unvalidated. That is an object
+//! nested deeper than the JSON decoder reads ([`linkerd_admission::MAX_JSON_NESTING`]), or one
+//! whose review would take more than [`linkerd_admission::MAX_DECODED_BYTES`] to decode
+//! ([`linkerd_admission::decode_cost`]; the others wait for room in a budget of that size).
 
 use crate::validate::{Invalid, validate};
 use axum::{
@@ -28,7 +29,7 @@ use axum::{
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
-use linkerd_admission::{AdmissionRequest, AdmissionResponse, AdmissionReviewResponse};
+use linkerd_admission::{AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, ReviewBody};
 use linkerd_runtime::tls::{BodyBudget, BodyError};
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue},
@@ -186,14 +187,10 @@ async fn handle(
         return StatusCode::OK.into_response();
     }
     // Decoding can take many times the body's size: it waits for room in the budget too (a
-    // review too complex for it is refused by `review` without being decoded).
-    let cost = linkerd_admission::decode_cost(&body);
-    let _decoding = if cost <= linkerd_admission::MAX_DECODED_BYTES {
-        Some(budget.decoding(cost).await)
-    } else {
-        None
-    };
-    let answer = match review(&body) {
+    // review too complex for it has its object denied without being decoded).
+    let reviewed = ReviewBody::new(&body);
+    let _decoding = budget.decoding(reviewed.memory()).await;
+    let answer = match reviewed.review(admit) {
         Ok(answer) => answer,
         Err(error) => {
             tracing::info!(%error, "bad admission review");

@@ -1,8 +1,9 @@
 //! The limits of what the webhook reads, over HTTPS as the binary serves it: a body over
 //! [`linkerd_admission::MAX_BODY_BYTES`] is answered `413` with a text that names the limit (and
 //! the answer reaches a client that sends the whole body before reading), a body of exactly the
-//! limit is judged, and a profile nested deeper than the JSON decoder reads is denied, naming
-//! the problem, rather than answered `400` (which `failurePolicy: Ignore` would admit).
+//! limit is judged, and a profile nested deeper than the JSON decoder reads, or too complex to
+//! decode within [`linkerd_admission::MAX_DECODED_BYTES`], is denied, naming the problem,
+//! rather than answered `400` (which `failurePolicy: Ignore` would admit).
 
 mod support;
 
@@ -133,6 +134,41 @@ async fn profiles_nested_too_deep_are_denied() {
             &format!("{levels} levels"),
         );
     }
+}
+
+/// 9 MiB of the smallest routes would take about 800 MB to decode: the profile is denied with
+/// the uid, undecoded, in the review's `apiVersion`; one a tenth of the size is judged.
+#[tokio::test]
+async fn profiles_too_complex_to_decode_are_denied() {
+    let webhook = mk_webhook().await;
+    let routes = |n: usize| {
+        let route = json!({"name": "r", "condition": {"method": "GET"}});
+        let mut profile = mk_profile(json!({"method": "GET"}));
+        profile["spec"]["routes"] = Value::Array(vec![route; n]);
+        serde_json::to_vec(&mk_review("admission.k8s.io/v1beta1", "CREATE", Some(profile)))
+            .unwrap()
+    };
+    let body = routes(220_000);
+    assert!(body.len() > 9_000_000 && body.len() < MAX_BODY_BYTES);
+    let cost = linkerd_admission::decode_cost(&body);
+    let reply = webhook.send("POST", "/", &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let answer: Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(answer["apiVersion"], "admission.k8s.io/v1beta1");
+    let response: AdmissionResponse = serde_json::from_value(answer["response"].clone()).unwrap();
+    assert_eq!(response.uid, UID);
+    assert_denied(
+        &response,
+        &format!(
+            "failed to validate ServiceProfile: the object is too complex to validate: decoding the review would take about {} MiB, more than the 64 MiB a review may (too many JSON objects and values)",
+            cost / (1024 * 1024)
+        ),
+        "9 MiB of routes",
+    );
+
+    let reply = webhook.send("POST", "/", &routes(15_000)).await;
+    let answer: Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(answer["response"], json!({"uid": UID, "allowed": true}));
 }
 
 /// The column where serde_json stops reading `json`: its first bracket one level deeper than

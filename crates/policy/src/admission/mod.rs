@@ -12,8 +12,9 @@
 //!   so. A body waits until it fits in the webhook's budget of
 //!   [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies, and one that does not
 //!   arrive within 10 s is answered `400 text/plain`. Decoding waits for room in a budget of
-//!   [`linkerd_admission::MAX_DECODED_BYTES`], and a review whose decoding would take more is
-//!   answered `400` (`the admission review is too complex: …`).
+//!   [`linkerd_admission::MAX_DECODED_BYTES`]; the object of a review whose decoding would
+//!   take more is not decoded, and a validated request is denied with
+//!   `the object is too complex to validate: …`.
 //! - a body that does not decode as a review (not JSON, wrong field types) is answered
 //!   `400 text/plain` `failed to decode admission review request: <error>`, and a review without
 //!   `request` or with an empty `request.uid` `400` `invalid admission review request`. (Upstream
@@ -69,6 +70,7 @@ use linkerd_k8s_api::{
 };
 
 pub use self::kinds::Kind;
+use linkerd_admission::ReviewBody;
 use linkerd_runtime::tls::{BodyBudget, BodyError};
 
 pub use linkerd_admission::{
@@ -229,14 +231,10 @@ async fn handle(State(budget): State<BodyBudget>, request: Request) -> Response 
         Err(error) => return text(StatusCode::BAD_REQUEST, error.to_string()),
     };
     // Decoding can take many times the body's size: it waits for room in the budget too (a
-    // review too complex for it is refused by `review` without being decoded).
-    let cost = linkerd_admission::decode_cost(&body);
-    let _decoding = if cost <= linkerd_admission::MAX_DECODED_BYTES {
-        Some(budget.decoding(cost).await)
-    } else {
-        None
-    };
-    let answer = review(&body).map_err(|error| {
+    // review too complex for it has its object denied without being decoded).
+    let reviewed = ReviewBody::new(&body);
+    let _decoding = budget.decoding(reviewed.memory()).await;
+    let answer = reviewed.review(admit).map_err(|error| {
         tracing::info!(%error, "bad admission review");
         error
     });
