@@ -88,6 +88,10 @@ pub struct IndexMetrics {
     /// success or an error status (`true`), or an error without one (`false`: connection
     /// refused or reset, a timeout). Set only for linked clusters.
     pub(crate) api_reachable: Option<Arc<tokio::sync::watch::Sender<bool>>>,
+    /// The objects the indexes sharing these metrics skipped as invalid. Shared, so that an
+    /// object two indexes skip for the same reason (a Gateway API HTTPRoute, read by the
+    /// inbound and the outbound index) is logged and counted once.
+    skipped: Arc<parking_lot::Mutex<Skipped>>,
 }
 
 impl Default for IndexMetrics {
@@ -109,6 +113,7 @@ impl Default for IndexMetrics {
             offline_reloads: counter(),
             watch_restarts: Family::default(),
             api_reachable: None,
+            skipped: Arc::default(),
             cluster,
         }
     }
@@ -189,6 +194,8 @@ impl IndexMetrics {
             invalid_files: self.invalid_files.for_cluster(&cluster),
             conflicting_objects: self.conflicting_objects.for_cluster(&cluster),
             offline_reloads: self.offline_reloads.for_cluster(&cluster),
+            // Another cluster's objects: the same name is another object.
+            skipped: Arc::default(),
             cluster,
             ..self.clone()
         }
@@ -317,35 +324,56 @@ impl ClusterCounter {
     }
 }
 
-/// The objects an index skipped as invalid, with why, so that an object applied again
-/// unchanged (a relist, an offline re-read) is not logged and counted again.
-#[derive(Debug, Default)]
-pub(crate) struct Skipped {
-    reasons: HashMap<(&'static str, ObjectRef), String>,
+/// Which index reports an invalid object ([`IndexMetrics::skip_invalid`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reporter {
+    Inbound,
+    Outbound,
 }
 
-impl Skipped {
-    /// Logs and counts `error` for the object `key` of `kind`, unless the same problem was the
-    /// last one reported for it.
-    pub(crate) fn skip(
-        &mut self,
-        metrics: &IndexMetrics,
+/// The objects indexes skipped as invalid, with why, so that an object applied again
+/// unchanged (a relist, an offline re-read), or skipped by a second index for the same reason,
+/// is not logged and counted again.
+#[derive(Debug, Default)]
+struct Skipped {
+    reasons: HashMap<(&'static str, ObjectRef), Vec<(Reporter, String)>>,
+}
+
+impl IndexMetrics {
+    /// Logs and counts `error` for the object `key` of `kind`, skipped by index `by`, unless
+    /// an index already reports the same problem for it. An object without a key (no name) is
+    /// reported every time.
+    pub(crate) fn skip_invalid(
+        &self,
+        by: Reporter,
         kind: &'static str,
         key: Option<ObjectRef>,
         error: &InvalidObject,
     ) {
         let reason = error.to_string();
-        let repeated = key
-            .map(|key| self.reasons.insert((kind, key), reason.clone()))
-            .is_some_and(|old| old.as_deref() == Some(reason.as_str()));
-        if !repeated {
+        let reported = key.is_some_and(|key| {
+            let mut skipped = self.skipped.lock();
+            let reports = skipped.reasons.entry((kind, key)).or_default();
+            let reported = reports.iter().any(|(_, r)| *r == reason);
+            reports.retain(|(who, _)| *who != by);
+            reports.push((by, reason.clone()));
+            reported
+        });
+        if !reported {
             tracing::warn!(error = %reason, "skipping object");
-            metrics.invalid_object(kind);
+            self.invalid_object(kind);
         }
     }
 
-    /// The object `key` of `kind` is valid again, or gone.
-    pub(crate) fn clear(&mut self, kind: &'static str, key: &ObjectRef) {
-        self.reasons.remove(&(kind, key.clone()));
+    /// The object `key` of `kind` is valid for index `by` again, or gone.
+    pub(crate) fn valid_again(&self, by: Reporter, kind: &'static str, key: &ObjectRef) {
+        let mut skipped = self.skipped.lock();
+        let entry = (kind, key.clone());
+        if let Some(reports) = skipped.reasons.get_mut(&entry) {
+            reports.retain(|(who, _)| *who != by);
+            if reports.is_empty() {
+                skipped.reasons.remove(&entry);
+            }
+        }
     }
 }

@@ -15,6 +15,8 @@ use crate::{
 
 /// The inbound, outbound and status indexes, fed by one set of watches.
 pub(crate) struct Policy {
+    /// The metrics every index shares.
+    pub(crate) metrics: IndexMetrics,
     watches: Watches,
     outbound: OutboundIndex,
     status: StatusIndex,
@@ -26,11 +28,12 @@ impl Policy {
         let status = StatusIndex::new(outbound.cluster_networks.clone());
         let inbound = InboundIndex::new(inbound, metrics.clone());
         let outbound = OutboundIndex::new(outbound, metrics.clone());
-        let mut watches = Watches::new(metrics);
+        let mut watches = Watches::new(metrics.clone());
         inbound.watch(&mut watches);
         outbound.watch(&mut watches);
         status.watch(&mut watches);
         Self {
+            metrics,
             watches,
             outbound,
             status,

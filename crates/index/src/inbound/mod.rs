@@ -26,7 +26,7 @@ use self::policy::{
     ServerAuthorizationInfo, ServerSelection,
 };
 use crate::{
-    metrics::{IndexMetrics, Skipped},
+    metrics::IndexMetrics,
     model::{ExternalWorkloadInfo, Labels, ObjectRef, PodInfo, PortSet, ServerInfo, ServerPort},
     routes::{
         GATEWAY_GROUP, GrpcRouteMatch, GrpcRule, HttpRouteMatch, HttpRule, POLICY_GROUP, PathMatch,
@@ -65,8 +65,6 @@ pub(crate) struct Inbound {
     pub(crate) route_parents: StatusRoutes,
     /// Equal policies (every pod of a Deployment on one port) share one view.
     topics: Topics<WorkloadRef, u16, InboundServer, SharedViews<InboundServer>>,
-    /// Objects skipped as invalid, so that a re-applied one is not logged again.
-    pub(crate) skipped: Skipped,
     pub(crate) metrics: IndexMetrics,
 }
 
@@ -241,7 +239,6 @@ impl InboundIndex {
                 policy: PolicyStores::default(),
                 route_parents: StatusRoutes::default(),
                 topics: Topics::default(),
-                skipped: Skipped::default(),
                 metrics,
             })),
         }

@@ -26,6 +26,7 @@ use super::{
     },
 };
 use crate::{
+    metrics::Reporter,
     model::{
         CONTROL_PLANE_NS_LABEL, ExternalWorkloadInfo, InvalidObject, Kind, Network, ObjectRef,
         PodInfo, Selector, ServerInfo, invalid, names_of, parse_network,
@@ -361,8 +362,11 @@ fn accepted_servers<'a>(
         .collect()
 }
 
+/// The inbound form of a route of `kind` (`HTTPRoute`, `GRPCRoute`) in `group`; errors name
+/// the kind by its `label` ([`Kind::LABEL`], as the outbound index does, so that the two
+/// indexes report an invalid route alike and it is counted once).
 fn route_info(
-    kind: &'static str,
+    (kind, label): (&'static str, &'static str),
     group: &str,
     meta: &ObjectMeta,
     parents: Result<BTreeSet<String>, String>,
@@ -370,9 +374,9 @@ fn route_info(
     hostnames: Option<&Vec<String>>,
     rules: Result<RouteRules, convert::RouteError>,
 ) -> Result<InboundRouteInfo, InvalidObject> {
-    let (namespace, name) = names_of(kind, meta)?;
-    let parents = parents.map_err(|r| invalid(kind, &namespace, &name, r))?;
-    let rules = rules.map_err(|e| invalid(kind, &namespace, &name, e.to_string()))?;
+    let (namespace, name) = names_of(label, meta)?;
+    let parents = parents.map_err(|r| invalid(label, &namespace, &name, r))?;
+    let rules = rules.map_err(|e| invalid(label, &namespace, &name, e.to_string()))?;
     Ok(InboundRouteInfo {
         group: group.to_string(),
         kind: kind.to_string(),
@@ -462,7 +466,7 @@ fn policy_http_route(
         .collect::<Result<_, _>>()
         .map(RouteRules::Http);
     route_info(
-        "HTTPRoute",
+        ("HTTPRoute", <PolicyHttpRoute as Kind>::LABEL),
         POLICY_GROUP,
         &r.metadata,
         parents,
@@ -501,7 +505,7 @@ fn gateway_http_route(
         .collect::<Result<_, _>>()
         .map(RouteRules::Http);
     route_info(
-        "HTTPRoute",
+        ("HTTPRoute", <GatewayHttpRoute as Kind>::LABEL),
         GATEWAY_GROUP,
         &r.metadata,
         parents,
@@ -537,7 +541,7 @@ fn grpc_route(_: &InboundConfig, r: &GrpcRoute) -> Result<InboundRouteInfo, Inva
         .collect::<Result<_, _>>()
         .map(RouteRules::Grpc);
     route_info(
-        "GRPCRoute",
+        ("GRPCRoute", <GrpcRoute as Kind>::LABEL),
         GATEWAY_GROUP,
         &r.metadata,
         parents,
@@ -716,15 +720,15 @@ fn apply_policy<K: PolicyKind>(state: &mut Inbound, obj: &Arc<K>, touched: &mut 
     let name = K::store_name(&key.name);
     match K::convert(&state.config, obj) {
         Ok(info) => {
-            state.skipped.clear(K::LABEL, &key);
+            state.metrics.valid_again(Reporter::Inbound, K::LABEL, &key);
             if K::store(&mut state.policy).insert(&key.namespace, name, info) {
                 touch::<K>(touched, &key.namespace);
             }
         }
         Err(error) => {
             state
-                .skipped
-                .skip(&state.metrics, K::LABEL, Some(key.clone()), &error);
+                .metrics
+                .skip_invalid(Reporter::Inbound, K::LABEL, Some(key.clone()), &error);
             if K::store(&mut state.policy).remove(&key.namespace, &name) {
                 touch::<K>(touched, &key.namespace);
             }
@@ -744,7 +748,7 @@ fn delete_policy<K: PolicyKind>(state: &mut Inbound, key: &ObjectRef, touched: &
             touched.namespaces.insert(parent.namespace);
         }
     }
-    state.skipped.clear(K::LABEL, key);
+    state.metrics.valid_again(Reporter::Inbound, K::LABEL, key);
     if K::store(&mut state.policy).remove(&key.namespace, &K::store_name(&key.name)) {
         touch::<K>(touched, &key.namespace);
     }

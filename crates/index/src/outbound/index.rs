@@ -22,7 +22,7 @@ use super::{
     routes::{self, OutboundRouteInfo, OutboundRoutes, TouchedParents},
 };
 use crate::{
-    metrics::{IndexMetrics, Skipped},
+    metrics::{IndexMetrics, Reporter},
     model::{EgressNetworkInfo, InvalidObject, Kind, ObjectRef, ServiceInfo},
     routes::{
         GATEWAY_GROUP, POLICY_GROUP, RouteKey,
@@ -59,7 +59,6 @@ pub(crate) struct Outbound {
     egress_topics: Topics<ObjectRef, (SocketAddr, String), OutboundPolicy>,
     /// External fallback policies by address; all dropped when EgressNetworks change (§5.8).
     fallback_topics: Topics<(), SocketAddr, OutboundPolicy>,
-    skipped: Skipped,
     metrics: IndexMetrics,
 }
 
@@ -98,7 +97,6 @@ impl OutboundIndex {
                 outbound_topics: Topics::default(),
                 egress_topics: Topics::default(),
                 fallback_topics: Topics::default(),
-                skipped: Skipped::default(),
                 metrics,
             })),
         }
@@ -436,14 +434,14 @@ fn apply_route<K: RouteKind>(state: &mut Outbound, obj: &Arc<K>, touched: &mut T
     }
     match K::convert(obj) {
         Ok(route) => {
-            state.skipped.clear(K::LABEL, &key);
+            state.metrics.valid_again(Reporter::Outbound, K::LABEL, &key);
             let parents = state.outbound_routes.apply(route);
             Outbound::touch_parents(touched, parents);
         }
         Err(error) => {
             state
-                .skipped
-                .skip(&state.metrics, K::LABEL, Some(key), &error);
+                .metrics
+                .skip_invalid(Reporter::Outbound, K::LABEL, Some(key), &error);
             let parents = state.outbound_routes.delete(&route_key);
             Outbound::touch_parents(touched, parents);
         }
@@ -456,7 +454,7 @@ fn delete_route<K: RouteKind>(state: &mut Outbound, key: &ObjectRef, touched: &m
     Outbound::touch_status_parents(touched, parents);
     let parents = state.outbound_routes.delete(&route_key);
     Outbound::touch_parents(touched, parents);
-    state.skipped.clear(K::LABEL, key);
+    state.metrics.valid_again(Reporter::Outbound, K::LABEL, key);
 }
 
 /// The routes of kind `K` the index holds: converted, or with status inputs kept.

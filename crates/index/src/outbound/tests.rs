@@ -498,6 +498,30 @@ async fn quirk_invalid_route_update_removes_the_route() {
     );
 }
 
+/// The inbound and the outbound index both read Gateway API HTTPRoutes: one invalid route is
+/// logged and counted once (`index_invalid_objects_total`), not once per index, and not again
+/// when applied again unchanged; it is counted again when it turns invalid after being valid.
+#[tokio::test]
+async fn an_invalid_route_is_counted_once_by_the_two_indexes() {
+    const ROUTE: &str = "HTTPRoute.gateway.networking.k8s.io";
+    let index = index();
+    let good = mk_route("emojivoto", "r", "2026-01-01T00:00:00Z", "[]");
+    let mut bad = good.clone();
+    let yaml_rule: HttpRoute = yaml(
+        "metadata: {name: x}\nspec:\n  rules:\n  - matches: [{path: {type: RegularExpression, value: '('}}]\n",
+    );
+    bad.spec.rules = yaml_rule.spec.rules;
+    index.apply(Event::Apply(bad.clone()));
+    assert_eq!(index.metrics.invalid_objects(ROUTE), 1);
+    index.apply(Event::Apply(bad.clone()));
+    index.apply(Event::Reset(vec![bad.clone()]));
+    assert_eq!(index.metrics.invalid_objects(ROUTE), 1);
+
+    index.apply(Event::Apply(good));
+    index.apply(Event::Apply(bad));
+    assert_eq!(index.metrics.invalid_objects(ROUTE), 2);
+}
+
 #[tokio::test]
 async fn grpc_routes_select_grpc() {
     let index = index();
