@@ -11,8 +11,12 @@ const MAX_ECHO: usize = 256;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PortSpecError {
     /// `Invalid workload: <s> (<reason>)`: the string, cut to 256 bytes, then why it was
-    /// refused (the JSON error, an empty part, no `:`).
-    #[error("Invalid workload: {workload}{}", reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default())]
+    /// refused (the JSON error, an empty part, no `:`). An empty string shows as `""`.
+    #[error(
+        "Invalid workload: {}{}",
+        if workload.is_empty() { "\"\"" } else { workload },
+        reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default()
+    )]
     Workload {
         workload: String,
         reason: Option<String>,
@@ -180,7 +184,7 @@ mod tests {
         }
         // Each refusal says why (regression: the legacy form gave no reason).
         let reason = |bad: &str| parse_workload(bad).unwrap_err().to_string();
-        assert_eq!(reason(""), "Invalid workload:  (empty)");
+        assert_eq!(reason(""), r#"Invalid workload: "" (empty)"#);
         assert_eq!(reason(":web"), "Invalid workload: :web (empty namespace)");
         assert_eq!(
             reason("emojivoto:"),

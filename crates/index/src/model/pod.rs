@@ -163,10 +163,14 @@ impl PodInfo {
                     control: env(control),
                 }
             });
-        let ips = if status.pod_ips.is_empty() {
-            status.pod_ip.into_iter().collect()
+        // The field the addresses come from, to name it when one does not parse.
+        let (ips_field, ips) = if status.pod_ips.is_empty() {
+            ("status.podIP", status.pod_ip.into_iter().collect())
         } else {
-            status.pod_ips.into_iter().map(|i| i.ip).collect::<Vec<_>>()
+            (
+                "status.podIPs",
+                status.pod_ips.into_iter().map(|i| i.ip).collect::<Vec<_>>(),
+            )
         };
         let host_ips = if status.host_ips.is_empty() {
             status.host_ip.into_iter().collect()
@@ -198,7 +202,7 @@ impl PodInfo {
             .unwrap_or_default();
         let probe_paths = probe_paths(&containers);
         let object = ("Pod", namespace.as_str(), name.as_str());
-        let mut ips: Vec<IpAddr> = super::parse_ips(object, "status.podIPs", &ips);
+        let mut ips: Vec<IpAddr> = super::parse_ips(object, ips_field, &ips);
         ips.shrink_to_fit();
         Ok(Self {
             probe_paths,
