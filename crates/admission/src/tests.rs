@@ -469,6 +469,9 @@ fn the_decoding_estimate_counts_what_the_decoder_builds() {
         small_routes(100)
     );
     let plain = nested.replace("oldObject", "newObject");
-    assert_eq!(decode_cost(nested.as_bytes()), decode_cost(plain.as_bytes()));
+    assert_eq!(
+        decode_cost(nested.as_bytes()),
+        decode_cost(plain.as_bytes())
+    );
     assert!(decode_cost(nested.as_bytes()) > 100 * 2 * 1536);
 }

@@ -1,37 +1,12 @@
 //! An address that is not an IP address (a hand-written manifest's typo) is logged with the
 //! object, the field and the value, and skipped alone: the object's other addresses are kept.
 
+mod support;
+
 use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
 use linkerd_index::model::decode_json;
-use std::{
-    io::Write,
-    net::IpAddr,
-    sync::{Arc, Mutex},
-};
-
-/// The log lines written while `f` runs.
-fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-    impl Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-    (out, text)
-}
+use std::net::IpAddr;
+use support::logged;
 
 #[test]
 fn a_pod_ip_that_does_not_parse_is_logged_and_skipped_alone() {

@@ -159,3 +159,34 @@ async fn external_workload_address_resolves_to_the_workload() {
         linkerd_index::Workload::Address { .. }
     ));
 }
+
+/// A dstOverride with an empty authority is served as upstream serves it (`:<port>`, which
+/// resolves nowhere), and logged with the profile, so that the operator finds why its traffic
+/// fails.
+#[test]
+fn an_empty_dst_override_authority_is_logged() {
+    let document = json!({
+        "apiVersion": "linkerd.io/v1alpha2", "kind": "ServiceProfile",
+        "metadata": {"name": NAME, "namespace": "ns"},
+        "spec": {"dstOverrides": [
+            {"authority": "web-v2.ns.svc.cluster.local:80", "weight": "1"},
+            {"authority": "", "weight": "1"},
+        ]},
+    });
+    let (decoded, log) = support::logged(|| {
+        linkerd_index::model::decode_json::<ServiceProfile>(&document.to_string())
+    });
+    let profile = decoded.expect("the profile decodes");
+    let authorities: Vec<&str> = profile
+        .dst_overrides
+        .iter()
+        .map(|d| d.authority.as_str())
+        .collect();
+    assert_eq!(authorities, ["web-v2.ns.svc.cluster.local:80", ""]);
+    assert!(
+        log.contains(&format!("ns/{NAME}"))
+            && log.contains("dstOverrides[1] has an empty authority"),
+        "{log}"
+    );
+    assert!(!log.contains("dstOverrides[0]"), "{log}");
+}

@@ -145,8 +145,12 @@ async fn profiles_too_complex_to_decode_are_denied() {
         let route = json!({"name": "r", "condition": {"method": "GET"}});
         let mut profile = mk_profile(json!({"method": "GET"}));
         profile["spec"]["routes"] = Value::Array(vec![route; n]);
-        serde_json::to_vec(&mk_review("admission.k8s.io/v1beta1", "CREATE", Some(profile)))
-            .unwrap()
+        serde_json::to_vec(&mk_review(
+            "admission.k8s.io/v1beta1",
+            "CREATE",
+            Some(profile),
+        ))
+        .unwrap()
     };
     let body = routes(220_000);
     assert!(body.len() > 9_000_000 && body.len() < MAX_BODY_BYTES);

@@ -203,6 +203,16 @@ impl ProfileInfo {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|reason| invalid(&namespace, &name, reason))?;
+        // Served as upstream serves it (":<port>", spec/destination.md), which resolves
+        // nowhere: the traffic it weighs fails. The validator admits it, as upstream's does.
+        for (i, dst) in dst_overrides.iter().enumerate() {
+            if dst.authority.trim().is_empty() {
+                tracing::warn!(
+                    profile = %format!("{namespace}/{name}"),
+                    "dstOverrides[{i}] has an empty authority: proxies are sent \":<port>\", which resolves nowhere"
+                );
+            }
+        }
 
         Ok(Self {
             namespace,

@@ -434,7 +434,9 @@ fn apply_route<K: RouteKind>(state: &mut Outbound, obj: &Arc<K>, touched: &mut T
     }
     match K::convert(obj) {
         Ok(route) => {
-            state.metrics.valid_again(Reporter::Outbound, K::LABEL, &key);
+            state
+                .metrics
+                .valid_again(Reporter::Outbound, K::LABEL, &key);
             let parents = state.outbound_routes.apply(route);
             Outbound::touch_parents(touched, parents);
         }
