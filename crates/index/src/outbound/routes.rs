@@ -562,7 +562,7 @@ pub fn policy_http_route(r: &PolicyHttpRoute) -> Result<OutboundRouteInfo, Inval
 }
 
 /// A Gateway API HTTPRoute; rule `timeouts.request` is read with the annotation-style parser
-/// and ignored when it does not parse (§5.4).
+/// and ignored, with a warning, when it does not parse (§5.4).
 pub fn gateway_http_route(r: &GatewayHttpRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     const KIND: &str = "HTTPRoute.gateway.networking.k8s.io";
     let (namespace, name) = names_of(KIND, &r.metadata)?;
@@ -573,13 +573,20 @@ pub fn gateway_http_route(r: &GatewayHttpRoute) -> Result<OutboundRouteInfo, Inv
         .rules
         .iter()
         .flatten()
-        .map(|rule| {
+        .enumerate()
+        .map(|(i, rule)| {
             let mut timeouts = timeouts.clone();
             if timeouts.request.is_none()
                 && let Some(request) = rule.timeouts.as_ref().and_then(|t| t.request.as_deref())
-                && let Ok(d) = annotations::parse_duration(request)
             {
-                timeouts.request = Some(d).filter(|d| !d.is_zero());
+                match annotations::parse_duration(request) {
+                    Ok(d) => timeouts.request = Some(d).filter(|d| !d.is_zero()),
+                    Err(error) => tracing::warn!(
+                        route = %format!("{namespace}/{name}"),
+                        %error,
+                        "ignoring rules[{i}].timeouts.request {request:?}: the rule has no request timeout"
+                    ),
+                }
             }
             Ok(RuleSpec {
                 matches: http_matches(rule.matches.as_ref()).map_err(bad)?,
