@@ -40,6 +40,10 @@ pub use kube::core::{
 /// AdmissionReview` and `response` set (no `request`).
 pub type AdmissionReviewResponse = AdmissionReview<DynamicObject>;
 
+/// The older `apiVersion` of reviews, which the API server sends to a webhook registered with
+/// `admissionReviewVersions: [v1beta1]`; answered in kind.
+pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
+
 /// `apiVersion` of the answer to a review that has none (hand-made requests; the API server
 /// always sets one).
 pub const DEFAULT_API_VERSION: &str = META_API_VERSION_V1;
@@ -214,11 +218,25 @@ impl<'a> ReviewBody<'a> {
                     .map_err(|_| not_an_object(body).unwrap_or(ReviewError::Decode(error)))?,
             }
         };
+        if let Some(version) = review
+            .api_version
+            .as_deref()
+            .filter(|v| ![META_API_VERSION_V1, API_VERSION_V1BETA1].contains(v))
+        {
+            return Err(ReviewError::Invalid(format!(
+                "apiVersion {version:?} is not {META_API_VERSION_V1} or {API_VERSION_V1BETA1}"
+            )));
+        }
+        if let Some(kind) = review.kind.as_deref().filter(|k| *k != META_KIND) {
+            return Err(ReviewError::Invalid(format!(
+                "kind {kind:?} is not {META_KIND}"
+            )));
+        }
         let request = review
             .request
-            .ok_or(ReviewError::Invalid("it has no request"))?;
+            .ok_or_else(|| ReviewError::Invalid("it has no request".into()))?;
         if request.uid.is_empty() {
-            return Err(ReviewError::Invalid("its request.uid is empty"));
+            return Err(ReviewError::Invalid("its request.uid is empty".into()));
         }
         let mut response = admit(&request);
         response.types = TypeMeta {
@@ -250,10 +268,12 @@ pub enum ReviewError {
     /// Not JSON, or not the shape of a review (`request` not an object, `uid` not a string).
     #[error("failed to decode admission review request: {0}")]
     Decode(#[from] serde_json::Error),
-    /// A review without `request`, or with an empty `request.uid`: nothing to answer. The
-    /// text names which (`it has no request`, `its request.uid is empty`).
+    /// A review without `request`, or with an empty `request.uid`: nothing to answer; or one
+    /// whose `apiVersion` or `kind` says it is not an `AdmissionReview` of a version these
+    /// webhooks answer. The text names which (`it has no request`, `its request.uid is empty`,
+    /// `apiVersion "admission.k8s.io/v2" is not admission.k8s.io/v1 or v1beta1`).
     #[error("invalid admission review request: {0}")]
-    Invalid(&'static str),
+    Invalid(String),
     /// JSON, but not an object (`[...]`, a string, a number): serde_json's own message would
     /// speak of the first field it expected.
     #[error(
@@ -314,6 +334,8 @@ impl ObjectError {
 struct IncomingReview<R> {
     #[serde(default)]
     api_version: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
     // A path, not `default`, so that serde does not ask for `R: Default`.
     #[serde(default = "Option::default")]
     request: Option<R>,
@@ -404,6 +426,7 @@ fn read_without_object(
     let review: IncomingReview<RequestHead> = serde_json::from_slice(body)?;
     Ok(IncomingReview {
         api_version: review.api_version,
+        kind: review.kind,
         request: review.request.map(|head| AdmissionRequest {
             uid: head.uid,
             kind: head.kind,

@@ -67,10 +67,36 @@ fn answers_in_the_version_asked() {
             })
         );
     }
-    // Hand-made, without apiVersion: answered in v1.
+    // Hand-made, without apiVersion or kind: answered in v1.
     let mut review = mk_review("x");
     review.as_object_mut().unwrap().remove("apiVersion");
+    review.as_object_mut().unwrap().remove("kind");
     assert_eq!(answer(review, allow)["apiVersion"], "admission.k8s.io/v1");
+}
+
+/// A body that says it is something else than an AdmissionReview of v1 or v1beta1 is not
+/// answered as one (its answer would echo a version the sender cannot read).
+#[test]
+fn other_versions_and_kinds_are_refused() {
+    let refused = |body: Value| {
+        review(&serde_json::to_vec(&body).unwrap(), allow)
+            .expect_err("refused")
+            .to_string()
+    };
+    assert_eq!(
+        refused(mk_review("admission.k8s.io/v2")),
+        r#"invalid admission review request: apiVersion "admission.k8s.io/v2" is not admission.k8s.io/v1 or admission.k8s.io/v1beta1"#
+    );
+    assert_eq!(
+        refused(mk_review("v1")),
+        r#"invalid admission review request: apiVersion "v1" is not admission.k8s.io/v1 or admission.k8s.io/v1beta1"#
+    );
+    let mut review = mk_review("admission.k8s.io/v1");
+    review["kind"] = json!("TokenReview");
+    assert_eq!(
+        refused(review),
+        r#"invalid admission review request: kind "TokenReview" is not AdmissionReview"#
+    );
 }
 
 #[test]

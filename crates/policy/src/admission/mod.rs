@@ -17,7 +17,9 @@
 //!   `the object is too complex to validate: …`.
 //! - a body that does not decode as a review (not JSON, wrong field types) is answered
 //!   `400 text/plain` `failed to decode admission review request: <error>`, and a review without
-//!   `request` or with an empty `request.uid` `400` `invalid admission review request`. (Upstream
+//!   `request`, with an empty `request.uid`, or whose `apiVersion` or `kind` is not that of an
+//!   `admission.k8s.io/v1` or `v1beta1` `AdmissionReview`, `400` `invalid admission review
+//!   request: …`. (Upstream
 //!   answers `200` with a review marked invalid and no uid, which the API server can only treat
 //!   as a failed call; a `400` says the same thing plainly, as the sp-validator does.)
 //! - a kind this webhook does not validate is refused with reason `InvalidRequest` and the
