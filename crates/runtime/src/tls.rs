@@ -81,6 +81,17 @@ pub enum BodyError {
     /// ([`BodyBudget::read`]).
     #[error("the request body did not arrive within {:?}", BODY_READ_TIMEOUT)]
     Timeout,
+    /// The body held its share of a [`BodyBudget`] longer than a body of its size may
+    /// ([`body_hold_time`]): a client trickling a large body must not keep the others waiting.
+    #[error(
+        "the request body ({size} bytes) did not arrive within {allowed:?} of its turn (1s, and 1s more per 4 MiB)"
+    )]
+    TooSlow {
+        /// The bytes the body held: its declared size, or the per-body limit.
+        size: usize,
+        /// What [`body_hold_time`] allowed it.
+        allowed: Duration,
+    },
 }
 
 /// How long a body read through a [`BodyBudget`] may take: 10 s, the API server's default
@@ -88,12 +99,26 @@ pub enum BodyError {
 /// trickling its body must not keep its share of the budget from the others for longer.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The slowest a body that holds its share of a [`BodyBudget`] may arrive, in bytes per
+/// second: 4 MiB/s, far below what a cluster network carries.
+pub const MIN_BODY_RATE: usize = 4 * 1024 * 1024;
+
+/// How long a body of `size` bytes may hold its share of a [`BodyBudget`] before all of it has
+/// arrived: 1 s, plus 1 s per [`MIN_BODY_RATE`] bytes (3.5 s for the 10 MiB of the webhooks'
+/// limit). The API server sends a review of a few KiB in one write; without this bound, three
+/// clients that declare 10 MiB and then stall kept reviews waiting for the whole
+/// [`BODY_READ_TIMEOUT`], and the API server would have given up on them.
+pub fn body_hold_time(size: usize) -> Duration {
+    Duration::from_secs(1) + Duration::from_secs_f64(size as f64 / MIN_BODY_RATE as f64)
+}
+
 /// The memory a server's request bodies take at once, by size: the bytes of the bodies being
 /// read and answered, and what decoding them takes ([`BodyBudget::decoding`]). A body takes its
 /// share (its declared `content-length`, or the per-body limit when it declares none) when its
 /// first bytes arrive, so a client that declares a large body and sends nothing holds
 /// nothing; a body that does not fit waits (first come, first served) until others are
-/// answered, for at most [`BODY_READ_TIMEOUT`]. Without it, 60 webhook calls of 9 MiB took a
+/// answered, for at most [`BODY_READ_TIMEOUT`]. Once it holds its share, the rest of it must
+/// arrive within [`body_hold_time`]. Without it, 60 webhook calls of 9 MiB took a
 /// validator over 450 MB. Cheap to clone; clones share the budget.
 #[derive(Clone, Debug)]
 pub struct BodyBudget {
@@ -557,8 +582,9 @@ impl BodyBudget {
     /// Reads a body of at most the per-body limit, as [`read_body`] does, once its size fits in
     /// the budget.
     ///
-    /// Errors: those of [`read_body`], and [`BodyError::Timeout`] when the body has not
-    /// arrived within [`BODY_READ_TIMEOUT`] (waiting for room included).
+    /// Errors: those of [`read_body`], [`BodyError::Timeout`] when the body has not arrived
+    /// within [`BODY_READ_TIMEOUT`] (waiting for room included), and [`BodyError::TooSlow`]
+    /// when it held its share longer than [`body_hold_time`].
     pub async fn read(&self, headers: &HeaderMap, body: Body) -> Result<HeldBody, BodyError> {
         let declared = headers
             .get(header::CONTENT_LENGTH)
@@ -591,7 +617,11 @@ impl BodyBudget {
                 // The budget's semaphore is never closed.
                 .map_err(|_| BodyError::Timeout)?;
             let rest = futures::stream::once(async { first }).chain(frames);
-            let bytes = read_body(headers, Body::from_stream(rest), limit).await?;
+            let allowed = body_hold_time(size);
+            let bytes =
+                tokio::time::timeout(allowed, read_body(headers, Body::from_stream(rest), limit))
+                    .await
+                    .map_err(|_| BodyError::TooSlow { size, allowed })??;
             Ok(HeldBody {
                 bytes,
                 _share: Some(share),

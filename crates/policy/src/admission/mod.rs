@@ -11,7 +11,8 @@
 //!   `limit reached while reading: 10485760`, without reading it when its `content-length` says
 //!   so. A body waits until it fits in the webhook's budget of
 //!   [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies, and one that does not
-//!   arrive within 10 s is answered `400 text/plain`. Decoding waits for room in a budget of
+//!   arrive within 10 s, or within [`linkerd_runtime::tls::body_hold_time`] of its turn (1 s,
+//!   and 1 s more per 4 MiB), is answered `400 text/plain`. Decoding waits for room in a budget of
 //!   [`linkerd_admission::MAX_DECODED_BYTES`]; the object of a review whose decoding would
 //!   take more is not decoded, and a validated request is denied with
 //!   `the object is too complex to validate: …`.

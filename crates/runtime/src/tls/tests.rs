@@ -540,12 +540,11 @@ async fn decoding_shares_wait_for_room() {
     assert_eq!(budget.decoding_available(), 0);
 }
 
-/// A body that does not arrive gives its share back after `BODY_READ_TIMEOUT`.
+/// A body that never starts holds nothing, and is given up after `BODY_READ_TIMEOUT`.
 #[tokio::test(start_paused = true)]
-async fn a_body_that_does_not_arrive_times_out_and_frees_its_share() {
+async fn a_body_that_does_not_arrive_times_out() {
     let budget = BodyBudget::new(10, 8, 100);
-    let (tx, body) = fed_body();
-    tx.unbounded_send(Bytes::from_static(b"half")).unwrap();
+    let (_tx, body) = fed_body();
     let started = tokio::time::Instant::now();
     let error = budget.read(&with_length(Some(8)), body).await.unwrap_err();
     assert!(matches!(error, BodyError::Timeout));
@@ -555,4 +554,42 @@ async fn a_body_that_does_not_arrive_times_out_and_frees_its_share() {
         "the request body did not arrive within 10s"
     );
     assert_eq!(budget.available(), 10);
+}
+
+/// A body that starts and then stalls gives its share back after `body_hold_time` of its
+/// size, so that the body waiting for room is read within seconds, not after the whole
+/// `BODY_READ_TIMEOUT` (three stalled 10 MiB bodies kept small reviews waiting 9.5 s).
+#[tokio::test(start_paused = true)]
+async fn a_body_that_stalls_frees_its_share_after_its_hold_time() {
+    let limit = 10 * 1024 * 1024;
+    assert_eq!(body_hold_time(limit), Duration::from_millis(3500));
+    assert_eq!(
+        body_hold_time(5_000),
+        Duration::from_secs(1) + Duration::from_secs_f64(5_000.0 / 4_194_304.0)
+    );
+    let budget = BodyBudget::new(limit, limit, 100);
+    let (tx, stalled) = fed_body();
+    tx.unbounded_send(Bytes::from_static(b"{")).unwrap();
+    let headers = with_length(Some(limit));
+    let stalled = tokio::spawn({
+        let budget = budget.clone();
+        async move { budget.read(&headers, stalled).await }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(budget.available(), 0);
+
+    let started = tokio::time::Instant::now();
+    let small = budget
+        .read(&with_length(Some(5)), Body::from("small"))
+        .await
+        .expect("read once the stalled body is given up");
+    assert_eq!(&small[..], b"small");
+    assert_eq!(started.elapsed(), Duration::from_millis(3500));
+    let error = stalled.await.unwrap().unwrap_err();
+    assert!(matches!(error, BodyError::TooSlow { size, .. } if size == limit));
+    assert_eq!(
+        error.to_string(),
+        "the request body (10485760 bytes) did not arrive within 3.5s of its turn (1s, and 1s more per 4 MiB)"
+    );
+    drop(tx);
 }
