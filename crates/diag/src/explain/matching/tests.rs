@@ -98,6 +98,22 @@ fn regexes_must_span_the_whole_value() {
     assert!(why.starts_with("regex \"(\" is invalid"), "{why}");
 }
 
+/// A regex over the controllers' bounds (1.4 MiB of `(a|b)*` took a validator to 320 MB) is
+/// refused before it is compiled, and the message shows its start only.
+#[test]
+fn regexes_are_compiled_within_bounds() {
+    let huge = "(a|b)*".repeat(240_000);
+    let m = path(path_match::Kind::Regex(huge.clone()));
+    let why = http_score(&m, &get("/")).unwrap_err();
+    let start: String = huge.chars().take(100).collect();
+    assert_eq!(
+        why,
+        format!(
+            "regex {start:?}... is invalid (an invalid policy): the pattern is 1440000 bytes long, more than the 8192 allowed"
+        )
+    );
+}
+
 #[test]
 fn method_headers_and_query_parameters() {
     let m = HttpRouteMatch {
