@@ -248,25 +248,21 @@ fn explain_http(
     let Some((i, r)) = push_choice(&choice, routes_json, lines) else {
         return Decision::Denied("no route matches the request (the proxy fails it)".into());
     };
-    if let Some(rule) = routes.get(i).and_then(|route| route.rules.get(r)) {
-        lines.push(line("timeouts", http_timeouts_text(rule)));
-        lines.push(line("retries", http_retry_text(rule.retry.as_ref())));
-        let failure = rule.filters.iter().find_map(|f| match &f.kind {
-            Some(http_route::filter::Kind::FailureInjector(fi)) if always(fi.ratio.as_ref()) => {
-                Some(fi)
-            }
-            _ => None,
-        });
-        if let Some(failure) = failure {
-            return Decision::Denied(format!(
-                "{} fails every request it matches: HTTP {} {:?} (the proxy answers it)",
-                route_rule(routes_json, i, r),
-                failure.status,
-                failure.message
-            ));
+    let Some(rule) = routes.get(i).and_then(|route| route.rules.get(r)) else {
+        return decide(routes_json, i, r, None);
+    };
+    lines.push(line("timeouts", http_timeouts_text(rule)));
+    lines.push(line("retries", http_retry_text(rule.retry.as_ref())));
+    let failure = rule.filters.iter().find_map(|f| match &f.kind {
+        Some(http_route::filter::Kind::FailureInjector(fi)) if always(fi.ratio.as_ref()) => {
+            Some(format!(
+                "fails every request it matches: HTTP {} {:?}",
+                fi.status, fi.message
+            ))
         }
-    }
-    routed(routes_json, i, r)
+        _ => None,
+    });
+    decide(routes_json, i, r, failure)
 }
 
 fn explain_grpc(
@@ -285,38 +281,37 @@ fn explain_grpc(
     let Some((i, r)) = push_choice(&choice, routes_json, lines) else {
         return Decision::Denied("no route matches the call (the proxy fails it)".into());
     };
-    if let Some(rule) = routes.get(i).and_then(|route| route.rules.get(r)) {
-        // Older controllers send only the deprecated per-rule request timeout.
-        #[allow(deprecated)]
-        let legacy = rule.request_timeout.as_ref();
-        lines.push(line(
-            "timeouts",
-            timeouts_text(rule.timeouts.as_ref(), legacy),
-        ));
-        lines.push(line("retries", grpc_retry_text(rule.retry.as_ref())));
-        let failure = rule.filters.iter().find_map(|f| match &f.kind {
-            Some(grpc_route::filter::Kind::FailureInjector(fi)) if always(fi.ratio.as_ref()) => {
-                Some(fi)
-            }
-            _ => None,
-        });
-        if let Some(failure) = failure {
-            return Decision::Denied(format!(
-                "{} fails every call it matches: gRPC status {} {:?} (the proxy answers it)",
-                route_rule(routes_json, i, r),
-                failure.code,
-                failure.message
-            ));
+    let Some(rule) = routes.get(i).and_then(|route| route.rules.get(r)) else {
+        return decide(routes_json, i, r, None);
+    };
+    // Older controllers send only the deprecated per-rule request timeout.
+    #[allow(deprecated)]
+    let legacy = rule.request_timeout.as_ref();
+    lines.push(line(
+        "timeouts",
+        timeouts_text(rule.timeouts.as_ref(), legacy),
+    ));
+    lines.push(line("retries", grpc_retry_text(rule.retry.as_ref())));
+    let failure = rule.filters.iter().find_map(|f| match &f.kind {
+        Some(grpc_route::filter::Kind::FailureInjector(fi)) if always(fi.ratio.as_ref()) => {
+            Some(format!(
+                "fails every call it matches: gRPC status {} {:?}",
+                fi.code, fi.message
+            ))
         }
-    }
-    routed(routes_json, i, r)
+        _ => None,
+    });
+    decide(routes_json, i, r, failure)
 }
 
-fn routed(routes_json: &[Value], route: usize, rule: usize) -> Decision {
-    Decision::Allowed(format!(
-        "routed by {}",
-        route_rule(routes_json, route, rule)
-    ))
+/// Routed by rule `rule` of route `route`, or denied when that rule fails everything it
+/// matches (`failure` says how: the proxy answers for the backend).
+fn decide(routes_json: &[Value], route: usize, rule: usize, failure: Option<String>) -> Decision {
+    let which = route_rule(routes_json, route, rule);
+    match failure {
+        Some(how) => Decision::Denied(format!("{which} {how} (the proxy answers it)")),
+        None => Decision::Allowed(format!("routed by {which}")),
+    }
 }
 
 /// `route NAME rule N` (N from 1).
