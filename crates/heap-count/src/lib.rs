@@ -71,6 +71,24 @@ pub fn marked_peak() -> isize {
     MARKED_PEAK.load(Ordering::Relaxed)
 }
 
+/// Marks the calling thread, runs `f` on it, and returns what `f` returned with the most bytes
+/// the marked threads held at once while it ran, beyond what they held before (what judging a
+/// review, say, takes at its peak). The thread is unmarked after, and such measurements take
+/// turns: the counts are process-wide, and tests run in parallel.
+pub fn marked_peak_during<T>(f: impl FnOnce() -> T) -> (T, isize) {
+    static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = MEASURING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    mark_thread();
+    let before = marked_live();
+    reset_marked_peak();
+    let out = f();
+    let peak = marked_peak() - before;
+    MARKED.with(|m| m.set(false));
+    (out, peak)
+}
+
 // SAFETY: every call is passed on to the system allocator unchanged; counting allocates
 // nothing (const-initialized thread locals, two atomics).
 unsafe impl GlobalAlloc for CountingAllocator {

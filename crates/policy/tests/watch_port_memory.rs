@@ -209,9 +209,16 @@ async fn open(
     streams
 }
 
+/// Held while a test measures: the counts of marked threads are process-wide, and the two
+/// tests' servers, run in parallel, counted into each other's (one failed its bound so).
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Per stream of `PODS`' streams, opened over `connections` after warm-up streams: the heap the
 /// server holds once they are open and settled, and the most it held while they opened.
 fn measure(connections: usize, at_once: bool) -> (isize, isize) {
+    let _measuring = MEASURING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = tempfile::tempdir().unwrap();
     write_state(dir.path(), PODS + WARM_PODS, DEPLOYMENTS);
     let server = CountedServer::start(dir.path());

@@ -29,13 +29,7 @@ fn review_with(routes: Value) -> Vec<u8> {
 
 /// The most heap the calling thread holds while judging `body`, beyond what it held before.
 fn peak_judging(body: &[u8]) -> isize {
-    linkerd_heap_count::mark_thread();
-    let before = linkerd_heap_count::marked_live();
-    linkerd_heap_count::reset_marked_peak();
-    let answer = sp_validator::webhook::review(body);
-    let peak = linkerd_heap_count::marked_peak() - before;
-    drop(answer);
-    peak
+    linkerd_heap_count::marked_peak_during(|| sp_validator::webhook::review(body)).1
 }
 
 #[test]
