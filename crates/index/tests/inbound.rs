@@ -368,6 +368,40 @@ mod updates {
         );
     }
 
+    /// Two Servers with the same selector and port: the older serves the port, and the
+    /// conflict is logged once, when the second arrives (not again when it is re-applied).
+    #[tokio::test]
+    async fn identical_servers_are_logged() {
+        let index = start();
+        let older = mk_server("web-a", "2026-01-01T00:00:00Z", json!(8080));
+        let newer = mk_server("web-b", "2026-01-02T00:00:00Z", json!(8080));
+        let (_, log) = support::logged(|| index.apply(Event::Apply(newer.clone())));
+        assert_eq!(log, "");
+        let (_, log) = support::logged(|| {
+            index.apply(Event::Apply(older.clone()));
+            index.apply(Event::Apply(newer.clone()));
+        });
+        assert_eq!(log.lines().count(), 1, "{log}");
+        assert!(
+            log.contains("Servers web-a and web-b select the same workloads and port; only the older, web-a, serves them, and web-b has no effect"),
+            "{log}"
+        );
+        let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Server("web-a".into())
+        );
+        // Another port: no conflict.
+        let (_, log) = support::logged(|| {
+            index.apply(Event::Apply(mk_server(
+                "web-c",
+                "2026-01-03T00:00:00Z",
+                json!(9090),
+            )))
+        });
+        assert_eq!(log, "");
+    }
+
     #[tokio::test]
     async fn authorization_policy_added_edited_and_removed() {
         let index = start();

@@ -651,6 +651,7 @@ impl Sink<Server> for InboundIndex {
                     touched.namespaces.insert(key.namespace.clone());
                     touched.server_namespaces.insert(key.namespace.clone());
                     s.servers.insert(key, srv.clone());
+                    warn_identical_servers(s, srv);
                 },
                 |s, key, touched| {
                     if s.servers.remove(key).is_some() {
@@ -662,6 +663,43 @@ impl Sink<Server> for InboundIndex {
             );
             state.servers.len()
         })
+    }
+}
+
+/// Logs that `srv` selects the same workloads and port as another Server of its namespace
+/// (identical selectors, the same port): only the older serves them (spec/policy.md §4.3),
+/// and the other has no effect, which nothing else shows. Upstream's webhook refuses such a
+/// Server ("identical server spec already exists"). Overlapping selectors that differ are not
+/// looked for.
+fn warn_identical_servers(s: &Inbound, srv: &ServerInfo) {
+    let same_spec = |other: &ServerInfo| {
+        other.name != srv.name
+            && other.port == srv.port
+            && other.pod_selector == srv.pod_selector
+            && other.external_workload_selector == srv.external_workload_selector
+    };
+    let twins = s
+        .servers_by_namespace
+        .get(&srv.namespace)
+        .into_iter()
+        .flatten()
+        .filter_map(|key| s.servers.get(key))
+        .filter(|other| same_spec(other));
+    for twin in twins {
+        let age = |s: &ServerInfo| (s.created.clone(), s.name.clone());
+        let (older, newer) = if age(twin) < age(srv) {
+            (&**twin, srv)
+        } else {
+            (srv, &**twin)
+        };
+        tracing::warn!(
+            namespace = %srv.namespace,
+            "Servers {} and {} select the same workloads and port; only the older, {}, serves them, and {} has no effect",
+            srv.name,
+            twin.name,
+            older.name,
+            newer.name
+        );
     }
 }
 
