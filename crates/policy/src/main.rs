@@ -91,7 +91,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on --server-addr {}", args.server_addr))?;
         tracing::info!(server_addr = %server.local_addr(), "serving the admission webhook");
-        let router = policy::admission::router();
+        let router = policy::admission::router(inbound_index.clone());
         Some(tokio::spawn(
             server.serve(router, shutdown.clone().signaled()),
         ))

@@ -3,6 +3,8 @@
 //! client a rustls client that trusts it. Every kind has allowed and denied documents with the
 //! exact denial message; the fixture clusters' policy objects are all allowed.
 
+mod support;
+
 use policy::admission;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde::Deserialize;
@@ -46,6 +48,11 @@ struct Reply {
 }
 
 async fn mk_webhook() -> Webhook {
+    mk_webhook_among(admission::NoServers).await
+}
+
+/// A webhook that checks Servers against `existing`.
+async fn mk_webhook_among(existing: impl admission::ExistingServers) -> Webhook {
     let rcgen::CertifiedKey { cert, signing_key } =
         rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -61,7 +68,7 @@ async fn mk_webhook() -> Webhook {
         .unwrap();
     let addr = server.local_addr();
     let (trigger, shutdown) = linkerd_runtime::shutdown::channel();
-    tokio::spawn(server.serve(admission::router(), shutdown.signaled()));
+    tokio::spawn(server.serve(admission::router(existing), shutdown.signaled()));
     Webhook {
         addr,
         ca: cert.der().clone(),
@@ -495,6 +502,44 @@ async fn admit_server() {
             ),
         ])
         .await;
+}
+
+/// A Server with the same selectors and port as an indexed Server of its namespace is denied
+/// (upstream: "identical server spec already exists"): only the older would serve the port.
+/// The Server itself may be updated, and a twin on another port or in another namespace is
+/// allowed.
+#[tokio::test]
+async fn a_server_identical_to_an_indexed_one_is_denied() {
+    let index = support::Harness::start(&support::fixture_dir("emojivoto"))
+        .await
+        .index
+        .clone();
+    let webhook = mk_webhook_among(index).await;
+    let server = |name: &str, namespace: &str, port: Value| {
+        json!({
+            "apiVersion": "policy.linkerd.io/v1beta3", "kind": "Server",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"podSelector": {"matchLabels": {"app": "emoji-svc"}}, "port": port, "proxyProtocol": "gRPC"},
+        })
+    };
+    let copy = webhook
+        .admit_object(server("emoji-grpc-copy", "emojivoto", json!("grpc")))
+        .await;
+    assert!(!copy.allowed);
+    assert_eq!(
+        copy.message(),
+        Some(
+            "identical server spec already exists: Server emoji-grpc has the same selector and port"
+        )
+    );
+    for (name, namespace, port) in [
+        ("emoji-grpc", "emojivoto", json!("grpc")),
+        ("emoji-grpc-copy", "emojivoto", json!(8080)),
+        ("emoji-grpc-copy", "elsewhere", json!("grpc")),
+    ] {
+        let answer = webhook.admit_object(server(name, namespace, port)).await;
+        assert!(answer.allowed, "{name} {namespace}: {answer:?}");
+    }
 }
 
 #[tokio::test]

@@ -288,6 +288,16 @@ impl InboundIndex {
     pub fn topic_count(&self) -> usize {
         self.state.lock().topics.len()
     }
+
+    /// The name of an indexed Server of `server`'s namespace with the same selectors and port
+    /// ([`ServerInfo::same_spec_as`]), if any: what the webhook refuses a Server for.
+    pub fn identical_server(&self, server: &ServerInfo) -> Option<String> {
+        self.state
+            .lock()
+            .identical_servers(server)
+            .next()
+            .map(|s| s.name.clone())
+    }
 }
 
 // === impl DefaultPolicy ===
@@ -459,6 +469,19 @@ impl ParentLookup for Inbound {
 }
 
 impl Inbound {
+    /// The Servers of `server`'s namespace with the same selectors and port.
+    pub(crate) fn identical_servers<'a>(
+        &'a self,
+        server: &'a ServerInfo,
+    ) -> impl Iterator<Item = &'a Arc<ServerInfo>> + 'a {
+        self.servers_by_namespace
+            .get(&server.namespace)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.servers.get(key))
+            .filter(move |other| server.same_spec_as(other))
+    }
+
     /// Re-sorts the Servers of `namespaces` by age (see `servers_by_age`).
     fn sort_servers(&mut self, namespaces: &BTreeSet<String>) {
         for ns in namespaces {

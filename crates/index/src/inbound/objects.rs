@@ -667,25 +667,10 @@ impl Sink<Server> for InboundIndex {
 }
 
 /// Logs that `srv` selects the same workloads and port as another Server of its namespace
-/// (identical selectors, the same port): only the older serves them (spec/policy.md §4.3),
-/// and the other has no effect, which nothing else shows. Upstream's webhook refuses such a
-/// Server ("identical server spec already exists"). Overlapping selectors that differ are not
-/// looked for.
+/// ([`ServerInfo::same_spec_as`]): only the older serves them, and the other has no effect,
+/// which nothing else shows. Overlapping selectors that differ are not looked for.
 fn warn_identical_servers(s: &Inbound, srv: &ServerInfo) {
-    let same_spec = |other: &ServerInfo| {
-        other.name != srv.name
-            && other.port == srv.port
-            && other.pod_selector == srv.pod_selector
-            && other.external_workload_selector == srv.external_workload_selector
-    };
-    let twins = s
-        .servers_by_namespace
-        .get(&srv.namespace)
-        .into_iter()
-        .flatten()
-        .filter_map(|key| s.servers.get(key))
-        .filter(|other| same_spec(other));
-    for twin in twins {
+    for twin in s.identical_servers(srv) {
         let age = |s: &ServerInfo| (s.created.clone(), s.name.clone());
         let (older, newer) = if age(twin) < age(srv) {
             (&**twin, srv)

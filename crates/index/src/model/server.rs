@@ -45,6 +45,16 @@ impl Kind for Server {
 }
 
 impl ServerInfo {
+    /// Whether `other` is another Server (another name) with the same selectors and port: the
+    /// two claim the same workload ports, and only the older serves them (spec/policy.md §4.3).
+    /// Upstream's webhook refuses the second ("identical server spec already exists").
+    pub fn same_spec_as(&self, other: &ServerInfo) -> bool {
+        other.name != self.name
+            && other.port == self.port
+            && other.pod_selector == self.pod_selector
+            && other.external_workload_selector == self.external_workload_selector
+    }
+
     /// Builds the domain form of a Server. Errors when it has no name or a numeric port outside
     /// 1..=65535.
     pub fn from_server(srv: &Server) -> Result<Self, InvalidObject> {

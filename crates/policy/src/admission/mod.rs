@@ -68,36 +68,68 @@ use linkerd_k8s_api::{
     http_route::v1beta3::HttpRouteSpec,
     mesh_tls_authentication::v1alpha1::MeshTlsAuthenticationSpec,
     network_authentication::v1alpha1::NetworkAuthenticationSpec,
-    server::v1beta3::ServerSpec,
+    server::v1beta3::{Server, ServerSpec},
     server_authorization::v1beta1::ServerAuthorizationSpec,
 };
 
 pub use self::kinds::Kind;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use linkerd_admission::ReviewBody;
+use linkerd_index::{inbound::InboundIndex, model::ServerInfo};
 use linkerd_runtime::tls::{BodyBudget, BodyError};
+use std::sync::Arc;
 
 pub use linkerd_admission::{
     AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, GroupVersionKind, MAX_BODY_BYTES,
     ReviewError,
 };
 
+/// The Servers a new Server is checked against: the controller's inbound index.
+pub trait ExistingServers: Send + Sync + 'static {
+    /// The name of another Server of `server`'s namespace with the same selectors and port
+    /// ([`ServerInfo::same_spec_as`]), if any.
+    fn identical_server(&self, server: &ServerInfo) -> Option<String>;
+}
+
+impl ExistingServers for InboundIndex {
+    fn identical_server(&self, server: &ServerInfo) -> Option<String> {
+        InboundIndex::identical_server(self, server)
+    }
+}
+
+/// No Servers: what [`review`] and [`admit`] check a Server against (tests, tools).
+pub struct NoServers;
+
+impl ExistingServers for NoServers {
+    fn identical_server(&self, _: &ServerInfo) -> Option<String> {
+        None
+    }
+}
+
 /// The webhook's routes: `POST /` reviews; everything else is `404`. The router's reviews
-/// share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies.
-pub fn router() -> Router {
+/// share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies, and a
+/// Server is checked against the `existing` ones.
+pub fn router(existing: impl ExistingServers) -> Router {
     let budget = BodyBudget::new(
         linkerd_admission::MAX_BODY_BYTES_AT_ONCE,
         MAX_BODY_BYTES,
         linkerd_admission::MAX_DECODED_BYTES,
     );
+    let existing: Arc<dyn ExistingServers> = Arc::new(existing);
     Router::new()
         .route("/", post(handle).fallback(not_found))
         .fallback(not_found)
-        .with_state(budget)
+        .with_state((budget, existing))
 }
 
-/// Answers a review body (see the module docs for the protocol).
+/// Answers a review body (see the module docs for the protocol), with no existing Servers.
 pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
     linkerd_admission::review(body, admit)
+}
+
+/// [`admit_among`] with no existing Servers.
+pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
+    admit_among(request, &NoServers)
 }
 
 /// Judges one request: dispatch by `request.kind`, then the rules of spec §6 for the kind
@@ -109,7 +141,9 @@ pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
 /// - MeshTLSAuthentication: SPIFFE or DNS-like identities ([`identity`]); identityRefs are
 ///   ServiceAccounts or Namespaces without a namespace.
 /// - Server: exactly one selector (`podSelector` or `externalWorkloadSelector`), a valid
-///   `port` and `accessPolicy`.
+///   `port` and `accessPolicy`; and no other Server of its namespace among `existing` has the
+///   same selectors and port (upstream's `identical server spec already exists`: only the
+///   older would serve the port, and the new one would have no effect).
 /// - NetworkAuthentication, EgressNetwork, ServerAuthorization: networks, and for
 ///   ServerAuthorization the `unauthenticated`/`unauthenticatedTLS` exclusions.
 /// - policy HTTPRoute, Gateway HTTPRoute, GRPCRoute: EgressNetwork parents name a port; with
@@ -118,7 +152,10 @@ pub fn review(body: &[u8]) -> Result<AdmissionReviewResponse, ReviewError> {
 /// - TLSRoute, TCPRoute: EgressNetwork parents name a port; exactly one rule.
 /// - HTTPLocalRateLimitPolicy: targets a Server; rates positive and within the total;
 ///   overrides name ServiceAccounts.
-pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
+pub fn admit_among(
+    request: &AdmissionRequest,
+    existing: &dyn ExistingServers,
+) -> AdmissionResponse {
     let gvk = &request.kind;
     let Some(kind) = Kind::of(gvk) else {
         // A review without `request.kind` would otherwise read "unsupported resource type: ..".
@@ -189,7 +226,10 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
                 .and_then(|s| policy::mesh_tls_authentication(&s)),
             Kind::NetworkAuthentication => decode::strict::<NetworkAuthenticationSpec>(spec)
                 .and_then(|s| policy::network_authentication(&s)),
-            Kind::Server => decode::strict::<ServerSpec>(spec).and_then(|s| policy::server(&s)),
+            Kind::Server => decode::strict::<ServerSpec>(spec).and_then(|s| {
+                policy::server(&s)?;
+                no_identical_server(request, s, existing)
+            }),
             Kind::ServerAuthorization => decode::strict::<ServerAuthorizationSpec>(spec)
                 .and_then(|s| policy::server_authorization(&s)),
             Kind::EgressNetwork => {
@@ -207,6 +247,32 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
     }
 }
 
+/// Refuses a Server whose selectors and port another Server of its namespace has.
+fn no_identical_server(
+    request: &AdmissionRequest,
+    spec: ServerSpec,
+    existing: &dyn ExistingServers,
+) -> Result<(), String> {
+    let server = Server {
+        metadata: ObjectMeta {
+            name: Some(request.object_name().to_string()),
+            namespace: Some(request.object_namespace().to_string()),
+            ..ObjectMeta::default()
+        },
+        spec,
+    };
+    // The spec was validated above; a nameless object is for the API server to refuse.
+    let Ok(server) = ServerInfo::from_server(&server) else {
+        return Ok(());
+    };
+    match existing.identical_server(&server) {
+        Some(other) => Err(format!(
+            "identical server spec already exists: Server {other} has the same selector and port"
+        )),
+        None => Ok(()),
+    }
+}
+
 fn deny(request: &AdmissionRequest, message: String) -> AdmissionResponse {
     tracing::info!(
         kind = %request.kind.kind,
@@ -218,7 +284,10 @@ fn deny(request: &AdmissionRequest, message: String) -> AdmissionResponse {
     linkerd_admission::deny(request, message)
 }
 
-async fn handle(State(budget): State<BodyBudget>, request: Request) -> Response {
+async fn handle(
+    State((budget, existing)): State<(BodyBudget, Arc<dyn ExistingServers>)>,
+    request: Request,
+) -> Response {
     let text = |status: StatusCode, text: String| {
         (status, [(header::CONTENT_TYPE, "text/plain")], text).into_response()
     };
@@ -237,10 +306,12 @@ async fn handle(State(budget): State<BodyBudget>, request: Request) -> Response 
     // review too complex for it has its object denied without being decoded).
     let reviewed = ReviewBody::new(&body);
     let _decoding = budget.decoding(reviewed.memory()).await;
-    let answer = reviewed.review(admit).map_err(|error| {
-        tracing::info!(%error, "bad admission review");
-        error
-    });
+    let answer = reviewed
+        .review(|request| admit_among(request, &*existing))
+        .map_err(|error| {
+            tracing::info!(%error, "bad admission review");
+            error
+        });
     match answer.map(|answer| linkerd_admission::to_json(&answer)) {
         Ok(Ok(json)) => (
             StatusCode::OK,
