@@ -69,7 +69,7 @@ pub struct Delta {
 /// messages without writing memory that the other cores' streams use (a shared lock and shared
 /// reference counts cost more, at 10,000 streams, than computing a delta once per thread).
 /// Entries hold their views, so a view's address is not reused while its entry lives; the
-/// oldest of a thread's [`DELTAS_PER_THREAD`] entries goes first.
+/// oldest of a thread's `DELTAS_PER_THREAD` entries goes first.
 ///
 /// Streams with equal filters share one [`SharedDeltas::intern`]ed copy, so a lookup compares
 /// pointers: comparing each stream's own strings read memory of 10,000 streams, on every change.

@@ -379,7 +379,7 @@ impl Destination for DestinationService {
     }
 
     /// Streams the profile of a Service port or a workload address (spec/destination.md §D).
-    /// Errors: see [`DestinationService::profile_stream`].
+    /// Errors: see `DestinationService::profile_stream`.
     async fn get_profile(
         &self,
         request: Request<GetDestination>,

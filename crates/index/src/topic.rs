@@ -15,7 +15,7 @@
 //! task cost more than the stream itself. An idle topic is never stale: it is either current or
 //! gone, since any change that would alter it drops it first.
 //!
-//! Topics of one kind may share their views ([`SharedViews`]): the inbound policy of every pod
+//! Topics of one kind may share their views (`SharedViews`): the inbound policy of every pod
 //! of a Deployment on one port is the same value, held once however many pods are watched.
 
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};

@@ -158,7 +158,7 @@ impl InboundPolicyService {
 impl InboundServerPolicies for InboundPolicyService {
     type WatchPortStream = BoxStream<Server>;
 
-    /// The current policy of a workload port (§4.9). Errors: see [`Self::lookup`].
+    /// The current policy of a workload port (§4.9). Errors: see `lookup`.
     async fn get_port(&self, request: Request<PortSpec>) -> Result<Response<Server>, Status> {
         let rpc = self.metrics.start(&GET_PORT);
         let rx = match self.lookup(request.get_ref()) {
@@ -172,7 +172,7 @@ impl InboundServerPolicies for InboundPolicyService {
     /// The current policy of a workload port, then every change to it (§4.9): a
     /// recomputation equal to what was last sent sends nothing, and a slow reader only ever
     /// gets the newest value. Ends with `OK` when the workload is deleted or at shutdown.
-    /// Errors: see [`Self::lookup`].
+    /// Errors: see `lookup`.
     ///
     /// Served through [`WatchPortMethod`]; this is the same stream with each message copied
     /// out.

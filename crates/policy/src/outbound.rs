@@ -112,7 +112,7 @@ impl OutboundPolicyService {
     /// Errors (§9): `InvalidArgument` "target is required", "Invalid workload: …", "invalid
     /// authority", "authority must have a host", "port outside valid range", "port cannot be
     /// zero", "traffic target must have an IP", "failed to parse target addr: …"; `NotFound`
-    /// "authority must be of the form <name>.<namespace>.svc.<domain>".
+    /// `"authority must be of the form <name>.<namespace>.svc.<domain>"`.
     pub fn parse_request(&self, spec: &TrafficSpec) -> Result<(OutboundTarget, String), Status> {
         let target = spec
             .target

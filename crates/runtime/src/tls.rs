@@ -415,7 +415,7 @@ impl ServerTls {
     }
 
     /// Reloads the certificate whenever the files' directories change (or every
-    /// [`RELOAD_POLL`] when they cannot be watched), logging each outcome. Must be called
+    /// `RELOAD_POLL` when they cannot be watched), logging each outcome. Must be called
     /// within a tokio runtime.
     pub fn spawn_reloader(&self) -> Reloader {
         let changed = Arc::new(tokio::sync::Notify::new());

@@ -2,7 +2,7 @@
 //! that refuses `linkerd.io` ServiceProfiles the destination could not serve
 //! (spec/sp-validator-and-pod.md §a.4, §b).
 //!
-//! [`validate`] holds the rules, [`webhook`] the `AdmissionReview` protocol over HTTPS (the
+//! [`validate`](mod@validate) holds the rules, [`webhook`] the `AdmissionReview` protocol over HTTPS (the
 //! envelope is [`linkerd_admission`]'s), and [`args`] the command line of the `sp-validator`
 //! binary. The webhook needs no Kubernetes API access: it judges the object in each request on
 //! its own.

@@ -135,7 +135,7 @@ const LOCALHOST: &str = "default:localhost";
 
 impl InboundArgs {
     /// The `PortSpec` the pod's proxy sends: the workload in the JSON form the injector sets.
-    /// (A `PORT` given on the command line is checked by [`port_number`] already.)
+    /// (A `PORT` given on the command line is checked by `port_number` already.)
     ///
     /// Errors: a workload that is not `NS/POD`, `NS:POD` or JSON; a port outside 1-65535.
     pub fn port_spec(&self) -> Result<PortSpec, ExplainError> {

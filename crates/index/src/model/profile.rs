@@ -52,7 +52,7 @@ pub struct Route {
     pub condition: RequestMatch,
     pub response_classes: Vec<ResponseClass>,
     pub is_retryable: bool,
-    /// `None` when absent, `""`, zero or negative ([`timeout_or_ttl`]).
+    /// `None` when absent, `""`, zero or negative (`timeout_or_ttl`).
     pub timeout: Option<Duration>,
 }
 
@@ -100,7 +100,7 @@ pub struct RetryBudget {
     /// Non-negative and finite.
     pub retry_ratio: f32,
     pub min_retries_per_second: u32,
-    /// `None` when the TTL is zero or negative ([`timeout_or_ttl`]).
+    /// `None` when the TTL is zero or negative (`timeout_or_ttl`).
     pub ttl: Option<Duration>,
 }
 
@@ -163,7 +163,7 @@ impl ProfileInfo {
     /// duration (issue decision: the whole profile is skipped, where Go only drops the timeout;
     /// the sp-validator refuses it too); a negative or non-finite `retryRatio`; an empty TTL; a
     /// null dst override or one whose weight is not a quantity. A missing `metadata.name` is an
-    /// error too. A negative timeout or TTL is none ([`timeout_or_ttl`]), not an error: the
+    /// error too. A negative timeout or TTL is none (`timeout_or_ttl`), not an error: the
     /// sp-validator admits it, as upstream's does.
     pub fn from_service_profile(sp: &ServiceProfile) -> Result<Self, InvalidObject> {
         let namespace = sp.metadata.namespace.clone().unwrap_or_default();
@@ -452,7 +452,7 @@ impl NonZero for Duration {
 /// "x"`, `time: missing unit in duration "250"`, `time: unknown unit "d" in duration "1d"`;
 /// more than `i64::MAX` nanoseconds is invalid. A negative duration, which Go accepts, is
 /// [`DurationError::Negative`]: valid syntax, but no timeout or TTL (the sp-validator admits
-/// it, and a profile reads it as none: [`timeout_or_ttl`]).
+/// it, and a profile reads it as none: `timeout_or_ttl`).
 pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
     const MAX: u64 = 1 << 63;
     let invalid = || DurationError::Invalid(go_quote(input));

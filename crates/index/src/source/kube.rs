@@ -3,7 +3,7 @@
 //!
 //! Two robustness rules sit between the watcher and the index:
 //!
-//! - Objects are listed and watched untyped ([`DynamicObject`]) and decoded into `K` one by
+//! - Objects are listed and watched untyped ([`kube::core::DynamicObject`]) and decoded into `K` one by
 //!   one, so a malformed object is logged with its namespace/name, counted in
 //!   `index_invalid_objects_total{cluster,kind}` and skipped, and never fails the list of every object
 //!   of its kind (DESIGN.md "Conventions").

@@ -145,7 +145,7 @@ enum Phase {
 /// [`Http2Settings::drain_timeout`], when it drops those still open.
 ///
 /// Errors: none after the listener is bound. A failed connection is logged at debug level; a
-/// failed accept is logged and retried after [`ACCEPT_BACKOFF`].
+/// failed accept is logged and retried after `ACCEPT_BACKOFF`.
 pub async fn serve<S: GrpcService>(
     listener: TcpListener,
     routes: S,
