@@ -368,6 +368,52 @@ mod updates {
         );
     }
 
+    /// Views that differ (two Servers of one pod) share their equal parts: the authorizations
+    /// and the default routes are one allocation each, not one per view.
+    #[tokio::test]
+    async fn different_views_share_equal_parts() {
+        let index = start();
+        index.apply(Event::Apply(mk_server(
+            "web-http",
+            "2026-01-01T00:00:00Z",
+            json!(8080),
+        )));
+        index.apply(Event::Apply(mk_server(
+            "web-admin",
+            "2026-01-01T00:00:00Z",
+            json!(9090),
+        )));
+        index.apply(Event::Apply(mk_mtls(&[
+            "a.ns.serviceaccount.identity.linkerd.cluster.local",
+        ])));
+        index.apply(Event::Apply(decode::<AuthorizationPolicy>(json!({
+            "apiVersion": "policy.linkerd.io/v1alpha1", "kind": "AuthorizationPolicy",
+            "metadata": {"name": "everyone", "namespace": "ns"},
+            "spec": {
+                "targetRef": {"kind": "Namespace", "name": "ns"},
+                "requiredAuthenticationRefs": [{"group": "policy.linkerd.io", "kind": "MeshTLSAuthentication", "name": "clients"}],
+            },
+        }))));
+        let mut http = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        let mut admin = index.inbound_server(pod("ns", "web-0"), 9090).unwrap();
+        let (http, admin) = (current(&mut http), current(&mut admin));
+        assert_eq!(http.reference, ServerRef::Server("web-http".into()));
+        assert_eq!(admin.reference, ServerRef::Server("web-admin".into()));
+        assert_eq!(http.authorizations.len(), 1);
+        assert!(std::sync::Arc::ptr_eq(
+            &http.authorizations,
+            &admin.authorizations
+        ));
+        assert!(std::sync::Arc::ptr_eq(
+            &http.http_routes,
+            &admin.http_routes
+        ));
+        assert!(std::sync::Arc::ptr_eq(
+            &http.grpc_routes,
+            &admin.grpc_routes
+        ));
+    }
+
     /// Two Servers with the same selector and port: the older serves the port, and the
     /// conflict is logged once, when the second arrives (not again when it is re-applied).
     #[tokio::test]

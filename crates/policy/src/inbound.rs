@@ -200,15 +200,14 @@ mod tests {
     use super::*;
     use futures::FutureExt;
     use linkerd_index::inbound::{InboundProtocol, ServerRef};
-    use std::collections::BTreeMap;
 
     fn server(name: &str, protocol: InboundProtocol) -> Arc<InboundServer> {
         Arc::new(InboundServer {
             reference: ServerRef::Server(name.into()),
             protocol,
-            authorizations: BTreeMap::new(),
-            http_routes: vec![],
-            grpc_routes: vec![],
+            authorizations: Arc::default(),
+            http_routes: Arc::default(),
+            grpc_routes: Arc::default(),
             rate_limit: None,
         })
     }

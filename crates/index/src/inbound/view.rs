@@ -2,7 +2,7 @@
 //! protocol-agnostic form: the policy binary turns an [`InboundServer`] into the proxy API's
 //! `inbound.Server`.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 pub use crate::model::Network;
 use crate::routes::{GrpcRule, HostMatch, HttpRule};
@@ -16,12 +16,14 @@ pub const DETECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct InboundServer {
     pub reference: ServerRef,
     pub protocol: InboundProtocol,
-    /// Server-level authorizations, by reference (order on the wire is unspecified).
-    pub authorizations: BTreeMap<AuthorizationRef, ClientAuthorization>,
+    /// Server-level authorizations, by reference (order on the wire is unspecified). Shared,
+    /// like the route lists, by the views that have equal ones (every Server of a namespace
+    /// under one AuthorizationPolicy, every port with the default routes).
+    pub authorizations: Arc<BTreeMap<AuthorizationRef, ClientAuthorization>>,
     /// HTTP routes, sorted as §4.8 says; the default (and probe) routes when none attached.
-    pub http_routes: Vec<InboundRoute<HttpRule>>,
+    pub http_routes: Arc<Vec<InboundRoute<HttpRule>>>,
     /// gRPC routes (Servers only), sorted; the default route when none attached.
-    pub grpc_routes: Vec<InboundRoute<GrpcRule>>,
+    pub grpc_routes: Arc<Vec<InboundRoute<GrpcRule>>>,
     pub rate_limit: Option<RateLimit>,
 }
 

@@ -1,6 +1,6 @@
 use super::*;
 use linkerd_index::inbound::{DETECT_TIMEOUT, RateLimitOverride};
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 const WEB_ID: &str = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local";
 
@@ -26,9 +26,12 @@ fn mk_server(reference: ServerRef, protocol: InboundProtocol) -> InboundServer {
     InboundServer {
         reference,
         protocol,
-        authorizations: BTreeMap::new(),
-        http_routes: vec![mk_http_route(RouteRef::Default("default".into()), vec![])],
-        grpc_routes: vec![mk_grpc_route(RouteRef::Default("default".into()))],
+        authorizations: Arc::default(),
+        http_routes: Arc::new(vec![mk_http_route(
+            RouteRef::Default("default".into()),
+            vec![],
+        )]),
+        grpc_routes: Arc::new(vec![mk_grpc_route(RouteRef::Default("default".into()))]),
         rate_limit: None,
     }
 }
@@ -94,7 +97,7 @@ fn default_server_detects_with_timeout_and_default_route() {
             timeout: DETECT_TIMEOUT,
         },
     );
-    server.authorizations.insert(
+    Arc::make_mut(&mut server.authorizations).insert(
         AuthorizationRef::Default("all-unauthenticated".into()),
         ClientAuthorization {
             networks: vec![net("0.0.0.0/0"), net("::/0")],
@@ -236,7 +239,7 @@ fn grpc_server_sends_grpc_routes() {
         Filter::ResponseHeaderModifier(HeaderModifier::default()),
     ];
     route.hostnames = vec![HostMatch::parse("*.example.com")];
-    server.grpc_routes = vec![route];
+    server.grpc_routes = Arc::new(vec![route]);
     let wire = translator().server(&server);
     let proxy_protocol::Kind::Grpc(grpc) = kind(&wire) else {
         panic!("expected Grpc: {wire:?}");
@@ -333,7 +336,7 @@ fn opaque_and_tls_have_no_routes() {
 #[test]
 fn authentication_kinds() {
     let mut server = mk_server(ServerRef::Server("web-http".into()), InboundProtocol::Http1);
-    server.authorizations.insert(
+    Arc::make_mut(&mut server.authorizations).insert(
         AuthorizationRef::ServerAuthorization("tls-only".into()),
         ClientAuthorization {
             networks: vec![Network {
@@ -343,7 +346,7 @@ fn authentication_kinds() {
             authentication: ClientAuthentication::TlsUnauthenticated,
         },
     );
-    server.authorizations.insert(
+    Arc::make_mut(&mut server.authorizations).insert(
         AuthorizationRef::AuthorizationPolicy("web-api".into()),
         ClientAuthorization {
             networks: vec![net("0.0.0.0/0")],
@@ -440,7 +443,7 @@ fn authentication_kinds() {
 #[test]
 fn an_authorization_without_networks_gets_the_cluster_networks() {
     let mut server = mk_server(ServerRef::Server("web-http".into()), InboundProtocol::Http1);
-    server.authorizations.insert(
+    Arc::make_mut(&mut server.authorizations).insert(
         AuthorizationRef::ServerAuthorization("in-cluster".into()),
         ClientAuthorization {
             networks: vec![],
@@ -514,7 +517,7 @@ fn http_route_matches_filters_and_route_authorizations() {
         },
     );
     let mut server = mk_server(ServerRef::Server("web-http".into()), InboundProtocol::Http1);
-    server.http_routes = vec![route];
+    server.http_routes = Arc::new(vec![route]);
     let wire = translator().server(&server);
     let proxy_protocol::Kind::Http1(http) = kind(&wire) else {
         panic!("expected Http1");
@@ -590,10 +593,10 @@ fn http_route_matches_filters_and_route_authorizations() {
 #[test]
 fn quirk_redirect_without_status_code_is_sent_as_302_not_200() {
     let mut server = mk_server(ServerRef::Server("web-http".into()), InboundProtocol::Http1);
-    server.http_routes = vec![mk_http_route(
+    server.http_routes = Arc::new(vec![mk_http_route(
         RouteRef::Default("default".into()),
         vec![Filter::RequestRedirect(RequestRedirect::default())],
-    )];
+    )]);
     let wire = translator().server(&server);
     let proxy_protocol::Kind::Http1(http) = kind(&wire) else {
         panic!("expected Http1");
