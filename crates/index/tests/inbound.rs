@@ -448,6 +448,31 @@ mod updates {
         assert_eq!(log, "");
     }
 
+    /// A Server selecting every pod on the port of another: logged as overlapping, and the
+    /// older serves the port of the pods both select.
+    #[tokio::test]
+    async fn a_server_selecting_every_pod_on_another_servers_port_is_logged() {
+        let index = start();
+        index.apply(Event::Apply(mk_server(
+            "web-a",
+            "2026-01-01T00:00:00Z",
+            json!(8080),
+        )));
+        let mut catch_all = mk_server("catch-all", "2026-01-02T00:00:00Z", json!(8080));
+        catch_all.spec.pod_selector = Some(Default::default());
+        let (_, log) = support::logged(|| index.apply(Event::Apply(catch_all)));
+        assert_eq!(log.lines().count(), 1, "{log}");
+        assert!(
+            log.contains("Servers catch-all and web-a claim the same port and one of them selects every workload; where both select a workload, only the older, web-a, serves its port"),
+            "{log}"
+        );
+        let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Server("web-a".into())
+        );
+    }
+
     #[tokio::test]
     async fn authorization_policy_added_edited_and_removed() {
         let index = start();

@@ -542,6 +542,50 @@ async fn a_server_identical_to_an_indexed_one_is_denied() {
     }
 }
 
+/// As upstream's webhook, a Server on the port of an indexed Server where one of the two
+/// selects every pod is denied too; other selectors, another selector kind or another port
+/// are allowed (overlaps are not detected beyond those).
+#[tokio::test]
+async fn a_server_selecting_every_pod_on_an_indexed_servers_port_is_denied() {
+    let index = support::Harness::start(&support::fixture_dir("emojivoto"))
+        .await
+        .index
+        .clone();
+    let webhook = mk_webhook_among(index).await;
+    let server = |selector: Value, port: Value| {
+        let mut spec = json!({"port": port, "proxyProtocol": "HTTP/1"});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(selector.as_object().unwrap().clone());
+        json!({
+            "apiVersion": "policy.linkerd.io/v1beta3", "kind": "Server",
+            "metadata": {"name": "catch-all", "namespace": "emojivoto"},
+            "spec": spec,
+        })
+    };
+    let every_pod = webhook
+        .admit_object(server(json!({"podSelector": {}}), json!("http")))
+        .await;
+    assert!(!every_pod.allowed);
+    assert_eq!(
+        every_pod.message(),
+        Some(
+            "identical server spec already exists: Server web-http has the same port, and one of the two selects every workload"
+        )
+    );
+    for (selector, port) in [
+        (
+            json!({"podSelector": {"matchLabels": {"app": "other"}}}),
+            json!("http"),
+        ),
+        (json!({"externalWorkloadSelector": {}}), json!("http")),
+        (json!({"podSelector": {}}), json!(4242)),
+    ] {
+        let answer = webhook.admit_object(server(selector.clone(), port)).await;
+        assert!(answer.allowed, "{selector}: {answer:?}");
+    }
+}
+
 #[tokio::test]
 async fn admit_network_authentication() {
     let webhook = mk_webhook().await;

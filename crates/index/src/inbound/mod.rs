@@ -27,7 +27,10 @@ use self::policy::{
 };
 use crate::{
     metrics::IndexMetrics,
-    model::{ExternalWorkloadInfo, Labels, ObjectRef, PodInfo, PortSet, ServerInfo, ServerPort},
+    model::{
+        ExternalWorkloadInfo, Labels, ObjectRef, PodInfo, PortSet, ServerInfo, ServerOverlap,
+        ServerPort,
+    },
     routes::{
         GATEWAY_GROUP, GrpcRouteMatch, GrpcRule, HttpRouteMatch, HttpRule, POLICY_GROUP, PathMatch,
         RouteKey,
@@ -292,14 +295,14 @@ impl InboundIndex {
         self.state.lock().topics.len()
     }
 
-    /// The name of an indexed Server of `server`'s namespace with the same selectors and port
-    /// ([`ServerInfo::same_spec_as`]), if any: what the webhook refuses a Server for.
-    pub fn identical_server(&self, server: &ServerInfo) -> Option<String> {
+    /// An indexed Server of `server`'s namespace that claims the same workload ports
+    /// ([`ServerInfo::overlap_with`]), by name, and how: what the webhook refuses a Server for.
+    pub fn overlapping_server(&self, server: &ServerInfo) -> Option<(String, ServerOverlap)> {
         self.state
             .lock()
-            .identical_servers(server)
+            .overlapping_servers(server)
             .next()
-            .map(|s| s.name.clone())
+            .map(|(s, overlap)| (s.name.clone(), overlap))
     }
 }
 
@@ -500,17 +503,18 @@ impl ViewParts {
 }
 
 impl Inbound {
-    /// The Servers of `server`'s namespace with the same selectors and port.
-    pub(crate) fn identical_servers<'a>(
+    /// The Servers of `server`'s namespace that claim the same workload ports
+    /// ([`ServerInfo::overlap_with`]), and how.
+    pub(crate) fn overlapping_servers<'a>(
         &'a self,
         server: &'a ServerInfo,
-    ) -> impl Iterator<Item = &'a Arc<ServerInfo>> + 'a {
+    ) -> impl Iterator<Item = (&'a Arc<ServerInfo>, ServerOverlap)> + 'a {
         self.servers_by_namespace
             .get(&server.namespace)
             .into_iter()
             .flatten()
             .filter_map(|key| self.servers.get(key))
-            .filter(move |other| server.same_spec_as(other))
+            .filter_map(move |other| Some((other, server.overlap_with(other)?)))
     }
 
     /// Re-sorts the Servers of `namespaces` by age (see `servers_by_age`).

@@ -29,7 +29,7 @@ use crate::{
     metrics::Reporter,
     model::{
         CONTROL_PLANE_NS_LABEL, ExternalWorkloadInfo, InvalidObject, Kind, Network, ObjectRef,
-        PodInfo, Selector, ServerInfo, invalid, names_of, parse_network,
+        PodInfo, Selector, ServerInfo, ServerOverlap, invalid, names_of, parse_network,
     },
     routes::{
         GATEWAY_GROUP, GrpcRule, HostMatch, HttpRule, POLICY_GROUP, RouteKey, convert,
@@ -651,7 +651,7 @@ impl Sink<Server> for InboundIndex {
                     touched.namespaces.insert(key.namespace.clone());
                     touched.server_namespaces.insert(key.namespace.clone());
                     s.servers.insert(key, srv.clone());
-                    warn_identical_servers(s, srv);
+                    warn_overlapping_servers(s, srv);
                 },
                 |s, key, touched| {
                     if s.servers.remove(key).is_some() {
@@ -666,25 +666,34 @@ impl Sink<Server> for InboundIndex {
     }
 }
 
-/// Logs that `srv` selects the same workloads and port as another Server of its namespace
-/// ([`ServerInfo::same_spec_as`]): only the older serves them, and the other has no effect,
-/// which nothing else shows. Overlapping selectors that differ are not looked for.
-fn warn_identical_servers(s: &Inbound, srv: &ServerInfo) {
-    for twin in s.identical_servers(srv) {
+/// Logs that `srv` claims the same workload ports as another Server of its namespace
+/// ([`ServerInfo::overlap_with`]): only the older serves them, which nothing else shows.
+/// Overlapping selectors that differ, where neither selects every workload, are not looked for.
+fn warn_overlapping_servers(s: &Inbound, srv: &ServerInfo) {
+    for (twin, overlap) in s.overlapping_servers(srv) {
         let age = |s: &ServerInfo| (s.created.clone(), s.name.clone());
         let (older, newer) = if age(twin) < age(srv) {
             (&**twin, srv)
         } else {
             (srv, &**twin)
         };
-        tracing::warn!(
-            namespace = %srv.namespace,
-            "Servers {} and {} select the same workloads and port; only the older, {}, serves them, and {} has no effect",
-            srv.name,
-            twin.name,
-            older.name,
-            newer.name
-        );
+        match overlap {
+            ServerOverlap::Identical => tracing::warn!(
+                namespace = %srv.namespace,
+                "Servers {} and {} select the same workloads and port; only the older, {}, serves them, and {} has no effect",
+                srv.name,
+                twin.name,
+                older.name,
+                newer.name
+            ),
+            ServerOverlap::SelectsAll => tracing::warn!(
+                namespace = %srv.namespace,
+                "Servers {} and {} claim the same port and one of them selects every workload; where both select a workload, only the older, {}, serves its port",
+                srv.name,
+                twin.name,
+                older.name
+            ),
+        }
     }
 }
 

@@ -39,7 +39,7 @@ pub use self::{
         LinkSecretError, SecretInfo, TRUST_DOMAIN_ANNOTATION,
     },
     selector::{Labels, Selector},
-    server::{ServerInfo, ServerPort},
+    server::{ServerInfo, ServerOverlap, ServerPort},
     service::{ServiceInfo, ServicePort, TargetPort},
     slice::{AddressType, SliceEndpoint, SliceInfo, SlicePort, TargetRef},
 };

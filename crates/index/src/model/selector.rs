@@ -53,6 +53,11 @@ impl Selector {
         self.expressions.contains(&Expression::Never)
     }
 
+    /// Whether it selects every object: no labels and no expressions (`{}`).
+    pub fn selects_all(&self) -> bool {
+        self.labels.is_empty() && self.expressions.is_empty()
+    }
+
     /// Whether an object with `labels` is selected.
     pub fn matches(&self, labels: &Labels) -> bool {
         self.labels

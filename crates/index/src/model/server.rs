@@ -27,6 +27,16 @@ pub struct ServerInfo {
     pub access_policy: String,
 }
 
+/// How two Servers of a namespace claim the same workload ports ([`ServerInfo::overlap_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerOverlap {
+    /// The same port and equal selectors: the newer has no effect.
+    Identical,
+    /// The same port, and one of the two selects every pod (or every ExternalWorkload): the
+    /// newer has no effect on the workloads both select.
+    SelectsAll,
+}
+
 /// `spec.port`: a number, or a container (or ExternalWorkload) port name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ServerPort {
@@ -45,14 +55,31 @@ impl Kind for Server {
 }
 
 impl ServerInfo {
-    /// Whether `other` is another Server (another name) with the same selectors and port: the
-    /// two claim the same workload ports, and only the older serves them (spec/policy.md §4.3).
-    /// Upstream's webhook refuses the second ("identical server spec already exists").
-    pub fn same_spec_as(&self, other: &ServerInfo) -> bool {
-        other.name != self.name
-            && other.port == self.port
-            && other.pod_selector == self.pod_selector
+    /// How `other`, another Server (another name) of the namespace, claims the same workload
+    /// ports as this one, if it does: on the same port, with an equal selector, or with a
+    /// selector of the same kind where one of the two selects every workload. Only the older
+    /// serves a port both claim (spec/policy.md §4.3). Upstream's webhook refuses the second
+    /// for either ("identical server spec already exists"); selectors that differ and still
+    /// overlap are not detected, there as here.
+    pub fn overlap_with(&self, other: &ServerInfo) -> Option<ServerOverlap> {
+        if other.name == self.name || other.port != self.port {
+            return None;
+        }
+        if other.pod_selector == self.pod_selector
             && other.external_workload_selector == self.external_workload_selector
+        {
+            return Some(ServerOverlap::Identical);
+        }
+        let one_selects_all = |a: &Option<Selector>, b: &Option<Selector>| match (a, b) {
+            (Some(a), Some(b)) => a.selects_all() || b.selects_all(),
+            _ => false,
+        };
+        (one_selects_all(&self.pod_selector, &other.pod_selector)
+            || one_selects_all(
+                &self.external_workload_selector,
+                &other.external_workload_selector,
+            ))
+        .then_some(ServerOverlap::SelectsAll)
     }
 
     /// Builds the domain form of a Server. Errors when it has no name or a numeric port outside

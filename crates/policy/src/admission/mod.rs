@@ -75,7 +75,10 @@ use linkerd_k8s_api::{
 pub use self::kinds::Kind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use linkerd_admission::ReviewBody;
-use linkerd_index::{inbound::InboundIndex, model::ServerInfo};
+use linkerd_index::{
+    inbound::InboundIndex,
+    model::{ServerInfo, ServerOverlap},
+};
 use linkerd_runtime::tls::{BodyBudget, BodyError};
 use std::sync::Arc;
 
@@ -86,14 +89,14 @@ pub use linkerd_admission::{
 
 /// The Servers a new Server is checked against: the controller's inbound index.
 pub trait ExistingServers: Send + Sync + 'static {
-    /// The name of another Server of `server`'s namespace with the same selectors and port
-    /// ([`ServerInfo::same_spec_as`]), if any.
-    fn identical_server(&self, server: &ServerInfo) -> Option<String>;
+    /// Another Server of `server`'s namespace that claims the same workload ports
+    /// ([`ServerInfo::overlap_with`]), by name, and how; `None` when there is none.
+    fn overlapping_server(&self, server: &ServerInfo) -> Option<(String, ServerOverlap)>;
 }
 
 impl ExistingServers for InboundIndex {
-    fn identical_server(&self, server: &ServerInfo) -> Option<String> {
-        InboundIndex::identical_server(self, server)
+    fn overlapping_server(&self, server: &ServerInfo) -> Option<(String, ServerOverlap)> {
+        InboundIndex::overlapping_server(self, server)
     }
 }
 
@@ -101,7 +104,7 @@ impl ExistingServers for InboundIndex {
 pub struct NoServers;
 
 impl ExistingServers for NoServers {
-    fn identical_server(&self, _: &ServerInfo) -> Option<String> {
+    fn overlapping_server(&self, _: &ServerInfo) -> Option<(String, ServerOverlap)> {
         None
     }
 }
@@ -228,7 +231,7 @@ pub fn admit_among(
                 .and_then(|s| policy::network_authentication(&s)),
             Kind::Server => decode::strict::<ServerSpec>(spec).and_then(|s| {
                 policy::server(&s)?;
-                no_identical_server(request, s, existing)
+                no_overlapping_server(request, s, existing)
             }),
             Kind::ServerAuthorization => decode::strict::<ServerAuthorizationSpec>(spec)
                 .and_then(|s| policy::server_authorization(&s)),
@@ -247,8 +250,9 @@ pub fn admit_among(
     }
 }
 
-/// Refuses a Server whose selectors and port another Server of its namespace has.
-fn no_identical_server(
+/// Refuses a Server that claims the same workload ports as another Server of its namespace
+/// ([`ServerInfo::overlap_with`]), with upstream's message and which Server, and how.
+fn no_overlapping_server(
     request: &AdmissionRequest,
     spec: ServerSpec,
     existing: &dyn ExistingServers,
@@ -265,9 +269,12 @@ fn no_identical_server(
     let Ok(server) = ServerInfo::from_server(&server) else {
         return Ok(());
     };
-    match existing.identical_server(&server) {
-        Some(other) => Err(format!(
+    match existing.overlapping_server(&server) {
+        Some((other, ServerOverlap::Identical)) => Err(format!(
             "identical server spec already exists: Server {other} has the same selector and port"
+        )),
+        Some((other, ServerOverlap::SelectsAll)) => Err(format!(
+            "identical server spec already exists: Server {other} has the same port, and one of the two selects every workload"
         )),
         None => Ok(()),
     }
