@@ -671,6 +671,63 @@ async fn admit_egress_network() {
         .await;
 }
 
+/// A selector expression with an operator upstream's selector type does not have, or with
+/// values that do not fit its operator, is denied: the index would read it as selecting
+/// nothing, leaving the workloads on the default policy.
+#[tokio::test]
+async fn selectors_with_invalid_expressions_are_denied() {
+    let webhook = mk_webhook().await;
+    let server = |selector: &str| {
+        doc(
+            "policy.linkerd.io/v1beta3",
+            "Server",
+            "",
+            &format!("  {selector}\n  port: 8080\n"),
+        )
+    };
+    let saz = |selector: &str| {
+        doc(
+            "policy.linkerd.io/v1beta1",
+            "ServerAuthorization",
+            "",
+            &format!("  server: {{selector: {selector}}}\n  client: {{unauthenticated: true}}\n"),
+        )
+    };
+    webhook
+        .assert_allowed(&[
+            &server("podSelector: {matchExpressions: [{key: app, operator: In, values: [web]}]}"),
+            &server("podSelector: {matchExpressions: [{key: app, operator: NotIn, values: [a, b]}]}"),
+            &server("podSelector: {matchExpressions: [{key: app, operator: Exists}]}"),
+            &server("externalWorkloadSelector: {matchExpressions: [{key: app, operator: DoesNotExist, values: []}]}"),
+            &saz("{matchExpressions: [{key: app, operator: Exists}]}"),
+        ])
+        .await;
+    webhook
+        .assert_denied(&[
+            (
+                &server("podSelector: {matchExpressions: [{key: app, operator: Bogus, values: [web]}]}"),
+                "invalid podSelector.matchExpressions[0] (key \"app\"): unknown operator \"Bogus\", expected In, NotIn, Exists or DoesNotExist",
+            ),
+            (
+                &server("podSelector: {matchExpressions: [{key: app, operator: Exists}, {key: app, operator: in, values: [web]}]}"),
+                "invalid podSelector.matchExpressions[1] (key \"app\"): unknown operator \"in\", expected In, NotIn, Exists or DoesNotExist",
+            ),
+            (
+                &server("externalWorkloadSelector: {matchExpressions: [{key: env, operator: In}]}"),
+                "invalid externalWorkloadSelector.matchExpressions[0] (key \"env\"): operator In needs at least one value",
+            ),
+            (
+                &server("podSelector: {matchExpressions: [{key: env, operator: Exists, values: [prod]}]}"),
+                "invalid podSelector.matchExpressions[0] (key \"env\"): operator Exists takes no values",
+            ),
+            (
+                &saz("{matchExpressions: [{key: app, operator: NotIn, values: []}]}"),
+                "invalid server.selector.matchExpressions[0] (key \"app\"): operator NotIn needs at least one value",
+            ),
+        ])
+        .await;
+}
+
 #[tokio::test]
 async fn admit_server_authorization() {
     let webhook = mk_webhook().await;

@@ -3,7 +3,7 @@
 //! ServerAuthorization and HTTPLocalRateLimitPolicy. Each function returns the message of the
 //! first rule that fails.
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString};
 use linkerd_index::{inbound::DefaultPolicy, model::parse_net};
 use linkerd_k8s_api::{
     Network, authorization_policy::v1alpha1::AuthorizationPolicySpec,
@@ -126,8 +126,9 @@ pub fn mesh_tls_authentication(spec: &MeshTlsAuthenticationSpec) -> Result<(), S
 /// is a port number in 1..=65535 or a Kubernetes port name (IANA service name:
 /// 1-15 lowercase letters, digits and `-`, with a letter, no leading, trailing or doubled `-`),
 /// which the CRD schema also requires but a webhook must not rely on (a Server on port 0 would
-/// select nothing and silently leave the port on its default policy); then `accessPolicy`,
-/// when given, is a default-policy name (`proxyProtocol` is checked by decoding).
+/// select nothing and silently leave the port on its default policy); the selector's
+/// expressions are valid ([`label_selector`]); then `accessPolicy`, when given, is a
+/// default-policy name (`proxyProtocol` is checked by decoding).
 pub fn server(spec: &ServerSpec) -> Result<(), String> {
     if spec.pod_selector.is_some() == spec.external_workload_selector.is_some() {
         return Err(
@@ -148,10 +149,48 @@ pub fn server(spec: &ServerSpec) -> Result<(), String> {
         }
         _ => {}
     }
+    for (field, selector) in [
+        ("podSelector", &spec.pod_selector),
+        ("externalWorkloadSelector", &spec.external_workload_selector),
+    ] {
+        if let Some(selector) = selector {
+            label_selector(field, selector)?;
+        }
+    }
     if let Some(policy) = &spec.access_policy {
         policy
             .parse::<DefaultPolicy>()
             .map_err(|e| format!("Invalid 'accessPolicy' field: {e}"))?;
+    }
+    Ok(())
+}
+
+/// A label selector's expressions: the operator is `In`, `NotIn`, `Exists` or `DoesNotExist`
+/// (upstream's selector type has only those, so a Server with another does not decode there
+/// and is denied), and the values fit it as Kubernetes requires of label selectors (some for
+/// `In` and `NotIn`, none for the others). The index reads a selector that breaks these as
+/// selecting nothing: a typo would silently leave the workloads to the default policy.
+fn label_selector(field: &str, selector: &LabelSelector) -> Result<(), String> {
+    for (i, expression) in selector.match_expressions.iter().flatten().enumerate() {
+        let operator = expression.operator.as_str();
+        let has_values = expression.values.as_ref().is_some_and(|v| !v.is_empty());
+        let at = format!("{field}.matchExpressions[{i}] (key {:?})", expression.key);
+        match operator {
+            "In" | "NotIn" if !has_values => {
+                return Err(format!(
+                    "invalid {at}: operator {operator} needs at least one value"
+                ));
+            }
+            "Exists" | "DoesNotExist" if has_values => {
+                return Err(format!("invalid {at}: operator {operator} takes no values"));
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            _ => {
+                return Err(format!(
+                    "invalid {at}: unknown operator {operator:?}, expected In, NotIn, Exists or DoesNotExist"
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -186,7 +225,8 @@ pub fn egress_network(spec: &EgressNetworkSpec) -> Result<(), String> {
 }
 
 /// ServerAuthorization: `meshTLS` excludes `unauthenticated`; `unauthenticatedTLS` excludes
-/// identities and ServiceAccounts; networks are valid.
+/// identities and ServiceAccounts; the Server selector's expressions are valid
+/// ([`label_selector`]); networks are valid.
 pub fn server_authorization(spec: &ServerAuthorizationSpec) -> Result<(), String> {
     let client = &spec.client;
     if let Some(tls) = &client.mesh_tls {
@@ -204,6 +244,9 @@ pub fn server_authorization(spec: &ServerAuthorizationSpec) -> Result<(), String
                     .into(),
             );
         }
+    }
+    if let Some(selector) = &spec.server.selector {
+        label_selector("server.selector", selector)?;
     }
     networks(client.networks.as_deref().unwrap_or_default())
 }
