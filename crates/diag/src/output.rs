@@ -188,6 +188,22 @@ fn addrs_table_in(addrs: &[WeightedAddr], cluster: Option<&str>) -> Table {
     table
 }
 
+/// `text` with each control character written as its Rust escape (`\n`, `\t`, `\u{1b}`).
+fn escape_controls(text: String) -> String {
+    if !text.chars().any(char::is_control) {
+        return text;
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 // === impl Table ===
 
 impl Table {
@@ -199,9 +215,13 @@ impl Table {
         }
     }
 
-    /// Appends a row; it should have one cell per column.
+    /// Appends a row; it should have one cell per column. Control characters in a cell are
+    /// shown escaped (`\n`, `\u{1b}`): cells hold what clients and the cluster named (a
+    /// stream's target, a label), and a line break or a terminal escape there would forge rows
+    /// or recolour the terminal.
     pub fn push<const N: usize>(&mut self, row: [String; N]) {
-        self.rows.push(row.into());
+        self.rows
+            .push(row.into_iter().map(escape_controls).collect());
     }
 
     /// Whether no row was pushed.

@@ -554,6 +554,21 @@ mod tests {
         assert_eq!(ago(10_000_000 - 7_260_000, later), "2h1m ago");
     }
 
+    /// A client's pod or target with a line break or a terminal escape stays on its row.
+    #[test]
+    fn control_characters_in_cells_are_escaped() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_095_000);
+        let mut stream = info(1, false);
+        stream.pod = "\u{1b}[31mEVIL/p".into();
+        stream.target = "web\r\n12  Get  forged".into();
+        let table = streams_table(&[stream], now).render();
+        assert_eq!(table.lines().count(), 2, "{table}");
+        assert!(
+            table.contains(r"\u{1b}[31mEVIL/p  web\r\n12  Get  forged  127.0.0.1:50000"),
+            "{table}"
+        );
+    }
+
     #[test]
     fn a_message_that_does_not_decode_is_named() {
         let status = Sent::decode(&SentMessage {

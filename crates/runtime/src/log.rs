@@ -1,7 +1,15 @@
 //! Logging with `tracing`: plain or JSON lines on stderr.
 
 use clap::{Args, ValueEnum};
-use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+use tracing_subscriber::{
+    EnvFilter,
+    field::RecordFields,
+    fmt::{
+        self, FormatFields,
+        format::{DefaultFields, Writer},
+    },
+    prelude::*,
+};
 
 /// `--log-level` and `--log-format`, as upstream names them.
 #[derive(Clone, Debug, Args)]
@@ -55,6 +63,7 @@ impl LogArgs {
             LogFormat::Plain => registry
                 .with(
                     fmt::layer()
+                        .fmt_fields(EscapedFields::default())
                         .with_writer(std::io::stderr)
                         // Colours only on a terminal, never in a log file or a pipe.
                         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
@@ -63,6 +72,35 @@ impl LogArgs {
             LogFormat::Json => registry
                 .with(fmt::layer().json().with_writer(std::io::stderr))
                 .try_init()?,
+        }
+        Ok(())
+    }
+}
+
+/// The fields of a plain log line (the message among them) with control characters escaped
+/// (`\n`, `\r`, `\t`, `\u{1b}`, ...): names and paths from requests, files and the cluster
+/// are logged, and one holding a line break or a terminal escape would otherwise forge a log
+/// line or recolour a terminal. The JSON format escapes them already. Field names are not
+/// styled, even on a terminal.
+#[derive(Debug, Default)]
+pub struct EscapedFields(DefaultFields);
+
+impl<'writer> FormatFields<'writer> for EscapedFields {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut text = String::new();
+        self.0.format_fields(Writer::new(&mut text), fields)?;
+        for c in text.chars() {
+            match c {
+                '\n' => writer.write_str("\\n")?,
+                '\r' => writer.write_str("\\r")?,
+                '\t' => writer.write_str("\\t")?,
+                c if c.is_control() => write!(writer, "\\u{{{:x}}}", u32::from(c))?,
+                c => writer.write_char(c)?,
+            }
         }
         Ok(())
     }
@@ -108,6 +146,42 @@ fn error_chain(error: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_in_plain_lines_are_escaped() {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(EscapedFields::default())
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let name = "web\n2026-01-01T00:00:00Z INFO forged";
+            tracing::info!(name = %name, kind = "\u{1b}[31mServer\t", "denied {}\r", "x\u{7f}");
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        // One line, with no control character left in it.
+        assert_eq!(text.matches('\n').count(), 1, "{text:?}");
+        assert!(!text.trim_end().chars().any(char::is_control), "{text:?}");
+        assert!(
+            text.contains(r"name=web\n2026-01-01T00:00:00Z INFO forged kind="),
+            "{text:?}"
+        );
+        assert!(text.contains(r"denied x\x7f\r name="), "{text:?}");
+    }
 
     #[test]
     fn a_bare_word_that_is_not_a_level_is_refused() {
