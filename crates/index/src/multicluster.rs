@@ -12,7 +12,8 @@
 //! A Secret that cannot be used (no `kubeconfig`, a malformed one, no trust or cluster domain,
 //! a directory that cannot be read) is logged with its namespace/name, counted in
 //! `multicluster_link_errors_total{reason}`, and skipped; other links and the local cluster
-//! are not affected. A linked cluster whose API server does not answer its initial lists is
+//! are not affected. A cluster whose `--linked-cluster-state` directory is not there (yet) is
+//! shown `unreachable` and tried again, after 1 s and then up to every 30 s, until it is. A linked cluster whose API server does not answer its initial lists is
 //! logged and shown `unreachable` in `multicluster_linked_clusters{cluster,state}`; whatever
 //! its index holds (nothing, or the last known endpoints) is kept until its Secret goes. A
 //! cluster whose watches fail later (its API server gone) is shown `unreachable`, logged and
@@ -48,6 +49,12 @@ use crate::{
 /// unreachable (it keeps being retried): the default of
 /// [`ClusterStoreConfig::unreachable_after`].
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
+
+/// How soon a link whose start failed for a reason that may clear (its `--linked-cluster-state`
+/// directory is not there yet) is tried again; the wait doubles up to [`LINK_RETRY_MAX`], as the
+/// local state directory's re-reads do.
+const LINK_RETRY_MIN: Duration = Duration::from_secs(1);
+const LINK_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// The states of a linked cluster in `multicluster_linked_clusters{cluster,state}`: `syncing`
 /// from its start until its initial lists are in or [`ClusterStoreConfig::unreachable_after`]
@@ -141,6 +148,11 @@ enum StartError {
 }
 
 impl StartError {
+    /// Whether trying again may succeed without the Secret changing: a directory may appear.
+    fn retried(&self) -> bool {
+        matches!(self, Self::Dir(_))
+    }
+
     fn reason(&self) -> &'static str {
         match self {
             Self::Kubeconfig(_) => "malformed_kubeconfig",
@@ -284,6 +296,7 @@ impl ClusterStore {
             metrics,
             secrets: BTreeMap::new(),
             valid: BTreeMap::new(),
+            waiting: BTreeMap::new(),
             clusters: clusters_tx,
         };
         tokio::spawn(links.run(rx));
@@ -317,18 +330,35 @@ struct Links {
     secrets: BTreeMap<ObjectRef, Arc<SecretInfo>>,
     /// The usable ones.
     valid: BTreeMap<ObjectRef, LinkSecret>,
+    /// Links whose start failed for a reason that may clear, by cluster, with the error: they
+    /// are tried again, shown `unreachable`, and logged and counted again only when the error
+    /// changes.
+    waiting: BTreeMap<String, String>,
     clusters: watch::Sender<Arc<Clusters>>,
 }
 
 impl Links {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Event<Arc<SecretInfo>>>) {
-        while let Some(event) = rx.recv().await {
+        let mut retry_after = LINK_RETRY_MIN;
+        loop {
+            let event = tokio::select! {
+                event = rx.recv() => event,
+                () = tokio::time::sleep(retry_after), if !self.waiting.is_empty() => {
+                    retry_after = (retry_after * 2).min(LINK_RETRY_MAX);
+                    self.reconcile().await;
+                    continue;
+                }
+            };
+            let Some(event) = event else { return };
             self.apply(event);
             // Whatever else arrived is applied before links are started.
             while let Ok(event) = rx.try_recv() {
                 self.apply(event);
             }
             self.reconcile().await;
+            if self.waiting.is_empty() {
+                retry_after = LINK_RETRY_MIN;
+            }
         }
     }
 
@@ -413,18 +443,42 @@ impl Links {
                 changed = true;
             }
         }
+        // A link no longer wanted is not waited for any more.
+        let gone: Vec<String> = self
+            .waiting
+            .keys()
+            .filter(|name| !wanted.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.waiting.remove(&name);
+            self.metrics.forget(&name);
+        }
         for (name, (key, link)) in wanted {
             if next.contains_key(&name) {
                 continue;
             }
             match self.start(&key, link).await {
                 Ok(cluster) => {
+                    if self.waiting.remove(&name).is_some() {
+                        tracing::info!(cluster = %name, "linked cluster started after waiting for its state directory");
+                    }
                     next.insert(name, Arc::new(cluster));
                     changed = true;
                 }
                 Err(error) => {
-                    tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %name, %error, "cannot start linked cluster");
-                    self.metrics.error(error.reason());
+                    let text = error.to_string();
+                    if self.waiting.get(&name) != Some(&text) {
+                        let retrying = if error.retried() { "; retrying" } else { "" };
+                        tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %name, %error, "cannot start linked cluster{retrying}");
+                        self.metrics.error(error.reason());
+                    }
+                    if error.retried() {
+                        self.metrics.set_state(&name, "unreachable");
+                        self.waiting.insert(name, text);
+                    } else if self.waiting.remove(&name).is_some() {
+                        self.metrics.forget(&name);
+                    }
                 }
             }
         }

@@ -310,3 +310,52 @@ async fn an_unreachable_cluster_is_reported_and_a_changed_secret_restarts_it() {
     // East was not restarted.
     assert!(Arc::ptr_eq(&east, &store.get("east").unwrap()));
 }
+
+/// A cluster served from a `--linked-cluster-state` directory that is not there when its
+/// Secret arrives is shown unreachable and tried again until the directory appears; the error
+/// is logged and counted once.
+#[tokio::test]
+async fn a_linked_state_directory_that_appears_later_is_picked_up() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("east");
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let metrics = LinkMetrics::register(&mut registry);
+    let store = ClusterStore::watch(
+        &mut watches,
+        ClusterStoreConfig {
+            namespace: "linkerd".into(),
+            offline: [("east".to_string(), dir.clone())].into(),
+            ..ClusterStoreConfig::default()
+        },
+        IndexMetrics::register(&mut registry),
+        metrics.clone(),
+    );
+    watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="unreachable"} 1"#,
+    )
+    .await;
+    assert!(store.get("east").is_none());
+
+    // The directory appears, written elsewhere and moved in whole.
+    let staging = parent.path().join("staging");
+    std::fs::create_dir(&staging).unwrap();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        mk_service(), mk_pod("web-1", "10.2.0.1"), mk_slice(&[("web-1", "10.2.0.1")]),
+    ]});
+    std::fs::write(staging.join("state.json"), list.to_string()).unwrap();
+    std::fs::rename(&staging, &dir).unwrap();
+
+    let east = wait_cluster(&store, "east", None).await;
+    assert_eq!(east.source, format!("dir {}", dir.display()));
+    wait_addrs(&mut east.index.endpoints(web_key()), &["10.2.0.1:8080"]).await;
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
+    )
+    .await;
+    assert!(!encode(&registry).contains(r#"cluster="east",state="unreachable""#));
+    assert_eq!(metrics.errors("state_dir"), 1);
+}
