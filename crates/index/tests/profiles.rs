@@ -190,3 +190,48 @@ fn an_empty_dst_override_authority_is_logged() {
     );
     assert!(!log.contains("dstOverrides[0]"), "{log}");
 }
+
+/// Negative values a profile is served without (a route timeout and a retry-budget TTL sent as
+/// none, a dst override weight sent as 0) are logged with the profile and what was dropped;
+/// zero and positive ones are not.
+#[test]
+fn negative_timeouts_ttls_and_weights_are_logged() {
+    let document = json!({
+        "apiVersion": "linkerd.io/v1alpha2", "kind": "ServiceProfile",
+        "metadata": {"name": NAME, "namespace": "ns"},
+        "spec": {
+            "routes": [
+                {"name": "slow", "condition": {"method": "GET"}, "timeout": "-5s"},
+                {"name": "fast", "condition": {"method": "GET"}, "timeout": "250ms"},
+            ],
+            "retryBudget": {"retryRatio": 0.2, "minRetriesPerSecond": 10, "ttl": "-10s"},
+            "dstOverrides": [
+                {"authority": "web-v1.ns.svc.cluster.local:80", "weight": "-1"},
+                {"authority": "web-v2.ns.svc.cluster.local:80", "weight": "-0"},
+                {"authority": "web-v3.ns.svc.cluster.local:80", "weight": "500m"},
+            ],
+        },
+    });
+    let (decoded, log) = support::logged(|| {
+        linkerd_index::model::decode_json::<ServiceProfile>(&document.to_string())
+    });
+    let profile = decoded.expect("the profile decodes");
+    assert_eq!(profile.routes[0].timeout, None);
+    assert_eq!(profile.retry_budget.as_ref().unwrap().ttl, None);
+    assert_eq!(profile.dst_overrides[0].weight, 0);
+    assert_eq!(log.lines().count(), 3, "{log}");
+    assert!(
+        log.contains("route timeout \"-5s\" is negative: the route is served without a timeout")
+            && log.contains("route=slow"),
+        "{log}"
+    );
+    assert!(
+        log.contains("retryBudget ttl \"-10s\" is negative"),
+        "{log}"
+    );
+    assert!(
+        log.contains("dstOverrides[0] weight \"-1\" is negative: it is sent as 0"),
+        "{log}"
+    );
+    assert!(log.contains(&format!("ns/{NAME}")), "{log}");
+}

@@ -214,6 +214,8 @@ impl ProfileInfo {
             }
         }
 
+        warn_negative_values(&format!("{namespace}/{name}"), spec);
+
         Ok(Self {
             namespace,
             name,
@@ -221,6 +223,28 @@ impl ProfileInfo {
             retry_budget,
             dst_overrides,
         })
+    }
+}
+
+/// Logs the negative values a profile is served without: a route timeout or retry-budget TTL
+/// (sent as none, `timeout_or_ttl`) and a dst override weight (sent as 0, which the proxy
+/// ignores). Both webhooks admit them, as upstream's do; the log is the only place they show.
+fn warn_negative_values(profile: &str, spec: &k8s::v1alpha2::ServiceProfileSpec) {
+    let negative = |text: &str| matches!(parse_go_duration(text), Err(DurationError::Negative(_)));
+    for route in spec.routes.iter().flatten().flatten() {
+        if let Some(timeout) = route.timeout.as_deref().filter(|t| negative(t)) {
+            tracing::warn!(%profile, route = %route.name, "route timeout {timeout:?} is negative: the route is served without a timeout");
+        }
+    }
+    if let Some(budget) = spec.retry_budget.as_ref().filter(|b| negative(&b.ttl)) {
+        tracing::warn!(%profile, "retryBudget ttl {:?} is negative: the profile is served without a retry budget TTL", budget.ttl);
+    }
+    for (i, dst) in spec.dst_overrides.iter().flatten().flatten().enumerate() {
+        let weight = dst.weight.0.trim();
+        let magnitude = weight.strip_prefix('-').map(quantity_decimillis);
+        if magnitude.is_some_and(|m| m.is_ok_and(|m| m > 0)) {
+            tracing::warn!(%profile, authority = %dst.authority, "dstOverrides[{i}] weight {weight:?} is negative: it is sent as 0, which sends no traffic there");
+        }
     }
 }
 

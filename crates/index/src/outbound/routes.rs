@@ -311,20 +311,31 @@ macro_rules! outbound_parents {
 /// Backend refs of any route kind (`Option<&Vec<_>>`): `{group?, kind?, name, namespace?, port?,
 /// weight?}` plus filters converted by `$filter` (returning `Result<Filter, String>`), or none.
 macro_rules! backends {
-    ($refs:expr, $namespace:expr, $filter:expr) => {
-        backends!(@refs $refs, $namespace, b => b.filters.iter().flatten().map($filter).collect())
+    ($refs:expr, $namespace:expr, $name:expr, $filter:expr) => {
+        backends!(@refs $refs, $namespace, $name, b => b.filters.iter().flatten().map($filter).collect())
     };
     // TLSRoute and TCPRoute backendRefs have no filters.
-    ($refs:expr, $namespace:expr) => {
-        backends!(@refs $refs, $namespace, _b => Ok(Vec::new()))
+    ($refs:expr, $namespace:expr, $name:expr) => {
+        backends!(@refs $refs, $namespace, $name, _b => Ok(Vec::new()))
     };
-    (@refs $refs:expr, $namespace:expr, $b:ident => $filters:expr) => {
+    (@refs $refs:expr, $namespace:expr, $name:expr, $b:ident => $filters:expr) => {
         $refs
             .into_iter()
             .flatten()
             .map(|b| {
                 let $b = b;
-                let weight = b.weight.and_then(|w| u32::try_from(w).ok()).unwrap_or(1);
+                // The CRD schema refuses a negative weight; offline, nothing does.
+                let weight = match b.weight {
+                    None => 1,
+                    Some(w) => u32::try_from(w).unwrap_or_else(|_| {
+                        tracing::warn!(
+                            route = %format!("{}/{}", $namespace, $name),
+                            backend = %b.name,
+                            "backendRef weight {w} is negative (the Gateway API allows 0 to 1000000): the default weight 1 is used"
+                        );
+                        1
+                    }),
+                };
                 let kind = b.kind.as_deref().unwrap_or("Service");
                 if ref_is(b.group.as_deref(), kind, POLICY_GROUP, "EgressNetwork") {
                     return BackendSpec::EgressNetwork {
@@ -546,7 +557,12 @@ pub fn policy_http_route(r: &PolicyHttpRoute) -> Result<OutboundRouteInfo, Inval
             Ok(RuleSpec {
                 matches: http_matches(rule.matches.as_ref()).map_err(|e| bad(e.to_string()))?,
                 filters,
-                backends: backends!(rule.backend_refs.as_ref(), namespace, http_backend_filter),
+                backends: backends!(
+                    rule.backend_refs.as_ref(),
+                    namespace,
+                    name,
+                    http_backend_filter
+                ),
                 timeouts,
                 retry: retry.clone(),
             })
@@ -597,7 +613,7 @@ pub fn gateway_http_route(r: &GatewayHttpRoute) -> Result<OutboundRouteInfo, Inv
                     .map(convert::gateway_http_filter)
                     .collect::<Result<_, _>>()
                     .map_err(bad)?,
-                backends: backends!(rule.backend_refs.as_ref(), namespace, http_backend_filter),
+                backends: backends!(rule.backend_refs.as_ref(), namespace, name, http_backend_filter),
                 timeouts,
                 retry: retry.clone(),
             })
@@ -643,7 +659,12 @@ pub fn grpc_route(r: &GrpcRoute) -> Result<OutboundRouteInfo, InvalidObject> {
                     .map(convert::grpc_filter)
                     .collect::<Result<_, _>>()
                     .map_err(bad)?,
-                backends: backends!(rule.backend_refs.as_ref(), namespace, grpc_backend_filter),
+                backends: backends!(
+                    rule.backend_refs.as_ref(),
+                    namespace,
+                    name,
+                    grpc_backend_filter
+                ),
                 timeouts: timeouts.clone(),
                 retry: retry.clone(),
             })
@@ -683,7 +704,7 @@ pub fn tls_route(r: &TlsRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     const KIND: &str = "TLSRoute";
     let (namespace, name) = names_of(KIND, &r.metadata)?;
     let rule = single_rule(&r.spec.rules).map_err(|e| invalid(KIND, &namespace, &name, e))?;
-    let backends = backends!(Some(&rule.backend_refs), namespace);
+    let backends = backends!(Some(&rule.backend_refs), namespace, name);
     Ok(info(
         key(GATEWAY_GROUP, "TLSRoute", &namespace, &name),
         &r.metadata,
@@ -698,7 +719,7 @@ pub fn tcp_route(r: &TcpRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     const KIND: &str = "TCPRoute";
     let (namespace, name) = names_of(KIND, &r.metadata)?;
     let rule = single_rule(&r.spec.rules).map_err(|e| invalid(KIND, &namespace, &name, e))?;
-    let backends = backends!(Some(&rule.backend_refs), namespace);
+    let backends = backends!(Some(&rule.backend_refs), namespace, name);
     Ok(info(
         key(GATEWAY_GROUP, "TCPRoute", &namespace, &name),
         &r.metadata,
