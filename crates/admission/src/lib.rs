@@ -208,14 +208,19 @@ impl<'a> ReviewBody<'a> {
         admit: impl FnOnce(&AdmissionRequest) -> AdmissionResponse,
     ) -> Result<AdmissionReviewResponse, ReviewError> {
         let body = self.bytes;
+        // Before decoding: serde reads a struct from an array too (`[]` is a review without
+        // a request).
+        if let Some(error) = not_an_object(body) {
+            return Err(error);
+        }
         let review = if self.too_complex() {
             read_without_object(body, ObjectError::TooComplex { cost: self.cost })
-                .map_err(|error| not_an_object(body).unwrap_or(ReviewError::Decode(error)))?
+                .map_err(ReviewError::Decode)?
         } else {
             match serde_json::from_slice::<IncomingReview<AdmissionRequest>>(body) {
                 Ok(review) => review,
                 Err(error) => read_without_object(body, ObjectError::from_decoder(&error))
-                    .map_err(|_| not_an_object(body).unwrap_or(ReviewError::Decode(error)))?,
+                    .map_err(|_| ReviewError::Decode(error))?,
             }
         };
         if let Some(version) = review

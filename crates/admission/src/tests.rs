@@ -243,6 +243,11 @@ fn bodies_that_are_not_reviews() {
         error(b"[[[["),
         "failed to decode admission review request: the body is a JSON array, not an AdmissionReview object"
     );
+    // Even one serde would read as a struct without fields.
+    assert_eq!(
+        error(b"[]"),
+        "failed to decode admission review request: the body is a JSON array, not an AdmissionReview object"
+    );
     assert_eq!(
         error(b" \"review\""),
         "failed to decode admission review request: the body is a JSON string, not an AdmissionReview object"
