@@ -12,8 +12,11 @@
 //! A Secret that cannot be used (no `kubeconfig`, a malformed one, no trust or cluster domain,
 //! a directory that cannot be read) is logged with its namespace/name, counted in
 //! `multicluster_link_errors_total{reason}`, and skipped; other links and the local cluster
-//! are not affected. A cluster whose `--linked-cluster-state` directory is not there (yet) is
-//! shown `unreachable` and tried again, after 1 s and then up to every 30 s, until it is. A linked cluster whose API server does not answer its initial lists is
+//! are not affected. A cluster whose `--linked-cluster-state` directory is not there yet is
+//! linked all the same and syncing (then `unreachable`, as one whose API server does not
+//! answer) until the directory can be read, which is tried after 1 s and then up to every
+//! 30 s; one whose path is not a directory is shown `unreachable` and its start tried again
+//! as often. A linked cluster whose API server does not answer its initial lists is
 //! logged and shown `unreachable` in `multicluster_linked_clusters{cluster,state}`; whatever
 //! its index holds (nothing, or the last known endpoints) is kept until its Secret goes. A
 //! cluster whose watches fail later (its API server gone) is shown `unreachable`, logged and
@@ -51,8 +54,8 @@ use crate::{
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
 
 /// How soon a link whose start failed for a reason that may clear (its `--linked-cluster-state`
-/// directory is not there yet) is tried again; the wait doubles up to [`LINK_RETRY_MAX`], as the
-/// local state directory's re-reads do.
+/// path is not a directory) is tried again; the wait doubles up to [`LINK_RETRY_MAX`], as the
+/// state directories' re-reads do.
 const LINK_RETRY_MIN: Duration = Duration::from_secs(1);
 const LINK_RETRY_MAX: Duration = Duration::from_secs(30);
 
@@ -148,7 +151,8 @@ enum StartError {
 }
 
 impl StartError {
-    /// Whether trying again may succeed without the Secret changing: a directory may appear.
+    /// Whether trying again may succeed without the Secret changing: the path may become a
+    /// directory.
     fn retried(&self) -> bool {
         matches!(self, Self::Dir(_))
     }
@@ -461,7 +465,7 @@ impl Links {
             match self.start(&key, link).await {
                 Ok(cluster) => {
                     if self.waiting.remove(&name).is_some() {
-                        tracing::info!(cluster = %name, "linked cluster started after waiting for its state directory");
+                        tracing::info!(cluster = %name, "linked cluster started after its state directory could be used");
                     }
                     next.insert(name, Arc::new(cluster));
                     changed = true;
@@ -496,7 +500,9 @@ impl Links {
             .with_reachability(Arc::new(reachable_tx));
         let (source, described) = match self.config.offline.get(&link.cluster) {
             Some(dir) => {
-                let source = OfflineSource::new(dir.clone(), metrics.clone())
+                // A directory not there yet is waited for by the source: the cluster is linked,
+                // and syncing until it can be read.
+                let source = OfflineSource::awaiting(dir.clone(), metrics.clone())
                     .map_err(|e| StartError::Dir(e.to_string()))?;
                 (
                     ClusterSource::Offline(source),

@@ -312,8 +312,9 @@ async fn an_unreachable_cluster_is_reported_and_a_changed_secret_restarts_it() {
 }
 
 /// A cluster served from a `--linked-cluster-state` directory that is not there when its
-/// Secret arrives is shown unreachable and tried again until the directory appears; the error
-/// is logged and counted once.
+/// Secret arrives is linked all the same, not connected (shown unreachable once it is late,
+/// as a cluster whose API server does not answer) until the directory appears; then it is
+/// read and followed.
 #[tokio::test]
 async fn a_linked_state_directory_that_appears_later_is_picked_up() {
     let parent = tempfile::tempdir().unwrap();
@@ -326,6 +327,81 @@ async fn a_linked_state_directory_that_appears_later_is_picked_up() {
         ClusterStoreConfig {
             namespace: "linkerd".into(),
             offline: [("east".to_string(), dir.clone())].into(),
+            unreachable_after: Duration::from_millis(100),
+        },
+        IndexMetrics::register(&mut registry),
+        metrics.clone(),
+    );
+    watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
+    let east = wait_cluster(&store, "east", None).await;
+    assert_eq!(east.source, format!("dir {}", dir.display()));
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="unreachable"} 1"#,
+    )
+    .await;
+    assert!(!east.is_connected());
+
+    // The directory appears, written elsewhere and moved in whole.
+    let staging = parent.path().join("staging");
+    std::fs::create_dir(&staging).unwrap();
+    let list = |items: Vec<Value>| json!({"apiVersion": "v1", "kind": "List", "items": items});
+    std::fs::write(
+        staging.join("state.json"),
+        list(vec![
+            mk_service(),
+            mk_pod("web-1", "10.2.0.1"),
+            mk_slice(&[("web-1", "10.2.0.1")]),
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::rename(&staging, &dir).unwrap();
+
+    let mut web = east.index.endpoints(web_key());
+    wait_addrs(&mut web, &["10.2.0.1:8080"]).await;
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
+    )
+    .await;
+    assert!(east.is_connected());
+    assert!(
+        Arc::ptr_eq(&east, &store.get("east").unwrap()),
+        "not restarted"
+    );
+    assert_eq!(metrics.errors("state_dir"), 0);
+
+    // It is followed from then on: an edit is seen.
+    std::fs::write(
+        dir.join("state.json"),
+        list(vec![
+            mk_service(),
+            mk_pod("web-1", "10.2.0.1"),
+            mk_pod("web-2", "10.2.0.2"),
+            mk_slice(&[("web-1", "10.2.0.1"), ("web-2", "10.2.0.2")]),
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    wait_addrs(&mut web, &["10.2.0.1:8080", "10.2.0.2:8080"]).await;
+}
+
+/// A `--linked-cluster-state` path that is a file is logged and counted once, shown
+/// unreachable, and tried again until it is a directory.
+#[tokio::test]
+async fn a_linked_state_path_that_is_a_file_is_retried() {
+    let parent = tempfile::tempdir().unwrap();
+    let path = parent.path().join("east");
+    std::fs::write(&path, "not a directory").unwrap();
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let metrics = LinkMetrics::register(&mut registry);
+    let store = ClusterStore::watch(
+        &mut watches,
+        ClusterStoreConfig {
+            namespace: "linkerd".into(),
+            offline: [("east".to_string(), path.clone())].into(),
             ..ClusterStoreConfig::default()
         },
         IndexMetrics::register(&mut registry),
@@ -339,23 +415,19 @@ async fn a_linked_state_directory_that_appears_later_is_picked_up() {
     .await;
     assert!(store.get("east").is_none());
 
-    // The directory appears, written elsewhere and moved in whole.
-    let staging = parent.path().join("staging");
-    std::fs::create_dir(&staging).unwrap();
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
-        mk_service(), mk_pod("web-1", "10.2.0.1"), mk_slice(&[("web-1", "10.2.0.1")]),
-    ]});
-    std::fs::write(staging.join("state.json"), list.to_string()).unwrap();
-    std::fs::rename(&staging, &dir).unwrap();
-
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(
+        path.join("state.json"),
+        json!({"apiVersion": "v1", "kind": "List", "items": [mk_service()]}).to_string(),
+    )
+    .unwrap();
     let east = wait_cluster(&store, "east", None).await;
-    assert_eq!(east.source, format!("dir {}", dir.display()));
-    wait_addrs(&mut east.index.endpoints(web_key()), &["10.2.0.1:8080"]).await;
     wait_metric(
         &registry,
         r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
     )
     .await;
-    assert!(!encode(&registry).contains(r#"cluster="east",state="unreachable""#));
+    assert!(east.is_connected());
     assert_eq!(metrics.errors("state_dir"), 1);
 }

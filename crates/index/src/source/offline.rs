@@ -214,6 +214,17 @@ impl OfflineSource {
         Ok(Self { dir, metrics })
     }
 
+    /// The state directory `dir`, which need not exist yet (a linked cluster's, named before
+    /// it is copied in): until it can be listed, [`Self::start`] delivers nothing, so its
+    /// kinds are not ready. Errors when `dir` exists and is not a directory.
+    pub fn awaiting(dir: impl Into<PathBuf>, metrics: IndexMetrics) -> Result<Self, OfflineError> {
+        let dir = dir.into();
+        match std::fs::metadata(&dir) {
+            Ok(meta) if !meta.is_dir() => Err(OfflineError::NotADirectory(dir)),
+            _ => Ok(Self { dir, metrics }),
+        }
+    }
+
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -222,6 +233,9 @@ impl OfflineSource {
     /// Reads the directory and delivers every kind of `feeds` its initial `Reset` before
     /// returning, then follows the directory in a task (the handle) that delivers the changes
     /// of each later read. Must be called within a Tokio runtime.
+    ///
+    /// A directory that cannot be listed yet ([`Self::awaiting`]) is tried again by the task,
+    /// after 1 s and then up to every 30 s; its kinds get their initial `Reset` once it can be.
     ///
     /// When the file-change watcher cannot be set up (inotify limits), the directory is served
     /// as first read and a warning is logged.
@@ -233,21 +247,16 @@ impl OfflineSource {
         let dir = self.dir.clone();
         self.metrics.expose_offline();
         let mut state = StateDir::new(dir.clone(), feeds, self.metrics.clone());
-        // Reading and parsing block: a huge or hostile file must not stall the runtime.
-        let in_span = span.clone();
-        let state = tokio::task::spawn_blocking(move || {
-            let _entered = in_span.enter();
-            let (changes, decoded) = state.rescan();
-            state.deliver_initial(changes, decoded);
-            super::release_freed_memory();
-            state
-        })
-        .await;
-        let state = match state {
-            Ok(state) => state,
+        let (state, listed) = match std::fs::metadata(&dir) {
+            Ok(_) => match read_initial(state, span.clone()).await {
+                Some(read) => read,
+                None => return tokio::spawn(async {}),
+            },
             Err(error) => {
-                tracing::error!(%error, "reading the cluster state directory failed; nothing is served");
-                return tokio::spawn(async {});
+                tracing::warn!(dir = %dir.display(), %error, "the cluster state directory is not there yet; its objects are served once it is");
+                // Rescans say when it is listed, not that it went.
+                state.relist = true;
+                (state, false)
             }
         };
 
@@ -280,7 +289,7 @@ impl OfflineSource {
                     drop(p);
                     changed.notify_one();
                 });
-            if let Ok(w) = watcher.as_mut() {
+            if listed && let Ok(w) = watcher.as_mut() {
                 use notify::Watcher;
                 if let Err(error) = w.watch(&dir, notify::RecursiveMode::NonRecursive) {
                     tracing::warn!(dir = %dir.display(), %error, "cannot watch the cluster state directory; changes will not be seen");
@@ -297,6 +306,25 @@ impl OfflineSource {
             let mut watched = dir_inode(&dir);
             let mut state = state;
             let mut retry_after = RETRY_MIN;
+            if !listed {
+                // Waits for the directory, then reads it as `start` would have; the loop below
+                // watches it once it has read it (`watched` is none).
+                loop {
+                    tokio::time::sleep(retry_after).await;
+                    retry_after = (retry_after * 2).min(RETRY_MAX);
+                    match read_initial(state, tracing::Span::current()).await {
+                        Some((next, true)) => {
+                            state = next;
+                            break;
+                        }
+                        Some((next, false)) => state = next,
+                        None => return,
+                    }
+                }
+                retry_after = RETRY_MIN;
+                pending.lock().unwrap_or_else(|e| e.into_inner()).rescan = true;
+                changed.notify_one();
+            }
             loop {
                 let retry = !state.retry.is_empty() || state.relist;
                 tokio::select! {
@@ -385,6 +413,28 @@ impl OfflineSource {
         };
         tokio::spawn(task.instrument(task_span))
     }
+}
+
+/// The first read of `state`'s directory, off the runtime (reading and parsing block: a huge
+/// or hostile file must not stall it): every kind's initial `Reset` when the directory could be
+/// listed (`true`), nothing when it could not (`false`, the state to try again with). `None`
+/// when the read failed (it panicked), logged.
+async fn read_initial(mut state: StateDir, span: tracing::Span) -> Option<(StateDir, bool)> {
+    let read = tokio::task::spawn_blocking(move || {
+        let _entered = span.enter();
+        let (changes, decoded) = state.rescan();
+        if state.relist {
+            return (state, false);
+        }
+        state.deliver_initial(changes, decoded);
+        super::release_freed_memory();
+        (state, true)
+    })
+    .await;
+    read.inspect_err(|error| {
+        tracing::error!(%error, "reading the cluster state directory failed; nothing is served")
+    })
+    .ok()
 }
 
 // === impl StateDir ===
