@@ -7,9 +7,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// `spec.server`: the Servers of the authorization's namespace it applies to. The CRD requires
-/// exactly one of `name` or `selector`; with neither, every Server of the namespace is selected.
+/// `spec.server`: the Servers of the authorization's namespace it applies to. The CRD and the
+/// webhook require exactly one of `name` or `selector` (read with neither, it would select
+/// every Server of the namespace).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[schemars(extend("oneOf" = [{"required": ["name"]}, {"required": ["selector"]}]))]
 pub struct ServerSelector {
     /// A Server's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -19,7 +21,8 @@ pub struct ServerSelector {
     pub selector: Option<LabelSelector>,
 }
 
-/// `spec.client`: which clients are authorized.
+/// `spec.client`: which clients are authorized. The webhook requires `meshTLS` or
+/// `unauthenticated: true` (read with neither, it authorizes no one and is skipped).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Client {

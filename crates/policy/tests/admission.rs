@@ -728,6 +728,40 @@ async fn selectors_with_invalid_expressions_are_denied() {
         .await;
 }
 
+/// A ServerAuthorization names its Servers by exactly one of name and selector, and
+/// authorizes some client: with no server field it would cover every Server of the namespace,
+/// and a client with neither `meshTLS` nor `unauthenticated: true` authorizes no one.
+#[tokio::test]
+async fn a_server_authorization_names_its_servers_one_way_and_some_client() {
+    let webhook = mk_webhook().await;
+    let saz = |spec: &str| doc("policy.linkerd.io/v1beta1", "ServerAuthorization", "", spec);
+    webhook
+        .assert_denied(&[
+            (
+                &saz("  server: {}\n  client: {unauthenticated: true}\n"),
+                "a ServerAuthorization must have exactly one of spec.server.name and spec.server.selector",
+            ),
+            (
+                &saz("  server: {name: web-http, selector: {matchLabels: {app: web}}}\n  client: {unauthenticated: true}\n"),
+                "a ServerAuthorization must have exactly one of spec.server.name and spec.server.selector",
+            ),
+            (
+                &saz("  server: {name: web-http}\n  client: {}\n"),
+                "a ServerAuthorization's spec.client must set meshTLS or unauthenticated: true (it would authorize no client)",
+            ),
+            (
+                &saz("  server: {name: web-http}\n  client:\n    unauthenticated: false\n    networks: [{cidr: 10.0.0.0/8}]\n"),
+                "a ServerAuthorization's spec.client must set meshTLS or unauthenticated: true (it would authorize no client)",
+            ),
+        ])
+        .await;
+    webhook
+        .assert_allowed(&[&saz(
+            "  server: {selector: {}}\n  client: {meshTLS: {identities: ['*']}}\n",
+        )])
+        .await;
+}
+
 #[tokio::test]
 async fn admit_server_authorization() {
     let webhook = mk_webhook().await;

@@ -224,11 +224,25 @@ pub fn egress_network(spec: &EgressNetworkSpec) -> Result<(), String> {
     }
 }
 
-/// ServerAuthorization: `meshTLS` excludes `unauthenticated`; `unauthenticatedTLS` excludes
-/// identities and ServiceAccounts; the Server selector's expressions are valid
-/// ([`label_selector`]); networks are valid.
+/// ServerAuthorization: exactly one of `server.name` and `server.selector` (with neither it
+/// would authorize clients on every Server of the namespace; the CRD schema requires it too);
+/// `client` sets `meshTLS` or `unauthenticated: true`; `meshTLS` excludes `unauthenticated`;
+/// `unauthenticatedTLS` excludes identities and ServiceAccounts; the Server selector's
+/// expressions are valid ([`label_selector`]); networks are valid.
 pub fn server_authorization(spec: &ServerAuthorizationSpec) -> Result<(), String> {
+    if spec.server.name.is_some() == spec.server.selector.is_some() {
+        return Err(
+            "a ServerAuthorization must have exactly one of spec.server.name and spec.server.selector"
+                .into(),
+        );
+    }
     let client = &spec.client;
+    if client.mesh_tls.is_none() && !client.unauthenticated {
+        return Err(
+            "a ServerAuthorization's spec.client must set meshTLS or unauthenticated: true (it would authorize no client)"
+                .into(),
+        );
+    }
     if let Some(tls) = &client.mesh_tls {
         if client.unauthenticated {
             return Err("`unauthenticated` must be false if `mesh_tls` is specified".into());
