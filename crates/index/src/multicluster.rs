@@ -44,7 +44,11 @@ use crate::{
     discovery::DiscoveryIndex,
     metrics::IndexMetrics,
     model::{CLUSTER_NAME_LABEL, LINK_SECRET_TYPE, LinkSecret, ObjectRef, SecretInfo},
-    source::{ClusterSource, Event, kube::KubeSource, offline::OfflineSource},
+    source::{
+        ClusterSource, Event,
+        kube::KubeSource,
+        offline::{OfflineSource, RETRY_MAX, RETRY_MIN},
+    },
     watches::{Started, WatchScope, Watches},
 };
 
@@ -52,12 +56,6 @@ use crate::{
 /// unreachable (it keeps being retried): the default of
 /// [`ClusterStoreConfig::unreachable_after`].
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
-
-/// How soon a link whose start failed for a reason that may clear (its `--linked-cluster-state`
-/// path is not a directory) is tried again; the wait doubles up to [`LINK_RETRY_MAX`], as the
-/// state directories' re-reads do.
-const LINK_RETRY_MIN: Duration = Duration::from_secs(1);
-const LINK_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// The states of a linked cluster in `multicluster_linked_clusters{cluster,state}`: `syncing`
 /// from its start until its initial lists are in or [`ClusterStoreConfig::unreachable_after`]
@@ -343,12 +341,12 @@ struct Links {
 
 impl Links {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Event<Arc<SecretInfo>>>) {
-        let mut retry_after = LINK_RETRY_MIN;
+        let mut retry_after = RETRY_MIN;
         loop {
             let event = tokio::select! {
                 event = rx.recv() => event,
                 () = tokio::time::sleep(retry_after), if !self.waiting.is_empty() => {
-                    retry_after = (retry_after * 2).min(LINK_RETRY_MAX);
+                    retry_after = (retry_after * 2).min(RETRY_MAX);
                     self.reconcile().await;
                     continue;
                 }
@@ -361,7 +359,7 @@ impl Links {
             }
             self.reconcile().await;
             if self.waiting.is_empty() {
-                retry_after = LINK_RETRY_MIN;
+                retry_after = RETRY_MIN;
             }
         }
     }

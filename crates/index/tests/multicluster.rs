@@ -15,7 +15,7 @@ use linkerd_index::{
 };
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 const NS: &str = "emojivoto";
 
@@ -148,23 +148,29 @@ async fn wait_metric(registry: &Registry, line: &str) {
     }
 }
 
+/// The store of the link Secrets `watches` delivers, its metrics in `registry`.
 fn store(
     watches: &mut Watches,
     registry: &mut Registry,
-    unreachable_after: Duration,
-) -> ClusterStore {
+    config: ClusterStoreConfig,
+) -> (ClusterStore, LinkMetrics) {
     let metrics = LinkMetrics::register(registry);
     let index_metrics = IndexMetrics::register(registry);
-    ClusterStore::watch(
-        watches,
-        ClusterStoreConfig {
-            namespace: "linkerd".into(),
-            unreachable_after,
-            ..ClusterStoreConfig::default()
-        },
-        index_metrics,
-        metrics,
-    )
+    let store = ClusterStore::watch(watches, config, index_metrics, metrics.clone());
+    (store, metrics)
+}
+
+/// Links in `linkerd`, late after `unreachable_after`, the clusters of `offline` served from
+/// their directories.
+fn config(unreachable_after: Duration, offline: &[(&str, &Path)]) -> ClusterStoreConfig {
+    ClusterStoreConfig {
+        namespace: "linkerd".into(),
+        offline: offline
+            .iter()
+            .map(|(name, dir)| (name.to_string(), dir.to_path_buf()))
+            .collect(),
+        unreachable_after,
+    }
 }
 
 #[tokio::test]
@@ -177,7 +183,11 @@ async fn a_linked_cluster_keeps_its_endpoints_while_its_api_server_is_down() {
     .await;
     let mut watches = Watches::new(IndexMetrics::default());
     let mut registry = Registry::default();
-    let store = store(&mut watches, &mut registry, Duration::from_secs(10));
+    let (store, _) = store(
+        &mut watches,
+        &mut registry,
+        config(Duration::from_secs(10), &[]),
+    );
     watches.apply(Event::Apply(link("east", &kubeconfig(&api.url()))));
 
     let east = wait_cluster(&store, "east", None).await;
@@ -270,7 +280,11 @@ async fn an_unreachable_cluster_is_reported_and_a_changed_secret_restarts_it() {
         .unwrap();
     let mut watches = Watches::new(IndexMetrics::default());
     let mut registry = Registry::default();
-    let store = store(&mut watches, &mut registry, Duration::from_millis(100));
+    let (store, _) = store(
+        &mut watches,
+        &mut registry,
+        config(Duration::from_millis(100), &[]),
+    );
     watches.apply(Event::Apply(link(
         "west",
         &kubeconfig(&format!("http://{closed}")),
@@ -321,16 +335,10 @@ async fn a_linked_state_directory_that_appears_later_is_picked_up() {
     let dir = parent.path().join("east");
     let mut watches = Watches::new(IndexMetrics::default());
     let mut registry = Registry::default();
-    let metrics = LinkMetrics::register(&mut registry);
-    let store = ClusterStore::watch(
+    let (store, metrics) = store(
         &mut watches,
-        ClusterStoreConfig {
-            namespace: "linkerd".into(),
-            offline: [("east".to_string(), dir.clone())].into(),
-            unreachable_after: Duration::from_millis(100),
-        },
-        IndexMetrics::register(&mut registry),
-        metrics.clone(),
+        &mut registry,
+        config(Duration::from_millis(100), &[("east", &dir)]),
     );
     watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
     let east = wait_cluster(&store, "east", None).await;
@@ -396,16 +404,10 @@ async fn a_linked_state_path_that_is_a_file_is_retried() {
     std::fs::write(&path, "not a directory").unwrap();
     let mut watches = Watches::new(IndexMetrics::default());
     let mut registry = Registry::default();
-    let metrics = LinkMetrics::register(&mut registry);
-    let store = ClusterStore::watch(
+    let (store, metrics) = store(
         &mut watches,
-        ClusterStoreConfig {
-            namespace: "linkerd".into(),
-            offline: [("east".to_string(), path.clone())].into(),
-            ..ClusterStoreConfig::default()
-        },
-        IndexMetrics::register(&mut registry),
-        metrics.clone(),
+        &mut registry,
+        config(Duration::from_secs(10), &[("east", &path)]),
     );
     watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
     wait_metric(

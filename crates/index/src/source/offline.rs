@@ -40,9 +40,10 @@ const MAX_SETTLE: Duration = Duration::from_millis(50);
 /// A file that could not be read (out of file descriptors, permissions fixed with `chmod`,
 /// which no content notification follows), or a directory that could not be listed (deleted,
 /// to be recreated), is tried again after this long, then twice as long each time, up to
-/// [`RETRY_MAX`].
-const RETRY_MIN: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+/// [`RETRY_MAX`]. A linked cluster's start that failed for a reason that may clear is retried
+/// as often (`crate::multicluster`).
+pub(crate) const RETRY_MIN: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// The largest state file read, in bytes (64 MiB); a larger one is refused as a whole.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;

@@ -163,28 +163,9 @@ fn documents_that_are_not_objects_are_skipped_alone() {
     assert_eq!(objs[0].obj_key.1, "a");
 }
 
-/// What `f` logs, as text.
-fn logged<T>(f: impl FnOnce() -> T) -> String {
-    #[derive(Clone, Default)]
-    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    tracing::subscriber::with_default(subscriber, f);
-    String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
-}
+#[path = "../../../tests/support/logged.rs"]
+mod logged;
+use logged::logged;
 
 #[test]
 fn unnamed_items_are_skipped_alone() {
@@ -193,7 +174,7 @@ fn unnamed_items_are_skipped_alone() {
     // 42 is not a mapping: the item is skipped, and so is the nameless Service; `b` stays.
     let objs = err.unwrap();
     // The log names each skipped item by its place, since it has no name.
-    let log = logged(|| parse_manifests(Path::new("x.yaml"), list.as_bytes()).map(|_| ()));
+    let (_, log) = logged(|| parse_manifests(Path::new("x.yaml"), list.as_bytes()).map(|_| ()));
     // Each says which naming field it lacks.
     for line in [
         "skipping a List item without a string `apiVersion` (an object needs apiVersion, kind and metadata.name) file=x.yaml document=1 item=items[1] kind=Service",
@@ -378,7 +359,7 @@ fn what_decoding_an_object_logs_names_its_file() {
         vec![feed::<Pod>(tx, metrics.clone())],
         metrics,
     );
-    let log = logged(|| {
+    let (_, log) = logged(|| {
         let (changes, decoded) = state.rescan();
         state.deliver_changes(changes, decoded);
     });
@@ -1175,7 +1156,7 @@ fn a_removed_file_is_logged_with_its_objects() {
     let mut state = state_dir(dir.path(), &metrics);
     assert_eq!(rescanned(&mut state), 3);
     std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
-    let log = logged(|| rescan(&mut state));
+    let (_, log) = logged(|| rescan(&mut state));
     let line = format!(
         "cluster state file removed; withdrawing its objects (unless another file defines them) file={} objects=2",
         dir.path().join("b.yaml").display()
