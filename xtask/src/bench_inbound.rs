@@ -67,6 +67,12 @@ pub struct BenchInboundArgs {
     #[arg(long, default_value_t = 5)]
     changes: usize,
 
+    /// Times the whole benchmark runs, each with a fresh server; with more than one, a last
+    /// line gives the RSS per stream's minimum, median and maximum (it varies by about
+    /// ±0.3 KiB from run to run with how the burst's requests interleave).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+
     /// Seconds every stream has to receive a change before its delivery counts as timed out.
     #[arg(long, default_value_t = 30.0)]
     change_timeout: f64,
@@ -110,9 +116,9 @@ struct Report {
     open_latencies: Vec<u64>,
     open_total: Duration,
     open_server_cpu: Duration,
-    rss_before: u64,
-    rss_open: u64,
-    rss_after: u64,
+    rss_before: server::Memory,
+    rss_open: server::Memory,
+    rss_after: server::Memory,
     subscribers: f64,
     changes: ChangeStats,
 }
@@ -145,13 +151,43 @@ pub fn run(root: &Path, args: BenchInboundArgs) -> anyhow::Result<()> {
         return bench::rerun_optimized(root);
     }
     let exe = server::build_binary(root, "policy", "policy-controller", args.release)?;
-
-    let tmp = bench::temp_dir("xtask-bench-inbound-", &["state", "staging"])?;
-    let state = tmp.path().join("state");
     let spec = InboundSpec {
         deployments: args.deployments,
         pods: args.pods,
     };
+    let mut per_stream = Vec::with_capacity(args.rounds);
+    for round in 1..=args.rounds {
+        if args.rounds > 1 {
+            eprintln!("round {round} of {}", args.rounds);
+        }
+        let report = run_round(&exe, &args, &spec)?;
+        report.print(&args, &spec);
+        per_stream.push(report.rss_per_stream_kib());
+    }
+    if args.rounds > 1 {
+        per_stream.sort_by(f64::total_cmp);
+        let kib = |k: f64| format!("{k:.2}");
+        println!();
+        println!(
+            "RSS per open stream over {} rounds (KiB): min {}  median {}  max {}  (each: {})",
+            args.rounds,
+            kib(per_stream[0]),
+            kib(per_stream[per_stream.len() / 2]),
+            kib(per_stream[per_stream.len() - 1]),
+            per_stream
+                .iter()
+                .map(|&k| kib(k))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    Ok(())
+}
+
+/// One round: a fresh cluster directory and server, the streams opened, the changes applied.
+fn run_round(exe: &Path, args: &BenchInboundArgs, spec: &InboundSpec) -> anyhow::Result<Report> {
+    let tmp = bench::temp_dir("xtask-bench-inbound-", &["state", "staging"])?;
+    let state = tmp.path().join("state");
     eprintln!(
         "generating {} pods over {} deployments with {} Servers in {}...",
         spec.pods,
@@ -166,16 +202,14 @@ pub fn run(root: &Path, args: BenchInboundArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the Tokio runtime")?;
     let log = tmp.path().join("policy-controller.log");
-    let result = runtime.block_on(bench(&exe, tmp.path(), &spec, &args, bulk_bytes));
+    let result = runtime.block_on(bench(exe, tmp.path(), spec, args, bulk_bytes));
     // Stream tasks still hold connections; end them before the directory goes.
     runtime.shutdown_timeout(Duration::from_secs(5));
     if args.keep {
         let kept = tmp.keep();
         eprintln!("kept {} (server log: {})", kept.display(), log.display());
     }
-    let report = result?;
-    report.print(&args, &spec);
-    Ok(())
+    result
 }
 
 async fn bench(
@@ -203,7 +237,7 @@ async fn bench(
     warm_up(&channels, spec)
         .await
         .with_context(|| format!("warm-up stream failed{}", server.log_tail()))?;
-    let rss_before = server::rss_bytes(pid)?;
+    let rss_before = server::memory(pid)?;
 
     let streams = spec.pods * PORTS.len();
     eprintln!(
@@ -261,7 +295,7 @@ async fn bench(
     let open_total = last.duration_since(opened);
     let open_server_cpu = server::cpu_time(pid)?.saturating_sub(cpu0);
     open_latencies.sort_unstable();
-    let rss_open = server::rss_bytes(pid)?;
+    let rss_open = server::memory(pid)?;
     let subscribers = subscribers(admin_addr).await?;
 
     eprintln!(
@@ -270,7 +304,7 @@ async fn bench(
         args.changes
     );
     let changes = apply_changes(&mut rx, dir, streams, args, pid).await?;
-    let rss_after = server::rss_bytes(pid)?;
+    let rss_after = server::memory(pid)?;
     if let Some(status) = server.try_wait()? {
         bail!(
             "policy-controller exited during the benchmark ({status}){}",
@@ -507,6 +541,7 @@ impl BenchInboundArgs {
             "--deployments must be between 1 and --pods"
         );
         ensure!(self.changes >= 1, "--changes must be at least 1");
+        ensure!(self.rounds >= 1, "--rounds must be at least 1");
         let streams = self.pods * PORTS.len();
         ensure!(
             (1..=streams).contains(&self.connections),
@@ -527,10 +562,17 @@ impl BenchInboundArgs {
 // === impl Report ===
 
 impl Report {
+    /// What the open streams added to the server's RSS, per stream, in KiB.
+    fn rss_per_stream_kib(&self) -> f64 {
+        let grown = self.rss_open.rss.saturating_sub(self.rss_before.rss);
+        grown as f64 / 1024.0 / self.streams.max(1) as f64
+    }
+
     fn print(&self, args: &BenchInboundArgs, spec: &InboundSpec) {
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         let millis = |d: Duration| d.as_secs_f64() * 1e3;
-        let grown = self.rss_open.saturating_sub(self.rss_before);
+        let grown = self.rss_open.rss.saturating_sub(self.rss_before.rss);
+        let grown_anon = self.rss_open.anon.saturating_sub(self.rss_before.anon);
         let c = &self.changes;
 
         println!();
@@ -570,12 +612,19 @@ impl Report {
         );
         println!(
             "server RSS: {:.1} MiB before (after a warm-up stream per connection), {:.1} MiB with all streams open (+{:.1} MiB, {:.2} KiB per stream), {:.1} MiB after the changes; the server counted {} open WatchPort streams",
-            mib(self.rss_before),
-            mib(self.rss_open),
+            mib(self.rss_before.rss),
+            mib(self.rss_open.rss),
             mib(grown),
-            grown as f64 / 1024.0 / self.streams.max(1) as f64,
-            mib(self.rss_after),
+            self.rss_per_stream_kib(),
+            mib(self.rss_after.rss),
             self.subscribers
+        );
+        println!(
+            "  of which anonymous (RssAnon: heap and stacks, without the executable's pages): {:.1} -> {:.1} MiB (+{:.1} MiB, {:.2} KiB per stream)",
+            mib(self.rss_before.anon),
+            mib(self.rss_open.anon),
+            mib(grown_anon),
+            grown_anon as f64 / 1024.0 / self.streams.max(1) as f64,
         );
         println!(
             "changes: {} rewrites of the MeshTLSAuthentication, each changing the policy of all {} streams",

@@ -231,9 +231,12 @@ pub struct Memory {
     pub rss: u64,
     /// `VmHWM`: the most that was ever resident.
     pub peak: u64,
+    /// `RssAnon`: resident memory of the process's own (heap, stacks), without the pages of
+    /// its executable and libraries, which the first run of a code path pages in once.
+    pub anon: u64,
 }
 
-/// Reads `VmRSS` and `VmHWM` of process `pid`.
+/// Reads `VmRSS`, `VmHWM` and `RssAnon` of process `pid`.
 pub fn memory(pid: u32) -> anyhow::Result<Memory> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
@@ -248,6 +251,7 @@ pub fn memory(pid: u32) -> anyhow::Result<Memory> {
     Ok(Memory {
         rss: field("VmRSS:")?,
         peak: field("VmHWM:")?,
+        anon: field("RssAnon:")?,
     })
 }
 
