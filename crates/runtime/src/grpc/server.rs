@@ -434,8 +434,8 @@ impl ConnectionStreams {
     }
 }
 
-/// Bytes one poll of a connection's task reads from its socket: a few requests of the watch
-/// APIs (a `GetDestination` or a `PortSpec` with its headers is 100 to 200 bytes).
+/// Bytes one poll of a connection's task reads from its socket: about one request of the watch
+/// APIs (a `PortSpec` with its headers is about 80 bytes, a `GetDestination` 100 to 200).
 ///
 /// A proxy that reconnects opens all its streams at once, and hyper accepts every stream whose
 /// frames one poll reads before any of them runs. Reading without a bound, a burst of
@@ -446,7 +446,11 @@ impl ConnectionStreams {
 /// `too_many_data_frames`), and each stream of a burst of 2,000 held 700 more bytes of heap.
 /// With this bound, the streams accepted in one poll take their bodies and send their
 /// responses in the next, before more is read; the task yields to the runtime in between.
-const READ_BUDGET: usize = 512;
+/// Those buffers grow to what one poll's streams queue, so the bound sets what they keep: a
+/// stream of a 2,000-stream `WatchPort` burst held 1,550–1,610 bytes of heap with 512 bytes
+/// per poll, 1,420 with 256, 1,350 with 128 and 1,330 with 64
+/// (`crates/policy/tests/watch_port_memory.rs`); 128 costs a 64 KiB request 512 polls.
+const READ_BUDGET: usize = 128;
 
 /// A connection whose writes h2 batches: it reports no vectored writes, so h2 copies DATA
 /// frames of up to 1 KiB into its 16 KiB write buffer instead of writing each frame over
