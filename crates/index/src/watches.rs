@@ -505,6 +505,10 @@ impl<K: Kind> KindFeed for KindWatch<K> {
         K::INVALID_REMOVES
     }
 
+    fn namespaced(&self) -> bool {
+        K::NAMESPACED
+    }
+
     fn decode_json(&self, document: &str) -> Result<AnyObject, DecodeError> {
         decode_json::<K>(document).map(|o| Arc::new(o) as AnyObject)
     }

@@ -27,6 +27,11 @@ pub trait Kind: kube::Resource<DynamicType = ()> + Send + Sync + 'static {
     /// Kube mode lists and watches the kind as `PartialObjectMetadata` ([`Kind::Wire`] then
     /// reads `metadata` only): the kinds that only feed owner and zone lookups.
     const METADATA_ONLY: bool = false;
+    /// Whether the kind's objects live in a namespace (every kind here but Nodes). Offline mode
+    /// skips a document of a namespaced kind without `metadata.namespace`: no API server serves
+    /// one, and indexed under namespace `""` it would be announced by names that do not resolve
+    /// (`web..svc.cluster.local`).
+    const NAMESPACED: bool = true;
     /// An update that does not convert ([`DecodeError::Invalid`]) removes the version indexed
     /// before (`true`, ServiceProfiles: a stale profile must not outlive an invalid edit), or
     /// leaves it (`false`).

@@ -29,6 +29,7 @@ impl Kind for Node {
     type Object = NodeInfo;
     const LABEL: &'static str = "Node";
     const METADATA_ONLY: bool = true;
+    const NAMESPACED: bool = false;
 
     fn from_wire(node: wire::MetadataOnly) -> Result<NodeInfo, InvalidObject> {
         let (_, name) = names("Node", &node.metadata)?;

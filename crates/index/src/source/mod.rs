@@ -51,6 +51,8 @@ pub trait KindFeed: Send + Sync + 'static {
     fn label(&self) -> &'static str;
     /// Whether an invalid update removes the version delivered before ([`Kind::INVALID_REMOVES`]).
     fn invalid_removes(&self) -> bool;
+    /// Whether the kind's objects live in a namespace ([`Kind::NAMESPACED`]).
+    fn namespaced(&self) -> bool;
     /// Decodes one document of the kind from JSON text.
     fn decode_json(&self, document: &str) -> Result<AnyObject, DecodeError>;
     /// Delivers events of objects this feed decoded, as one batch.

@@ -683,6 +683,19 @@ impl StateDir {
         // What decoding logs (an address skipped in an object it keeps) names the file.
         let _file = tracing::warn_span!("state_file", file = %path.display()).entered();
         for m in manifests {
+            if m.obj_key.0.is_empty()
+                && let Some(feed) = self.feeds.get(&m.type_key)
+                && feed.namespaced()
+            {
+                tracing::warn!(
+                    kind = feed.label(),
+                    name = %m.obj_key.1,
+                    "skipping an object without `metadata.namespace`: its kind is namespaced \
+                     (`kubectl get -o yaml` writes it; add it to a hand-written manifest)"
+                );
+                self.metrics.invalid_object(feed.label());
+                continue;
+            }
             let key = (m.type_key, m.obj_key);
             // The object's id where the directory has one already.
             let id = match self.defs.get_key_value(&key) {

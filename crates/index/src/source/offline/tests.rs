@@ -556,6 +556,45 @@ async fn nameless_objects_of_served_kinds_are_counted() {
     assert_eq!(metrics.invalid_objects("ConfigMap"), 0);
 }
 
+/// An object of a namespaced kind without `metadata.namespace` is skipped and counted as
+/// invalid: served under namespace `""`, a Service was announced as `nons..svc.cluster.local`,
+/// which no proxy can resolve. A Node, cluster-scoped, needs none.
+#[tokio::test]
+async fn namespaced_objects_without_a_namespace_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!(
+            "{}---\napiVersion: v1\nkind: Service\nmetadata: {{name: nons}}\n\
+             spec: {{clusterIP: 10.96.7.1, ports: [{{port: 80}}]}}\n---\n\
+             apiVersion: v1\nkind: Node\nmetadata: {{name: node-1}}\n",
+            svc_yaml("good", 80)
+        ),
+    );
+    let metrics = IndexMetrics::default();
+    let (services_tx, mut services) = mpsc::unbounded_channel();
+    let (nodes_tx, mut nodes) = mpsc::unbounded_channel();
+    let mut watches = Watches::new(metrics.clone());
+    watches.add::<Service>(services_tx);
+    watches.add::<k8s_openapi::api::core::v1::Node>(nodes_tx);
+    let source = OfflineSource::new(dir.path(), metrics.clone()).expect("a directory");
+    let _started = watches.start(&ClusterSource::Offline(source)).await;
+    let Event::Reset(objs) = next(&mut services).await else {
+        panic!("expected Reset")
+    };
+    assert_eq!(names(&objs), ["good"]);
+    let Event::Reset(nodes) = next(&mut nodes).await else {
+        panic!("expected Reset")
+    };
+    assert_eq!(
+        nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+        ["node-1"]
+    );
+    assert_eq!(metrics.invalid_objects("Service"), 1);
+    assert_eq!(metrics.invalid_objects("Node"), 0);
+}
+
 #[test]
 fn a_missing_directory_is_an_error_naming_it() {
     let rt = tokio::runtime::Builder::new_current_thread()
