@@ -64,6 +64,16 @@ pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 /// (`deploy/`: 250Mi).
 pub const MAX_BODY_BYTES_AT_ONCE: usize = 2 * MAX_BODY_BYTES;
 
+/// Reviews whose body declares at most this many bytes (256 KiB; the API server's are a few
+/// KiB) take their share from a pool of their own, [`SMALL_BODY_BYTES_AT_ONCE`], rather than
+/// from [`MAX_BODY_BYTES_AT_ONCE`]: larger bodies, waiting for room or stalled while they hold
+/// it, then never hold them up (`linkerd_runtime::tls::BodyBudget::with_small_bodies`).
+pub const SMALL_BODY_BYTES: usize = 256 * 1024;
+
+/// The small reviews' pool: 4 MiB, on top of [`MAX_BODY_BYTES_AT_ONCE`]; 16 of the largest
+/// small bodies at once, or hundreds of the API server's reviews.
+pub const SMALL_BODY_BYTES_AT_ONCE: usize = 4 * 1024 * 1024;
+
 /// The most memory one review may take to decode and judge, in bytes, as [`decode_cost`]
 /// estimates it: 64 MiB. The object of a costlier review is not decoded, and the webhooks deny
 /// it ([`ObjectError::TooComplex`]). The body limit alone does not bound this: decoded, each

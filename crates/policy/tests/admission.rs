@@ -1507,6 +1507,41 @@ async fn large_reviews_take_turns_for_the_body_budget() {
     assert_eq!(third.status, 200, "{}", third.body);
 }
 
+/// Clients that declare large bodies and stall after a few bytes hold up no review of a few
+/// KiB (newcomer finding: with one budget for every body, eight of them kept a small review
+/// waiting 9.5 s, just under the API server's 10 s timeout, after which `failurePolicy: Ignore`
+/// admits the object unreviewed): the small review is answered while all of them still hold
+/// their share, before any is given up.
+#[tokio::test]
+async fn stalled_large_bodies_do_not_hold_up_small_reviews() {
+    const DECLARED: usize = 10_000_000;
+    let webhook = Arc::new(mk_webhook().await);
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        let mut tls = webhook.connect().await;
+        let head = format!(
+            "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {DECLARED}\r\nconnection: close\r\n\r\n{{\"apiVersion\""
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.flush().await.unwrap();
+        stalled.push(tls);
+    }
+    // Until the server has read every head and first bytes.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let small = webhook.send("POST", "/", &review_of_size(4096)).await;
+    assert_eq!(small.status, 200, "{}", small.body);
+    for (i, tls) in stalled.iter_mut().enumerate() {
+        let mut byte = [0u8; 1];
+        let read =
+            tokio::time::timeout(std::time::Duration::from_millis(1), tls.read(&mut byte)).await;
+        assert!(
+            read.is_err(),
+            "stalled client {i} was answered before the small review: the review waited for it"
+        );
+    }
+}
+
 #[tokio::test]
 async fn admit_objects_nested_too_deep() {
     let webhook = mk_webhook().await;

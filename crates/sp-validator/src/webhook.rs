@@ -8,7 +8,7 @@
 //! |---|---|
 //! | empty | `200` with an empty body, as upstream (the API server counts it as a failed call and applies the webhook's `failurePolicy`) |
 //! | larger than [`MAX_BODY_BYTES`] (10 MiB, upstream's limit; see there why) | `413 text/plain` `limit reached while reading: 10485760` (upstream answers `500` with this text), without reading the body when its `content-length` says so |
-//! | not arrived within 10 s, waiting for room in the budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies included | `400 text/plain` `the request body did not arrive within 10s` |
+//! | not arrived within 10 s, waiting for room in the budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies (or, for one of at most [`linkerd_admission::SMALL_BODY_BYTES`], in a pool of its own) included | `400 text/plain` `the request body did not arrive within 10s` |
 //! | not arrived within [`linkerd_runtime::tls::body_hold_time`] of its turn (1 s, and 1 s more per 4 MiB) | `400 text/plain` `the request body (N bytes) did not arrive within …` |
 //! | not a review (not JSON, wrong field types) | `400 text/plain` `failed to decode admission review request: <error>` |
 //! | a review without `request`, with an empty `request.uid`, or whose `apiVersion` or `kind` is not that of an `admission.k8s.io/v1` or `v1beta1` `AdmissionReview` | `400 text/plain` `invalid admission review request: …` |
@@ -81,12 +81,16 @@ impl WebhookMetrics {
 
 /// The webhook's routes: every method and path reviews its body (see the module docs). The
 /// router's reviews share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of
-/// bodies.
+/// bodies, and those of at most [`linkerd_admission::SMALL_BODY_BYTES`] one of their own.
 pub fn router(metrics: WebhookMetrics) -> Router {
     let budget = BodyBudget::new(
         linkerd_admission::MAX_BODY_BYTES_AT_ONCE,
         MAX_BODY_BYTES,
         linkerd_admission::MAX_DECODED_BYTES,
+    )
+    .with_small_bodies(
+        linkerd_admission::SMALL_BODY_BYTES,
+        linkerd_admission::SMALL_BODY_BYTES_AT_ONCE,
     );
     Router::new().fallback(handle).with_state((metrics, budget))
 }

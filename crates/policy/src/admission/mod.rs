@@ -10,7 +10,8 @@
 //! - a body over [`MAX_BODY_BYTES`] (10 MiB, see there why) is answered `413 text/plain`
 //!   `limit reached while reading: 10485760`, without reading it when its `content-length` says
 //!   so. A body waits until it fits in the webhook's budget of
-//!   [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies, and one that does not
+//!   [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies (one of at most
+//!   [`linkerd_admission::SMALL_BODY_BYTES`], in a pool of its own), and one that does not
 //!   arrive within 10 s, or within [`linkerd_runtime::tls::body_hold_time`] of its turn (1 s,
 //!   and 1 s more per 4 MiB), is answered `400 text/plain`. Decoding waits for room in a budget of
 //!   [`linkerd_admission::MAX_DECODED_BYTES`]; the object of a review whose decoding would
@@ -110,13 +111,18 @@ impl ExistingServers for NoServers {
 }
 
 /// The webhook's routes: `POST /` reviews; everything else is `404`. The router's reviews
-/// share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies, and a
-/// Server is checked against the `existing` ones.
+/// share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies (those of
+/// at most [`linkerd_admission::SMALL_BODY_BYTES`] one of their own), and a Server is checked
+/// against the `existing` ones.
 pub fn router(existing: impl ExistingServers) -> Router {
     let budget = BodyBudget::new(
         linkerd_admission::MAX_BODY_BYTES_AT_ONCE,
         MAX_BODY_BYTES,
         linkerd_admission::MAX_DECODED_BYTES,
+    )
+    .with_small_bodies(
+        linkerd_admission::SMALL_BODY_BYTES,
+        linkerd_admission::SMALL_BODY_BYTES_AT_ONCE,
     );
     let existing: Arc<dyn ExistingServers> = Arc::new(existing);
     Router::new()

@@ -522,6 +522,53 @@ async fn a_body_budget_holds_at_most_its_bytes_of_bodies() {
     assert_eq!(budget.available(), 10);
 }
 
+/// With a pool for small bodies, a body that declares at most its size is read at once while
+/// a stalled large body holds the whole budget; one larger, or declaring no length, waits.
+#[tokio::test(start_paused = true)]
+async fn small_bodies_do_not_wait_behind_large_ones() {
+    use futures::FutureExt;
+    let budget = BodyBudget::new(10, 10, 100).with_small_bodies(4, 6);
+    assert_eq!(budget.small_available(), 6);
+    let (tx, stalled) = fed_body();
+    tx.unbounded_send(Bytes::from_static(b"{")).unwrap();
+    let headers = with_length(Some(10));
+    let mut stalled = Box::pin(budget.read(&headers, stalled));
+    assert!((&mut stalled).now_or_never().is_none());
+    assert_eq!(budget.available(), 0);
+
+    let small = budget
+        .read(&with_length(Some(4)), Body::from("four"))
+        .now_or_never()
+        .expect("not waiting")
+        .unwrap();
+    assert_eq!(&small[..], b"four");
+    assert_eq!(
+        budget.small_available(),
+        2,
+        "the 4 bytes declared, from the small pool"
+    );
+    drop(small);
+    assert_eq!(budget.small_available(), 6);
+
+    let no_length = with_length(None);
+    let mut unsized_body = Box::pin(budget.read(&no_length, Body::from("abc")));
+    assert!(
+        (&mut unsized_body).now_or_never().is_none(),
+        "no length: not small"
+    );
+    let five = with_length(Some(5));
+    let mut larger = Box::pin(budget.read(&five, Body::from("fives")));
+    assert!(
+        (&mut larger).now_or_never().is_none(),
+        "over the small size"
+    );
+    assert_eq!(budget.small_available(), 6);
+    drop(tx);
+    drop(stalled);
+    assert_eq!(&unsized_body.await.unwrap()[..], b"abc");
+    assert_eq!(&larger.await.unwrap()[..], b"fives");
+}
+
 /// Decoding shares wait until they fit; one larger than the whole budget takes all of it.
 #[tokio::test]
 async fn decoding_shares_wait_for_room() {
