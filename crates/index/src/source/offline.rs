@@ -845,7 +845,9 @@ impl StateDir {
     }
 
     fn file_error(&self, path: &Path, error: FileError) {
-        let kept = self.files.contains_key(path);
+        // Kept: objects the file defined before. A file created by `> file` was first read
+        // empty, which defined none.
+        let kept = self.files.get(path).is_some_and(|f| !f.objects.is_empty());
         tracing::warn!(file = %path.display(), %error, kept_previous = kept, "skipping cluster state file");
         self.metrics.invalid_files.inc();
     }

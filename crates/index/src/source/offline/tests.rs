@@ -647,6 +647,39 @@ async fn reading_the_directory_does_not_trigger_another_read() {
     assert_eq!(metrics.offline_reloads.get(), settled);
 }
 
+/// A bad file is logged with `kept_previous=true` only when its last good version defined
+/// objects, which stay served; a file first read empty (created by `> file`, then written)
+/// kept nothing (newcomer finding: it was logged `kept_previous=true`).
+#[test]
+fn a_bad_file_says_whether_objects_were_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(dir.path(), &metrics);
+    let mut rescan = || {
+        logged(|| {
+            let (changes, decoded) = state.rescan();
+            state.deliver_changes(changes, decoded);
+        })
+        .1
+    };
+    std::fs::write(dir.path().join("new.yaml"), "").unwrap();
+    std::fs::write(dir.path().join("good.yaml"), svc_yaml("a", 80)).unwrap();
+    rescan();
+    assert_eq!(delivered(), [("a".to_string(), Some(80))]);
+    std::fs::write(dir.path().join("new.yaml"), "kind: [").unwrap();
+    std::fs::write(dir.path().join("good.yaml"), "kind: [\n").unwrap();
+    let log = rescan();
+    let line = |file: &str| {
+        log.lines()
+            .find(|l| l.contains(file))
+            .unwrap_or_else(|| panic!("no line about {file}: {log}"))
+            .to_string()
+    };
+    assert!(line("new.yaml").contains("kept_previous=false"), "{log}");
+    assert!(line("good.yaml").contains("kept_previous=true"), "{log}");
+    assert_eq!(delivered(), [], "a's definition stays served");
+}
+
 /// A state directory whose Services are delivered into `DELIVERED` of the test's thread.
 fn state_dir(dir: &Path, metrics: &IndexMetrics) -> StateDir {
     let (tx, rx) = mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
