@@ -213,7 +213,8 @@ impl OutboundArgs {
             client::RESPONSE_TIMEOUT,
             client.watch(self.request()),
         )
-        .await?
+        .await
+        .map_err(|error| self.target_hint(error))?
         .into_inner();
         while let Some(policy) = stream.message().await.map_err(status)? {
             match output::write_outbound_policy(out, self.output, &policy) {
@@ -224,5 +225,40 @@ impl OutboundArgs {
         }
         client::report_stream_end("Watch", &self.target);
         Ok(())
+    }
+
+    /// A TARGET that is an IP address without a port goes out as an authority, which the
+    /// controller refuses as not a Service's: say that a proxy asks for `IP:PORT`.
+    fn target_hint(&self, error: Error) -> Error {
+        let ip = self
+            .target
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>();
+        match (error, ip) {
+            (
+                Error::Status {
+                    rpc,
+                    target,
+                    status,
+                },
+                Ok(ip),
+            ) => {
+                let example = std::net::SocketAddr::new(ip, 80);
+                Error::Status {
+                    rpc,
+                    target,
+                    status: tonic::Status::new(
+                        status.code(),
+                        format!(
+                            "{} (TARGET is an IP address without a port: a proxy asks for \
+                             IP:PORT, such as `{example}`)",
+                            status.message()
+                        ),
+                    ),
+                }
+            }
+            (other, _) => other,
+        }
     }
 }

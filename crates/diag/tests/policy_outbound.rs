@@ -95,6 +95,34 @@ async fn table_shows_web_svc_default_routes() {
     );
 }
 
+/// An address without a port is sent as an authority, which the controller refuses; the error
+/// says what a proxy sends instead (newcomer finding: only the controller's "authority must be
+/// of the form …" was shown).
+#[tokio::test]
+async fn an_address_without_a_port_gets_a_hint() {
+    let (addr, _server) = start_policy_server().await;
+    let policy = format!("http://{addr}");
+    for (target, example) in [
+        ("10.96.34.218", "10.96.34.218:80"),
+        ("[fd00::1]", "[fd00::1]:80"),
+    ] {
+        let child = dst_diag(&["policy", "outbound", target, "--policy", &policy]);
+        let (code, stdout, stderr) = wait_output(child).await;
+        assert_eq!(code, Some(1), "stderr: {stderr}");
+        assert_eq!(stdout, "");
+        assert!(
+            stderr.starts_with(&format!("dst-diag: Watch {target}: NotFound: ")),
+            "{stderr}"
+        );
+        assert!(
+            stderr.ends_with(&format!(
+                " (TARGET is an IP address without a port: a proxy asks for IP:PORT, such as `{example}`)\n"
+            )),
+            "{stderr}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn json_shows_undefined_port() {
     let (addr, _server) = start_policy_server().await;
