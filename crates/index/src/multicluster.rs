@@ -299,6 +299,7 @@ impl ClusterStore {
             secrets: BTreeMap::new(),
             valid: BTreeMap::new(),
             waiting: BTreeMap::new(),
+            duplicates: BTreeSet::new(),
             clusters: clusters_tx,
         };
         tokio::spawn(links.run(rx));
@@ -336,6 +337,9 @@ struct Links {
     /// are tried again, shown `unreachable`, and logged and counted again only when the error
     /// changes.
     waiting: BTreeMap<String, String>,
+    /// Valid link Secrets ignored because an earlier one names the same cluster: logged and
+    /// counted once, when they become so.
+    duplicates: BTreeSet<ObjectRef>,
     clusters: watch::Sender<Arc<Clusters>>,
 }
 
@@ -421,13 +425,19 @@ impl Links {
     /// Starts, restarts and stops links to match the valid Secrets.
     async fn reconcile(&mut self) {
         let mut wanted: BTreeMap<String, (ObjectRef, LinkSecret)> = BTreeMap::new();
+        let mut duplicates = BTreeSet::new();
         for (key, link) in &self.valid {
             if let Some((first, _)) = wanted.get(&link.cluster) {
-                tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %link.cluster, first = %format!("{}/{}", first.namespace, first.name), "another link Secret names this cluster; ignoring this one");
+                if !self.duplicates.contains(key) {
+                    tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %link.cluster, first = %format!("{}/{}", first.namespace, first.name), "another link Secret names this cluster; ignoring this one");
+                    self.metrics.error("duplicate_cluster");
+                }
+                duplicates.insert(key.clone());
                 continue;
             }
             wanted.insert(link.cluster.clone(), (key.clone(), link.clone()));
         }
+        self.duplicates = duplicates;
 
         let current = self.clusters.borrow().clone();
         let mut next = Clusters::new();

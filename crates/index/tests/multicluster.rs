@@ -433,3 +433,51 @@ async fn a_linked_state_path_that_is_a_file_is_retried() {
     assert!(east.is_connected());
     assert_eq!(metrics.errors("state_dir"), 1);
 }
+
+/// A second link Secret naming a linked cluster is ignored, logged and counted once
+/// (`duplicate_cluster`), however often the links are reconciled after (newcomer finding: it
+/// was logged at every change of any link Secret, and never counted).
+#[tokio::test]
+async fn a_duplicate_link_secret_is_counted_once() {
+    let east_dir = tempfile::tempdir().unwrap();
+    let west_dir = tempfile::tempdir().unwrap();
+    for dir in [&east_dir, &west_dir] {
+        std::fs::write(
+            dir.path().join("state.json"),
+            json!({"apiVersion": "v1", "kind": "List", "items": [mk_service()]}).to_string(),
+        )
+        .unwrap();
+    }
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (store, metrics) = store(
+        &mut watches,
+        &mut registry,
+        config(
+            Duration::from_secs(10),
+            &[("east", east_dir.path()), ("west", west_dir.path())],
+        ),
+    );
+    let mut second = link("east", "apiVersion: v1\n");
+    second.metadata.name = Some("cluster-credentials-east-again".into());
+    watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
+    watches.apply(Event::Apply(second.clone()));
+    let east = wait_cluster(&store, "east", None).await;
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="duplicate_cluster"} 1"#,
+    )
+    .await;
+
+    // Two more reconciles: a Secret that is not a link, then a new link.
+    let mut other = link("west", "apiVersion: v1\n");
+    other.metadata.namespace = Some("elsewhere".into());
+    watches.apply(Event::Apply(other));
+    watches.apply(Event::Apply(link("west", "apiVersion: v1\n")));
+    wait_cluster(&store, "west", None).await;
+    assert_eq!(metrics.errors("duplicate_cluster"), 1);
+    assert!(
+        Arc::ptr_eq(&east, &store.get("east").unwrap()),
+        "the first Secret's link kept running"
+    );
+}
