@@ -48,7 +48,8 @@ const SERVER_MAX_STREAMS_PER_CONNECTION: usize = 10_000;
 /// The prefix of the identity that changes with each version of the MeshTLSAuthentication.
 const ROTATED: &str = "rotated-";
 
-/// `cargo xtask bench-inbound [--pods P] [--deployments D] [--connections C] [--changes K]`
+/// `cargo xtask bench-inbound [--pods P] [--deployments D] [--connections C] [--changes K]
+/// [--rounds N]`
 #[derive(Debug, clap::Args)]
 pub struct BenchInboundArgs {
     /// Meshed pods in the generated cluster; each gets one `WatchPort` stream per port (5).

@@ -24,6 +24,16 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
+/// The filter of a bare `level`: that level, except that at `info` the `notify` crate's own
+/// info lines (a watch it could not remove from a deleted state directory) are left out.
+fn bare_filter(level: &str) -> String {
+    if level.eq_ignore_ascii_case("info") {
+        format!("{level},notify=warn")
+    } else {
+        level.to_string()
+    }
+}
+
 /// How log lines are written.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -55,8 +65,12 @@ impl LogArgs {
         }
         let filter = match std::env::var("RUST_LOG") {
             Ok(env) if !env.is_empty() => EnvFilter::try_new(env)?,
-            _ => EnvFilter::try_new(level)
-                .map_err(|e| anyhow::anyhow!("invalid --log-level {:?}: {e}", self.log_level))?,
+            _ => EnvFilter::try_new(if bare {
+                bare_filter(level)
+            } else {
+                level.to_string()
+            })
+            .map_err(|e| anyhow::anyhow!("invalid --log-level {:?}: {e}", self.log_level))?,
         };
         let registry = tracing_subscriber::registry().with(filter);
         match self.log_format {
@@ -181,6 +195,15 @@ mod tests {
             "{text:?}"
         );
         assert!(text.contains(r"denied x\x7f\r name="), "{text:?}");
+    }
+
+    #[test]
+    fn info_leaves_out_notify_info_lines() {
+        assert_eq!(bare_filter("info"), "info,notify=warn");
+        assert_eq!(bare_filter("INFO"), "INFO,notify=warn");
+        assert_eq!(bare_filter("debug"), "debug");
+        assert_eq!(bare_filter("warn"), "warn");
+        assert!(EnvFilter::try_new(bare_filter("info")).is_ok());
     }
 
     #[test]
