@@ -683,20 +683,24 @@ impl StateDir {
         // What decoding logs (an address skipped in an object it keeps) names the file.
         let _file = tracing::warn_span!("state_file", file = %path.display()).entered();
         for m in manifests {
-            if m.obj_key.0.is_empty()
-                && let Some(feed) = self.feeds.get(&m.type_key)
-                && feed.namespaced()
-            {
-                tracing::warn!(
-                    kind = feed.label(),
-                    name = %m.obj_key.1,
-                    "skipping an object without `metadata.namespace`: its kind is namespaced \
-                     (`kubectl get -o yaml` writes it; add it to a hand-written manifest)"
-                );
-                self.metrics.invalid_object(feed.label());
-                continue;
+            let (mut namespace, name) = m.obj_key;
+            match self.feeds.get(&m.type_key) {
+                Some(feed) if feed.namespaced() && namespace.is_empty() => {
+                    tracing::warn!(
+                        kind = feed.label(),
+                        %name,
+                        "skipping an object without `metadata.namespace`: its kind is namespaced \
+                         (`kubectl get -o yaml` writes it; add it to a hand-written manifest)"
+                    );
+                    self.metrics.invalid_object(feed.label());
+                    continue;
+                }
+                // The API server ignores a cluster-scoped object's namespace, and the indexes
+                // key such objects by name: with and without one, it is one object.
+                Some(feed) if !feed.namespaced() => namespace.clear(),
+                _ => {}
             }
-            let key = (m.type_key, m.obj_key);
+            let key = (m.type_key, (namespace, name));
             // The object's id where the directory has one already.
             let id = match self.defs.get_key_value(&key) {
                 Some((id, _)) => id.clone(),

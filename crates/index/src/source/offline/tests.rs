@@ -595,6 +595,60 @@ async fn namespaced_objects_without_a_namespace_are_skipped() {
     assert_eq!(metrics.invalid_objects("Node"), 0);
 }
 
+/// The API server ignores the namespace of a cluster-scoped object, and the indexes key Nodes
+/// by name: a Node written with a stray namespace is the same Node as without one (newcomer
+/// finding: removing the file that gave it a namespace withdrew the Node another file still
+/// defined, silently).
+#[test]
+fn a_cluster_scoped_object_is_one_object_with_or_without_a_namespace() {
+    use k8s_openapi::api::core::v1::Node;
+    let dir = tempfile::tempdir().unwrap();
+    let node = |namespace: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: n3, {namespace}labels: \
+             {{topology.kubernetes.io/zone: z1}}}}\n"
+        )
+    };
+    std::fs::write(dir.path().join("a.yaml"), node("")).unwrap();
+    std::fs::write(dir.path().join("b.yaml"), node("namespace: x, ")).unwrap();
+    let metrics = IndexMetrics::default();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Event<Arc<crate::model::NodeInfo>>>();
+    let mut state = StateDir::new(
+        dir.path().to_path_buf(),
+        vec![feed::<Node>(tx, metrics.clone())],
+        metrics.clone(),
+    );
+    let mut rescan = || {
+        let (changes, decoded) = state.rescan();
+        state.deliver_changes(changes, decoded);
+    };
+    rescan();
+    let mut served = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        match event {
+            Event::Apply(node) => served.push(node.name.clone()),
+            Event::Reset(nodes) => served.extend(nodes.iter().map(|n| n.name.clone())),
+            Event::Delete(key) => panic!("{key:?} deleted"),
+        }
+    }
+    assert_eq!(served, ["n3"]);
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    rescan();
+    while let Ok(event) = rx.try_recv() {
+        assert!(
+            !matches!(event, Event::Delete(_)),
+            "n3 withdrawn while a.yaml defines it: {event:?}"
+        );
+    }
+    std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+    rescan();
+    assert!(
+        matches!(rx.try_recv(), Ok(Event::Delete(_))),
+        "n3 withdrawn with its last file"
+    );
+    assert_eq!(metrics.invalid_objects("Node"), 0);
+}
+
 #[test]
 fn a_missing_directory_is_an_error_naming_it() {
     let rt = tokio::runtime::Builder::new_current_thread()
