@@ -80,6 +80,14 @@ async fn mk_webhook_among(existing: impl admission::ExistingServers) -> Webhook 
 impl Webhook {
     /// A new TLS connection to the webhook.
     async fn connect(&self) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+        self.connect_from("127.0.0.1".parse().unwrap()).await
+    }
+
+    /// A new TLS connection to the webhook from loopback address `ip` (any of 127.0.0.0/8).
+    async fn connect_from(
+        &self,
+        ip: std::net::IpAddr,
+    ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.ca.clone()).unwrap();
         let config = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -89,7 +97,9 @@ impl Webhook {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(std::net::SocketAddr::new(ip, 0)).unwrap();
+        let tcp = socket.connect(self.addr).await.unwrap();
         tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(ServerName::try_from("localhost").unwrap(), tcp)
             .await
@@ -1518,7 +1528,8 @@ async fn stalled_large_bodies_do_not_hold_up_small_reviews() {
     let webhook = Arc::new(mk_webhook().await);
     let mut stalled = Vec::new();
     for _ in 0..8 {
-        let mut tls = webhook.connect().await;
+        // Not the review's address: one address has at most `BODIES_PER_PEER` bodies in.
+        let mut tls = webhook.connect_from("127.0.0.3".parse().unwrap()).await;
         let head = format!(
             "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {DECLARED}\r\nconnection: close\r\n\r\n{{\"apiVersion\""
         );
@@ -1538,6 +1549,40 @@ async fn stalled_large_bodies_do_not_hold_up_small_reviews() {
         assert!(
             read.is_err(),
             "stalled client {i} was answered before the small review: the review waited for it"
+        );
+    }
+}
+
+/// Clients of one address that declare small bodies and stall hold up no review from another
+/// (newcomer finding: 200 of them, declaring 256 KiB each, took turns holding the small bodies'
+/// pool and kept every review waiting 9–10 s): an address has at most `BODIES_PER_PEER` bodies
+/// in the budget, so the review is answered while all of them still stall.
+#[tokio::test]
+async fn stalled_small_bodies_of_one_client_do_not_hold_up_others() {
+    const DECLARED: usize = linkerd_admission::SMALL_BODY_BYTES;
+    let webhook = Arc::new(mk_webhook().await);
+    let attacker: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..64 {
+        let mut tls = webhook.connect_from(attacker).await;
+        let head = format!(
+            "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {DECLARED}\r\nconnection: close\r\n\r\n{{\"a\""
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.flush().await.unwrap();
+        stalled.push(tls);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let small = webhook.send("POST", "/", &review_of_size(4096)).await;
+    assert_eq!(small.status, 200, "{}", small.body);
+    for (i, tls) in stalled.iter_mut().enumerate() {
+        let mut byte = [0u8; 1];
+        let read =
+            tokio::time::timeout(std::time::Duration::from_millis(1), tls.read(&mut byte)).await;
+        assert!(
+            read.is_err(),
+            "stalled client {i} was answered before the review: the review waited for it"
         );
     }
 }

@@ -36,11 +36,12 @@ use rustls::{
     sign::CertifiedKey,
 };
 use std::{
+    collections::HashMap,
     future::Future,
     io,
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
-    sync::{Arc, PoisonError, RwLock},
+    sync::{Arc, Mutex, PoisonError, RwLock},
     time::Duration,
 };
 use tokio::{
@@ -127,6 +128,9 @@ pub struct BodyBudget {
     per_body: usize,
     /// Bodies of at most `.0` bytes take their share from `.1` rather than from `bytes`.
     small: Option<(usize, Arc<tokio::sync::Semaphore>)>,
+    /// Each client's turns ([`BODIES_PER_PEER`]), by IP address; idle ones are dropped as the
+    /// map grows.
+    peers: Arc<Mutex<HashMap<IpAddr, Arc<tokio::sync::Semaphore>>>>,
     decoded: Arc<tokio::sync::Semaphore>,
     decoded_total: usize,
 }
@@ -136,6 +140,20 @@ pub struct BodyBudget {
 pub struct HeldBody {
     bytes: Bytes,
     _share: Option<tokio::sync::OwnedSemaphorePermit>,
+    _turn: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// The address of the client that sent a request to an [`HttpsServer`], in the request's
+/// extensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+impl PeerAddr {
+    /// The address of the client that sent `extensions`' request, when an [`HttpsServer`]
+    /// served it.
+    pub fn ip_of(extensions: &axum::http::Extensions) -> Option<IpAddr> {
+        extensions.get::<PeerAddr>().map(|peer| peer.0.ip())
+    }
 }
 
 /// A share of a [`BodyBudget`]'s decoding budget, held until dropped.
@@ -143,6 +161,13 @@ pub struct HeldBody {
 pub struct DecodingShare {
     _share: tokio::sync::OwnedSemaphorePermit,
 }
+
+/// Bodies one client (an IP address) may have in a [`BodyBudget`] at once, holding their share
+/// or waiting for it; its others wait for a turn of their own, outside the budget's queue. So
+/// clients of one address that declare bodies and stall take at most 8 of the 16 largest small
+/// bodies' shares ([`BodyBudget::with_small_bodies`] in the webhooks), and the API server's
+/// reviews are not queued behind them: 200 such clients kept every review waiting 9–10 s.
+pub const BODIES_PER_PEER: usize = 8;
 
 /// Changes to the files are applied once they have been quiet this long: a Secret update, or
 /// an editor writing the certificate and then the key, is several events.
@@ -578,6 +603,7 @@ impl BodyBudget {
             bytes: Arc::new(tokio::sync::Semaphore::new(total)),
             per_body,
             small: None,
+            peers: Arc::default(),
             decoded: Arc::new(tokio::sync::Semaphore::new(decoded)),
             decoded_total: decoded,
         }
@@ -597,12 +623,18 @@ impl BodyBudget {
     }
 
     /// Reads a body of at most the per-body limit, as [`read_body`] does, once its size fits in
-    /// the budget.
+    /// the budget; one sent from `peer` (the client's address, [`PeerAddr`]) also waits for one
+    /// of that address's [`BODIES_PER_PEER`] turns.
     ///
     /// Errors: those of [`read_body`], [`BodyError::Timeout`] when the body has not arrived
     /// within [`BODY_READ_TIMEOUT`] (waiting for room included), and [`BodyError::TooSlow`]
     /// when it held its share longer than [`body_hold_time`].
-    pub async fn read(&self, headers: &HeaderMap, body: Body) -> Result<HeldBody, BodyError> {
+    pub async fn read(
+        &self,
+        peer: Option<IpAddr>,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<HeldBody, BodyError> {
         let declared = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
@@ -619,7 +651,18 @@ impl BodyBudget {
                 return Ok(HeldBody {
                     bytes: Bytes::new(),
                     _share: None,
+                    _turn: None,
                 });
+            };
+            let turn = match peer {
+                Some(ip) => Some(
+                    self.peer_turns(ip)
+                        .acquire_owned()
+                        .await
+                        // A peer's semaphore is never closed.
+                        .map_err(|_| BodyError::Timeout)?,
+                ),
+                None => None,
             };
             // The whole declared size at once, when the body starts to arrive: taken a part
             // at a time, two bodies that together overflow the budget would each wait for
@@ -645,11 +688,25 @@ impl BodyBudget {
             Ok(HeldBody {
                 bytes,
                 _share: Some(share),
+                _turn: turn,
             })
         };
         tokio::time::timeout(BODY_READ_TIMEOUT, read)
             .await
             .map_err(|_| BodyError::Timeout)?
+    }
+
+    /// The turns of the bodies sent from `ip`. Entries nobody holds or waits for (only the map
+    /// refers to them) are dropped once the map has 64 or more.
+    fn peer_turns(&self, ip: IpAddr) -> Arc<tokio::sync::Semaphore> {
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        if peers.len() >= 64 {
+            peers.retain(|_, turns| Arc::strong_count(turns) > 1);
+        }
+        peers
+            .entry(ip)
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(BODIES_PER_PEER)))
+            .clone()
     }
 
     /// Waits until `cost` bytes of decoding (at most the whole decoding budget) fit beside the
@@ -739,6 +796,8 @@ async fn serve_connection(
             return;
         }
     };
+    // Handlers learn the client's address from the request ([`PeerAddr`]).
+    let router = router.layer(axum::Extension(PeerAddr(peer)));
     // Not hyper's shutdown of the stream, which would close it at once: `linger` does.
     match http::drive(tls, router, HEADER_READ_TIMEOUT, stop).await {
         Ok(tls) => linger(tls).await,

@@ -305,7 +305,8 @@ async fn handle(
         (status, [(header::CONTENT_TYPE, "text/plain")], text).into_response()
     };
     let (head, body) = request.into_parts();
-    let body = match budget.read(&head.headers, body).await {
+    let peer = linkerd_runtime::tls::PeerAddr::ip_of(&head.extensions);
+    let body = match budget.read(peer, &head.headers, body).await {
         Ok(body) => body,
         Err(BodyError::TooLarge { .. }) => {
             return text(

@@ -81,7 +81,16 @@ async fn start(
         .await
         .unwrap();
     let addr = server.local_addr();
-    let router = Router::new().route("/", get(|| async { "hello over tls" }));
+    // It names the client's address, as handlers learn it ([`PeerAddr`]).
+    let router = Router::new().route(
+        "/",
+        get(|request: axum::extract::Request| async move {
+            match PeerAddr::ip_of(request.extensions()) {
+                Some(ip) => format!("hello over tls, {ip}"),
+                None => "hello over tls, whoever you are".to_string(),
+            }
+        }),
+    );
     let (trigger, shutdown) = crate::shutdown::channel();
     let task = tokio::spawn(server.serve(router, shutdown.signaled()));
     (addr, trigger, task)
@@ -97,7 +106,10 @@ async fn serves_a_router_over_tls() {
 
     let (response, leaf) = fetch(addr, &[&cert]).await.unwrap();
     assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
-    assert!(response.ends_with("\r\n\r\nhello over tls"), "{response}");
+    assert!(
+        response.ends_with("\r\n\r\nhello over tls, 127.0.0.1"),
+        "{response}"
+    );
     assert_eq!(leaf, cert.der);
 
     // A client that does not trust the certificate fails the handshake.
@@ -127,7 +139,10 @@ async fn serves_the_new_certificate_once_the_files_change() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let (response, leaf) = fetch(addr, &[&old, &new]).await.unwrap();
-        assert!(response.ends_with("hello over tls"), "{response}");
+        assert!(
+            response.ends_with("hello over tls, 127.0.0.1"),
+            "{response}"
+        );
         if leaf == new.der {
             break;
         }
@@ -443,7 +458,10 @@ async fn an_early_answer_reaches_a_client_still_sending() {
     let mut response = String::new();
     tls.read_to_string(&mut response).await.unwrap();
     assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
-    assert!(response.ends_with("\r\n\r\nhello over tls"), "{response}");
+    assert!(
+        response.ends_with("\r\n\r\nhello over tls, 127.0.0.1"),
+        "{response}"
+    );
 }
 
 fn with_length(length: Option<usize>) -> HeaderMap {
@@ -469,7 +487,7 @@ async fn a_body_budget_holds_at_most_its_bytes_of_bodies() {
     let budget = BodyBudget::new(10, 8, 100);
     let (tx_a, body_a) = fed_body();
     let headers_a = with_length(Some(8));
-    let mut a = Box::pin(budget.read(&headers_a, body_a));
+    let mut a = Box::pin(budget.read(None, &headers_a, body_a));
     assert!(
         (&mut a).now_or_never().is_none(),
         "its body has not arrived"
@@ -485,11 +503,11 @@ async fn a_body_budget_holds_at_most_its_bytes_of_bodies() {
 
     // 4 bytes do not fit beside a's 8: b waits.
     let headers_b = with_length(Some(4));
-    let mut b = Box::pin(budget.read(&headers_b, Body::from("four")));
+    let mut b = Box::pin(budget.read(None, &headers_b, Body::from("four")));
     assert!((&mut b).now_or_never().is_none());
     // Refused without waiting, though the budget is full.
     let too_large = budget
-        .read(&with_length(Some(9)), Body::from("ninebytes"))
+        .read(None, &with_length(Some(9)), Body::from("ninebytes"))
         .now_or_never()
         .expect("not waiting");
     assert!(matches!(too_large, Err(BodyError::TooLarge { limit: 8 })));
@@ -508,14 +526,14 @@ async fn a_body_budget_holds_at_most_its_bytes_of_bodies() {
     // A body that declares no length takes the per-body limit; an empty one nothing.
     let (tx_c, body_c) = fed_body();
     let no_length = with_length(None);
-    let mut c = Box::pin(budget.read(&no_length, body_c));
+    let mut c = Box::pin(budget.read(None, &no_length, body_c));
     tx_c.unbounded_send(Bytes::from_static(b"abc")).unwrap();
     assert!((&mut c).now_or_never().is_none());
     assert_eq!(budget.available(), 2);
     drop(tx_c);
     assert_eq!(&c.await.unwrap()[..], b"abc");
     let empty = budget
-        .read(&with_length(Some(0)), Body::empty())
+        .read(None, &with_length(Some(0)), Body::empty())
         .await
         .unwrap();
     assert!(empty.is_empty());
@@ -532,12 +550,12 @@ async fn small_bodies_do_not_wait_behind_large_ones() {
     let (tx, stalled) = fed_body();
     tx.unbounded_send(Bytes::from_static(b"{")).unwrap();
     let headers = with_length(Some(10));
-    let mut stalled = Box::pin(budget.read(&headers, stalled));
+    let mut stalled = Box::pin(budget.read(None, &headers, stalled));
     assert!((&mut stalled).now_or_never().is_none());
     assert_eq!(budget.available(), 0);
 
     let small = budget
-        .read(&with_length(Some(4)), Body::from("four"))
+        .read(None, &with_length(Some(4)), Body::from("four"))
         .now_or_never()
         .expect("not waiting")
         .unwrap();
@@ -551,13 +569,13 @@ async fn small_bodies_do_not_wait_behind_large_ones() {
     assert_eq!(budget.small_available(), 6);
 
     let no_length = with_length(None);
-    let mut unsized_body = Box::pin(budget.read(&no_length, Body::from("abc")));
+    let mut unsized_body = Box::pin(budget.read(None, &no_length, Body::from("abc")));
     assert!(
         (&mut unsized_body).now_or_never().is_none(),
         "no length: not small"
     );
     let five = with_length(Some(5));
-    let mut larger = Box::pin(budget.read(&five, Body::from("fives")));
+    let mut larger = Box::pin(budget.read(None, &five, Body::from("fives")));
     assert!(
         (&mut larger).now_or_never().is_none(),
         "over the small size"
@@ -567,6 +585,52 @@ async fn small_bodies_do_not_wait_behind_large_ones() {
     drop(stalled);
     assert_eq!(&unsized_body.await.unwrap()[..], b"abc");
     assert_eq!(&larger.await.unwrap()[..], b"fives");
+}
+
+/// A client address has at most `BODIES_PER_PEER` bodies in the budget at once: its next one
+/// waits for one of them, outside the budget's queue, so bodies from other addresses (and from
+/// no known address) are read at once, though the small bodies' pool has room for more.
+#[tokio::test]
+async fn a_peer_has_at_most_its_turns_in_the_budget() {
+    use futures::FutureExt;
+    let budget = BodyBudget::new(1_000, 10, 100).with_small_bodies(4, 1_000);
+    let greedy: IpAddr = "10.0.0.1".parse().unwrap();
+    let other: IpAddr = "10.0.0.2".parse().unwrap();
+    let headers = with_length(Some(4));
+    let mut senders = Vec::new();
+    let mut stalled = Vec::new();
+    for _ in 0..BODIES_PER_PEER {
+        let (tx, body) = fed_body();
+        tx.unbounded_send(Bytes::from_static(b"{")).unwrap();
+        let mut read = Box::pin(budget.read(Some(greedy), &headers, body));
+        assert!((&mut read).now_or_never().is_none());
+        senders.push(tx);
+        stalled.push(read);
+    }
+    assert_eq!(budget.small_available(), 1_000 - 4 * BODIES_PER_PEER);
+    let mut next = Box::pin(budget.read(Some(greedy), &headers, Body::from("next")));
+    assert!(
+        (&mut next).now_or_never().is_none(),
+        "a peer's body past its turns waits"
+    );
+    assert_eq!(budget.small_available(), 1_000 - 4 * BODIES_PER_PEER);
+    for peer in [Some(other), None] {
+        let read = budget
+            .read(peer, &headers, Body::from("four"))
+            .now_or_never()
+            .expect("not waiting")
+            .unwrap();
+        assert_eq!(&read[..], b"four");
+    }
+    // One of the stalled bodies ends: the waiting one has its turn.
+    senders[0]
+        .unbounded_send(Bytes::from_static(b"}}}"))
+        .unwrap();
+    senders.remove(0);
+    let done = stalled.remove(0).await.unwrap();
+    assert_eq!(&done[..], b"{}}}");
+    drop(done);
+    assert_eq!(&next.await.unwrap()[..], b"next");
 }
 
 /// Decoding shares wait until they fit; one larger than the whole budget takes all of it.
@@ -593,7 +657,10 @@ async fn a_body_that_does_not_arrive_times_out() {
     let budget = BodyBudget::new(10, 8, 100);
     let (_tx, body) = fed_body();
     let started = tokio::time::Instant::now();
-    let error = budget.read(&with_length(Some(8)), body).await.unwrap_err();
+    let error = budget
+        .read(None, &with_length(Some(8)), body)
+        .await
+        .unwrap_err();
     assert!(matches!(error, BodyError::Timeout));
     assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
     assert_eq!(
@@ -620,14 +687,14 @@ async fn a_body_that_stalls_frees_its_share_after_its_hold_time() {
     let headers = with_length(Some(limit));
     let stalled = tokio::spawn({
         let budget = budget.clone();
-        async move { budget.read(&headers, stalled).await }
+        async move { budget.read(None, &headers, stalled).await }
     });
     tokio::task::yield_now().await;
     assert_eq!(budget.available(), 0);
 
     let started = tokio::time::Instant::now();
     let small = budget
-        .read(&with_length(Some(5)), Body::from("small"))
+        .read(None, &with_length(Some(5)), Body::from("small"))
         .await
         .expect("read once the stalled body is given up");
     assert_eq!(&small[..], b"small");
