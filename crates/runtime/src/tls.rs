@@ -109,8 +109,11 @@ pub const MIN_BODY_RATE: usize = 4 * 1024 * 1024;
 /// limit). The API server sends a review of a few KiB in one write; without this bound, three
 /// clients that declare 10 MiB and then stall kept reviews waiting for the whole
 /// [`BODY_READ_TIMEOUT`], and the API server would have given up on them.
+///
+/// Rounded to whole milliseconds, as error messages show it (`3.384s`, not `3.384185791s`).
 pub fn body_hold_time(size: usize) -> Duration {
-    Duration::from_secs(1) + Duration::from_secs_f64(size as f64 / MIN_BODY_RATE as f64)
+    let millis = 1_000.0 + 1_000.0 * size as f64 / MIN_BODY_RATE as f64;
+    Duration::from_millis(millis.round() as u64)
 }
 
 /// The memory a server's request bodies take at once, by size: the bytes of the bodies being

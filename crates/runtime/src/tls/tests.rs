@@ -677,9 +677,15 @@ async fn a_body_that_does_not_arrive_times_out() {
 async fn a_body_that_stalls_frees_its_share_after_its_hold_time() {
     let limit = 10 * 1024 * 1024;
     assert_eq!(body_hold_time(limit), Duration::from_millis(3500));
+    assert_eq!(body_hold_time(5_000), Duration::from_millis(1_001));
+    assert_eq!(body_hold_time(10_000_000), Duration::from_millis(3_384));
     assert_eq!(
-        body_hold_time(5_000),
-        Duration::from_secs(1) + Duration::from_secs_f64(5_000.0 / 4_194_304.0)
+        BodyError::TooSlow {
+            size: 10_000_000,
+            allowed: body_hold_time(10_000_000)
+        }
+        .to_string(),
+        "the request body (10000000 bytes) did not arrive within 3.384s of its turn (1s, and 1s more per 4 MiB)"
     );
     let budget = BodyBudget::new(limit, limit, 100);
     let (tx, stalled) = fed_body();
