@@ -129,9 +129,33 @@ pub(crate) fn report_stream_end(rpc: &str, target: &str) {
     eprintln!("{rpc} {target}: the server ended the stream");
 }
 
+/// `target` with port 80, when it is an IP address without a port (`10.96.0.1`, `fd00::1`,
+/// `[fd00::1]`): what a proxy would ask for instead, for a hint (`10.96.0.1:80`,
+/// `[fd00::1]:80`). `None` for anything else.
+pub fn with_example_port(target: &str) -> Option<std::net::SocketAddr> {
+    let ip = target
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(target);
+    ip.parse::<std::net::IpAddr>()
+        .ok()
+        .map(|ip| std::net::SocketAddr::new(ip, 80))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ip_without_a_port_gets_port_80_as_an_example() {
+        let example = |t| with_example_port(t).map(|a| a.to_string());
+        assert_eq!(example("10.96.0.1").as_deref(), Some("10.96.0.1:80"));
+        assert_eq!(example("fd00::1").as_deref(), Some("[fd00::1]:80"));
+        assert_eq!(example("[fd00::1]").as_deref(), Some("[fd00::1]:80"));
+        assert_eq!(example("10.96.0.1:80"), None);
+        assert_eq!(example("[fd00::1]:80"), None);
+        assert_eq!(example("web.ns.svc.cluster.local"), None);
+    }
 
     #[test]
     fn destination_uri_adds_http_and_refuses_other_schemes() {

@@ -230,34 +230,26 @@ impl OutboundArgs {
     /// A TARGET that is an IP address without a port goes out as an authority, which the
     /// controller refuses as not a Service's: say that a proxy asks for `IP:PORT`.
     fn target_hint(&self, error: Error) -> Error {
-        let ip = self
-            .target
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>();
-        match (error, ip) {
+        match (error, client::with_example_port(&self.target)) {
             (
                 Error::Status {
                     rpc,
                     target,
                     status,
                 },
-                Ok(ip),
-            ) => {
-                let example = std::net::SocketAddr::new(ip, 80);
-                Error::Status {
-                    rpc,
-                    target,
-                    status: tonic::Status::new(
-                        status.code(),
-                        format!(
-                            "{} (TARGET is an IP address without a port: a proxy asks for \
+                Some(example),
+            ) => Error::Status {
+                rpc,
+                target,
+                status: tonic::Status::new(
+                    status.code(),
+                    format!(
+                        "{} (TARGET is an IP address without a port: a proxy asks for \
                              IP:PORT, such as `{example}`)",
-                            status.message()
-                        ),
+                        status.message()
                     ),
-                }
-            }
+                ),
+            },
             (other, _) => other,
         }
     }

@@ -95,3 +95,27 @@ async fn a_target_that_is_not_a_service_authority_exits_2() {
          authority must be of the form <name>.<namespace>.svc.<domain>\n"
     );
 }
+
+/// An IP address without a port is refused before anything is asked, with what a proxy asks
+/// for instead (newcomer finding: `policy outbound` gave this hint and `explain` did not).
+#[tokio::test]
+async fn an_address_without_a_port_is_refused_with_an_example() {
+    let cluster = Cluster::start("emojivoto").await;
+    for (target, example) in [
+        ("10.96.0.1", "10.96.0.1:80"),
+        ("fd00:10:244:2::13", "[fd00:10:244:2::13]:80"),
+    ] {
+        let expected = format!(
+            "dst-diag: invalid TARGET \"{target}\": an IP address without a port: a proxy asks \
+             for IP:PORT, such as `{example}`\n"
+        );
+        let run = cluster.offline(&["outbound", target]).await;
+        assert_eq!(
+            (run.stdout.as_str(), run.stderr.as_str()),
+            ("", expected.as_str())
+        );
+        assert_eq!(run.code, Some(2), "{}", run.stderr);
+        let run = cluster.online(&["outbound", target]).await;
+        assert_eq!(run.stderr, expected);
+    }
+}

@@ -114,7 +114,19 @@ impl OutboundArgs {
     }
 
     /// The explanation and the decision (routed, or no route).
+    ///
+    /// Errors: [`ExplainError::InvalidArgument`] for an IP address without a port, which a
+    /// proxy never asks for; then those of the policy source and of the request's flags.
     pub async fn explain(&self) -> Result<(String, Decision), ExplainError> {
+        if let Some(example) = crate::client::with_example_port(&self.target) {
+            return Err(ExplainError::InvalidArgument {
+                flag: "TARGET",
+                value: self.target.clone(),
+                reason: format!(
+                    "an IP address without a port: a proxy asks for IP:PORT, such as `{example}`"
+                ),
+            });
+        }
         let policy = self
             .source
             .outbound_policy(self.traffic_spec(), &self.target)
