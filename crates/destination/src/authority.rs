@@ -72,9 +72,10 @@ pub fn split_host_port(path: &str) -> Result<(&str, u16), AuthorityError> {
             .rsplit_once(':')
             .ok_or_else(|| invalid("missing port"))?;
         if host.contains(':') {
-            // `fd00::1:80` is an IPv6 address left bare; `http://web:80` or `web:80:80` is not
-            // an authority at all.
-            return Err(invalid(if host.parse::<Ipv6Addr>().is_ok() {
+            // `fd00::1:80` is an IPv6 address left bare (and so is `fd00:10:244:2::13`, whose
+            // last group is not a port); `http://web:80` or `web:80:80` is not an authority.
+            let bare_ipv6 = host.parse::<Ipv6Addr>().is_ok() || path.parse::<Ipv6Addr>().is_ok();
+            return Err(invalid(if bare_ipv6 {
                 "IPv6 addresses must be bracketed"
             } else {
                 "not host:port (one `:` at most, and no scheme such as `http://`)"
@@ -318,6 +319,10 @@ mod tests {
             other => panic!("{p}: {other:?}"),
         };
         assert_eq!(reason("fd00::1:80"), "IPv6 addresses must be bracketed");
+        assert_eq!(
+            reason("fd00:10:244:2::13"),
+            "IPv6 addresses must be bracketed"
+        );
         for path in [
             "http://web-svc.emojivoto.svc.cluster.local:80",
             "web-svc.emojivoto.svc.cluster.local:80:80",
