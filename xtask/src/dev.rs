@@ -409,6 +409,9 @@ fn write_certs(out: &Path) -> anyhow::Result<CertFiles> {
             .iter()
             .find(|w| w.webhook.file_stem == stem)
             .with_context(|| format!("no {stem} webhook certificate"))?;
+        // The CA that signed it, as the webhook configuration's `caBundle` holds it: what a
+        // client verifying the server needs (the serving certificate is not self-signed).
+        write(&format!("{stem}-ca.crt"), &w.ca_pem)?;
         Ok((
             write(&format!("{stem}.crt"), &w.serving.cert_pem)?,
             write(&format!("{stem}.key"), &w.serving.key_pem)?,
