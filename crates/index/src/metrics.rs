@@ -173,7 +173,7 @@ impl IndexMetrics {
         );
         registry.register(
             "offline_reloads",
-            "Times the state directory was re-read after a change",
+            "Times the state directory was re-read after a change (not counting retries that could not list it)",
             metrics.offline_reloads.family.clone(),
         );
         registry.register(

@@ -357,7 +357,10 @@ impl OfflineSource {
                     } else {
                         state.refresh(&todo.paths)
                     };
-                    state.metrics.offline_reloads.inc();
+                    // A retry that could not list the directory read nothing.
+                    if !state.relist {
+                        state.metrics.offline_reloads.inc();
+                    }
                     tracing::debug!(dir = %state.dir.display(), changed = changes.len(), "cluster state directory re-read");
                     (state, changes, decoded)
                 })

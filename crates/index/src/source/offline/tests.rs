@@ -1209,12 +1209,17 @@ async fn a_directory_deleted_and_recreated_is_read_and_watched_again() {
     let dir = root.path().join("state");
     std::fs::create_dir(&dir).unwrap();
     write(&dir, "a.yaml", &svc_yaml("a", 80));
-    let mut services = services(&dir, &IndexMetrics::default()).await;
+    let metrics = IndexMetrics::default();
+    let mut services = services(&dir, &metrics).await;
     assert!(matches!(next(&mut services).await, Event::Reset(o) if o.len() == 1));
 
-    // What was read stands while the directory is gone (as when it is moved away)...
+    // What was read stands while the directory is gone (as when it is moved away), and the
+    // retries that find it missing read nothing: they are not counted as reloads...
     std::fs::remove_dir_all(&dir).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let reloads = metrics.offline_reloads.get();
+    tokio::time::sleep(RETRY_MIN * 3).await;
+    assert_eq!(metrics.offline_reloads.get(), reloads);
     // ...and once it is back, it is listed again within a retry.
     std::fs::create_dir(&dir).unwrap();
     write(&dir, "b.yaml", &svc_yaml("b", 80));
