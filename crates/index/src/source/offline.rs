@@ -486,7 +486,12 @@ impl StateDir {
             }
         };
         if std::mem::take(&mut self.relist) {
-            tracing::info!(dir = %self.dir.display(), "cluster state directory listed again");
+            // Never listed before: a directory that was missing at start has appeared.
+            if self.inode.is_some() {
+                tracing::info!(dir = %self.dir.display(), "cluster state directory listed again");
+            } else {
+                tracing::info!(dir = %self.dir.display(), "cluster state directory appeared and was listed");
+            }
         }
         self.inode = dir_inode(&self.dir);
         let gone: Vec<PathBuf> = self

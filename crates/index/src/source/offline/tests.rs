@@ -734,6 +734,33 @@ fn a_bad_file_says_whether_objects_were_kept() {
     assert_eq!(delivered(), [], "a's definition stays served");
 }
 
+/// A directory missing when first listed, then created, is said to have appeared; one that
+/// was listed before, went and came back, to be listed again (newcomer finding: the first
+/// said "listed again" too).
+#[test]
+fn a_directory_that_appears_is_not_said_to_be_listed_again() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("state");
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(&dir, &metrics);
+    let mut rescan = || logged(|| drop(state.rescan())).1;
+    assert!(rescan().contains("cannot list the cluster state directory"));
+    std::fs::create_dir(&dir).unwrap();
+    let log = rescan();
+    assert!(
+        log.contains("cluster state directory appeared and was listed"),
+        "{log}"
+    );
+    std::fs::remove_dir(&dir).unwrap();
+    rescan();
+    std::fs::create_dir(&dir).unwrap();
+    let log = rescan();
+    assert!(
+        log.contains("cluster state directory listed again"),
+        "{log}"
+    );
+}
+
 /// A state directory whose Services are delivered into `DELIVERED` of the test's thread.
 fn state_dir(dir: &Path, metrics: &IndexMetrics) -> StateDir {
     let (tx, rx) = mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
