@@ -7,6 +7,7 @@
 //! keys, addresses are `ip:port` strings, and durations are `{"seconds":N,"nanos":M}` as the
 //! server's `--meshed-http2-client-params` flag takes them.
 
+use linkerd_runtime::log::escape_controls;
 use linkerd2_proxy_api::{
     destination::{
         Http2ClientParams, ProtocolHint, TlsIdentity, Update, WeightedAddr, WeightedAddrSet,
@@ -20,6 +21,7 @@ use linkerd2_proxy_api::{
 };
 use serde_json::{Map, Value, json};
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, HashMap},
     io::{self, Write},
     net::SocketAddr,
@@ -188,22 +190,6 @@ fn addrs_table_in(addrs: &[WeightedAddr], cluster: Option<&str>) -> Table {
     table
 }
 
-/// `text` with each control character written as its Rust escape (`\n`, `\t`, `\u{1b}`).
-fn escape_controls(text: String) -> String {
-    if !text.chars().any(char::is_control) {
-        return text;
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 // === impl Table ===
 
 impl Table {
@@ -220,8 +206,11 @@ impl Table {
     /// stream's target, a label), and a line break or a terminal escape there would forge rows
     /// or recolour the terminal.
     pub fn push<const N: usize>(&mut self, row: [String; N]) {
-        self.rows
-            .push(row.into_iter().map(escape_controls).collect());
+        let escaped = |cell: String| match escape_controls(&cell) {
+            Cow::Borrowed(_) => cell,
+            Cow::Owned(escaped) => escaped,
+        };
+        self.rows.push(row.into_iter().map(escaped).collect());
     }
 
     /// Whether no row was pushed.

@@ -75,6 +75,12 @@ fn mk_slice(pods: &[(&str, &str)]) -> Value {
     })
 }
 
+/// Writes `items` into `dir/state.json`, as one `kind: List`.
+fn write_state(dir: &Path, items: Vec<Value>) {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    std::fs::write(dir.join("state.json"), list.to_string()).unwrap();
+}
+
 fn web_key() -> EndpointsKey {
     EndpointsKey {
         service: ObjectRef {
@@ -353,17 +359,14 @@ async fn a_linked_state_directory_that_appears_later_is_picked_up() {
     // The directory appears, written elsewhere and moved in whole.
     let staging = parent.path().join("staging");
     std::fs::create_dir(&staging).unwrap();
-    let list = |items: Vec<Value>| json!({"apiVersion": "v1", "kind": "List", "items": items});
-    std::fs::write(
-        staging.join("state.json"),
-        list(vec![
+    write_state(
+        &staging,
+        vec![
             mk_service(),
             mk_pod("web-1", "10.2.0.1"),
             mk_slice(&[("web-1", "10.2.0.1")]),
-        ])
-        .to_string(),
-    )
-    .unwrap();
+        ],
+    );
     std::fs::rename(&staging, &dir).unwrap();
 
     let mut web = east.index.endpoints(web_key());
@@ -381,17 +384,15 @@ async fn a_linked_state_directory_that_appears_later_is_picked_up() {
     assert_eq!(metrics.errors("state_dir"), 0);
 
     // It is followed from then on: an edit is seen.
-    std::fs::write(
-        dir.join("state.json"),
-        list(vec![
+    write_state(
+        &dir,
+        vec![
             mk_service(),
             mk_pod("web-1", "10.2.0.1"),
             mk_pod("web-2", "10.2.0.2"),
             mk_slice(&[("web-1", "10.2.0.1"), ("web-2", "10.2.0.2")]),
-        ])
-        .to_string(),
-    )
-    .unwrap();
+        ],
+    );
     wait_addrs(&mut web, &["10.2.0.1:8080", "10.2.0.2:8080"]).await;
 }
 
@@ -419,11 +420,7 @@ async fn a_linked_state_path_that_is_a_file_is_retried() {
 
     std::fs::remove_file(&path).unwrap();
     std::fs::create_dir(&path).unwrap();
-    std::fs::write(
-        path.join("state.json"),
-        json!({"apiVersion": "v1", "kind": "List", "items": [mk_service()]}).to_string(),
-    )
-    .unwrap();
+    write_state(&path, vec![mk_service()]);
     let east = wait_cluster(&store, "east", None).await;
     wait_metric(
         &registry,
@@ -442,11 +439,7 @@ async fn a_duplicate_link_secret_is_counted_once() {
     let east_dir = tempfile::tempdir().unwrap();
     let west_dir = tempfile::tempdir().unwrap();
     for dir in [&east_dir, &west_dir] {
-        std::fs::write(
-            dir.path().join("state.json"),
-            json!({"apiVersion": "v1", "kind": "List", "items": [mk_service()]}).to_string(),
-        )
-        .unwrap();
+        write_state(dir.path(), vec![mk_service()]);
     }
     let mut watches = Watches::new(IndexMetrics::default());
     let mut registry = Registry::default();

@@ -1524,33 +1524,8 @@ async fn large_reviews_take_turns_for_the_body_budget() {
 /// their share, before any is given up.
 #[tokio::test]
 async fn stalled_large_bodies_do_not_hold_up_small_reviews() {
-    const DECLARED: usize = 10_000_000;
-    let webhook = Arc::new(mk_webhook().await);
-    let mut stalled = Vec::new();
-    for _ in 0..8 {
-        // Not the review's address: one address has at most `BODIES_PER_PEER` bodies in.
-        let mut tls = webhook.connect_from("127.0.0.3".parse().unwrap()).await;
-        let head = format!(
-            "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {DECLARED}\r\nconnection: close\r\n\r\n{{\"apiVersion\""
-        );
-        tls.write_all(head.as_bytes()).await.unwrap();
-        tls.flush().await.unwrap();
-        stalled.push(tls);
-    }
-    // Until the server has read every head and first bytes.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-
-    let small = webhook.send("POST", "/", &review_of_size(4096)).await;
-    assert_eq!(small.status, 200, "{}", small.body);
-    for (i, tls) in stalled.iter_mut().enumerate() {
-        let mut byte = [0u8; 1];
-        let read =
-            tokio::time::timeout(std::time::Duration::from_millis(1), tls.read(&mut byte)).await;
-        assert!(
-            read.is_err(),
-            "stalled client {i} was answered before the small review: the review waited for it"
-        );
-    }
+    // Not the review's address: one address has at most `BODIES_PER_PEER` bodies in.
+    review_answered_while_clients_stall("127.0.0.3", 8, 10_000_000).await;
 }
 
 /// Clients of one address that declare small bodies and stall hold up no review from another
@@ -1559,23 +1534,30 @@ async fn stalled_large_bodies_do_not_hold_up_small_reviews() {
 /// in the budget, so the review is answered while all of them still stall.
 #[tokio::test]
 async fn stalled_small_bodies_of_one_client_do_not_hold_up_others() {
-    const DECLARED: usize = linkerd_admission::SMALL_BODY_BYTES;
-    let webhook = Arc::new(mk_webhook().await);
-    let attacker: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    review_answered_while_clients_stall("127.0.0.2", 64, linkerd_admission::SMALL_BODY_BYTES).await;
+}
+
+/// Opens `clients` connections from `from` that each declare a body of `declared` bytes, send
+/// its first bytes and stall; then asserts that a review of 4 KiB from 127.0.0.1 is answered
+/// while none of them has been (it did not wait for any of them).
+async fn review_answered_while_clients_stall(from: &str, clients: usize, declared: usize) {
+    let webhook = mk_webhook().await;
+    let from: std::net::IpAddr = from.parse().unwrap();
     let mut stalled = Vec::new();
-    for _ in 0..64 {
-        let mut tls = webhook.connect_from(attacker).await;
+    for _ in 0..clients {
+        let mut tls = webhook.connect_from(from).await;
         let head = format!(
-            "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {DECLARED}\r\nconnection: close\r\n\r\n{{\"a\""
+            "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {declared}\r\nconnection: close\r\n\r\n{{\"apiVersion\""
         );
         tls.write_all(head.as_bytes()).await.unwrap();
         tls.flush().await.unwrap();
         stalled.push(tls);
     }
+    // Until the server has read every head and first bytes.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
 
-    let small = webhook.send("POST", "/", &review_of_size(4096)).await;
-    assert_eq!(small.status, 200, "{}", small.body);
+    let review = webhook.send("POST", "/", &review_of_size(4096)).await;
+    assert_eq!(review.status, 200, "{}", review.body);
     for (i, tls) in stalled.iter_mut().enumerate() {
         let mut byte = [0u8; 1];
         let read =

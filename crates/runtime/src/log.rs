@@ -107,17 +107,26 @@ impl<'writer> FormatFields<'writer> for EscapedFields {
     ) -> std::fmt::Result {
         let mut text = String::new();
         self.0.format_fields(Writer::new(&mut text), fields)?;
-        for c in text.chars() {
-            match c {
-                '\n' => writer.write_str("\\n")?,
-                '\r' => writer.write_str("\\r")?,
-                '\t' => writer.write_str("\\t")?,
-                c if c.is_control() => write!(writer, "\\u{{{:x}}}", u32::from(c))?,
-                c => writer.write_char(c)?,
-            }
-        }
-        Ok(())
+        writer.write_str(&escape_controls(&text))
     }
+}
+
+/// `text` with each control character written as its Rust escape (`\n`, `\r`, `\t`,
+/// `\u{1b}`), borrowed when it has none: how plain log lines ([`EscapedFields`]) and
+/// `dst-diag`'s tables show names that clients and the cluster chose.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
 }
 
 /// Ends a binary's `main`: `Ok` exits 0; an error is reported once, as one line with its causes
