@@ -341,3 +341,41 @@ fn filters_that_cannot_match_are_refused_with_the_field_named() {
     assert_eq!(ok.api.as_deref(), Some("Watch"));
     assert_eq!(ok.peer_ip, Some("::1".parse().unwrap()));
 }
+
+#[test]
+fn a_packed_peer_gives_back_the_address_and_port() {
+    for peer in [
+        None,
+        Some("10.42.0.7:4143".parse().unwrap()),
+        Some("0.0.0.0:0".parse().unwrap()),
+        Some("[fd00:10:244::13]:65535".parse().unwrap()),
+        Some("[::ffff:10.0.0.1]:80".parse().unwrap()),
+    ] {
+        assert_eq!(PackedPeer::new(peer).get(), peer, "{peer:?}");
+    }
+    // The scope ID is not kept: the API shows `address:port`.
+    let scoped: SocketAddr = "[fe80::1%3]:8086".parse().unwrap();
+    assert_eq!(
+        PackedPeer::new(Some(scoped)).get(),
+        Some("[fe80::1]:8086".parse().unwrap())
+    );
+}
+
+/// What each of tens of thousands of streams keeps in its entry besides its strings: 48 bytes
+/// of metadata (88 with the API's name, an `Option<SocketAddr>` and `u32` ends).
+#[test]
+fn packed_meta_is_48_bytes() {
+    assert_eq!(std::mem::size_of::<PackedMeta>(), 48);
+}
+
+#[test]
+fn every_api_is_kept_by_its_name() {
+    for api in APIS {
+        let packed = PackedMeta::new(StreamMeta {
+            api,
+            ..StreamMeta::default()
+        });
+        assert_eq!(packed.api(), api);
+        assert_eq!(packed.unpack().api, api);
+    }
+}
