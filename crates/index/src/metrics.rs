@@ -218,7 +218,8 @@ impl IndexMetrics {
         }
     }
 
-    /// Notes that a watch got an answer (`true`) or failed (`false`).
+    /// Notes that a watch got an answer (`true`) or failed (`false`): in offline mode, that the
+    /// state directory could be listed or not.
     pub(crate) fn api_answered(&self, answered: bool) {
         if let Some(reachable) = &self.api_reachable {
             reachable.send_if_modified(|r| std::mem::replace(r, answered) != answered);

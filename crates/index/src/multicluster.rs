@@ -19,9 +19,9 @@
 //! as often. A linked cluster whose API server does not answer its initial lists is
 //! logged and shown `unreachable` in `multicluster_linked_clusters{cluster,state}`; whatever
 //! its index holds (nothing, or the last known endpoints) is kept until its Secret goes. A
-//! cluster whose watches fail later (its API server gone) is shown `unreachable`, logged and
-//! counted the same way, keeps its endpoints, and is `connected` again when its watches get
-//! answers.
+//! cluster whose watches fail later (its API server gone, or its directory no longer listed) is
+//! shown `unreachable`, logged and counted the same way, keeps its endpoints, and is
+//! `connected` again when its watches get answers (its directory is listed again).
 //!
 //! When a link goes, its series (state, cache sizes) are removed.
 

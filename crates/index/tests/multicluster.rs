@@ -396,6 +396,62 @@ async fn a_linked_state_directory_that_appears_later_is_picked_up() {
     wait_addrs(&mut web, &["10.2.0.1:8080", "10.2.0.2:8080"]).await;
 }
 
+/// A linked cluster whose `--linked-cluster-state` directory goes away after it synced is
+/// shown unreachable, as one whose API server stops answering, and keeps its endpoints; it is
+/// connected again when the directory is back (newcomer finding: it stayed `connected`).
+#[tokio::test]
+async fn a_linked_state_directory_that_goes_away_shows_the_cluster_unreachable() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("east");
+    std::fs::create_dir(&dir).unwrap();
+    write_state(
+        &dir,
+        vec![
+            mk_service(),
+            mk_pod("web-1", "10.2.0.1"),
+            mk_slice(&[("web-1", "10.2.0.1")]),
+        ],
+    );
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (store, metrics) = store(
+        &mut watches,
+        &mut registry,
+        config(Duration::from_secs(10), &[("east", &dir)]),
+    );
+    watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
+    let east = wait_cluster(&store, "east", None).await;
+    let mut web = east.index.endpoints(web_key());
+    wait_addrs(&mut web, &["10.2.0.1:8080"]).await;
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
+    )
+    .await;
+
+    let away = parent.path().join("away");
+    std::fs::rename(&dir, &away).unwrap();
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="unreachable"} 1"#,
+    )
+    .await;
+    assert_eq!(metrics.errors("unreachable"), 1);
+    assert_eq!(addrs(&web.borrow()), socks(&["10.2.0.1:8080"]));
+
+    std::fs::rename(&away, &dir).unwrap();
+    wait_metric(
+        &registry,
+        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
+    )
+    .await;
+    assert_eq!(addrs(&web.borrow()), socks(&["10.2.0.1:8080"]));
+    assert!(
+        Arc::ptr_eq(&east, &store.get("east").unwrap()),
+        "not restarted"
+    );
+}
+
 /// A `--linked-cluster-state` path that is a file is logged and counted once, shown
 /// unreachable, and tried again until it is a directory.
 #[tokio::test]

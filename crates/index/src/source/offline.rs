@@ -482,9 +482,12 @@ impl StateDir {
                     tracing::warn!(dir = %self.dir.display(), %error, "cannot list the cluster state directory; keeping what was read before until it can be");
                 }
                 self.relist = true;
+                // A linked cluster's directory plays its API server: shown unreachable.
+                self.metrics.api_answered(false);
                 return (Changes::new(), decoded);
             }
         };
+        self.metrics.api_answered(true);
         if std::mem::take(&mut self.relist) {
             // Never listed before: a directory that was missing at start has appeared.
             if self.inode.is_some() {
