@@ -337,8 +337,9 @@ struct Links {
     /// are tried again, shown `unreachable`, and logged and counted again only when the error
     /// changes.
     waiting: BTreeMap<String, String>,
-    /// Valid link Secrets ignored because an earlier one names the same cluster: logged and
-    /// counted once, when they become so.
+    /// Valid link Secrets ignored because another one names the same cluster (the one the
+    /// running cluster was started from, else the first by namespace/name): logged and counted
+    /// once, when they become so.
     duplicates: BTreeSet<ObjectRef>,
     clusters: watch::Sender<Arc<Clusters>>,
 }
@@ -424,9 +425,18 @@ impl Links {
 
     /// Starts, restarts and stops links to match the valid Secrets.
     async fn reconcile(&mut self) {
+        let current = self.clusters.borrow().clone();
+        // The Secret a running cluster was started from keeps it: another one naming the same
+        // cluster is the duplicate, whatever the names' order (upstream's cluster store
+        // ignores a Secret for a cluster it already has).
+        let (established, others): (Vec<_>, Vec<_>) = self.valid.iter().partition(|(key, link)| {
+            current
+                .get(&link.cluster)
+                .is_some_and(|c| c.secret == **key)
+        });
         let mut wanted: BTreeMap<String, (ObjectRef, LinkSecret)> = BTreeMap::new();
         let mut duplicates = BTreeSet::new();
-        for (key, link) in &self.valid {
+        for (key, link) in established.into_iter().chain(others) {
             if let Some((first, _)) = wanted.get(&link.cluster) {
                 if !self.duplicates.contains(key) {
                     tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %link.cluster, first = %format!("{}/{}", first.namespace, first.name), "another link Secret names this cluster; ignoring this one");
@@ -439,7 +449,6 @@ impl Links {
         }
         self.duplicates = duplicates;
 
-        let current = self.clusters.borrow().clone();
         let mut next = Clusters::new();
         let mut changed = false;
         for (name, cluster) in current.iter() {

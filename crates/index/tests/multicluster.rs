@@ -487,6 +487,53 @@ async fn a_linked_state_path_that_is_a_file_is_retried() {
     assert_eq!(metrics.errors("state_dir"), 1);
 }
 
+/// A link Secret naming a cluster that another Secret already links is the duplicate, however
+/// their names sort: the running link keeps serving (newcomer finding: a Secret whose name
+/// sorted first took the cluster over, with its own trust domain). When the first Secret goes,
+/// the other one links the cluster.
+#[tokio::test]
+async fn a_later_link_secret_does_not_take_over_a_linked_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    write_state(dir.path(), vec![mk_service()]);
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (store, metrics) = store(
+        &mut watches,
+        &mut registry,
+        config(Duration::from_secs(10), &[("east", dir.path())]),
+    );
+    watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
+    let east = wait_cluster(&store, "east", None).await;
+    assert_eq!(east.trust_domain, "east.local");
+
+    // Sorts before `cluster-credentials-east`.
+    let mut second = link("east", "apiVersion: v1\n");
+    second.metadata.name = Some("a-second-east-link".into());
+    second.metadata.annotations.as_mut().unwrap().insert(
+        "multicluster.linkerd.io/trust-domain".into(),
+        "evil.local".into(),
+    );
+    watches.apply(Event::Apply(second));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="duplicate_cluster"} 1"#,
+    )
+    .await;
+    let kept = store.get("east").unwrap();
+    assert!(Arc::ptr_eq(&east, &kept), "the running link was replaced");
+    assert_eq!(kept.trust_domain, "east.local");
+    assert_eq!(kept.secret.name, "cluster-credentials-east");
+
+    watches.apply(Event::<Secret>::Delete(ObjectRef {
+        namespace: "linkerd".into(),
+        name: "cluster-credentials-east".into(),
+    }));
+    let after = wait_cluster(&store, "east", Some(&east)).await;
+    assert_eq!(after.trust_domain, "evil.local");
+    assert_eq!(after.secret.name, "a-second-east-link");
+    assert_eq!(metrics.errors("duplicate_cluster"), 1);
+}
+
 /// A second link Secret naming a linked cluster is ignored, logged and counted once
 /// (`duplicate_cluster`), however often the links are reconciled after (newcomer finding: it
 /// was logged at every change of any link Secret, and never counted).
