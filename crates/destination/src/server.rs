@@ -210,7 +210,7 @@ impl DestinationService {
         let labels = EndpointsLabels {
             cluster: match &dispatch {
                 Dispatch::Remote { cluster, .. } => cluster.clone(),
-                _ => "local".into(),
+                _ => linkerd_index::metrics::LOCAL_CLUSTER.into(),
             },
             namespace: name.namespace,
             service: name.service,

@@ -94,11 +94,15 @@ pub struct IndexMetrics {
     skipped: Arc<parking_lot::Mutex<Skipped>>,
 }
 
+/// The `cluster` label of the local cluster's series; a linked cluster cannot be named so
+/// ([`crate::model::LinkSecretError::ReservedClusterName`]).
+pub const LOCAL_CLUSTER: &str = "local";
+
 impl Default for IndexMetrics {
     /// Metrics registered nowhere (tests).
     fn default() -> Self {
         let cluster = ClusterLabels {
-            cluster: "local".to_string(),
+            cluster: LOCAL_CLUSTER.to_string(),
         };
         let counter = || ClusterCounter {
             family: Family::default(),

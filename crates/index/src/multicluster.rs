@@ -169,7 +169,8 @@ impl StartError {
 impl LinkMetrics {
     /// Registers `multicluster_linked_clusters{cluster,state}` (1 for each linked cluster's
     /// state: `syncing`, `connected` or `unreachable`, see [`LINK_STATES`]), `multicluster_link_errors_total{reason}` (link
-    /// Secrets or clusters that could not be used: `no_cluster_name`, `missing_annotation`,
+    /// Secrets or clusters that could not be used: `no_cluster_name`, `reserved_cluster_name`
+    /// (a cluster named `local`, the local cluster's label), `missing_annotation`,
     /// `no_kubeconfig`, `malformed_kubeconfig`, `client`, `state_dir`, `duplicate_cluster`,
     /// `unreachable`) and `cluster_store_size` (linked clusters, as upstream).
     pub fn register(registry: &mut Registry) -> Self {

@@ -52,6 +52,11 @@ pub struct LinkSecret {
 pub enum LinkSecretError {
     #[error("label {CLUSTER_NAME_LABEL} is empty")]
     NoClusterName,
+    #[error(
+        "label {CLUSTER_NAME_LABEL} is \"{}\", the name of the local cluster's metrics",
+        crate::metrics::LOCAL_CLUSTER
+    )]
+    ReservedClusterName,
     #[error("annotation {0} is missing or empty")]
     MissingAnnotation(&'static str),
     #[error("data key kubeconfig is missing")]
@@ -61,11 +66,12 @@ pub enum LinkSecretError {
 }
 
 impl LinkSecretError {
-    /// A short reason for metric labels (`no_cluster_name`, `missing_annotation`,
-    /// `no_kubeconfig`, `malformed_kubeconfig`).
+    /// A short reason for metric labels (`no_cluster_name`, `reserved_cluster_name`,
+    /// `missing_annotation`, `no_kubeconfig`, `malformed_kubeconfig`).
     pub fn reason(&self) -> &'static str {
         match self {
             Self::NoClusterName => "no_cluster_name",
+            Self::ReservedClusterName => "reserved_cluster_name",
             Self::MissingAnnotation(_) => "missing_annotation",
             Self::NoKubeconfig => "no_kubeconfig",
             Self::KubeconfigNotBase64(_) => "malformed_kubeconfig",
@@ -117,6 +123,10 @@ impl SecretInfo {
             .clone()
             .filter(|c| !c.is_empty())
             .ok_or(LinkSecretError::NoClusterName)?;
+        // Its series would be the local cluster's, and unlinking it would remove them.
+        if cluster == crate::metrics::LOCAL_CLUSTER {
+            return Err(LinkSecretError::ReservedClusterName);
+        }
         let annotation = |value: &Option<String>, key| {
             value
                 .clone()
@@ -180,6 +190,12 @@ mod tests {
 
     #[test]
     fn bad_link_secrets_say_what_is_wrong() {
+        let mut local = secret(json!({"kubeconfig": "eA=="}), domains());
+        local.cluster_name = Some("local".into());
+        let err = local.link().unwrap_err();
+        assert_eq!(err, LinkSecretError::ReservedClusterName);
+        assert_eq!(err.reason(), "reserved_cluster_name");
+        assert!(err.to_string().contains("\"local\""), "{err}");
         let no_kubeconfig = secret(json!({"other": "eA=="}), domains());
         assert_eq!(no_kubeconfig.link(), Err(LinkSecretError::NoKubeconfig));
         let not_base64 = secret(json!({"kubeconfig": "%%%"}), domains());
