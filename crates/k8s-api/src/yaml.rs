@@ -50,14 +50,32 @@ fn options_for(text: &str) -> serde_saphyr::Options {
 /// Errors (with the line and column) when `text` is not YAML, holds more than one document,
 /// or does not decode as `T`.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
+    refuse_nul(text)?;
     serde_saphyr::from_str_with_options(text, options_for(text))
+}
+
+/// Errors naming the line and column (bytes, from 1) of the first NUL character in `text`:
+/// YAML's character set has none, and serde-saphyr reads one as the end of the text, so a
+/// file with a NUL at its start would read as empty.
+fn refuse_nul(text: &str) -> Result<(), Error> {
+    let Some(at) = text.find('\0') else {
+        return Ok(());
+    };
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let column = at - before.rfind('\n').map_or(0, |newline| newline + 1) + 1;
+    Err(serde::de::Error::custom(format!(
+        "a NUL character at line {line}, column {column}: YAML does not allow it"
+    )))
 }
 
 /// Decodes every document of a multi-document (`---`) YAML text, in order. Empty documents
 /// (nothing, `~` or only comments between two `---`) are skipped, as kubectl skips them.
 ///
-/// Errors on the first document that is not YAML or does not decode as `T`.
+/// Errors on the first document that is not YAML or does not decode as `T`, and on a NUL
+/// character anywhere.
 pub fn from_documents<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, Error> {
+    refuse_nul(text)?;
     serde_saphyr::from_multiple_with_options(text, options_for(text))
 }
 
@@ -128,6 +146,27 @@ mod tests {
         let message = error.to_string();
         assert!(message.contains("duplicate mapping key: a"), "{message}");
         assert!(message.contains("line 3 column 1"), "{message}");
+    }
+
+    /// YAML's character set has no NUL; serde-saphyr read a text with one as ending there, so
+    /// a NUL at the start of a manifest file emptied it without an error (newcomer finding:
+    /// offline mode then withdrew the file's objects silently).
+    #[test]
+    fn a_nul_character_is_refused_with_its_place() {
+        for (text, place) in [
+            ("\0apiVersion: v1\nkind: Service\n", "line 1, column 1"),
+            ("a: 1\n# comment \0 here\n---\nb: 2\n", "line 2, column 11"),
+            (
+                "metadata:\n  name: nul\0svc\n  namespace: x\n",
+                "line 2, column 12",
+            ),
+        ] {
+            let error = from_documents::<Value>(text).unwrap_err().to_string();
+            assert!(error.contains("NUL character"), "{text:?}: {error}");
+            assert!(error.contains(place), "{text:?}: {error}");
+            let error = from_str::<Value>(text).unwrap_err().to_string();
+            assert!(error.contains(place), "{text:?}: {error}");
+        }
     }
 
     #[test]

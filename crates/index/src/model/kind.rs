@@ -85,13 +85,21 @@ pub fn decode_json<K: Kind>(document: &str) -> Result<K::Object, DecodeError> {
     }
     // Tracking the path costs an allocation per key (a third of a pod's decode): only a
     // document that fails is decoded again with it, for the message.
-    let wire = K::Wire::deserialize(&mut serde_json::Deserializer::from_str(document))
-        .or_else(|_| {
-            serde_path_to_error::deserialize::<_, K::Wire>(&mut serde_json::Deserializer::from_str(
-                document,
-            ))
-        })
-        .map_err(malformed)?;
+    let wire = match K::Wire::deserialize(&mut serde_json::Deserializer::from_str(document)) {
+        Ok(wire) => wire,
+        // A key given twice in an object (a hand-written JSON manifest): its last value
+        // counts, as Go's JSON decoder (kubectl's, the API server's) reads it; a `Value` keeps
+        // the last one.
+        Err(error) if error.to_string().starts_with("duplicate field") => {
+            let value: serde_json::Value = serde_json::from_str(document)
+                .map_err(|e| DecodeError::Malformed(e.to_string()))?;
+            return decode_value::<K>(&value);
+        }
+        Err(_) => serde_path_to_error::deserialize::<_, K::Wire>(
+            &mut serde_json::Deserializer::from_str(document),
+        )
+        .map_err(malformed)?,
+    };
     K::from_wire(wire).map_err(DecodeError::Invalid)
 }
 
@@ -119,6 +127,29 @@ fn malformed(error: serde_path_to_error::Error<serde_json::Error>) -> DecodeErro
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Service;
+
+    /// README: in a JSON object the last value of a key given twice counts (newcomer finding:
+    /// the object was skipped, `duplicate field clusterIP`).
+    #[test]
+    fn a_key_given_twice_takes_its_last_value() {
+        let document = r#"{"apiVersion":"v1","kind":"Service",
+            "metadata":{"name":"web","namespace":"shop","name":"web2"},
+            "spec":{"clusterIP":"10.96.4.6","clusterIP":"10.96.4.7","ports":[{"port":80}]}}"#;
+        let service = decode_json::<Service>(document).unwrap();
+        assert_eq!(service.name, "web2");
+        assert_eq!(
+            service.cluster_ips,
+            ["10.96.4.7".parse::<std::net::IpAddr>().unwrap()]
+        );
+        let twice = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"web","namespace":"shop"},
+            "spec":{"ports":[{"port":80}]},"spec":{"ports":[{"port":81}]}}"#;
+        assert_eq!(decode_json::<Service>(twice).unwrap().ports[0].port, 81);
+        // Still an error that names the field when the last value is malformed.
+        let bad = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"web","namespace":"shop"},
+            "spec":{"ports":[{"port":80}],"ports":[{"port":"x"}]}}"#;
+        let error = decode_json::<Service>(bad).unwrap_err().to_string();
+        assert!(error.contains("spec.ports[0].port"), "{error}");
+    }
 
     #[test]
     fn a_malformed_document_names_the_field_and_no_position_in_the_reencoded_text() {

@@ -246,6 +246,29 @@ async fn a_file_broken_mid_edit_keeps_its_last_good_objects() {
     assert_eq!(metrics.invalid_files.get(), 1);
 }
 
+/// A NUL put at the start of a good file (newcomer finding: the YAML reader stopped there, the
+/// file read as empty, and its objects were withdrawn without a word) refuses the file, which
+/// keeps its last good objects.
+#[tokio::test]
+async fn a_nul_character_refuses_the_file_and_keeps_its_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", &svc_yaml("a", 80));
+    let metrics = IndexMetrics::default();
+    let mut services = services(dir.path(), &metrics).await;
+    assert!(matches!(next(&mut services).await, Event::Reset(o) if o.len() == 1));
+    write(dir.path(), "a.yaml", &format!("\0{}", svc_yaml("a", 80)));
+    write(dir.path(), "b.yaml", &svc_yaml("b", 80));
+    assert!(matches!(next(&mut services).await, Event::Apply(s) if s.name == "b"));
+    assert_eq!(metrics.invalid_files.get(), 1);
+    let err = parse_manifests(
+        Path::new("a.yaml"),
+        format!("\0{}", svc_yaml("a", 80)).as_bytes(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("NUL character at line 1, column 1"), "{err}");
+}
+
 #[tokio::test]
 async fn duplicates_are_one_object_and_conflicts_keep_the_first_file() {
     let dir = tempfile::tempdir().unwrap();
