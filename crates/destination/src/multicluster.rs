@@ -90,6 +90,9 @@ pub struct MulticlusterStream {
     unknown_cluster: Counter,
     service_name: String,
     started: bool,
+    /// Whether the Service exists, as the client was last told: for a remote-discovery
+    /// Service, its remote Service (see [`MulticlusterStream::exists`]).
+    exists: bool,
 }
 
 /// What one member's part of an update was computed from.
@@ -208,6 +211,7 @@ impl MulticlusterStream {
             unknown_cluster,
             service_name: request.service,
             started: false,
+            exists: false,
         }
     }
 
@@ -216,9 +220,11 @@ impl MulticlusterStream {
         self.held
     }
 
-    /// Whether the local Service exists.
+    /// Whether the Service exists, as of the last updates: a federated Service, itself; a
+    /// remote-discovery Service, the Service of the linked cluster it stands for (false while
+    /// that cluster is not linked), as upstream's watcher of the remote cluster tells it.
     pub fn exists(&self) -> bool {
-        self.own.borrow().exists()
+        self.exists
     }
 
     /// Waits for a change and returns the updates it causes (the first call returns at once,
@@ -230,14 +236,12 @@ impl MulticlusterStream {
                 self.changed().await?;
             }
             let view = self.own.borrow_and_update().clone();
-            let members = view
-                .service
-                .as_deref()
-                .map(Dispatch::of)
-                .and_then(|d| d.members())?;
+            let dispatch = view.service.as_deref().map(Dispatch::of);
+            let members = dispatch.as_ref().and_then(Dispatch::members)?;
             let clusters = self.clusters.borrow_and_update().clone();
             self.subscribe(&members, &clusters);
-            let updates = self.diff(view.exists());
+            let remote = matches!(dispatch, Some(Dispatch::Remote { .. }));
+            let updates = self.diff(view.exists(), remote);
             if !self.started || !updates.is_empty() {
                 self.started = true;
                 return Some(updates);
@@ -336,7 +340,9 @@ impl MulticlusterStream {
     /// What was sent is recomputed from the views it was sent from (the same union rule), so
     /// nothing per address is kept between updates; only the addresses of endpoints that
     /// changed, or moved to another member, are translated again.
-    fn diff(&mut self, exists: bool) -> Vec<Update> {
+    /// `exists`: whether the local Service does; `remote`: it is a remote-discovery Service,
+    /// which exists when its one member does.
+    fn diff(&mut self, exists: bool, remote: bool) -> Vec<Update> {
         let zone = self.filter.client_zone.clone();
         let current: Vec<(Member, SentFrom)> = self
             .members
@@ -419,13 +425,17 @@ impl MulticlusterStream {
             });
         }
         let held = new.len() - omitted.len();
-        // Decision 1: the end of all endpoints is said explicitly, and so is a first empty set.
-        if held == 0 && (!self.started || self.held > 0) {
+        let exists =
+            exists && (!remote || current.first().is_some_and(|(_, from)| from.view.exists()));
+        // Decision 1: the end of all endpoints is said explicitly, and so is a first empty set;
+        // with none, a change of whether the Service exists is said too.
+        if held == 0 && (!self.started || self.held > 0 || self.exists != exists) {
             updates.push(Update {
                 update: Some(update::Update::NoEndpoints(NoEndpoints { exists })),
             });
         }
         self.held = held;
+        self.exists = exists;
         self.omitted = omitted;
         self.sent_from = current;
         updates

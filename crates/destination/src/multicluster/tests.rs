@@ -130,6 +130,72 @@ fn summary(updates: &[Update]) -> Vec<(&'static str, Vec<String>)> {
         .collect()
 }
 
+/// Linked cluster `east` (trust domain `east.example`), served from a state directory holding
+/// `docs`, and the watches that deliver its link Secret.
+struct East {
+    dir: tempfile::TempDir,
+    watches: Watches,
+    store: ClusterStore,
+    link_metrics: LinkMetrics,
+    secret: Secret,
+}
+
+/// Links `east`, its state directory holding `docs`, and waits until it is linked.
+async fn link_east(docs: Vec<Value>) -> East {
+    let dir = tempfile::tempdir().unwrap();
+    write_east(&dir, docs);
+    let mut watches = Watches::new(IndexMetrics::default());
+    let link_metrics = LinkMetrics::default();
+    let store = ClusterStore::watch(
+        &mut watches,
+        ClusterStoreConfig {
+            namespace: "linkerd".into(),
+            offline: [("east".to_string(), dir.path().to_path_buf())].into(),
+            ..ClusterStoreConfig::default()
+        },
+        IndexMetrics::default(),
+        link_metrics.clone(),
+    );
+    let secret: Secret = typed(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": "east-link", "namespace": "linkerd",
+            "labels": {"multicluster.linkerd.io/cluster-name": "east"},
+            "annotations": {
+                "multicluster.linkerd.io/trust-domain": "east.example",
+                "multicluster.linkerd.io/cluster-domain": "cluster.local",
+            },
+        },
+        "type": "mirror.linkerd.io/remote-kubeconfig",
+        "data": {"kubeconfig": "YXBpVmVyc2lvbjogdjEK"},
+    }));
+    watches.apply(Event::Apply(secret.clone()));
+    let mut clusters = store.clusters();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        clusters.wait_for(|c| c.contains_key("east")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    East {
+        dir,
+        watches,
+        store,
+        link_metrics,
+        secret,
+    }
+}
+
+/// Writes east's state: `docs` as one List.
+fn write_east(dir: &tempfile::TempDir, docs: Vec<Value>) {
+    let text =
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": docs})).unwrap();
+    let staging = dir.path().join(".state.json.tmp");
+    std::fs::write(&staging, text).unwrap();
+    std::fs::rename(staging, dir.path().join("state.json")).unwrap();
+}
+
 async fn next(stream: &mut MulticlusterStream) -> Option<Vec<Update>> {
     tokio::time::timeout(Duration::from_secs(10), stream.next_updates())
         .await
@@ -245,52 +311,18 @@ async fn a_federated_service_follows_its_local_members_live() {
 #[tokio::test]
 async fn remote_members_come_from_the_linked_cluster_in_its_trust_domain() {
     // East's state directory: web with one pod.
-    let east = tempfile::tempdir().unwrap();
-    let docs: Vec<Value> = vec![
+    let East {
+        dir: _dir,
+        mut watches,
+        store,
+        link_metrics,
+        secret,
+    } = link_east(vec![
         serde_json::to_value(pod("web-0", "10.2.0.1", "web")).unwrap(),
         serde_json::to_value(service("web", json!({}), json!({}))).unwrap(),
         serde_json::to_value(slice("web", &[("web-0", "10.2.0.1")])).unwrap(),
-    ];
-    std::fs::write(
-        east.path().join("state.json"),
-        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": docs})).unwrap(),
-    )
-    .unwrap();
-
-    let mut watches = Watches::new(IndexMetrics::default());
-    let link_metrics = LinkMetrics::default();
-    let store = ClusterStore::watch(
-        &mut watches,
-        ClusterStoreConfig {
-            namespace: "linkerd".into(),
-            offline: [("east".to_string(), east.path().to_path_buf())].into(),
-            ..ClusterStoreConfig::default()
-        },
-        IndexMetrics::default(),
-        link_metrics.clone(),
-    );
-    let secret: Secret = typed(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {
-            "name": "east-link", "namespace": "linkerd",
-            "labels": {"multicluster.linkerd.io/cluster-name": "east"},
-            "annotations": {
-                "multicluster.linkerd.io/trust-domain": "east.example",
-                "multicluster.linkerd.io/cluster-domain": "cluster.local",
-            },
-        },
-        "type": "mirror.linkerd.io/remote-kubeconfig",
-        "data": {"kubeconfig": "YXBpVmVyc2lvbjogdjEK"},
-    }));
-    watches.apply(Event::Apply(secret.clone()));
-    let mut clusters = store.clusters();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        clusters.wait_for(|c| c.contains_key("east")),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    ])
+    .await;
 
     // Local: a web pod, and a federated Service of the local and east web.
     let index = local_index();
@@ -340,49 +372,17 @@ async fn remote_members_come_from_the_linked_cluster_in_its_trust_domain() {
 #[tokio::test]
 async fn an_address_that_passes_to_another_member_is_added_again_not_removed() {
     // East's web has the local web's address (flat networks can overlap in a test).
-    let east = tempfile::tempdir().unwrap();
-    let docs: Vec<Value> = vec![
+    let East {
+        dir: _dir,
+        watches: _watches,
+        store,
+        ..
+    } = link_east(vec![
         serde_json::to_value(pod("web-0", "10.1.0.1", "web")).unwrap(),
         serde_json::to_value(service("web", json!({}), json!({}))).unwrap(),
         serde_json::to_value(slice("web", &[("web-0", "10.1.0.1")])).unwrap(),
-    ];
-    std::fs::write(
-        east.path().join("state.json"),
-        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": docs})).unwrap(),
-    )
-    .unwrap();
-    let mut watches = Watches::new(IndexMetrics::default());
-    let store = ClusterStore::watch(
-        &mut watches,
-        ClusterStoreConfig {
-            namespace: "linkerd".into(),
-            offline: [("east".to_string(), east.path().to_path_buf())].into(),
-            ..ClusterStoreConfig::default()
-        },
-        IndexMetrics::default(),
-        LinkMetrics::default(),
-    );
-    watches.apply(Event::Apply(typed::<Secret>(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {
-            "name": "east-link", "namespace": "linkerd",
-            "labels": {"multicluster.linkerd.io/cluster-name": "east"},
-            "annotations": {
-                "multicluster.linkerd.io/trust-domain": "east.example",
-                "multicluster.linkerd.io/cluster-domain": "cluster.local",
-            },
-        },
-        "type": "mirror.linkerd.io/remote-kubeconfig",
-        "data": {"kubeconfig": "YXBpVmVyc2lvbjogdjEK"},
-    }))));
-    let mut clusters = store.clusters();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        clusters.wait_for(|c| c.contains_key("east")),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    ])
+    .await;
 
     let index = local_index();
     index.apply(Event::Apply(pod("web-0", "10.1.0.1", "web")));
@@ -419,4 +419,51 @@ async fn an_address_that_passes_to_another_member_is_added_again_not_removed() {
             .contains("web.ns.serviceaccount.identity.linkerd.east.example")
     );
     assert_eq!(s.held(), 1);
+}
+
+/// A remote-discovery Service stands for one Service of a linked cluster: `NoEndpoints` says
+/// whether that one exists, as upstream's remote watcher does (newcomer finding: it said
+/// `exists: true` for a remote Service that did not exist, the mirror's own existence), and
+/// says it again when that changes.
+#[tokio::test]
+async fn a_remote_discovery_service_exists_when_its_remote_service_does() {
+    let east = link_east(vec![
+        serde_json::to_value(pod("web-0", "10.2.0.1", "web")).unwrap(),
+        serde_json::to_value(service("web", json!({}), json!({}))).unwrap(),
+        serde_json::to_value(slice("web", &[("web-0", "10.2.0.1")])).unwrap(),
+    ])
+    .await;
+    let index = local_index();
+    let mirror = |name: &str, remote: &str| {
+        service(
+            name,
+            json!({REMOTE_DISCOVERY_LABEL: "east", REMOTE_SERVICE_LABEL: remote}),
+            json!({}),
+        )
+    };
+    index.apply(Event::Apply(mirror("nope-east", "nope")));
+    index.apply(Event::Apply(mirror("web-east", "web")));
+
+    let mut missing = stream(&index, &east.store, "nope-east");
+    let first = next(&mut missing).await.unwrap();
+    assert_eq!(summary(&first), [("no-endpoints", vec!["false".into()])]);
+    assert!(!missing.exists());
+    let mut web = stream(&index, &east.store, "web-east");
+    let first = next(&mut web).await.unwrap();
+    assert_eq!(summary(&first), [("add", vec!["10.2.0.1:8080".into()])]);
+    assert!(web.exists());
+
+    // `nope` is created in east, without endpoints: it exists now.
+    write_east(
+        &east.dir,
+        vec![
+            serde_json::to_value(pod("web-0", "10.2.0.1", "web")).unwrap(),
+            serde_json::to_value(service("web", json!({}), json!({}))).unwrap(),
+            serde_json::to_value(slice("web", &[("web-0", "10.2.0.1")])).unwrap(),
+            serde_json::to_value(service("nope", json!({}), json!({}))).unwrap(),
+        ],
+    );
+    let created = next(&mut missing).await.unwrap();
+    assert_eq!(summary(&created), [("no-endpoints", vec!["true".into()])]);
+    assert!(missing.exists());
 }
