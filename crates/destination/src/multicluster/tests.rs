@@ -313,7 +313,7 @@ async fn remote_members_come_from_the_linked_cluster_in_its_trust_domain() {
     // East's state directory: web with one pod.
     let East {
         dir: _dir,
-        mut watches,
+        watches,
         store,
         link_metrics,
         secret,
