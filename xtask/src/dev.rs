@@ -58,8 +58,8 @@ pub struct DevArgs {
     cluster_state: Option<PathBuf>,
 
     /// Listen on free loopback ports picked for the run instead of the pod's own (8086, 8090,
-    /// 4191, 9996, 9990, 9443, 8443, 9997, and the introspection APIs' 9986 and 9980); the
-    /// banner and `pod.json` say which.
+    /// the in-pod gRPC ports 18086 and 18090, 4191, 9996, 9990, 9443, 8443, 9997, and the
+    /// introspection APIs' 9986 and 9980); the banner and `pod.json` say which.
     #[arg(long)]
     free_ports: bool,
 
@@ -661,6 +661,23 @@ fn print_banner(dir: &Path, info: &PodInfo<'_>, uses_fixture: bool) {
         reachable(a.destination_introspection)
     );
     println!("  curl http://{}/metrics", reachable(a.shim_admin));
+    // The webhooks' certificates name their Services: reached under those names, trusting
+    // the CA that signed each (what the README's examples do at the default ports).
+    let cert_dir = info.trust_anchors.parent().unwrap_or(Path::new("."));
+    for (webhook, addr, review) in [
+        ("sp-validator", a.sp_validator, "serviceprofile-review.json"),
+        ("policy-validator", a.policy_webhook, "server-review.json"),
+    ] {
+        let addr = reachable(addr);
+        let host = format!("linkerd-{webhook}.{}.svc", certs::DEPLOY_NAMESPACE);
+        println!(
+            "  curl --cacert {} --resolve {host}:{}:{} https://{host}:{}/ -d @examples/admission/{review}",
+            cert_dir.join(format!("{webhook}-ca.crt")).display(),
+            addr.port(),
+            addr.ip(),
+            addr.port(),
+        );
+    }
     println!("(the first dst-diag run compiles it, a minute on a small machine)");
     println!();
     let hint = if uses_fixture {

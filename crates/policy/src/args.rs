@@ -15,7 +15,9 @@ use std::{net::SocketAddr, path::PathBuf};
 /// The chart's (and upstream binary's) default `--cluster-networks`.
 pub const DEFAULT_CLUSTER_NETWORKS: &str = "10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0.0/16";
 
-/// Serves `io.linkerd.proxy.inbound.InboundServerPolicies` to Linkerd proxies.
+/// Serves `io.linkerd.proxy.inbound.InboundServerPolicies` and
+/// `io.linkerd.proxy.outbound.OutboundPolicies` to Linkerd proxies, the policy admission webhook,
+/// and (the Lease holder) the status of the policy routes.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "policy-controller", version, about)]
 pub struct Args {
