@@ -4,8 +4,8 @@
 //! Each subcommand is a module ([`endpoints`], [`profile`], [`policy`]); [`client`] connects to
 //! the server and [`output`] renders the proxy API's messages, so that rendering is tested
 //! without a network. `main.rs` only parses the command line, handles Ctrl-C and turns an
-//! [`Error`] into a one-line message and its exit code ([`Error::exit_code`]: 1, or 2 when
-//! [`explain`] cannot answer).
+//! [`Error`] into a one-line message and its exit code ([`Error::exit_code`]: 1, 2 when
+//! [`explain`] cannot answer, 3 when `proxy-status` could reach only one server).
 
 #![deny(rust_2018_idioms, missing_docs)]
 #![forbid(unsafe_code)]
@@ -57,7 +57,8 @@ pub enum Command {
     /// Shows one open stream and what it last sent (for `Get`, the whole set its proxy holds).
     Stream(streams::StreamArgs),
     /// Shows every stream one pod's proxy holds on destination and policy-controller, and
-    /// whether each is in sync with the current view.
+    /// whether each is in sync with the current view. Exit status 3 when one of the two servers
+    /// could not be reached (its streams are left out).
     ProxyStatus(streams::ProxyStatusArgs),
 }
 
@@ -117,6 +118,15 @@ pub enum Error {
     /// `explain` cannot answer the question.
     #[error(transparent)]
     Explain(#[from] explain::ExplainError),
+    /// `proxy-status` printed the streams of the servers that answered, but `server` could
+    /// not be reached: its streams are missing from the output.
+    #[error("{server}'s streams are left out")]
+    LeftOut {
+        /// `destination` or `policy`.
+        server: &'static str,
+        /// Why it could not be reached.
+        source: Box<Error>,
+    },
 }
 
 // === impl Args ===
@@ -141,11 +151,12 @@ impl Args {
 // === impl Error ===
 
 impl Error {
-    /// The process's exit status for this error: 2 when `explain` cannot answer, else 1 (for
-    /// `explain`, a denial).
+    /// The process's exit status for this error: 2 when `explain` cannot answer, 3 when
+    /// `proxy-status` printed only some servers' streams, else 1 (for `explain`, a denial).
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Explain(_) => 2,
+            Self::LeftOut { .. } => 3,
             _ => 1,
         }
     }

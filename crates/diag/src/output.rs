@@ -246,11 +246,35 @@ impl Table {
 }
 
 fn with_table(header: String, table: &Table) -> String {
+    let header = escape_controls(&header);
     if table.is_empty() {
-        header
+        header.into_owned()
     } else {
         format!("{header}\n{}", table.render())
     }
+}
+
+/// Appends `table`'s lines to `lines`, if it has rows.
+pub(crate) fn push_table(lines: &mut Vec<String>, table: &Table) {
+    if !table.is_empty() {
+        lines.extend(table.render().split('\n').map(str::to_string));
+    }
+}
+
+/// `n`, or `none` for 0.
+pub(crate) fn count_or_none(n: usize) -> String {
+    if n == 0 { "none".into() } else { n.to_string() }
+}
+
+/// `lines` (one line each: tables go in through [`push_table`]) joined by newlines, control
+/// characters in each shown escaped as [`Table::push`] shows them: the lines of a readable block carry names that clients and the cluster chose
+/// (a Service's, a route's), which must not break lines or recolour the terminal.
+pub(crate) fn join_lines(lines: &[String]) -> String {
+    lines
+        .iter()
+        .map(|line| escape_controls(line))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn count(n: usize) -> String {

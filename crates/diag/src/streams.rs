@@ -271,8 +271,10 @@ impl ProxyStatusArgs {
     /// Prints every stream the pod's proxy holds on destination and policy-controller, and
     /// whether each is in sync (has written out its topic's newest view) or behind.
     ///
-    /// A server that cannot be reached is reported on stderr and left out; the run fails only
-    /// when neither answers, or a server refuses the pod ([`Error::Status`]).
+    /// A server that cannot be reached is left out: the other's streams are printed, then the
+    /// run fails with [`Error::LeftOut`] (exit code 3), so that a script does not take a
+    /// partial answer for the whole. It fails with the connection error when neither answers,
+    /// and with [`Error::Status`] when a server refuses the pod.
     pub async fn run(&self, out: &mut impl Write) -> Result<(), Error> {
         let request = ListStreamsRequest {
             pod: self.pod.clone(),
@@ -302,21 +304,18 @@ impl ProxyStatusArgs {
                     answered += 1;
                     rows.extend(streams.into_iter().map(|s| (server, s)));
                 }
-                Err(error @ Error::Connect { .. }) => {
-                    eprintln!(
-                        "dst-diag: {server}: {} (left out)",
-                        crate::error_line(&error)
-                    );
-                    unreachable = Some(error);
-                }
+                Err(error @ Error::Connect { .. }) => unreachable = Some((server, error)),
                 Err(error) => return Err(error),
             }
         }
-        if answered == 0
-            && let Some(error) = unreachable
-        {
-            return Err(error);
-        }
+        let left_out = match unreachable {
+            Some((_, error)) if answered == 0 => return Err(error),
+            Some((server, error)) => Some(Error::LeftOut {
+                server,
+                source: Box::new(error),
+            }),
+            None => None,
+        };
         let now = SystemTime::now();
         match self.output {
             OutputFormat::Json => {
@@ -362,7 +361,7 @@ impl ProxyStatusArgs {
                 emit(out, &format!("{summary}\n{}", table.render()))?;
             }
         }
-        Ok(())
+        left_out.map_or(Ok(()), Err)
     }
 }
 

@@ -347,6 +347,27 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
     .await;
     assert_eq!(code, Some(1));
     assert!(stderr.contains("connect to http://127.0.0.1:1"), "{stderr}");
+    // One server answers, the other cannot be reached: what answered is printed, and the run
+    // fails with exit code 3 (newcomer finding: it exited 0 on half an answer).
+    let (code, stdout, stderr) = wait_output(dst_diag(&[
+        "proxy-status",
+        &pod,
+        "--destination-introspection",
+        &s.destination_introspection,
+        "--policy-introspection",
+        "127.0.0.1:1",
+    ]))
+    .await;
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("{pod}: 1 stream, 1 in sync, 0 behind\nSERVER")),
+        "{stdout}"
+    );
+    assert!(
+        stderr
+            .starts_with("dst-diag: policy's streams are left out: connect to http://127.0.0.1:1"),
+        "{stderr}"
+    );
     // An empty pod would be no filter at all: refused before asking.
     let (code, _, stderr) = wait_output(dst_diag(&["proxy-status", " "])).await;
     assert_eq!(code, Some(2), "{stderr}");

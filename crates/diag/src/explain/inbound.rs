@@ -440,7 +440,7 @@ pub fn explain_server(
         Decision::Allowed(text) => line("decision", text),
         Decision::Denied(reason) => line("decision", format!("denied: {reason}")),
     });
-    Ok((lines.join("\n"), decision))
+    Ok((crate::output::join_lines(&lines), decision))
 }
 
 /// The HTTP part: the route, then the authorizations.

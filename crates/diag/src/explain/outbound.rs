@@ -241,7 +241,7 @@ pub fn explain_policy(
         Decision::Allowed(text) => line("decision", text),
         Decision::Denied(reason) => line("decision", format!("denied: {reason}")),
     });
-    Ok((lines.join("\n"), decision))
+    Ok((crate::output::join_lines(&lines), decision))
 }
 
 fn explain_http(

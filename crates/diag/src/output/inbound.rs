@@ -55,8 +55,9 @@ use std::{
 };
 
 use super::{
-    OutputFormat, Table, duration_json, labels_json, metadata_json, or_dash,
+    OutputFormat, Table, count_or_none, duration_json, labels_json, metadata_json, or_dash,
     profile::{duration_text, method_text},
+    push_table,
 };
 
 /// Width of the `key:` column of the readable block, so that the values line up.
@@ -188,7 +189,7 @@ pub fn inbound_server_table(server: &Server) -> String {
         )
     );
     if !takes_routes {
-        return lines.join("\n");
+        return crate::output::join_lines(&lines);
     }
     let mut routes = Table::new(["ROUTE", "HOSTS", "RULE", "MATCHES", "FILTERS"]);
     let mut route_authzs = Table::new(["ROUTE", "AUTHORIZATION", "NETWORKS", "AUTHENTICATION"]);
@@ -269,7 +270,7 @@ pub fn inbound_server_table(server: &Server) -> String {
         count_or_none(route_authz_count),
     );
     push_table(&mut lines, &route_authzs);
-    lines.join("\n")
+    crate::output::join_lines(&lines)
 }
 
 /// `Detect (timeout 10s)`, `HTTP/1`, `HTTP/2`, `gRPC`, `opaque`, `TLS`, or `<unset>`.
@@ -419,16 +420,6 @@ fn authz_row(authz: &Authz) -> [String; 3] {
 
 fn protocol_kind(server: &Server) -> Option<&proxy_protocol::Kind> {
     server.protocol.as_ref().and_then(|p| p.kind.as_ref())
-}
-
-fn push_table(lines: &mut Vec<String>, table: &Table) {
-    if !table.is_empty() {
-        lines.push(table.render());
-    }
-}
-
-fn count_or_none(n: usize) -> String {
-    if n == 0 { "none".into() } else { n.to_string() }
 }
 
 fn any_of(matches: Vec<String>) -> String {

@@ -360,7 +360,7 @@ pub fn outbound_policy_table(policy: &OutboundPolicy) -> String {
             }
         }
     }
-    lines.join("\n")
+    crate::output::join_lines(&lines)
 }
 
 #[cfg(test)]

@@ -25,8 +25,8 @@ use serde_json::{Number, Value, json};
 use std::io::{self, Write};
 
 use super::{
-    OutputFormat, Table, addrs_table, duration_json, labels_json, metadata_json, or_dash, tcp_addr,
-    weighted_addr_json,
+    OutputFormat, Table, addrs_table, count_or_none, duration_json, labels_json, metadata_json,
+    or_dash, push_table, tcp_addr, weighted_addr_json,
 };
 
 /// The metric label that carries a route's name (the ServiceProfile route's `name`).
@@ -162,7 +162,7 @@ pub fn profile_table(profile: &DestinationProfile) -> String {
         }
         None => field(&mut lines, "endpoint", "none".into()),
     }
-    lines.join("\n")
+    crate::output::join_lines(&lines)
 }
 
 /// A request condition as one line: `all(method GET, path /api/list)`, `any(..)`, `not(..)`,
@@ -210,16 +210,6 @@ fn join(matches: &[RequestMatch]) -> String {
         .map(request_match_text)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn push_table(lines: &mut Vec<String>, table: &Table) {
-    if !table.is_empty() {
-        lines.push(table.render());
-    }
-}
-
-fn count_or_none(n: usize) -> String {
-    if n == 0 { "none".into() } else { n.to_string() }
 }
 
 /// `GET`, an unregistered method as sent, or a bracketed note when it cannot be read.

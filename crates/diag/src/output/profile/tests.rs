@@ -395,3 +395,23 @@ fn default_metadata_and_sections() {
     assert_eq!(meta_text(Some(&Metadata { kind: None })), "<empty>");
     assert_eq!(meta_text(None), "-");
 }
+
+/// A name the cluster chose is shown escaped in the block's lines as in its tables (newcomer
+/// finding: a Service named with a terminal escape recoloured the terminal in the `PROFILE`
+/// line).
+#[test]
+fn control_characters_in_a_profile_block_are_escaped() {
+    let profile = DestinationProfile {
+        fully_qualified_name: "esc\u{1b}[31msvc.emojivoto.svc.cluster.local".into(),
+        ..mk_web_profile()
+    };
+    let text = profile_table(&profile);
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "{text:?}"
+    );
+    assert!(
+        text.starts_with("PROFILE esc\\u{1b}[31msvc.emojivoto.svc.cluster.local\n"),
+        "{text}"
+    );
+}
