@@ -16,9 +16,9 @@
 //!   certificate, with `reason` `token` (the token file cannot be read), `timeout`,
 //!   `invalid_response` (no leaf, no expiry, not valid for the identity) or the gRPC status code
 //!   in snake case (`permission_denied`, `unavailable` for connection and TLS errors, ...);
-//! - `shim_identity_cert_expiration_timestamp_seconds`: the `valid_until` of the certificate
-//!   served, in seconds since the Unix epoch (Certify mode; 0 before the first one and in file
-//!   mode).
+//! - `shim_identity_cert_expiration_timestamp_seconds`: when the certificate served expires,
+//!   in seconds since the Unix epoch: in Certify mode its `valid_until` (0 before the first
+//!   one), in file mode its leaf's `notAfter` (following reloads).
 //!
 //! `listen` is the listener's bound address (`0.0.0.0:8086`); each listener's series exist,
 //! at 0, from the moment it is bound.
@@ -120,7 +120,7 @@ impl ShimMetrics {
         );
         registry.register(
             "shim_identity_cert_expiration_timestamp_seconds",
-            "When the certificate obtained with Certify expires (valid_until), in seconds since the Unix epoch",
+            "When the certificate served expires (Certify's valid_until, or the file's notAfter), in seconds since the Unix epoch",
             metrics.cert_expiration.clone(),
         );
         metrics
@@ -129,6 +129,12 @@ impl ShimMetrics {
     pub(crate) fn certified(&self, valid_until_secs: i64) {
         self.certifications.inc();
         self.cert_expiration.set(valid_until_secs);
+    }
+
+    /// File mode: the served certificate expires at `not_after_secs` (0 when its date could not
+    /// be read).
+    pub(crate) fn serving_until(&self, not_after_secs: Option<i64>) {
+        self.cert_expiration.set(not_after_secs.unwrap_or(0));
     }
 
     pub(crate) fn certify_failed(&self, reason: &'static str) {

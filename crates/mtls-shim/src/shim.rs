@@ -142,16 +142,21 @@ impl Shim {
                         identity: config.local_identity.clone(),
                         reason,
                     })?;
+                metrics.serving_until(leaf_not_after(&tls.current_chain()));
                 // A reloaded certificate that proxies would refuse is not served: the previous
-                // one stays, and the reloader logs why.
+                // one stays, and the reloader logs why. One that passes is served next, so the
+                // expiry gauge takes its date here.
                 let (anchors, identity) = (trust_anchors.clone(), config.local_identity.clone());
+                let reload_metrics = metrics.clone();
                 let tls = tls.with_reload_check(move |chain| {
                     verify_identity(chain, &anchors, &identity).map_err(|reason| {
                         format!(
                             "it is not valid for the identity {identity} under the trust anchors in {}: {reason}",
                             anchors.path().display()
                         )
-                    })
+                    })?;
+                    reload_metrics.serving_until(leaf_not_after(chain));
+                    Ok(())
                 });
                 Served::Files(tls)
             }
@@ -398,6 +403,13 @@ pub fn verify_identity(
         .verify_server_cert(leaf, intermediates, &name, &[], UnixTime::now())
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+/// The `notAfter` of `chain`'s leaf, in seconds since the Unix epoch; `None` when there is no
+/// leaf or it does not parse as X.509 (rustls has accepted it, so it does).
+fn leaf_not_after(chain: &[CertificateDer<'_>]) -> Option<i64> {
+    let (_, leaf) = x509_parser::parse_x509_certificate(chain.first()?).ok()?;
+    Some(leaf.validity().not_after.timestamp())
 }
 
 /// Tries every upstream until each has accepted a TCP connection. Upstreams still missing

@@ -187,6 +187,39 @@ async fn new_handshakes_get_a_swapped_certificate_while_open_streams_go_on() {
     shim.stop().await;
 }
 
+/// In file mode the expiry gauge is the served leaf's `notAfter`, and follows a reload
+/// (newcomer finding: it was 0 in file mode, so an expiry alert would always fire).
+#[tokio::test]
+async fn the_expiry_gauge_follows_the_served_certificate_in_file_mode() {
+    const GAUGE: &str = "shim_identity_cert_expiration_timestamp_seconds";
+    let pki = Pki::new();
+    let echo = Echo::start().await;
+    let shim = Harness::start(&pki, &[echo.addr], ClientAuth::Required).await;
+    let value = |text: String| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{GAUGE} ")).map(str::to_string))
+            .unwrap_or_default()
+    };
+    // rcgen's default notAfter: 4096-01-01T00:00:00Z.
+    assert_eq!(value(shim.metrics().await), "67090118400");
+
+    install(
+        shim.files.as_ref().unwrap(),
+        &pki.leaf_until(&shim_identity(), (2030, 6, 1)),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    // 2030-06-01T00:00:00Z.
+    while value(shim.metrics().await) != "1906502400" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            shim.metrics().await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shim.stop().await;
+}
+
 /// A reloaded certificate that proxies would refuse (another CA's, or one for another
 /// identity) is not served: every handshake meanwhile gets the previous certificate, which
 /// clients still verify, and a valid one installed after is served.

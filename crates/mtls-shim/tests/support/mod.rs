@@ -108,6 +108,13 @@ impl Pki {
         &self.issuer
     }
 
+    /// A leaf for `name` valid until `(year, month, day)`, midnight UTC.
+    pub fn leaf_until(&self, name: &str, (year, month, day): (i32, u8, u8)) -> Leaf {
+        self.leaf_with(name, |params| {
+            params.not_after = rcgen::date_time_ymd(year, month, day);
+        })
+    }
+
     /// A leaf for `name` that expired in 2021.
     pub fn expired_leaf(&self, name: &str) -> Leaf {
         self.leaf_with(name, |params| {
