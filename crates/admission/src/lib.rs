@@ -484,7 +484,7 @@ pub fn allow(request: &AdmissionRequest) -> AdmissionResponse {
 }
 
 /// Refuses `request` because a rule failed: `status` is `{metadata: {}, status: Failure,
-/// message, reason: BadRequest, code: 400}`. The API server shows `message` to the client as
+/// message, reason: BadRequest, code: 400}`, `message` cut to [`MAX_MESSAGE_BYTES`]. The API server shows `message` to the client as
 /// `admission webhook "<name>" denied the request: <message>`.
 pub fn deny(request: &AdmissionRequest, message: impl Into<String>) -> AdmissionResponse {
     refuse(request, "BadRequest", message.into())
@@ -496,7 +496,19 @@ pub fn invalid(request: &AdmissionRequest, message: impl Into<String>) -> Admiss
     refuse(request, "InvalidRequest", message.into())
 }
 
-fn refuse(request: &AdmissionRequest, reason: &str, message: String) -> AdmissionResponse {
+/// The most of a refusal's message sent, in bytes: messages quote what the object holds (a
+/// regular expression, a name, a port), which may be megabytes, and the API server relays the
+/// message to the client whole. A longer one is cut at a character boundary and says how much
+/// was left out.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+fn refuse(request: &AdmissionRequest, reason: &str, mut message: String) -> AdmissionResponse {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let kept = message.floor_char_boundary(MAX_MESSAGE_BYTES);
+        let left_out = message.len() - kept;
+        message.truncate(kept);
+        message.push_str(&format!("… ({left_out} more bytes)"));
+    }
     let mut response = AdmissionResponse::invalid(&message);
     response.uid = request.uid.clone();
     response.result = Status {

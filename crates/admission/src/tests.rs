@@ -506,3 +506,22 @@ fn the_decoding_estimate_counts_what_the_decoder_builds() {
     );
     assert!(decode_cost(nested.as_bytes()) > 100 * 2 * 1536);
 }
+
+/// A refusal quoting a huge value is cut (newcomer finding: a 5 MB `pathRegex` came back whole
+/// in the message), at a character boundary, saying how much was left out.
+#[test]
+fn a_long_refusal_message_is_cut() {
+    let request = AdmissionRequest {
+        uid: UID.into(),
+        ..AdmissionRequest::default()
+    };
+    let message = format!("invalid regex \"{}é\"", "a".repeat(MAX_MESSAGE_BYTES));
+    let response = deny(&request, message.clone());
+    let sent = response.result.message;
+    assert!(sent.len() < MAX_MESSAGE_BYTES + 40, "{}", sent.len());
+    assert!(sent.starts_with("invalid regex \"aaa"), "{sent}");
+    let left_out = message.len() - message.floor_char_boundary(MAX_MESSAGE_BYTES);
+    assert!(sent.ends_with(&format!("a… ({left_out} more bytes)")), "{sent}");
+    // A short one is sent as it is.
+    assert_eq!(deny(&request, "bad port").result.message, "bad port");
+}
