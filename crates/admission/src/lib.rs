@@ -28,6 +28,11 @@ use kube::core::{
     DynamicObject, ListMeta, TypeMeta,
     admission::{META_API_VERSION_V1, META_KIND},
 };
+use prometheus_client::{
+    encoding::{EncodeLabelSet, EncodeLabelValue},
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -472,6 +477,79 @@ pub fn to_json(answer: &AdmissionReviewResponse) -> serde_json::Result<Vec<u8>> 
     serde_json::to_vec(&json)
 }
 
+/// The reviews one webhook answered, by result: `<name>_total{result}`, `result` being
+/// `allowed`, `denied`, or `invalid` (a request answered with an HTTP error: a body too large,
+/// late, empty, or not an `AdmissionReview`). Cheap to clone; clones count together.
+#[derive(Clone, Debug, Default)]
+pub struct ReviewMetrics {
+    reviews: Family<ResultLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: ReviewResult,
+}
+
+/// The `result` label of [`ReviewMetrics`].
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+enum ReviewResult {
+    allowed,
+    denied,
+    invalid,
+}
+
+impl ReviewMetrics {
+    /// Registers `<name>_total{result}` in `registry` (`sp_validator_admission_reviews`,
+    /// `policy_admission_reviews`), each result's series there from the start at 0.
+    pub fn register(registry: &mut Registry, name: &str) -> Self {
+        let metrics = Self::default();
+        for result in [
+            ReviewResult::allowed,
+            ReviewResult::denied,
+            ReviewResult::invalid,
+        ] {
+            let _ = metrics.reviews.get_or_create(&ResultLabels { result });
+        }
+        registry.register(
+            name,
+            "Admission reviews answered, by result",
+            metrics.reviews.clone(),
+        );
+        metrics
+    }
+
+    /// Counts a review answered: `allowed` or `denied`, as its response says.
+    pub fn answered(&self, review: &AdmissionReviewResponse) {
+        let allowed = review.response.as_ref().is_some_and(|r| r.allowed);
+        self.count(if allowed {
+            ReviewResult::allowed
+        } else {
+            ReviewResult::denied
+        });
+    }
+
+    /// Counts a request answered with an HTTP error instead of a review.
+    pub fn invalid(&self) {
+        self.count(ReviewResult::invalid);
+    }
+
+    /// How many reviews had `result` (`allowed`, `denied`, `invalid`; 0 for another name).
+    pub fn count_of(&self, result: &str) -> u64 {
+        let result = match result {
+            "allowed" => ReviewResult::allowed,
+            "denied" => ReviewResult::denied,
+            "invalid" => ReviewResult::invalid,
+            _ => return 0,
+        };
+        self.reviews.get_or_create(&ResultLabels { result }).get()
+    }
+
+    fn count(&self, result: ReviewResult) {
+        self.reviews.get_or_create(&ResultLabels { result }).inc();
+    }
+}
+
 /// Admits `request` (its `uid` echoed, no `status`).
 pub fn allow(request: &AdmissionRequest) -> AdmissionResponse {
     // kube-core's response is non-exhaustive: built from its one constructor that needs no
@@ -484,7 +562,7 @@ pub fn allow(request: &AdmissionRequest) -> AdmissionResponse {
 }
 
 /// Refuses `request` because a rule failed: `status` is `{metadata: {}, status: Failure,
-/// message, reason: BadRequest, code: 400}`, `message` cut to [`MAX_MESSAGE_BYTES`]. The API server shows `message` to the client as
+/// message, reason: BadRequest, code: 400}`, `message` shortened past [`MAX_MESSAGE_BYTES`]. The API server shows `message` to the client as
 /// `admission webhook "<name>" denied the request: <message>`.
 pub fn deny(request: &AdmissionRequest, message: impl Into<String>) -> AdmissionResponse {
     refuse(request, "BadRequest", message.into())
@@ -496,19 +574,30 @@ pub fn invalid(request: &AdmissionRequest, message: impl Into<String>) -> Admiss
     refuse(request, "InvalidRequest", message.into())
 }
 
-/// The most of a refusal's message sent, in bytes: messages quote what the object holds (a
-/// regular expression, a name, a port), which may be megabytes, and the API server relays the
-/// message to the client whole. A longer one is cut at a character boundary and says how much
-/// was left out.
+/// About the most of a refusal's message sent, in bytes: messages quote what the object holds
+/// (a regular expression, a name, a port), which may be megabytes, and the API server relays
+/// the message to the client whole. A longer one keeps its first 3 KiB and its last 1 KiB
+/// (where the reason usually is: `...: more than the 8192 allowed`), cut at character
+/// boundaries, and says how much was left out between them.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 
-fn refuse(request: &AdmissionRequest, reason: &str, mut message: String) -> AdmissionResponse {
-    if message.len() > MAX_MESSAGE_BYTES {
-        let kept = message.floor_char_boundary(MAX_MESSAGE_BYTES);
-        let left_out = message.len() - kept;
-        message.truncate(kept);
-        message.push_str(&format!("… ({left_out} more bytes)"));
+/// `message`, cut as [`MAX_MESSAGE_BYTES`] says when it is longer.
+fn shorten(message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
     }
+    let head = message.floor_char_boundary(MAX_MESSAGE_BYTES * 3 / 4);
+    let tail = message.ceil_char_boundary(message.len() - MAX_MESSAGE_BYTES / 4);
+    format!(
+        "{}… ({} bytes left out) …{}",
+        &message[..head],
+        tail - head,
+        &message[tail..]
+    )
+}
+
+fn refuse(request: &AdmissionRequest, reason: &str, message: String) -> AdmissionResponse {
+    let message = shorten(message);
     let mut response = AdmissionResponse::invalid(&message);
     response.uid = request.uid.clone();
     response.result = Status {

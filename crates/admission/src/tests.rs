@@ -508,20 +508,47 @@ fn the_decoding_estimate_counts_what_the_decoder_builds() {
 }
 
 /// A refusal quoting a huge value is cut (newcomer finding: a 5 MB `pathRegex` came back whole
-/// in the message), at a character boundary, saying how much was left out.
+/// in the message) in its middle, at character boundaries, keeping the reason at its end and
+/// saying how much was left out.
 #[test]
-fn a_long_refusal_message_is_cut() {
+fn a_long_refusal_message_is_cut_in_the_middle() {
     let request = AdmissionRequest {
         uid: UID.into(),
         ..AdmissionRequest::default()
     };
-    let message = format!("invalid regex \"{}é\"", "a".repeat(MAX_MESSAGE_BYTES));
-    let response = deny(&request, message.clone());
-    let sent = response.result.message;
+    let message = format!(
+        "invalid regex \"{}\": more than the 8192 allowed",
+        "é".repeat(MAX_MESSAGE_BYTES)
+    );
+    let sent = deny(&request, message.clone()).result.message;
     assert!(sent.len() < MAX_MESSAGE_BYTES + 40, "{}", sent.len());
-    assert!(sent.starts_with("invalid regex \"aaa"), "{sent}");
-    let left_out = message.len() - message.floor_char_boundary(MAX_MESSAGE_BYTES);
-    assert!(sent.ends_with(&format!("a… ({left_out} more bytes)")), "{sent}");
+    assert!(sent.starts_with("invalid regex \"éé"), "{sent}");
+    assert!(sent.ends_with("éé\": more than the 8192 allowed"), "{sent}");
+    let (head, rest) = sent.split_once("… (").unwrap();
+    let (left_out, tail) = rest.split_once(" bytes left out) …").unwrap();
+    assert_eq!(
+        head.len() + left_out.parse::<usize>().unwrap() + tail.len(),
+        message.len()
+    );
     // A short one is sent as it is.
     assert_eq!(deny(&request, "bad port").result.message, "bad port");
+}
+
+/// Each result's series is there from the start, so `increase()` sees the first review.
+#[test]
+fn review_metrics_are_registered_with_every_result_at_zero() {
+    let mut registry = Registry::default();
+    let metrics = ReviewMetrics::register(&mut registry, "policy_admission_reviews");
+    metrics.invalid();
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        r#"policy_admission_reviews_total{result="allowed"} 0"#,
+        r#"policy_admission_reviews_total{result="denied"} 0"#,
+        r#"policy_admission_reviews_total{result="invalid"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    assert_eq!(metrics.count_of("invalid"), 1);
+    assert_eq!(metrics.count_of("other"), 0);
 }

@@ -37,6 +37,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let index_metrics = IndexMetrics::register(&mut registry);
     let metrics = PolicyMetrics::register(&mut registry);
     let status_metrics = StatusMetrics::register(&mut registry);
+    let review_metrics = linkerd_admission::ReviewMetrics::register(
+        &mut registry,
+        policy::admission::REVIEWS_METRIC,
+    );
     let streams = linkerd_runtime::introspect::StreamRegistry::register(
         &mut registry,
         &["WatchPort", "Watch"],
@@ -91,7 +95,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on --server-addr {}", args.server_addr))?;
         tracing::info!(server_addr = %server.local_addr(), "serving the admission webhook");
-        let router = policy::admission::router(inbound_index.clone());
+        let router = policy::admission::router(inbound_index.clone(), review_metrics);
         Some(tokio::spawn(
             server.serve(router, shutdown.clone().signaled()),
         ))

@@ -16,6 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 struct Webhook {
     addr: SocketAddr,
     ca: CertificateDer<'static>,
+    /// What the webhook counted in `policy_admission_reviews_total{result}`.
+    metrics: linkerd_admission::ReviewMetrics,
     _trigger: linkerd_runtime::shutdown::Trigger,
     _dir: tempfile::TempDir,
 }
@@ -68,10 +70,15 @@ async fn mk_webhook_among(existing: impl admission::ExistingServers) -> Webhook 
         .unwrap();
     let addr = server.local_addr();
     let (trigger, shutdown) = linkerd_runtime::shutdown::channel();
-    tokio::spawn(server.serve(admission::router(existing), shutdown.signaled()));
+    let metrics = linkerd_admission::ReviewMetrics::default();
+    tokio::spawn(server.serve(
+        admission::router(existing, metrics.clone()),
+        shutdown.signaled(),
+    ));
     Webhook {
         addr,
         ca: cert.der().clone(),
+        metrics,
         _trigger: trigger,
         _dir: dir,
     }
@@ -1354,6 +1361,14 @@ async fn admit_bad_requests() {
     assert_eq!(webhook.send("PUT", "/", &review).await.status, 404);
     assert_eq!(webhook.send("POST", "/validate", &review).await.status, 404);
     assert_eq!(webhook.send("POST", "/", &review).await.status, 200);
+
+    // policy_admission_reviews_total{result} (newcomer finding: the policy webhook counted
+    // nothing): the four bodies answered 400, the DELETE allowed, a Server denied; 404s are
+    // not reviews.
+    let denied = include_bytes!("../../../examples/admission/server-review.json");
+    assert_eq!(webhook.send("POST", "/", denied).await.status, 200);
+    let counts = ["allowed", "denied", "invalid"].map(|r| webhook.metrics.count_of(r));
+    assert_eq!(counts, [1, 1, 4]);
 }
 
 #[tokio::test]

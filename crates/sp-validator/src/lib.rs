@@ -17,5 +17,5 @@ pub mod webhook;
 pub use self::{
     args::Args,
     validate::{Invalid, validate},
-    webhook::{WebhookMetrics, router},
+    webhook::{REVIEWS_METRIC, router},
 };

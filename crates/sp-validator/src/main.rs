@@ -6,11 +6,12 @@
 //! SIGINT or SIGTERM both servers stop accepting and finish open requests.
 
 use anyhow::Context;
+use linkerd_admission::ReviewMetrics;
 use linkerd_runtime::{
     Admin, go_flags, shutdown,
     tls::{HttpsServer, ServerTls, TlsFiles},
 };
-use sp_validator::{Args, WebhookMetrics, router};
+use sp_validator::{Args, REVIEWS_METRIC, router};
 use std::sync::Arc;
 
 #[tokio::main]
@@ -25,7 +26,7 @@ async fn run(line: go_flags::CommandLine<Args>) -> anyhow::Result<()> {
     let args = line.args;
 
     let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = WebhookMetrics::register(&mut registry);
+    let metrics = ReviewMetrics::register(&mut registry, REVIEWS_METRIC);
     linkerd_runtime::process::register(&mut registry);
 
     let (trigger, shutdown) = shutdown::channel();

@@ -30,59 +30,20 @@ use axum::{
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
-use linkerd_admission::{AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, ReviewBody};
-use linkerd_runtime::tls::{BodyBudget, BodyError};
-use prometheus_client::{
-    encoding::{EncodeLabelSet, EncodeLabelValue},
-    metrics::{counter::Counter, family::Family},
-    registry::Registry,
+use linkerd_admission::{
+    AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, ReviewBody, ReviewMetrics,
 };
+use linkerd_runtime::tls::{BodyBudget, BodyError};
 
 pub use linkerd_admission::{MAX_BODY_BYTES, ReviewError};
 
-/// The webhook's metrics: `sp_validator_admission_reviews_total{result}`, where `result` is
-/// `allowed`, `denied` or `invalid` (a body answered 400 or 413).
-#[derive(Clone, Debug, Default)]
-pub struct WebhookMetrics {
-    reviews: Family<ResultLabels, Counter>,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: Verdict,
-}
-
-#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-enum Verdict {
-    allowed,
-    denied,
-    invalid,
-}
-
-// === impl WebhookMetrics ===
-
-impl WebhookMetrics {
-    /// Registers the metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        registry.register(
-            "sp_validator_admission_reviews",
-            "Admission reviews answered, by result",
-            metrics.reviews.clone(),
-        );
-        metrics
-    }
-
-    fn count(&self, result: Verdict) {
-        self.reviews.get_or_create(&ResultLabels { result }).inc();
-    }
-}
+/// The name of the webhook's [`ReviewMetrics`]: `sp_validator_admission_reviews_total{result}`.
+pub const REVIEWS_METRIC: &str = "sp_validator_admission_reviews";
 
 /// The webhook's routes: every method and path reviews its body (see the module docs). The
 /// router's reviews share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of
 /// bodies, and those of at most [`linkerd_admission::SMALL_BODY_BYTES`] one of their own.
-pub fn router(metrics: WebhookMetrics) -> Router {
+pub fn router(metrics: ReviewMetrics) -> Router {
     let budget = BodyBudget::new(
         linkerd_admission::MAX_BODY_BYTES_AT_ONCE,
         MAX_BODY_BYTES,
@@ -165,7 +126,7 @@ fn is_service_profile(request: &AdmissionRequest) -> bool {
 }
 
 async fn handle(
-    State((metrics, budget)): State<(WebhookMetrics, BodyBudget)>,
+    State((metrics, budget)): State<(ReviewMetrics, BodyBudget)>,
     request: Request,
 ) -> Response {
     let text = |status: StatusCode, text: String| {
@@ -176,20 +137,20 @@ async fn handle(
     let body = match budget.read(peer, &head.headers, body).await {
         Ok(body) => body,
         Err(BodyError::TooLarge { .. }) => {
-            metrics.count(Verdict::invalid);
+            metrics.invalid();
             return text(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 linkerd_admission::body_too_large(),
             );
         }
         Err(error) => {
-            metrics.count(Verdict::invalid);
+            metrics.invalid();
             return text(StatusCode::BAD_REQUEST, error.to_string());
         }
     };
     if body.is_empty() {
         tracing::warn!("empty admission review request; answering with an empty body");
-        metrics.count(Verdict::invalid);
+        metrics.invalid();
         return StatusCode::OK.into_response();
     }
     // Decoding can take many times the body's size: it waits for room in the budget too (a
@@ -200,16 +161,11 @@ async fn handle(
         Ok(answer) => answer,
         Err(error) => {
             tracing::info!(%error, "bad admission review");
-            metrics.count(Verdict::invalid);
+            metrics.invalid();
             return text(StatusCode::BAD_REQUEST, error.to_string());
         }
     };
-    let allowed = answer.response.as_ref().is_some_and(|r| r.allowed);
-    metrics.count(if allowed {
-        Verdict::allowed
-    } else {
-        Verdict::denied
-    });
+    metrics.answered(&answer);
     match linkerd_admission::to_json(&answer) {
         Ok(json) => (
             StatusCode::OK,

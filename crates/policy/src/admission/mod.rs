@@ -75,7 +75,7 @@ use linkerd_k8s_api::{
 
 pub use self::kinds::Kind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use linkerd_admission::ReviewBody;
+use linkerd_admission::{ReviewBody, ReviewMetrics};
 use linkerd_index::{
     inbound::InboundIndex,
     model::{ServerInfo, ServerOverlap},
@@ -110,11 +110,14 @@ impl ExistingServers for NoServers {
     }
 }
 
+/// The name of the webhook's [`ReviewMetrics`]: `policy_admission_reviews_total{result}`.
+pub const REVIEWS_METRIC: &str = "policy_admission_reviews";
+
 /// The webhook's routes: `POST /` reviews; everything else is `404`. The router's reviews
 /// share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of bodies (those of
-/// at most [`linkerd_admission::SMALL_BODY_BYTES`] one of their own), and a Server is checked
-/// against the `existing` ones.
-pub fn router(existing: impl ExistingServers) -> Router {
+/// at most [`linkerd_admission::SMALL_BODY_BYTES`] one of their own), a Server is checked
+/// against the `existing` ones, and each answer is counted in `metrics`.
+pub fn router(existing: impl ExistingServers, metrics: ReviewMetrics) -> Router {
     let budget = BodyBudget::new(
         linkerd_admission::MAX_BODY_BYTES_AT_ONCE,
         MAX_BODY_BYTES,
@@ -128,7 +131,7 @@ pub fn router(existing: impl ExistingServers) -> Router {
     Router::new()
         .route("/", post(handle).fallback(not_found))
         .fallback(not_found)
-        .with_state((budget, existing))
+        .with_state((budget, existing, metrics))
 }
 
 /// Answers a review body (see the module docs for the protocol), with no existing Servers.
@@ -298,7 +301,11 @@ fn deny(request: &AdmissionRequest, message: String) -> AdmissionResponse {
 }
 
 async fn handle(
-    State((budget, existing)): State<(BodyBudget, Arc<dyn ExistingServers>)>,
+    State((budget, existing, metrics)): State<(
+        BodyBudget,
+        Arc<dyn ExistingServers>,
+        ReviewMetrics,
+    )>,
     request: Request,
 ) -> Response {
     let text = |status: StatusCode, text: String| {
@@ -309,12 +316,16 @@ async fn handle(
     let body = match budget.read(peer, &head.headers, body).await {
         Ok(body) => body,
         Err(BodyError::TooLarge { .. }) => {
+            metrics.invalid();
             return text(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 linkerd_admission::body_too_large(),
             );
         }
-        Err(error) => return text(StatusCode::BAD_REQUEST, error.to_string()),
+        Err(error) => {
+            metrics.invalid();
+            return text(StatusCode::BAD_REQUEST, error.to_string());
+        }
     };
     // Decoding can take many times the body's size: it waits for room in the budget too (a
     // review too complex for it has its object denied without being decoded).
@@ -326,6 +337,10 @@ async fn handle(
             tracing::info!(%error, "bad admission review");
             error
         });
+    match &answer {
+        Ok(answer) => metrics.answered(answer),
+        Err(_) => metrics.invalid(),
+    }
     match answer.map(|answer| linkerd_admission::to_json(&answer)) {
         Ok(Ok(json)) => (
             StatusCode::OK,

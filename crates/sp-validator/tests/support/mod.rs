@@ -4,10 +4,11 @@
 
 #![allow(dead_code)]
 
+use linkerd_admission::ReviewMetrics;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sp_validator::WebhookMetrics;
+use sp_validator::REVIEWS_METRIC;
 use std::{net::SocketAddr, sync::Arc};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -67,7 +68,7 @@ pub async fn mk_webhook() -> Webhook {
         .unwrap();
     let addr = server.local_addr();
     let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = WebhookMetrics::register(&mut registry);
+    let metrics = ReviewMetrics::register(&mut registry, REVIEWS_METRIC);
     let (trigger, shutdown) = linkerd_runtime::shutdown::channel();
     tokio::spawn(server.serve(sp_validator::router(metrics), shutdown.signaled()));
     Webhook {
