@@ -252,16 +252,25 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
 
     // `proxy-status`: the voting pod's proxy holds one Get stream and one WatchPort stream.
     let pod = format!("emojivoto/{VOTING}");
-    let (code, stdout, stderr) = wait_output(dst_diag(&[
-        "proxy-status",
-        &pod,
-        "--destination-introspection",
+    // `proxy-status POD` against these introspection APIs, with `more` flags.
+    let proxy_status = |destination: &str, policy: &str, more: &[&str]| {
+        let mut args = vec![
+            "proxy-status".to_string(),
+            pod.clone(),
+            "--destination-introspection".into(),
+            destination.into(),
+            "--policy-introspection".into(),
+            policy.into(),
+        ];
+        args.extend(more.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        wait_output(dst_diag(&args))
+    };
+    let (code, stdout, stderr) = proxy_status(
         &s.destination_introspection,
-        "--policy-introspection",
         &s.policy_introspection,
-        "-o",
-        "json",
-    ]))
+        &["-o", "json"],
+    )
     .await;
     assert_eq!(code, Some(0), "{stderr}");
     let rows = json_lines(&stdout);
@@ -276,15 +285,8 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
         format!(r#"{{"ns":"emojivoto","pod":"{VOTING}"}} port 8080"#)
     );
     assert_eq!(rows[1]["status"], "SYNCED");
-    let (code, stdout, _) = wait_output(dst_diag(&[
-        "proxy-status",
-        &pod,
-        "--destination-introspection",
-        &s.destination_introspection,
-        "--policy-introspection",
-        &s.policy_introspection,
-    ]))
-    .await;
+    let (code, stdout, _) =
+        proxy_status(&s.destination_introspection, &s.policy_introspection, &[]).await;
     assert_eq!(code, Some(0));
     assert!(
         stdout.starts_with(&format!("{pod}: 2 streams, 2 in sync, 0 behind\nSERVER")),
@@ -336,28 +338,13 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
         stderr.ends_with("InvalidArgument: invalid pod \"vote-bot-0\": expected namespace/name\n"),
         "{stderr}"
     );
-    let (code, _, stderr) = wait_output(dst_diag(&[
-        "proxy-status",
-        &pod,
-        "--destination-introspection",
-        "127.0.0.1:1",
-        "--policy-introspection",
-        "",
-    ]))
-    .await;
+    let (code, _, stderr) = proxy_status("127.0.0.1:1", "", &[]).await;
     assert_eq!(code, Some(1));
     assert!(stderr.contains("connect to http://127.0.0.1:1"), "{stderr}");
     // One server answers, the other cannot be reached: what answered is printed, and the run
     // fails with exit code 3 (newcomer finding: it exited 0 on half an answer).
-    let (code, stdout, stderr) = wait_output(dst_diag(&[
-        "proxy-status",
-        &pod,
-        "--destination-introspection",
-        &s.destination_introspection,
-        "--policy-introspection",
-        "127.0.0.1:1",
-    ]))
-    .await;
+    let (code, stdout, stderr) =
+        proxy_status(&s.destination_introspection, "127.0.0.1:1", &[]).await;
     assert_eq!(code, Some(3), "{stderr}");
     assert!(
         stdout.starts_with(&format!("{pod}: 1 stream, 1 in sync, 0 behind\nSERVER")),

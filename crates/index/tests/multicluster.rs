@@ -179,6 +179,32 @@ fn config(unreachable_after: Duration, offline: &[(&str, &Path)]) -> ClusterStor
     }
 }
 
+/// A cluster store (its metrics in `registry`) fed link Secrets by `watches`, given the link of
+/// `east`, served from `dir` and reported late after `unreachable_after`.
+struct EastLink {
+    watches: Watches,
+    registry: Registry,
+    store: ClusterStore,
+    metrics: LinkMetrics,
+}
+
+fn link_east_dir(dir: &Path, unreachable_after: Duration) -> EastLink {
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (store, metrics) = store(
+        &mut watches,
+        &mut registry,
+        config(unreachable_after, &[("east", dir)]),
+    );
+    watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
+    EastLink {
+        watches,
+        registry,
+        store,
+        metrics,
+    }
+}
+
 #[tokio::test]
 async fn a_linked_cluster_keeps_its_endpoints_while_its_api_server_is_down() {
     let api = FakeApi::start([
@@ -339,14 +365,12 @@ async fn an_unreachable_cluster_is_reported_and_a_changed_secret_restarts_it() {
 async fn a_linked_state_directory_that_appears_later_is_picked_up() {
     let parent = tempfile::tempdir().unwrap();
     let dir = parent.path().join("east");
-    let mut watches = Watches::new(IndexMetrics::default());
-    let mut registry = Registry::default();
-    let (store, metrics) = store(
-        &mut watches,
-        &mut registry,
-        config(Duration::from_millis(100), &[("east", &dir)]),
-    );
-    watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
+    let EastLink {
+        watches: _watches,
+        registry,
+        store,
+        metrics,
+    } = link_east_dir(&dir, Duration::from_millis(100));
     let east = wait_cluster(&store, "east", None).await;
     assert_eq!(east.source, format!("dir {}", dir.display()));
     wait_metric(
@@ -412,14 +436,12 @@ async fn a_linked_state_directory_that_goes_away_shows_the_cluster_unreachable()
             mk_slice(&[("web-1", "10.2.0.1")]),
         ],
     );
-    let mut watches = Watches::new(IndexMetrics::default());
-    let mut registry = Registry::default();
-    let (store, metrics) = store(
-        &mut watches,
-        &mut registry,
-        config(Duration::from_secs(10), &[("east", &dir)]),
-    );
-    watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
+    let EastLink {
+        watches: _watches,
+        registry,
+        store,
+        metrics,
+    } = link_east_dir(&dir, Duration::from_secs(10));
     let east = wait_cluster(&store, "east", None).await;
     let mut web = east.index.endpoints(web_key());
     wait_addrs(&mut web, &["10.2.0.1:8080"]).await;
@@ -459,14 +481,12 @@ async fn a_linked_state_path_that_is_a_file_is_retried() {
     let parent = tempfile::tempdir().unwrap();
     let path = parent.path().join("east");
     std::fs::write(&path, "not a directory").unwrap();
-    let mut watches = Watches::new(IndexMetrics::default());
-    let mut registry = Registry::default();
-    let (store, metrics) = store(
-        &mut watches,
-        &mut registry,
-        config(Duration::from_secs(10), &[("east", &path)]),
-    );
-    watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
+    let EastLink {
+        watches: _watches,
+        registry,
+        store,
+        metrics,
+    } = link_east_dir(&path, Duration::from_secs(10));
     wait_metric(
         &registry,
         r#"multicluster_linked_clusters{cluster="east",state="unreachable"} 1"#,
@@ -495,14 +515,12 @@ async fn a_linked_state_path_that_is_a_file_is_retried() {
 async fn a_later_link_secret_does_not_take_over_a_linked_cluster() {
     let dir = tempfile::tempdir().unwrap();
     write_state(dir.path(), vec![mk_service()]);
-    let mut watches = Watches::new(IndexMetrics::default());
-    let mut registry = Registry::default();
-    let (store, metrics) = store(
-        &mut watches,
-        &mut registry,
-        config(Duration::from_secs(10), &[("east", dir.path())]),
-    );
-    watches.apply(Event::Apply(link("east", "apiVersion: v1\n")));
+    let EastLink {
+        watches,
+        registry,
+        store,
+        metrics,
+    } = link_east_dir(dir.path(), Duration::from_secs(10));
     let east = wait_cluster(&store, "east", None).await;
     assert_eq!(east.trust_domain, "east.local");
 
