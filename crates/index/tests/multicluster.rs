@@ -179,6 +179,13 @@ fn config(unreachable_after: Duration, offline: &[(&str, &Path)]) -> ClusterStor
     }
 }
 
+/// Waits until `registry` shows linked cluster `cluster` in `state` (`syncing`, `connected`,
+/// `unreachable`).
+async fn wait_link_state(registry: &Registry, cluster: &str, state: &str) {
+    let line = format!(r#"multicluster_linked_clusters{{cluster="{cluster}",state="{state}"}} 1"#);
+    wait_metric(registry, &line).await;
+}
+
 /// A cluster store (its metrics in `registry`) fed link Secrets by `watches`, given the link of
 /// `east`, served from `dir` and reported late after `unreachable_after`.
 struct EastLink {
@@ -231,11 +238,7 @@ async fn a_linked_cluster_keeps_its_endpoints_while_its_api_server_is_down() {
     );
     let mut web = east.index.endpoints(web_key());
     wait_addrs(&mut web, &["10.2.0.1:8080"]).await;
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "east", "connected").await;
     wait_metric(&registry, r#"pod_cache_size{cluster="east"} 1"#).await;
 
     // The API server goes away; east scales up meanwhile.
@@ -247,11 +250,7 @@ async fn a_linked_cluster_keeps_its_endpoints_while_its_api_server_is_down() {
     );
 
     // The cluster is reported unreachable; its last known endpoints are kept.
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="east",state="unreachable"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "east", "unreachable").await;
     wait_metric(
         &registry,
         r#"multicluster_link_errors_total{reason="unreachable"} 1"#,
@@ -262,11 +261,7 @@ async fn a_linked_cluster_keeps_its_endpoints_while_its_api_server_is_down() {
     // It comes back: the new state is followed.
     api.come_back();
     wait_addrs(&mut web, &["10.2.0.1:8080", "10.2.0.2:8080"]).await;
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "east", "connected").await;
     assert!(!encode(&registry).contains(r#"cluster="east",state="unreachable""#));
 
     // The Secret deleted: the cluster is unlinked and its watches stop.
@@ -323,11 +318,7 @@ async fn an_unreachable_cluster_is_reported_and_a_changed_secret_restarts_it() {
     )));
     watches.apply(Event::Apply(link("east", &kubeconfig(&api.url()))));
 
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="west",state="unreachable"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "west", "unreachable").await;
     wait_metric(
         &registry,
         r#"multicluster_link_errors_total{reason="unreachable"} 1"#,
@@ -347,11 +338,7 @@ async fn an_unreachable_cluster_is_reported_and_a_changed_secret_restarts_it() {
         &["10.2.0.1:8080"],
     )
     .await;
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="west",state="connected"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "west", "connected").await;
     assert!(!encode(&registry).contains(r#"cluster="west",state="unreachable""#));
     // East was not restarted.
     assert!(Arc::ptr_eq(&east, &store.get("east").unwrap()));
@@ -373,11 +360,7 @@ async fn a_linked_state_directory_that_appears_later_is_picked_up() {
     } = link_east_dir(&dir, Duration::from_millis(100));
     let east = wait_cluster(&store, "east", None).await;
     assert_eq!(east.source, format!("dir {}", dir.display()));
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="east",state="unreachable"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "east", "unreachable").await;
     assert!(!east.is_connected());
 
     // The directory appears, written elsewhere and moved in whole.
@@ -395,11 +378,7 @@ async fn a_linked_state_directory_that_appears_later_is_picked_up() {
 
     let mut web = east.index.endpoints(web_key());
     wait_addrs(&mut web, &["10.2.0.1:8080"]).await;
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "east", "connected").await;
     assert!(east.is_connected());
     assert!(
         Arc::ptr_eq(&east, &store.get("east").unwrap()),
@@ -445,28 +424,16 @@ async fn a_linked_state_directory_that_goes_away_shows_the_cluster_unreachable()
     let east = wait_cluster(&store, "east", None).await;
     let mut web = east.index.endpoints(web_key());
     wait_addrs(&mut web, &["10.2.0.1:8080"]).await;
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "east", "connected").await;
 
     let away = parent.path().join("away");
     std::fs::rename(&dir, &away).unwrap();
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="east",state="unreachable"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "east", "unreachable").await;
     assert_eq!(metrics.errors("unreachable"), 1);
     assert_eq!(addrs(&web.borrow()), socks(&["10.2.0.1:8080"]));
 
     std::fs::rename(&away, &dir).unwrap();
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "east", "connected").await;
     assert_eq!(addrs(&web.borrow()), socks(&["10.2.0.1:8080"]));
     assert!(
         Arc::ptr_eq(&east, &store.get("east").unwrap()),
@@ -487,22 +454,14 @@ async fn a_linked_state_path_that_is_a_file_is_retried() {
         store,
         metrics,
     } = link_east_dir(&path, Duration::from_secs(10));
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="east",state="unreachable"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "east", "unreachable").await;
     assert!(store.get("east").is_none());
 
     std::fs::remove_file(&path).unwrap();
     std::fs::create_dir(&path).unwrap();
     write_state(&path, vec![mk_service()]);
     let east = wait_cluster(&store, "east", None).await;
-    wait_metric(
-        &registry,
-        r#"multicluster_linked_clusters{cluster="east",state="connected"} 1"#,
-    )
-    .await;
+    wait_link_state(&registry, "east", "connected").await;
     assert!(east.is_connected());
     assert_eq!(metrics.errors("state_dir"), 1);
 }
