@@ -342,9 +342,10 @@ spec: {ports: [{port: 80}]}
     let removed = next(&mut stream).await;
     assert!(matches!(removed, Update::Remove(_)), "{removed:?}");
     assert_eq!(addrs(&removed), sockets(&["10.40.2.19:8080"]));
+    // The remote Service is no longer known: `exists` is false, as a new `Get` is refused.
     assert!(
-        matches!(next(&mut stream).await, Update::NoEndpoints(n) if n.exists),
-        "NoEndpoints after the last Remove"
+        matches!(next(&mut stream).await, Update::NoEndpoints(n) if !n.exists),
+        "NoEndpoints{{exists: false}} after the last Remove"
     );
     wait_metric(admin, "cluster_store_size 0").await;
     let gone = get(&mut client, "web-svc-east.emojivoto.svc.cluster.local:80")
@@ -677,9 +678,10 @@ async fn ready_does_not_wait_for_linked_clusters() {
     let mut west = get(&mut client, "web-svc-west.emojivoto.svc.cluster.local:80")
         .await
         .unwrap();
+    // Whether west's web-svc exists is not known before west's lists are in.
     assert!(
-        matches!(next(&mut west).await, Update::NoEndpoints(n) if n.exists),
-        "NoEndpoints while west has not synced"
+        matches!(next(&mut west).await, Update::NoEndpoints(n) if !n.exists),
+        "NoEndpoints{{exists: false}} while west has not synced"
     );
 
     // After 10 s without its lists, west is unreachable, logged and counted.
