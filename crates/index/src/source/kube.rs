@@ -17,13 +17,13 @@
 //! watch event that updates an object already seen, the time since the object's latest
 //! `managedFields` `Update` (spec/destination.md §F).
 
-use futures::{StreamExt, stream::BoxStream};
+use futures::{Stream, StreamExt, stream::BoxStream};
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Client,
     api::ApiResource,
     core::{DynamicResourceScope, ObjectMeta},
-    runtime::{WatchStreamExt, utils::Backoff, watcher},
+    runtime::watcher,
 };
 use prometheus_client::metrics::histogram::Histogram;
 use serde::{Deserialize, Deserializer, de::Error as _};
@@ -126,6 +126,12 @@ struct LagTracker {
 /// The retry delay of a failing watch: 800 ms doubling up to 20 s, plus up to half again of
 /// jitter, so every retry comes within 30 s. kube-runtime's default backoff caps at 30 s
 /// *before* its jitter (up to 60 s), too slow to pick up a CRD that appears (issue 3 item 4).
+///
+/// It starts over once the watch gets an answer: an object, the end of a list, a watch event.
+/// Not on `Event::Init`, which the watcher yields before each list it tries: kube-runtime's
+/// stream backoff resets on every item, so through it the delay never grew past 800 ms, and an
+/// API server that refused connections got every kind's error logged about once a second
+/// (newcomer finding). [`with_backoff`] applies it.
 struct WatchBackoff {
     base: Duration,
 }
@@ -235,7 +241,7 @@ fn watch_resource<K: Kind>(
     if let Some(selector) = &scope.fields {
         config = config.fields(selector);
     }
-    let events = watcher(api, config).backoff(WatchBackoff::new());
+    let events = with_backoff(watcher(api, config).boxed());
     let state = WatchState::<K> {
         relist: None,
         served: Served::Unknown,
@@ -514,6 +520,10 @@ impl WatchBackoff {
     fn new() -> Self {
         Self { base: BACKOFF_MIN }
     }
+
+    fn reset(&mut self) {
+        self.base = BACKOFF_MIN;
+    }
 }
 
 impl Iterator for WatchBackoff {
@@ -528,10 +538,27 @@ impl Iterator for WatchBackoff {
     }
 }
 
-impl Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.base = BACKOFF_MIN;
-    }
+/// `events` (a kind's watcher) with a [`WatchBackoff`] delay before each retry that follows an
+/// error, started over once the watch gets an answer (not on `Event::Init`).
+fn with_backoff<K: Send + 'static>(
+    events: BoxStream<'static, watcher::Result<watcher::Event<K>>>,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send {
+    let state = (events, WatchBackoff::new(), None::<Duration>);
+    futures::stream::unfold(state, |(mut events, mut backoff, delay)| async move {
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        let event = events.next().await?;
+        let delay = match &event {
+            Err(_) => backoff.next(),
+            Ok(watcher::Event::Init) => None,
+            Ok(_) => {
+                backoff.reset();
+                None
+            }
+        };
+        Some((event, (events, backoff, delay)))
+    })
 }
 
 /// Seconds from `updated` (an object's latest `managedFields` `Update`) to `now`: how late the
@@ -565,6 +592,43 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
+
+    /// A failing watch waits longer each retry even though the watcher yields `Event::Init`
+    /// before each list it tries, and starts over once it gets an answer (newcomer finding: the
+    /// delay stayed at 800 ms, and a refused API server got about one error line a second per
+    /// kind).
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_watch_waits_longer_each_retry() {
+        type Item = watcher::Result<watcher::Event<()>>;
+        let failure = || -> Item { Err(watcher::Error::NoResourceVersion) };
+        let mut items: Vec<Item> = Vec::new();
+        for _ in 0..7 {
+            items.push(Ok(watcher::Event::Init));
+            items.push(failure());
+        }
+        // Answered: a list that ends, then one more failure.
+        items.push(Ok(watcher::Event::Init));
+        items.push(Ok(watcher::Event::InitDone));
+        items.push(failure());
+        items.push(Ok(watcher::Event::Init));
+        let mut events = Box::pin(with_backoff(futures::stream::iter(items).boxed()));
+        let mut waits = Vec::new();
+        let mut last = tokio::time::Instant::now();
+        while let Some(item) = events.next().await {
+            if matches!(item, Ok(watcher::Event::Init)) {
+                waits.push(last.elapsed());
+            }
+            last = tokio::time::Instant::now();
+        }
+        // Before each `Init`: nothing first, then each failure's delay (its base plus up to
+        // half again): 0.8, 1.6, 3.2, 6.4, 12.8, 20, 20 s; after the answered list, 0.8 s again.
+        let bases = [0, 800, 1_600, 3_200, 6_400, 12_800, 20_000, 20_000, 800];
+        assert_eq!(waits.len(), bases.len(), "{waits:?}");
+        for (wait, base_ms) in waits.iter().zip(bases) {
+            let base = Duration::from_millis(base_ms);
+            assert!(*wait >= base && *wait <= base.mul_f64(1.5), "{waits:?}");
+        }
+    }
 
     fn at(time: &str) -> Timestamp {
         time.parse().expect("an RFC 3339 timestamp")

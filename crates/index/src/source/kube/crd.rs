@@ -16,11 +16,11 @@ use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject},
     core::Version,
-    runtime::{WatchStreamExt, watcher},
+    runtime::watcher,
 };
 use std::{cmp::Reverse, sync::Arc};
 
-use super::{WatchBackoff, status_code, watch_resource};
+use super::{status_code, watch_resource, with_backoff};
 use crate::{metrics::IndexMetrics, model::Kind, source::Event, watches::WatchErrors};
 
 /// The API group whose kinds follow their CRDs.
@@ -83,7 +83,7 @@ pub(super) fn follow<K: Kind>(
         &ApiResource::erase::<CustomResourceDefinition>(&()),
     );
     let config = watcher::Config::default().fields(&format!("metadata.name={crd_name}"));
-    let crds = watcher(crds, config).backoff(WatchBackoff::new()).boxed();
+    let crds = with_backoff(watcher(crds, config).boxed()).boxed();
     let follower = Follower::<K> {
         client,
         metrics,
