@@ -63,6 +63,22 @@ pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
 /// when its lists are late or its API server stops answering.
 pub const LINK_STATES: [&str; 3] = ["syncing", "connected", "unreachable"];
 
+/// The `reason`s of `multicluster_link_errors_total`: the link Secret's own problems
+/// ([`crate::model::LinkSecretError::reason`]), the cluster's start ([`StartError`]), a second
+/// Secret for a linked cluster, and a cluster whose API server does not answer. Each series is
+/// exported at 0 from the start.
+pub const LINK_ERROR_REASONS: [&str; 9] = [
+    "no_cluster_name",
+    "reserved_cluster_name",
+    "missing_annotation",
+    "no_kubeconfig",
+    "malformed_kubeconfig",
+    "client",
+    "state_dir",
+    "duplicate_cluster",
+    "unreachable",
+];
+
 /// The linked clusters now, by name.
 pub type Clusters = BTreeMap<String, Arc<LinkedCluster>>;
 
@@ -172,9 +188,13 @@ impl LinkMetrics {
     /// Secrets or clusters that could not be used: `no_cluster_name`, `reserved_cluster_name`
     /// (a cluster named `local`, the local cluster's label), `missing_annotation`,
     /// `no_kubeconfig`, `malformed_kubeconfig`, `client`, `state_dir`, `duplicate_cluster`,
-    /// `unreachable`) and `cluster_store_size` (linked clusters, as upstream).
+    /// `unreachable`, see [`LINK_ERROR_REASONS`]; each at 0 from the start) and
+    /// `cluster_store_size` (linked clusters, as upstream).
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
+        for reason in LINK_ERROR_REASONS {
+            drop(metrics.errors.get_or_create(&ReasonLabels { reason }));
+        }
         registry.register(
             "multicluster_linked_clusters",
             "Linked clusters by state (syncing: initial lists pending; connected: lists received and watches answered; unreachable: no answer)",
@@ -300,6 +320,7 @@ impl ClusterStore {
             secrets: BTreeMap::new(),
             valid: BTreeMap::new(),
             waiting: BTreeMap::new(),
+            refused: BTreeMap::new(),
             duplicates: BTreeSet::new(),
             clusters: clusters_tx,
         };
@@ -338,6 +359,10 @@ struct Links {
     /// are tried again, shown `unreachable`, and logged and counted again only when the error
     /// changes.
     waiting: BTreeMap<String, String>,
+    /// Links whose start failed for good (a kubeconfig that does not parse), by cluster, with
+    /// the error: logged and counted again only when the error changes, not at every
+    /// reconcile of the other links.
+    refused: BTreeMap<String, String>,
     /// Valid link Secrets ignored because another one names the same cluster (the one the
     /// running cluster was started from, else the first by namespace/name): logged and counted
     /// once, when they become so.
@@ -476,6 +501,7 @@ impl Links {
             self.waiting.remove(&name);
             self.metrics.forget(&name);
         }
+        self.refused.retain(|name, _| wanted.contains_key(name));
         for (name, (key, link)) in wanted {
             if next.contains_key(&name) {
                 continue;
@@ -485,12 +511,18 @@ impl Links {
                     if self.waiting.remove(&name).is_some() {
                         tracing::info!(cluster = %name, "linked cluster started after its state directory could be used");
                     }
+                    self.refused.remove(&name);
                     next.insert(name, Arc::new(cluster));
                     changed = true;
                 }
                 Err(error) => {
                     let text = error.to_string();
-                    if self.waiting.get(&name) != Some(&text) {
+                    let known = if error.retried() {
+                        self.waiting.get(&name)
+                    } else {
+                        self.refused.get(&name)
+                    };
+                    if known != Some(&text) {
                         let retrying = if error.retried() { "; retrying" } else { "" };
                         tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %name, %error, "cannot start linked cluster{retrying}");
                         self.metrics.error(error.reason());
@@ -498,8 +530,11 @@ impl Links {
                     if error.retried() {
                         self.metrics.set_state(&name, "unreachable");
                         self.waiting.insert(name, text);
-                    } else if self.waiting.remove(&name).is_some() {
-                        self.metrics.forget(&name);
+                    } else {
+                        self.refused.insert(name.clone(), text);
+                        if self.waiting.remove(&name).is_some() {
+                            self.metrics.forget(&name);
+                        }
                     }
                 }
             }

@@ -511,6 +511,44 @@ async fn a_later_link_secret_does_not_take_over_a_linked_cluster() {
     assert_eq!(metrics.errors("duplicate_cluster"), 1);
 }
 
+/// A link Secret whose kubeconfig does not parse is logged and counted once, however often the
+/// other links change after (newcomer finding: it was counted again at each change of another
+/// link Secret); every reason's series is there at 0 from the start.
+#[tokio::test]
+async fn a_refused_link_is_counted_once() {
+    let west_dir = tempfile::tempdir().unwrap();
+    write_state(west_dir.path(), vec![mk_service()]);
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (store, metrics) = store(
+        &mut watches,
+        &mut registry,
+        config(Duration::from_secs(10), &[("west", west_dir.path())]),
+    );
+    let text = encode(&registry);
+    for reason in linkerd_index::multicluster::LINK_ERROR_REASONS {
+        let line = format!(r#"multicluster_link_errors_total{{reason="{reason}"}} 0"#);
+        assert!(text.contains(&line), "{line} missing:\n{text}");
+    }
+
+    watches.apply(Event::Apply(link("east", "not: [a kubeconfig")));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="malformed_kubeconfig"} 1"#,
+    )
+    .await;
+    // Two more reconciles: west linked, then unlinked.
+    watches.apply(Event::Apply(link("west", "apiVersion: v1\n")));
+    wait_cluster(&store, "west", None).await;
+    watches.apply(Event::<Secret>::Delete(ObjectRef {
+        namespace: "linkerd".into(),
+        name: "cluster-credentials-west".into(),
+    }));
+    wait_metric(&registry, "cluster_store_size 0").await;
+    assert_eq!(metrics.errors("malformed_kubeconfig"), 1);
+    assert!(store.get("east").is_none());
+}
+
 /// A second link Secret naming a linked cluster is ignored, logged and counted once
 /// (`duplicate_cluster`), however often the links are reconciled after (newcomer finding: it
 /// was logged at every change of any link Secret, and never counted).
