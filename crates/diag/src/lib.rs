@@ -118,6 +118,18 @@ pub enum Error {
     /// `explain` cannot answer the question.
     #[error(transparent)]
     Explain(#[from] explain::ExplainError),
+    /// `proxy-status` could reach neither server: why, for each.
+    #[error(
+        "neither server could be reached: destination: {}; policy: {}",
+        error_line(destination),
+        error_line(policy)
+    )]
+    NoServer {
+        /// Why destination's introspection API could not be reached.
+        destination: Box<Error>,
+        /// Why policy-controller's could not.
+        policy: Box<Error>,
+    },
     /// `proxy-status` printed the streams of the servers that answered, but `server` could
     /// not be reached: its streams are missing from the output.
     #[error("{server}'s streams are left out")]
@@ -163,7 +175,9 @@ impl Error {
 }
 
 /// `error: cause: cause ...` on one line, leaving out a cause that only repeats the text before it
-/// (tonic's transport errors wrap `tcp connect error` in `tcp connect error`).
+/// (tonic's transport errors wrap `tcp connect error` in `tcp connect error`). Control
+/// characters (a target's, a server's message quoting it) are shown escaped, as the tables
+/// show them.
 pub fn error_line(error: &dyn std::error::Error) -> String {
     let mut line = error.to_string();
     let mut last = line.clone();
@@ -179,7 +193,10 @@ pub fn error_line(error: &dyn std::error::Error) -> String {
         last = text;
         source = cause.source();
     }
-    line
+    match linkerd_runtime::log::escape_controls(&line) {
+        std::borrow::Cow::Borrowed(_) => line,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    }
 }
 
 /// What an error line repeats of a target: its first 256 bytes (at a character boundary) and
@@ -257,6 +274,24 @@ fn status_line(status: &tonic::Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by a newcomer: a newline in the target (and in the server's message quoting it)
+    /// split the error over two lines.
+    #[test]
+    fn an_error_line_is_one_line() {
+        let error = Error::Status {
+            rpc: "Get",
+            target: "web-svc.emojivoto.svc.cluster.local:80\n".into(),
+            status: tonic::Status::invalid_argument(
+                "Invalid authority: web-svc.emojivoto.svc.cluster.local:80\n\u{1b}[31m",
+            ),
+        };
+        assert_eq!(
+            error_line(&error),
+            "Get web-svc.emojivoto.svc.cluster.local:80\\n: InvalidArgument: Invalid authority: \
+             web-svc.emojivoto.svc.cluster.local:80\\n\\u{1b}[31m"
+        );
+    }
 
     /// Found by a newcomer: a 10,000-character name was repeated whole in the error line.
     #[test]

@@ -293,7 +293,7 @@ impl ProxyStatusArgs {
             ),
         ];
         let mut rows = Vec::new();
-        let mut unreachable = None;
+        let mut unreachable = Vec::new();
         let mut answered = 0;
         for (server, flag, addr) in servers {
             if addr.trim().is_empty() {
@@ -304,17 +304,24 @@ impl ProxyStatusArgs {
                     answered += 1;
                     rows.extend(streams.into_iter().map(|s| (server, s)));
                 }
-                Err(error @ Error::Connect { .. }) => unreachable = Some((server, error)),
+                Err(error @ Error::Connect { .. }) => unreachable.push((server, error)),
                 Err(error) => return Err(error),
             }
         }
-        let left_out = match unreachable {
-            Some((_, error)) if answered == 0 => return Err(error),
-            Some((server, error)) => Some(Error::LeftOut {
+        let mut unreachable = unreachable.into_iter();
+        let left_out = match (unreachable.next(), unreachable.next()) {
+            (Some((_, destination)), Some((_, policy))) => {
+                return Err(Error::NoServer {
+                    destination: Box::new(destination),
+                    policy: Box::new(policy),
+                });
+            }
+            (Some((_, error)), None) if answered == 0 => return Err(error),
+            (Some((server, error)), None) => Some(Error::LeftOut {
                 server,
                 source: Box::new(error),
             }),
-            None => None,
+            _ => None,
         };
         let now = SystemTime::now();
         match self.output {

@@ -355,6 +355,15 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
             .starts_with("dst-diag: policy's streams are left out: connect to http://127.0.0.1:1"),
         "{stderr}"
     );
+    // Neither answers: both are named (newcomer finding: only the last one was).
+    let (code, _, stderr) = proxy_status("127.0.0.1:1", "127.0.0.1:2", &[]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "dst-diag: neither server could be reached: destination: connect to http://127.0.0.1:1"
+        ) && stderr.contains("; policy: connect to http://127.0.0.1:2"),
+        "{stderr}"
+    );
     // An empty pod would be no filter at all: refused before asking.
     let (code, _, stderr) = wait_output(dst_diag(&["proxy-status", " "])).await;
     assert_eq!(code, Some(2), "{stderr}");
