@@ -250,10 +250,12 @@ fn check_route(route: &RouteSpec) -> Result<(), Problem> {
         .ok_or(Problem::RouteWithoutCondition)?;
     check_request_match(condition).map_err(Problem::RouteCondition)?;
     if let Some((regex, reason)) = invalid_path_regex(condition) {
+        // Quoted in the message the client reads: control characters shown escaped.
+        let escaped = |text: &str| linkerd_runtime::log::escape_controls(text).into_owned();
         return Err(Problem::PathRegex {
-            route: route.name.clone(),
-            regex: regex.to_string(),
-            reason,
+            route: escaped(&route.name),
+            regex: escaped(regex),
+            reason: escaped(&reason),
         });
     }
     for class in route.response_classes.iter().flatten() {

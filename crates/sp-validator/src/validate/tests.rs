@@ -174,6 +174,13 @@ fn path_regexes_must_compile() {
     assert_eq!(
         denial("routes: [{name: r, condition: {pathRegex: '(?i)/health(z|check)?'}}]"),
         None
+    ); // Control characters in what the message quotes are shown escaped (newcomer finding: a raw
+    // SOH and newline went to the client).
+    assert_eq!(
+        denial(r#"routes: [{name: "r\u0001", condition: {pathRegex: "\u0001\n(bad"}}]"#).unwrap(),
+        format!(
+            "{SP}has a route \"r\\u{{1}}\" with an invalid pathRegex \"\\u{{1}}\\n(bad\": unclosed group"
+        )
     );
 }
 
