@@ -64,7 +64,8 @@ pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
 pub const LINK_STATES: [&str; 3] = ["syncing", "connected", "unreachable"];
 
 /// The `reason`s of `multicluster_link_errors_total`: the link Secret's own problems
-/// ([`crate::model::LinkSecretError::reason`]), the cluster's start ([`StartError`]), a second
+/// ([`crate::model::LinkSecretError::reason`]), the cluster's start (a kubeconfig that does not
+/// parse, a client that cannot be built, a state directory that cannot be used), a second
 /// Secret for a linked cluster, and a cluster whose API server does not answer. Each series is
 /// exported at 0 from the start.
 pub const LINK_ERROR_REASONS: [&str; 9] = [
