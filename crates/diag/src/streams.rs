@@ -271,10 +271,11 @@ impl ProxyStatusArgs {
     /// Prints every stream the pod's proxy holds on destination and policy-controller, and
     /// whether each is in sync (has written out its topic's newest view) or behind.
     ///
-    /// A server that cannot be reached is left out: the other's streams are printed, then the
-    /// run fails with [`Error::LeftOut`] (exit code 3), so that a script does not take a
-    /// partial answer for the whole. It fails with the connection error when neither answers,
-    /// and with [`Error::Status`] when a server refuses the pod.
+    /// A server that cannot be reached, does not answer, or is not an introspection API is
+    /// left out: the other's streams are printed, then the run fails with [`Error::LeftOut`]
+    /// (exit code 3), so that a script does not take a partial answer for the whole. It fails
+    /// with [`Error::NoServer`] when neither answers, and with [`Error::Status`] when a server
+    /// refuses the pod (`InvalidArgument`).
     pub async fn run(&self, out: &mut impl Write) -> Result<(), Error> {
         let request = ListStreamsRequest {
             pod: self.pod.clone(),
@@ -304,8 +305,10 @@ impl ProxyStatusArgs {
                     answered += 1;
                     rows.extend(streams.into_iter().map(|s| (server, s)));
                 }
-                Err(error @ Error::Connect { .. }) => unreachable.push((server, error)),
-                Err(error) => return Err(error),
+                // The server judged the request (the pod named): its answer is the run's.
+                Err(error) if refuses_the_pod(&error) => return Err(error),
+                // Refused, silent, or not this gRPC server (a wrong port): left out.
+                Err(error) => unreachable.push((server, error)),
             }
         }
         let mut unreachable = unreachable.into_iter();
@@ -370,6 +373,12 @@ impl ProxyStatusArgs {
         }
         left_out.map_or(Ok(()), Err)
     }
+}
+
+/// Whether `error` is an introspection API refusing `proxy-status`'s request (`InvalidArgument`:
+/// the pod named), rather than a server that cannot be reached or is not one.
+fn refuses_the_pod(error: &Error) -> bool {
+    matches!(error, Error::Status { status, .. } if status.code() == tonic::Code::InvalidArgument)
 }
 
 /// `SYNCED` when the stream has written out its topic's newest view, else `BEHIND`.

@@ -355,6 +355,26 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
             .starts_with("dst-diag: policy's streams are left out: connect to http://127.0.0.1:1"),
         "{stderr}"
     );
+    // The policy address takes connections but closes them (not a gRPC server): left out too,
+    // not the end of the run (newcomer finding: only a refused connection was).
+    let closing = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closing_addr = closing.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = closing.accept().await {
+            drop(conn);
+        }
+    });
+    let (code, stdout, stderr) =
+        proxy_status(&s.destination_introspection, &closing_addr, &[]).await;
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("{pod}: 1 stream, 1 in sync, 0 behind\nSERVER")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.starts_with("dst-diag: policy's streams are left out: "),
+        "{stderr}"
+    );
     // Neither answers: both are named (newcomer finding: only the last one was).
     let (code, _, stderr) = proxy_status("127.0.0.1:1", "127.0.0.1:2", &[]).await;
     assert_eq!(code, Some(1), "{stderr}");

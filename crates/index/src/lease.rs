@@ -27,8 +27,23 @@ use tokio::{sync::watch, time::Instant};
 pub const LEASE_DURATION: Duration = Duration::from_secs(30);
 /// How long before a claim's end the holder renews it (spec/policy.md §1.4).
 pub const RENEW_GRACE: Duration = Duration::from_secs(1);
-/// Pause after a failed API call before the next attempt.
+/// Pause after a failed API call before the next attempt while holding a claim (it must be
+/// renewed before it runs out), and after the first failure otherwise.
 const RETRY: Duration = Duration::from_secs(1);
+/// The longest pause between attempts while the API server keeps failing and no claim is
+/// held: the pause doubles from [`RETRY`] up to this.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The pause after the `failures`-th failed attempt in a row (from 1): [`RETRY`] while
+/// `holding` a claim, else doubling from [`RETRY`] to [`RETRY_MAX`] (newcomer finding: an
+/// unreachable API server got a warning and a client error logged every second, forever).
+fn retry_after(failures: u32, holding: bool) -> Duration {
+    if holding {
+        return RETRY;
+    }
+    let doublings = failures.saturating_sub(1).min(16);
+    RETRY.saturating_mul(1 << doublings).min(RETRY_MAX)
+}
 
 /// What the Lease task needs.
 #[derive(Clone, Debug)]
@@ -141,14 +156,18 @@ impl Leadership {
 /// Starts the task that claims and renews the Lease through `api` (the control-plane
 /// namespace's Leases) and returns the leadership it maintains. Must be called within a Tokio
 /// runtime. The task runs until every [`Leadership`] is dropped; API errors are logged and
-/// retried every second, and never end it.
+/// retried ([`retry_after`]: every second while a claim is held, else backing off to 30 s),
+/// and never end it.
 pub fn spawn(api: Api<Lease>, config: LeaseConfig) -> Leadership {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         let mut claim_ends: Option<Instant> = None;
+        let mut failures = 0;
         loop {
             let started = Instant::now();
-            let next = match claim(&api, &config).await {
+            let attempt = claim(&api, &config).await;
+            failures = if attempt.is_ok() { 0 } else { failures + 1 };
+            let next = match attempt {
                 Ok(Claim::Held) => {
                     claim_ends = Some(started + config.duration);
                     if !*tx.borrow() {
@@ -168,8 +187,9 @@ pub fn spawn(api: Api<Lease>, config: LeaseConfig) -> Leadership {
                 }
                 Ok(Claim::Raced) => Instant::now(),
                 Err(error) => {
-                    tracing::warn!(%error, "cannot claim or renew the Lease");
-                    Instant::now() + RETRY
+                    let retry = retry_after(failures, claim_ends.is_some());
+                    tracing::warn!(%error, retry_in_ms = retry.as_millis() as u64, "cannot claim or renew the Lease");
+                    Instant::now() + retry
                 }
             };
             // Wait for the next attempt, dropping leadership the moment our claim runs out.
@@ -301,6 +321,15 @@ mod tests {
         assert_eq!(remaining(&spec(now, 31, 30), now), Duration::ZERO);
         assert_eq!(remaining(&LeaseSpec::default(), now), Duration::ZERO);
         assert_eq!(remaining(&spec(now, 0, -5), now), Duration::ZERO);
+    }
+
+    #[test]
+    fn failed_attempts_back_off_unless_a_claim_is_held() {
+        let pauses: Vec<u64> = (1..=8).map(|n| retry_after(n, false).as_secs()).collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(retry_after(u32::MAX, false), RETRY_MAX);
+        // A holder retries every second: its claim must be renewed before it runs out.
+        assert_eq!(retry_after(7, true), RETRY);
     }
 
     #[test]

@@ -24,14 +24,22 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
-/// The filter of a bare `level`: that level, except that at `info` the `notify` crate's own
-/// info lines (a watch it could not remove from a deleted state directory) are left out.
+/// The filter of a bare `level`: that level, except that
+/// - at `info` the `notify` crate's own info lines (a watch it could not remove from a deleted
+///   state directory) are left out;
+/// - below `debug` kube-client's line for each failed request is left out: it is an `ERROR`
+///   that names neither the resource nor the cause (`failed with error client error
+///   (Connect)`), and the index's own warning for the same failure says which watch or Lease
+///   failed, why, and when it retries (newcomer finding: the pair made every retry two lines).
 fn bare_filter(level: &str) -> String {
+    let mut filter = level.to_string();
     if level.eq_ignore_ascii_case("info") {
-        format!("{level},notify=warn")
-    } else {
-        level.to_string()
+        filter.push_str(",notify=warn");
     }
+    if !(level.eq_ignore_ascii_case("debug") || level.eq_ignore_ascii_case("trace")) {
+        filter.push_str(",kube_client::client::builder=off");
+    }
+    filter
 }
 
 /// How log lines are written.
@@ -208,10 +216,19 @@ mod tests {
 
     #[test]
     fn info_leaves_out_notify_info_lines() {
-        assert_eq!(bare_filter("info"), "info,notify=warn");
-        assert_eq!(bare_filter("INFO"), "INFO,notify=warn");
+        let quiet_kube = "kube_client::client::builder=off";
+        assert_eq!(
+            bare_filter("info"),
+            format!("info,notify=warn,{quiet_kube}")
+        );
+        assert_eq!(
+            bare_filter("INFO"),
+            format!("INFO,notify=warn,{quiet_kube}")
+        );
         assert_eq!(bare_filter("debug"), "debug");
-        assert_eq!(bare_filter("warn"), "warn");
+        assert_eq!(bare_filter("trace"), "trace");
+        assert_eq!(bare_filter("warn"), format!("warn,{quiet_kube}"));
+        assert_eq!(bare_filter("error"), format!("error,{quiet_kube}"));
         assert!(EnvFilter::try_new(bare_filter("info")).is_ok());
     }
 
