@@ -156,7 +156,7 @@ impl Leadership {
 /// Starts the task that claims and renews the Lease through `api` (the control-plane
 /// namespace's Leases) and returns the leadership it maintains. Must be called within a Tokio
 /// runtime. The task runs until every [`Leadership`] is dropped; API errors are logged and
-/// retried ([`retry_after`]: every second while a claim is held, else backing off to 30 s),
+/// retried (every second while a claim is held, else backing off from 1 s to 30 s),
 /// and never end it.
 pub fn spawn(api: Api<Lease>, config: LeaseConfig) -> Leadership {
     let (tx, rx) = watch::channel(false);
