@@ -562,8 +562,9 @@ pub fn allow(request: &AdmissionRequest) -> AdmissionResponse {
 }
 
 /// Refuses `request` because a rule failed: `status` is `{metadata: {}, status: Failure,
-/// message, reason: BadRequest, code: 400}`, `message` shortened past [`MAX_MESSAGE_BYTES`]. The API server shows `message` to the client as
-/// `admission webhook "<name>" denied the request: <message>`.
+/// message, reason: BadRequest, code: 400}`, `message` shortened past [`MAX_MESSAGE_BYTES`].
+/// The API server shows `message` to the client as `admission webhook "<name>" denied the
+/// request: <message>`.
 pub fn deny(request: &AdmissionRequest, message: impl Into<String>) -> AdmissionResponse {
     refuse(request, "BadRequest", message.into())
 }

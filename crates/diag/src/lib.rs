@@ -193,10 +193,7 @@ pub fn error_line(error: &dyn std::error::Error) -> String {
         last = text;
         source = cause.source();
     }
-    match linkerd_runtime::log::escape_controls(&line) {
-        std::borrow::Cow::Borrowed(_) => line,
-        std::borrow::Cow::Owned(escaped) => escaped,
-    }
+    linkerd_runtime::log::escape_controls_owned(line)
 }
 
 /// What an error line repeats of a target: its first 256 bytes (at a character boundary) and

@@ -7,7 +7,7 @@
 //! keys, addresses are `ip:port` strings, and durations are `{"seconds":N,"nanos":M}` as the
 //! server's `--meshed-http2-client-params` flag takes them.
 
-use linkerd_runtime::log::escape_controls;
+use linkerd_runtime::log::{escape_controls, escape_controls_owned};
 use linkerd2_proxy_api::{
     destination::{
         Http2ClientParams, ProtocolHint, TlsIdentity, Update, WeightedAddr, WeightedAddrSet,
@@ -21,7 +21,6 @@ use linkerd2_proxy_api::{
 };
 use serde_json::{Map, Value, json};
 use std::{
-    borrow::Cow,
     collections::{BTreeMap, HashMap},
     io::{self, Write},
     net::SocketAddr,
@@ -206,11 +205,8 @@ impl Table {
     /// stream's target, a label), and a line break or a terminal escape there would forge rows
     /// or recolour the terminal.
     pub fn push<const N: usize>(&mut self, row: [String; N]) {
-        let escaped = |cell: String| match escape_controls(&cell) {
-            Cow::Borrowed(_) => cell,
-            Cow::Owned(escaped) => escaped,
-        };
-        self.rows.push(row.into_iter().map(escaped).collect());
+        self.rows
+            .push(row.into_iter().map(escape_controls_owned).collect());
     }
 
     /// Whether no row was pushed.
@@ -267,8 +263,9 @@ pub(crate) fn count_or_none(n: usize) -> String {
 }
 
 /// `lines` (one line each: tables go in through [`push_table`]) joined by newlines, control
-/// characters in each shown escaped as [`Table::push`] shows them: the lines of a readable block carry names that clients and the cluster chose
-/// (a Service's, a route's), which must not break lines or recolour the terminal.
+/// characters in each shown escaped as [`Table::push`] shows them: the lines of a readable
+/// block carry names that clients and the cluster chose (a Service's, a route's), which must
+/// not break lines or recolour the terminal.
 pub(crate) fn join_lines(lines: &[String]) -> String {
     lines
         .iter()

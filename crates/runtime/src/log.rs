@@ -137,6 +137,14 @@ pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(escaped)
 }
 
+/// [`escape_controls`] of an owned `text`: `text` itself, not a copy, when it has none.
+pub fn escape_controls_owned(text: String) -> String {
+    match escape_controls(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    }
+}
+
 /// Ends a binary's `main`: `Ok` exits 0; an error is reported once, as one line with its causes
 /// joined by `: ` (a cause already quoted by the message before it is not repeated), and exits 1.
 ///
@@ -215,7 +223,7 @@ mod tests {
     }
 
     #[test]
-    fn info_leaves_out_notify_info_lines() {
+    fn bare_levels_leave_out_noisy_library_lines() {
         let quiet_kube = "kube_client::client::builder=off";
         assert_eq!(
             bare_filter("info"),
