@@ -102,7 +102,8 @@ impl Default for Http2Settings {
 /// descriptors) before accepting again, rather than failing in a busy loop.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// What [`serve`] serves: a gRPC service of tonic's bodies.
+/// What [`serve`] serves: a gRPC service of tonic's bodies, shared (`Sync`) by the requests of
+/// a connection while they wait for their bodies.
 pub trait GrpcService:
     Service<
         http::Request<Body>,
@@ -111,6 +112,7 @@ pub trait GrpcService:
         Future: Send + 'static,
     > + Clone
     + Send
+    + Sync
     + 'static
 {
 }
@@ -123,6 +125,7 @@ impl<S> GrpcService for S where
             Future: Send + 'static,
         > + Clone
         + Send
+        + Sync
         + 'static
 {
 }
@@ -220,46 +223,20 @@ async fn serve_connection<S: GrpcService>(
     settings: Http2Settings,
     mut phase: watch::Receiver<Phase>,
 ) {
-    // The peer, where tonic's `Request::remote_addr` looks for it (the introspection API
-    // shows each stream's).
-    let connect_info = tonic::transport::server::TcpConnectInfo {
-        local_addr: tcp.local_addr().ok(),
-        remote_addr: tcp.peer_addr().ok(),
-    };
-    // The router's future holds the whole request until the handler has it, and hyper keeps
-    // each stream's future as large as it ever is for the stream's life: boxed, the router's
-    // future goes once the response head is ready, about 270 bytes less per watch stream.
-    // A request is routed once its body's first frame (the request message) has arrived: a
-    // client opening a burst of streams sends their HEADERS before their DATA, and tonic's
-    // per-call future with its decode buffer (about 1.4 KB) waiting for each body made the
-    // heap of a 2,000-stream burst peak 650 bytes per stream higher than what it holds after.
-    let body_timeout = settings.request_body_timeout;
-    let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
-        let mut routes = routes.clone();
-        request.extensions_mut().insert(connect_info.clone());
-        Box::pin(async move {
-            let (parts, mut body) = request.into_parts();
-            // A timer only for a body that is not there at once: most of a burst's are.
-            let mut deadline: Option<Pin<Box<tokio::time::Sleep>>> = None;
-            let first = std::future::poll_fn(|cx| {
-                if let Poll::Ready(frame) = Pin::new(&mut body).poll_frame(cx) {
-                    return Poll::Ready(Some(frame));
-                }
-                let deadline =
-                    deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(body_timeout)));
-                deadline.as_mut().poll(cx).map(|()| None)
-            })
-            .await;
-            let Some(first) = first else {
-                let status = tonic::Status::deadline_exceeded(format!(
-                    "the request message did not arrive within {body_timeout:?} of its headers"
-                ));
-                return Ok(status.into_http());
-            };
-            let body = Prefetched { first, rest: body };
-            let request = http::Request::from_parts(parts, Body::new(body));
-            Box::pin(routes.call(request)).await
-        }) as Pin<Box<dyn Future<Output = _> + Send>>
+    let context = Arc::new(ConnectionContext {
+        routes,
+        connect_info: tonic::transport::server::TcpConnectInfo {
+            local_addr: tcp.local_addr().ok(),
+            remote_addr: tcp.peer_addr().ok(),
+        },
+        body_timeout: settings.request_body_timeout,
+    });
+    let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+        Box::pin(RouteOnFirstFrame::Waiting {
+            context: context.clone(),
+            request,
+            deadline: None,
+        })
     });
     let (mut streams, executor) = ConnectionStreams::new();
     let mut builder = hyper::server::conn::http2::Builder::new(executor);
@@ -311,6 +288,117 @@ async fn serve_connection<S: GrpcService>(
             },
         }
     }
+}
+
+/// What the requests of one connection share while they wait to be routed.
+struct ConnectionContext<S> {
+    routes: S,
+    /// The peer, where tonic's `Request::remote_addr` looks for it (the introspection API
+    /// shows each stream's).
+    connect_info: tonic::transport::server::TcpConnectInfo,
+    /// See [`Http2Settings::request_body_timeout`].
+    body_timeout: Duration,
+}
+
+/// One request of a connection: it is routed once its body's first frame (the request
+/// message) has arrived, and then it is the router's future.
+///
+/// A client opening a burst of streams sends their HEADERS before their DATA, so in a burst
+/// of 2,000 `WatchPort` streams over 40 connections about 800 requests waited for their
+/// bodies at once, and what each held while it waited set the burst's peak, which the
+/// process keeps resident. Routed at once, each waited inside tonic's per-call future with its
+/// decode buffer (about 1.4 KB). Waiting in an `async` block, each held 1.7 KB: the block
+/// (696 bytes, the request moved in and its parts and body again), the header map h2 grew to
+/// six 104-byte slots for three headers, and the connection's peer inserted in the request's
+/// extensions (three more blocks). This state keeps the request and a shared context, and a
+/// request that has to wait keeps its headers in a map of their own size; the peer is added
+/// once it is routed. hyper keeps each stream's future for the stream's life, as large as it
+/// ever is: boxed, this one goes once the response head is ready.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "the future is boxed whole; boxing the waiting request too is one more allocation"
+)]
+enum RouteOnFirstFrame<S: GrpcService> {
+    Waiting {
+        context: Arc<ConnectionContext<S>>,
+        request: http::Request<Incoming>,
+        /// Set only for a body that is not there at once: most of a burst's are.
+        deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    },
+    Routed(Pin<Box<S::Future>>),
+    /// The response was returned; hyper does not poll a finished future.
+    Done,
+}
+
+impl<S: GrpcService> Future for RouteOnFirstFrame<S> {
+    type Output = Result<http::Response<Body>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let Self::Routed(routed) = this {
+            let response = std::task::ready!(routed.as_mut().poll(cx));
+            *this = Self::Done;
+            return Poll::Ready(response);
+        }
+        let Self::Waiting {
+            context,
+            request,
+            deadline,
+        } = this
+        else {
+            return Poll::Pending;
+        };
+        let first = match Pin::new(request.body_mut()).poll_frame(cx) {
+            Poll::Ready(first) => first,
+            Poll::Pending => {
+                let deadline = match deadline {
+                    Some(deadline) => deadline,
+                    None => {
+                        compact_headers(request.headers_mut());
+                        deadline.insert(Box::pin(tokio::time::sleep(context.body_timeout)))
+                    }
+                };
+                std::task::ready!(deadline.as_mut().poll(cx));
+                let status = tonic::Status::deadline_exceeded(format!(
+                    "the request message did not arrive within {:?} of its headers",
+                    context.body_timeout
+                ));
+                *this = Self::Done;
+                return Poll::Ready(Ok(status.into_http()));
+            }
+        };
+        let Self::Waiting {
+            context, request, ..
+        } = std::mem::replace(this, Self::Done)
+        else {
+            return Poll::Pending;
+        };
+        let (mut parts, rest) = request.into_parts();
+        parts.extensions.insert(context.connect_info.clone());
+        let request = http::Request::from_parts(parts, Body::new(Prefetched { first, rest }));
+        *this = Self::Routed(Box::pin(context.routes.clone().call(request)));
+        // The router's future has not been polled yet.
+        self.poll(cx)
+    }
+}
+
+/// Moves `headers` into a map of their own size: h2 grows the map it decodes a request's
+/// headers into by doubling (six 104-byte slots for three headers).
+fn compact_headers(headers: &mut http::HeaderMap) {
+    // A name's further values are kept apart from the map's slots (though http grows the
+    // map when one is appended).
+    let mut compact = http::HeaderMap::with_capacity(headers.keys_len());
+    let mut name = None;
+    for (next, value) in std::mem::take(headers) {
+        // `None`: another value of the previous name.
+        if next.is_some() {
+            name = next;
+        }
+        if let Some(name) = &name {
+            compact.append(name, value);
+        }
+    }
+    *headers = compact;
 }
 
 /// A request body whose first frame was read before the request was routed (see
@@ -560,6 +648,26 @@ mod tests {
             Poll::Ready(())
         })
         .await
+    }
+
+    #[test]
+    fn compacted_headers_keep_every_value_in_a_map_of_their_size() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("te", "trailers".parse().unwrap());
+        headers.insert("content-type", "application/grpc".parse().unwrap());
+        headers.insert("user-agent", "linkerd2-proxy".parse().unwrap());
+        assert_eq!(headers.capacity(), 6, "h2's map doubled as it grew");
+        let before = headers.clone();
+        compact_headers(&mut headers);
+        assert_eq!(headers, before);
+        assert_eq!(headers.capacity(), 3);
+
+        headers.append("l5d-extra", "one".parse().unwrap());
+        headers.append("l5d-extra", "two".parse().unwrap());
+        compact_headers(&mut headers);
+        let extras: Vec<_> = headers.get_all("l5d-extra").iter().collect();
+        assert_eq!(extras, ["one", "two"]);
+        assert_eq!(headers.len(), 5);
     }
 
     #[tokio::test]
