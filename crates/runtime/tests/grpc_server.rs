@@ -303,6 +303,45 @@ async fn connections_still_open_after_the_drain_timeout_are_dropped() {
     );
 }
 
+/// tonic reads a request to its end before it calls the method: a client that sends its
+/// message but never half-closes would hold its stream, unanswered, until the connection closed.
+#[tokio::test]
+async fn a_request_that_never_ends_is_answered_after_the_body_timeout() {
+    let (_changes, rx) = watch::channel(0);
+    let settings = Http2Settings {
+        request_body_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let (addr, _stop, _server) = start_with(rx, settings).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    let unended = futures::stream::once(async { GetDestination::default() })
+        .chain(futures::stream::pending::<GetDestination>());
+    let answered = tokio::time::timeout(
+        Duration::from_secs(5),
+        grpc.streaming::<_, _, Update, _>(
+            Request::new(unended),
+            "/io.linkerd.proxy.destination.Destination/Get"
+                .parse()
+                .unwrap(),
+            tonic_prost::ProstCodec::default(),
+        ),
+    )
+    .await
+    .expect("answered within the body timeout");
+    let status = answered.expect_err("no stream without the request's end");
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "the request did not end within 200ms of its headers"
+    );
+}
+
 #[tokio::test]
 async fn a_request_whose_message_never_arrives_is_answered_after_the_body_timeout() {
     let (_changes, rx) = watch::channel(0);

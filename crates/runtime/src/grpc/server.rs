@@ -77,10 +77,12 @@ pub struct Http2Settings {
     /// it at once). One that has not is closed: idle sockets that never speak would otherwise
     /// hold file descriptors forever. grpc-go bounds its handshake the same way.
     pub preface_timeout: Duration,
-    /// How long a request has for its message to arrive once its headers have (10 s; a proxy
-    /// sends both at once). One that has not is answered `DEADLINE_EXCEEDED`: every API here
-    /// takes one request message, and a stream waiting for it would otherwise hold its
-    /// memory, and hold up a graceful shutdown, until its connection closes.
+    /// How long a request has for its message and its end (the client's half-close) to arrive
+    /// once its headers have (10 s; a proxy sends them at once). One that has not is answered
+    /// `DEADLINE_EXCEEDED` ("the request message did not arrive …" or "the request did not end
+    /// …"): every API here takes one request message, which tonic reads to the end before it
+    /// calls the method, and a stream waiting for it would otherwise hold its memory, and hold
+    /// up a graceful shutdown, until its connection closes.
     pub request_body_timeout: Duration,
 }
 
@@ -232,9 +234,10 @@ async fn serve_connection<S: GrpcService>(
         body_timeout: settings.request_body_timeout,
     });
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
-        Box::pin(RouteOnFirstFrame::Waiting {
+        Box::pin(RouteOnceReceived::Receiving {
             context: context.clone(),
             request,
+            received: Received::default(),
             deadline: None,
         })
     });
@@ -300,28 +303,36 @@ struct ConnectionContext<S> {
     body_timeout: Duration,
 }
 
-/// One request of a connection: it is routed once its body's first frame (the request
-/// message) has arrived, and then it is the router's future.
+/// One request of a connection: it is routed once its body has arrived whole (the request
+/// message and the end of the stream), and then it is the router's future.
 ///
-/// A client opening a burst of streams sends their HEADERS before their DATA, so in a burst
-/// of 2,000 `WatchPort` streams over 40 connections about 800 requests waited for their
-/// bodies at once, and what each held while it waited set the burst's peak, which the
-/// process keeps resident. Routed at once, each waited inside tonic's per-call future with its
-/// decode buffer (about 1.4 KB). Waiting in an `async` block, each held 1.7 KB: the block
-/// (696 bytes, the request moved in and its parts and body again), the header map h2 grew to
-/// six 104-byte slots for three headers, and the connection's peer inserted in the request's
-/// extensions (three more blocks). This state keeps the request and a shared context, and a
-/// request that has to wait keeps its headers in a map of their own size; the peer is added
-/// once it is routed. hyper keeps each stream's future for the stream's life, as large as it
+/// A client opening a burst of streams sends all their HEADERS, then all their DATA, then all
+/// their ends (a gRPC client half-closes after its one request message, in a frame of its
+/// own). So in a burst of 2,000 `WatchPort` streams over 40 connections about 800 requests
+/// waited at once, and what each held while it waited set the burst's peak, which the process
+/// keeps resident:
+/// - routed at once, each waited inside tonic's per-call future with its decode buffer (about
+///   1.4 KB);
+/// - routed on the first DATA frame, from an `async` block, each held 1.7 KB while it waited
+///   for that frame (the block, 696 bytes, held the request twice; the header map h2 grew to
+///   six 104-byte slots for three headers; the peer's extension, three more blocks), and then
+///   tonic's future (about 900 bytes with its decode buffer) while it waited for the end,
+///   which tonic reads before it calls the method.
+///
+/// This state keeps the request, the frames read and a context the connection's requests
+/// share; one that has to wait keeps its headers in a map of their own size; the peer is added
+/// once it is routed. A body over [`super::MAX_REQUEST_BYTES`] is routed as soon as it is over,
+/// for tonic to refuse. hyper keeps each stream's future for the stream's life, as large as it
 /// ever is: boxed, this one goes once the response head is ready.
 #[expect(
     clippy::large_enum_variant,
     reason = "the future is boxed whole; boxing the waiting request too is one more allocation"
 )]
-enum RouteOnFirstFrame<S: GrpcService> {
-    Waiting {
+enum RouteOnceReceived<S: GrpcService> {
+    Receiving {
         context: Arc<ConnectionContext<S>>,
         request: http::Request<Incoming>,
+        received: Received,
         /// Set only for a body that is not there at once: most of a burst's are.
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     },
@@ -330,7 +341,7 @@ enum RouteOnFirstFrame<S: GrpcService> {
     Done,
 }
 
-impl<S: GrpcService> Future for RouteOnFirstFrame<S> {
+impl<S: GrpcService> Future for RouteOnceReceived<S> {
     type Output = Result<http::Response<Body>, Infallible>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -340,45 +351,109 @@ impl<S: GrpcService> Future for RouteOnFirstFrame<S> {
             *this = Self::Done;
             return Poll::Ready(response);
         }
-        let Self::Waiting {
+        let Self::Receiving {
             context,
             request,
+            received,
             deadline,
         } = this
         else {
             return Poll::Pending;
         };
-        let first = match Pin::new(request.body_mut()).poll_frame(cx) {
-            Poll::Ready(first) => first,
-            Poll::Pending => {
-                let deadline = match deadline {
-                    Some(deadline) => deadline,
-                    None => {
-                        compact_headers(request.headers_mut());
-                        deadline.insert(Box::pin(tokio::time::sleep(context.body_timeout)))
+        loop {
+            match Pin::new(request.body_mut()).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    received.push(frame);
+                    if received.bytes > super::MAX_REQUEST_BYTES {
+                        break;
                     }
-                };
-                std::task::ready!(deadline.as_mut().poll(cx));
-                let status = tonic::Status::deadline_exceeded(format!(
-                    "the request message did not arrive within {:?} of its headers",
-                    context.body_timeout
-                ));
-                *this = Self::Done;
-                return Poll::Ready(Ok(status.into_http()));
+                }
+                Poll::Ready(Some(Err(error))) => {
+                    received.error = Some(error);
+                    break;
+                }
+                Poll::Ready(None) => break,
+                Poll::Pending => {
+                    let deadline = match deadline {
+                        Some(deadline) => deadline,
+                        None => {
+                            compact_headers(request.headers_mut());
+                            deadline.insert(Box::pin(tokio::time::sleep(context.body_timeout)))
+                        }
+                    };
+                    std::task::ready!(deadline.as_mut().poll(cx));
+                    let missing = match received.first {
+                        None => "the request message did not arrive",
+                        Some(_) => "the request did not end",
+                    };
+                    let status = tonic::Status::deadline_exceeded(format!(
+                        "{missing} within {:?} of its headers",
+                        context.body_timeout
+                    ));
+                    *this = Self::Done;
+                    return Poll::Ready(Ok(status.into_http()));
+                }
             }
-        };
-        let Self::Waiting {
-            context, request, ..
+        }
+        let Self::Receiving {
+            context,
+            request,
+            received,
+            ..
         } = std::mem::replace(this, Self::Done)
         else {
             return Poll::Pending;
         };
         let (mut parts, rest) = request.into_parts();
         parts.extensions.insert(context.connect_info.clone());
-        let request = http::Request::from_parts(parts, Body::new(Prefetched { first, rest }));
+        let body = Body::new(ReceivedBody { received, rest });
+        let request = http::Request::from_parts(parts, body);
         *this = Self::Routed(Box::pin(context.routes.clone().call(request)));
         // The router's future has not been polled yet.
         self.poll(cx)
+    }
+}
+
+/// The frames of a request body read before it was routed, in order. Nearly always one: the
+/// request message (its end comes in an empty frame, or with it).
+#[derive(Default)]
+struct Received {
+    first: Option<Frame<Bytes>>,
+    /// The frames after the first, last first (taken with `pop`).
+    more: Vec<Frame<Bytes>>,
+    /// The bytes of the data frames.
+    bytes: usize,
+    /// What reading the body failed with, after those frames.
+    error: Option<hyper::Error>,
+}
+
+impl Received {
+    fn push(&mut self, frame: Frame<Bytes>) {
+        self.bytes += frame.data_ref().map_or(0, Bytes::len);
+        // An empty frame (the end of a stream, sent apart) tells the router nothing.
+        if frame.data_ref().is_some_and(Bytes::is_empty) {
+            return;
+        }
+        if self.first.is_none() {
+            self.first = Some(frame);
+        } else {
+            self.more.insert(0, frame);
+        }
+    }
+
+    fn next(&mut self) -> Option<Result<Frame<Bytes>, hyper::Error>> {
+        match self.first.take() {
+            Some(first) => Some(Ok(first)),
+            None => self
+                .more
+                .pop()
+                .map(Ok)
+                .or_else(|| self.error.take().map(Err)),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none() && self.more.is_empty() && self.error.is_none()
     }
 }
 
@@ -401,14 +476,15 @@ fn compact_headers(headers: &mut http::HeaderMap) {
     *headers = compact;
 }
 
-/// A request body whose first frame was read before the request was routed (see
-/// `serve_connection`): that frame, then the rest of the body.
-struct Prefetched {
-    first: Option<Result<Frame<Bytes>, hyper::Error>>,
+/// A request body as the router gets it: the frames read before it was routed
+/// ([`RouteOnceReceived`]), then what is left of the body (nothing, unless it was routed early
+/// for its size or an error).
+struct ReceivedBody {
+    received: Received,
     rest: Incoming,
 }
 
-impl HttpBody for Prefetched {
+impl HttpBody for ReceivedBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
@@ -416,14 +492,14 @@ impl HttpBody for Prefetched {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.first.take() {
-            Some(first) => Poll::Ready(Some(first)),
+        match self.received.next() {
+            Some(frame) => Poll::Ready(Some(frame)),
             None => Pin::new(&mut self.rest).poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.rest.is_end_stream()
+        self.received.is_empty() && self.rest.is_end_stream()
     }
 }
 
