@@ -52,11 +52,14 @@ pub struct WatchPortMethod(Arc<InboundPolicyService>);
 impl StreamingMethod for WatchPortMethod {
     type Request = PortSpec;
     type Response = Server;
-    type Stream = BoxStream<Shared<Server>>;
+    type Stream = WatchPortStream;
     const PATH: &'static str = "/io.linkerd.proxy.inbound.InboundServerPolicies/WatchPort";
 
     fn call(&self, request: Request<PortSpec>) -> BoxFuture<Response<Self::Stream>, Status> {
-        let messages = self.0.watch_port_messages(request).map(Response::new);
+        let messages = self
+            .0
+            .watch_port_messages(request)
+            .map(|messages| Response::new(WatchPortStream(messages)));
         Box::pin(async move { messages })
     }
 }
@@ -64,6 +67,22 @@ impl StreamingMethod for WatchPortMethod {
 /// One `WatchPort` stream: the topic's receiver, the view it last sent, and its place in
 /// `inbound_port_subscribers`.
 type WatchPortMessages = ViewMessages<InboundServer, InboundTranslator, SubscriberGuard>;
+
+/// The messages of one `WatchPort` stream, as [`WatchPortMethod`] sends them: unboxed, so
+/// that the response body holds the stream in its own allocation (one block fewer per stream,
+/// of the tens of thousands a fleet holds open).
+pub struct WatchPortStream(WatchPortMessages);
+
+impl Stream for WatchPortStream {
+    type Item = Result<Shared<Server>, Status>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        Pin::new(&mut self.0).poll_next(cx)
+    }
+}
 
 // === impl InboundPolicyService ===
 
@@ -123,10 +142,7 @@ impl InboundPolicyService {
 
     /// The messages of a `WatchPort` stream (see [`InboundServerPolicies::watch_port`]), each
     /// shared with the other streams of its topic. Errors: see [`Self::lookup`].
-    fn watch_port_messages(
-        &self,
-        request: Request<PortSpec>,
-    ) -> Result<BoxStream<Shared<Server>>, Status> {
+    fn watch_port_messages(&self, request: Request<PortSpec>) -> Result<WatchPortMessages, Status> {
         let rpc = self.metrics.start(&WATCH_PORT);
         let rx = match self.lookup(request.get_ref()) {
             Ok(rx) => rx,
@@ -142,15 +158,14 @@ impl InboundPolicyService {
             // `PortSpec` has no token: its workload, in `target`, is the proxy's own.
             context_token: String::new(),
         };
-        let messages: WatchPortMessages = ViewMessages::new(
+        Ok(ViewMessages::new(
             DistinctViews::new(rx).recorded(&self.streams, meta, self.translator.clone()),
             self.translator.clone(),
             self.translations.clone(),
             rpc,
             self.shutdown.clone(),
             self.metrics.inbound_subscriber(),
-        );
-        Ok(Box::pin(messages))
+        ))
     }
 }
 
