@@ -303,16 +303,24 @@ async fn connections_still_open_after_the_drain_timeout_are_dropped() {
     );
 }
 
-/// tonic reads a request to its end before it calls the method: a client that sends its
-/// message but never half-closes would hold its stream, unanswered, until the connection closed.
-#[tokio::test]
-async fn a_request_that_never_ends_is_answered_after_the_body_timeout() {
-    let (_changes, rx) = watch::channel(0);
+/// A server started for a test, and the handles that keep it serving.
+type Running = (
+    watch::Sender<u32>,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+);
+
+/// Opens a `Get` whose request body is `body`, on a server whose request body timeout is
+/// 200 ms, and returns the status it was refused with, the connection and the server.
+async fn refused_get(
+    body: impl futures::Stream<Item = GetDestination> + Send + 'static,
+) -> (Status, tonic::transport::Channel, Running) {
+    let (changes, rx) = watch::channel(0);
     let settings = Http2Settings {
         request_body_timeout: Duration::from_millis(200),
         ..Default::default()
     };
-    let (addr, _stop, _server) = start_with(rx, settings).await;
+    let (addr, stop, server) = start_with(rx, settings).await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -320,12 +328,10 @@ async fn a_request_that_never_ends_is_answered_after_the_body_timeout() {
         .unwrap();
     let mut grpc = tonic::client::Grpc::new(channel.clone());
     grpc.ready().await.unwrap();
-    let unended = futures::stream::once(async { GetDestination::default() })
-        .chain(futures::stream::pending::<GetDestination>());
     let answered = tokio::time::timeout(
         Duration::from_secs(5),
         grpc.streaming::<_, _, Update, _>(
-            Request::new(unended),
+            Request::new(body),
             "/io.linkerd.proxy.destination.Destination/Get"
                 .parse()
                 .unwrap(),
@@ -334,45 +340,15 @@ async fn a_request_that_never_ends_is_answered_after_the_body_timeout() {
     )
     .await
     .expect("answered within the body timeout");
-    let status = answered.expect_err("no stream without the request's end");
+    let status = answered.expect_err("no stream without the whole request");
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
-    assert_eq!(
-        status.message(),
-        "the request did not end within 200ms of its headers"
-    );
+    (status, channel, (changes, stop, server))
 }
 
 #[tokio::test]
 async fn a_request_whose_message_never_arrives_is_answered_after_the_body_timeout() {
-    let (_changes, rx) = watch::channel(0);
-    let settings = Http2Settings {
-        request_body_timeout: Duration::from_millis(200),
-        ..Default::default()
-    };
-    let (addr, _stop, _server) = start_with(rx, settings).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
     // The request's headers go out; its message never does.
-    let mut grpc = tonic::client::Grpc::new(channel.clone());
-    grpc.ready().await.unwrap();
-    let never = futures::stream::pending::<GetDestination>();
-    let answered = tokio::time::timeout(
-        Duration::from_secs(5),
-        grpc.streaming::<_, _, Update, _>(
-            Request::new(never),
-            "/io.linkerd.proxy.destination.Destination/Get"
-                .parse()
-                .unwrap(),
-            tonic_prost::ProstCodec::default(),
-        ),
-    )
-    .await
-    .expect("answered within the body timeout");
-    let status = answered.expect_err("no stream without a request message");
-    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    let (status, channel, _server) = refused_get(futures::stream::pending()).await;
     assert_eq!(
         status.message(),
         "the request message did not arrive within 200ms of its headers"
@@ -380,6 +356,19 @@ async fn a_request_whose_message_never_arrives_is_answered_after_the_body_timeou
     // The connection goes on serving.
     let mut streams = open_gets(&channel, 1).await;
     assert_eq!(streams[0].message().await.unwrap(), Some(add(0)));
+}
+
+/// tonic reads a request to its end before it calls the method: a client that sends its
+/// message but never half-closes would hold its stream, unanswered, until the connection closed.
+#[tokio::test]
+async fn a_request_that_never_ends_is_answered_after_the_body_timeout() {
+    let unended = futures::stream::once(async { GetDestination::default() })
+        .chain(futures::stream::pending());
+    let (status, _channel, _server) = refused_get(unended).await;
+    assert_eq!(
+        status.message(),
+        "the request did not end within 200ms of its headers"
+    );
 }
 
 #[tokio::test]
