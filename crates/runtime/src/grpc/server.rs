@@ -22,6 +22,7 @@ use futures::{
 };
 use hyper::body::{Body as HttpBody, Bytes, Frame, Incoming};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use prost::bytes::BytesMut;
 use std::{
     any::Any,
     convert::Infallible,
@@ -364,8 +365,7 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
         loop {
             match Pin::new(request.body_mut()).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
-                    received.push(frame);
-                    if received.bytes > super::MAX_REQUEST_BYTES {
+                    if received.push(frame) > super::MAX_REQUEST_BYTES {
                         break;
                     }
                 }
@@ -383,9 +383,9 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
                         }
                     };
                     std::task::ready!(deadline.as_mut().poll(cx));
-                    let missing = match received.first {
-                        None => "the request message did not arrive",
-                        Some(_) => "the request did not end",
+                    let missing = match received.len() {
+                        0 => "the request message did not arrive",
+                        _ => "the request did not end",
                     };
                     let status = tonic::Status::deadline_exceeded(format!(
                         "{missing} within {:?} of its headers",
@@ -415,46 +415,82 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
     }
 }
 
-/// The frames of a request body read before it was routed, in order. Nearly always one: the
-/// request message (its end comes in an empty frame, or with it).
+/// What a request body brought before it was routed: its data (nearly always one frame, the
+/// request message; its end comes in an empty frame, or with it), its trailers, or the error
+/// reading it failed with, in that order.
 #[derive(Default)]
 struct Received {
-    first: Option<Frame<Bytes>>,
-    /// The frames after the first, last first (taken with `pop`).
-    more: Vec<Frame<Bytes>>,
-    /// The bytes of the data frames.
-    bytes: usize,
-    /// What reading the body failed with, after those frames.
+    data: ReceivedData,
+    /// Boxed: a request nearly never has them, and every waiting request holds this.
+    trailers: Option<Box<http::HeaderMap>>,
     error: Option<hyper::Error>,
 }
 
+/// The data frames of a request body, joined.
+#[derive(Default)]
+enum ReceivedData {
+    #[default]
+    None,
+    /// One frame, as h2 handed it.
+    One(Bytes),
+    /// Several, copied one after the other (a client may send a message in many small
+    /// frames: copied once each, not into a list of frames).
+    Joined(BytesMut),
+}
+
 impl Received {
-    fn push(&mut self, frame: Frame<Bytes>) {
-        self.bytes += frame.data_ref().map_or(0, Bytes::len);
-        // An empty frame (the end of a stream, sent apart) tells the router nothing.
-        if frame.data_ref().is_some_and(Bytes::is_empty) {
-            return;
+    /// Keeps `frame`; returns the bytes of data received so far.
+    fn push(&mut self, frame: Frame<Bytes>) -> usize {
+        match frame.into_data() {
+            // An empty frame (the end of a stream, sent apart) tells the router nothing.
+            Ok(data) if data.is_empty() => {}
+            Ok(data) => {
+                self.data = match std::mem::take(&mut self.data) {
+                    ReceivedData::None => ReceivedData::One(data),
+                    ReceivedData::One(first) => {
+                        let mut joined = BytesMut::with_capacity(first.len() + data.len());
+                        joined.extend_from_slice(&first);
+                        joined.extend_from_slice(&data);
+                        ReceivedData::Joined(joined)
+                    }
+                    ReceivedData::Joined(mut joined) => {
+                        joined.extend_from_slice(&data);
+                        ReceivedData::Joined(joined)
+                    }
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    self.trailers = Some(Box::new(trailers));
+                }
+            }
         }
-        if self.first.is_none() {
-            self.first = Some(frame);
-        } else {
-            self.more.insert(0, frame);
+        self.len()
+    }
+
+    /// The bytes of data received.
+    fn len(&self) -> usize {
+        match &self.data {
+            ReceivedData::None => 0,
+            ReceivedData::One(data) => data.len(),
+            ReceivedData::Joined(data) => data.len(),
         }
     }
 
     fn next(&mut self) -> Option<Result<Frame<Bytes>, hyper::Error>> {
-        match self.first.take() {
-            Some(first) => Some(Ok(first)),
-            None => self
-                .more
-                .pop()
-                .map(Ok)
-                .or_else(|| self.error.take().map(Err)),
+        match std::mem::take(&mut self.data) {
+            ReceivedData::One(data) => return Some(Ok(Frame::data(data))),
+            ReceivedData::Joined(data) => return Some(Ok(Frame::data(data.freeze()))),
+            ReceivedData::None => {}
         }
+        if let Some(trailers) = self.trailers.take() {
+            return Some(Ok(Frame::trailers(*trailers)));
+        }
+        self.error.take().map(Err)
     }
 
     fn is_empty(&self) -> bool {
-        self.first.is_none() && self.more.is_empty() && self.error.is_none()
+        matches!(self.data, ReceivedData::None) && self.trailers.is_none() && self.error.is_none()
     }
 }
 
@@ -802,6 +838,41 @@ mod tests {
             Poll::Ready(())
         })
         .await
+    }
+
+    /// A message sent in many small frames is copied once into one buffer: a list of frames
+    /// (104 bytes each) would let a 64 KiB request hold 7 MB.
+    #[test]
+    fn a_request_body_received_in_small_frames_is_joined() {
+        let mut received = Received::default();
+        for byte in 0..10_000u32 {
+            let len = received.push(Frame::data(Bytes::from(vec![byte as u8])));
+            assert_eq!(len, byte as usize + 1);
+        }
+        received.push(Frame::data(Bytes::new()));
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-end", "1".parse().unwrap());
+        received.push(Frame::trailers(trailers.clone()));
+        assert!(!received.is_empty());
+
+        let data = received.next().unwrap().unwrap().into_data().unwrap();
+        assert_eq!(data.len(), 10_000);
+        assert_eq!((data[0], data[1], data[9_999]), (0, 1, (9_999 % 256) as u8));
+        let last = received.next().unwrap().unwrap().into_trailers().unwrap();
+        assert_eq!(last, trailers);
+        assert!(received.next().is_none());
+        assert!(received.is_empty());
+    }
+
+    #[test]
+    fn a_request_body_of_one_frame_is_handed_on_as_it_came() {
+        let mut received = Received::default();
+        let message = Bytes::from_static(b"\0\0\0\0\x02\x0a\x00");
+        received.push(Frame::data(message.clone()));
+        received.push(Frame::data(Bytes::new()));
+        let data = received.next().unwrap().unwrap().into_data().unwrap();
+        assert_eq!(data.as_ptr(), message.as_ptr(), "not copied");
+        assert!(received.next().is_none());
     }
 
     #[test]
