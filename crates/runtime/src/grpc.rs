@@ -159,9 +159,10 @@ impl<M: prost::Message + Clone + Default> prost::Message for Shared<M> {
 pub const STREAM_BUFFER: usize = 512;
 
 /// The largest request message the proxy APIs decode, in bytes; a larger one is answered
-/// `OUT_OF_RANGE` ("decoded message length too large") from its length prefix, before its
-/// body is buffered. A proxy's requests are a name, a port and a context token, under 1 KiB;
-/// with tonic's 4 MiB default, each call could make the server buffer megabytes.
+/// `OUT_OF_RANGE` ("decoded message length too large") from its length prefix. [`serve`]
+/// reads a request body before routing it, up to this many bytes and one frame more. A
+/// proxy's requests are a name, a port and a context token, under 1 KiB; with tonic's 4 MiB
+/// default, each call could make the server buffer megabytes.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
 /// One server-streaming gRPC method, as [`WatchStreams`] serves it: its stream yields

@@ -371,6 +371,22 @@ async fn a_request_that_never_ends_is_answered_after_the_body_timeout() {
     );
 }
 
+/// A request over 64 KiB is routed before its end, for tonic to refuse; one whose first
+/// message is valid is read on to its end by tonic, with no deadline of its own.
+#[tokio::test]
+async fn a_request_routed_for_its_size_that_never_ends_is_answered_after_the_body_timeout() {
+    let message = |i: usize| GetDestination {
+        path: format!("{i}-{}", "a".repeat(1_000)),
+        ..Default::default()
+    };
+    let oversized = futures::stream::iter((0..70).map(message)).chain(futures::stream::pending());
+    let (status, _channel, _server) = refused_get(oversized).await;
+    assert_eq!(
+        status.message(),
+        "the request did not end within 200ms of its headers"
+    );
+}
+
 #[tokio::test]
 async fn a_client_that_does_not_answer_pings_is_disconnected() {
     let (changes, rx) = watch::channel(0);

@@ -338,7 +338,13 @@ enum RouteOnceReceived<S: GrpcService> {
         /// Set only for a body that is not there at once: most of a burst's are.
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     },
-    Routed(Pin<Box<S::Future>>),
+    Routed {
+        routed: Pin<Box<S::Future>>,
+        /// For a request routed before its end (for its size): tonic reads the rest with no
+        /// deadline of its own.
+        deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+        body_timeout: Duration,
+    },
     /// The response was returned; hyper does not poll a finished future.
     Done,
 }
@@ -348,8 +354,23 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let Self::Routed(routed) = this {
-            let response = std::task::ready!(routed.as_mut().poll(cx));
+        if let Self::Routed {
+            routed,
+            deadline,
+            body_timeout,
+        } = this
+        {
+            let response = match routed.as_mut().poll(cx) {
+                Poll::Ready(response) => response,
+                Poll::Pending => {
+                    // Routed before its end: tonic waits for the end with no deadline.
+                    let Some(deadline) = deadline else {
+                        return Poll::Pending;
+                    };
+                    std::task::ready!(deadline.as_mut().poll(cx));
+                    Ok(did_not_arrive(true, *body_timeout))
+                }
+            };
             *this = Self::Done;
             return Poll::Ready(response);
         }
@@ -362,18 +383,19 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
         else {
             return Poll::Pending;
         };
-        loop {
+        let ended = loop {
             match Pin::new(request.body_mut()).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
+                    // Routed now, for tonic to refuse; the deadline still holds for its end.
                     if received.push(frame) > super::MAX_REQUEST_BYTES {
-                        break;
+                        break false;
                     }
                 }
                 Poll::Ready(Some(Err(error))) => {
                     received.error = Some(error);
-                    break;
+                    break true;
                 }
-                Poll::Ready(None) => break,
+                Poll::Ready(None) => break true,
                 Poll::Pending => {
                     let deadline = match deadline {
                         Some(deadline) => deadline,
@@ -383,24 +405,17 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
                         }
                     };
                     std::task::ready!(deadline.as_mut().poll(cx));
-                    let missing = match received.len() {
-                        0 => "the request message did not arrive",
-                        _ => "the request did not end",
-                    };
-                    let status = tonic::Status::deadline_exceeded(format!(
-                        "{missing} within {:?} of its headers",
-                        context.body_timeout
-                    ));
+                    let response = did_not_arrive(received.data_len() > 0, context.body_timeout);
                     *this = Self::Done;
-                    return Poll::Ready(Ok(status.into_http()));
+                    return Poll::Ready(Ok(response));
                 }
             }
-        }
+        };
         let Self::Receiving {
             context,
             request,
             received,
-            ..
+            deadline,
         } = std::mem::replace(this, Self::Done)
         else {
             return Poll::Pending;
@@ -409,10 +424,31 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
         parts.extensions.insert(context.connect_info.clone());
         let body = Body::new(ReceivedBody { received, rest });
         let request = http::Request::from_parts(parts, body);
-        *this = Self::Routed(Box::pin(context.routes.clone().call(request)));
+        let deadline = match ended {
+            true => None,
+            false => {
+                Some(deadline.unwrap_or_else(|| Box::pin(tokio::time::sleep(context.body_timeout))))
+            }
+        };
+        *this = Self::Routed {
+            routed: Box::pin(context.routes.clone().call(request)),
+            deadline,
+            body_timeout: context.body_timeout,
+        };
         // The router's future has not been polled yet.
         self.poll(cx)
     }
+}
+
+/// The answer to a request that has not arrived whole within `body_timeout` of its headers:
+/// `DEADLINE_EXCEEDED`, saying whether its message came.
+fn did_not_arrive(message_came: bool, body_timeout: Duration) -> http::Response<Body> {
+    let missing = match message_came {
+        false => "the request message did not arrive",
+        true => "the request did not end",
+    };
+    tonic::Status::deadline_exceeded(format!("{missing} within {body_timeout:?} of its headers"))
+        .into_http()
 }
 
 /// What a request body brought before it was routed: its data (nearly always one frame, the
@@ -465,11 +501,11 @@ impl Received {
                 }
             }
         }
-        self.len()
+        self.data_len()
     }
 
     /// The bytes of data received.
-    fn len(&self) -> usize {
+    fn data_len(&self) -> usize {
         match &self.data {
             ReceivedData::None => 0,
             ReceivedData::One(data) => data.len(),
