@@ -321,10 +321,11 @@ struct ConnectionContext<S> {
 ///   tonic's future (about 900 bytes with its decode buffer) while it waited for the end,
 ///   which tonic reads before it calls the method.
 ///
-/// This state keeps the request, the frames read and a context the connection's requests
-/// share; one that has to wait keeps its headers in a map of their own size; the peer is added
-/// once it is routed. A body over [`super::MAX_REQUEST_BYTES`] is routed as soon as it is over,
-/// for tonic to refuse. hyper keeps each stream's future for the stream's life, as large as it
+/// This state keeps the request, what its body brought so far ([`Received`]) and a context
+/// the connection's requests share; one that has to wait keeps its headers in a map of their
+/// own size; the peer is added once it is routed. A body over [`super::MAX_REQUEST_BYTES`] is
+/// routed as soon as it is over, for tonic to refuse, and keeps its deadline until tonic
+/// answers. hyper keeps each stream's future for the stream's life, as large as it
 /// ever is: boxed, this one goes once the response head is ready.
 #[expect(
     clippy::large_enum_variant,
