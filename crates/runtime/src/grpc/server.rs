@@ -341,10 +341,9 @@ enum RouteOnceReceived<S: GrpcService> {
     },
     Routed {
         routed: Pin<Box<S::Future>>,
-        /// For a request routed before its end (for its size): tonic reads the rest with no
-        /// deadline of its own.
-        deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-        body_timeout: Duration,
+        /// For a request routed before its end (for its size): its deadline and the body
+        /// timeout it stands for (tonic reads the rest with no deadline of its own).
+        deadline: Option<(Pin<Box<tokio::time::Sleep>>, Duration)>,
     },
     /// The response was returned; hyper does not poll a finished future.
     Done,
@@ -355,17 +354,12 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let Self::Routed {
-            routed,
-            deadline,
-            body_timeout,
-        } = this
-        {
+        if let Self::Routed { routed, deadline } = this {
             let response = match routed.as_mut().poll(cx) {
                 Poll::Ready(response) => response,
                 Poll::Pending => {
                     // Routed before its end: tonic waits for the end with no deadline.
-                    let Some(deadline) = deadline else {
+                    let Some((deadline, body_timeout)) = deadline else {
                         return Poll::Pending;
                     };
                     std::task::ready!(deadline.as_mut().poll(cx));
@@ -425,16 +419,17 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
         parts.extensions.insert(context.connect_info.clone());
         let body = Body::new(ReceivedBody { received, rest });
         let request = http::Request::from_parts(parts, body);
+        let body_timeout = context.body_timeout;
         let deadline = match ended {
             true => None,
-            false => {
-                Some(deadline.unwrap_or_else(|| Box::pin(tokio::time::sleep(context.body_timeout))))
-            }
+            false => Some((
+                deadline.unwrap_or_else(|| Box::pin(tokio::time::sleep(body_timeout))),
+                body_timeout,
+            )),
         };
         *this = Self::Routed {
             routed: Box::pin(context.routes.clone().call(request)),
             deadline,
-            body_timeout: context.body_timeout,
         };
         // The router's future has not been polled yet.
         self.poll(cx)
