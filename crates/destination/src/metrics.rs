@@ -216,6 +216,22 @@ impl DestinationMetrics {
         Instant::now()
     }
 
+    /// Counts an RPC of `method` answered `code` before the method ran (its request did not
+    /// decode or arrive whole: [`linkerd_runtime::grpc::StreamingMethod::refused`]) as started
+    /// and handled, as go-grpc-prometheus counts a call whose handler could not receive its
+    /// request; no message was received and no handling time is observed.
+    pub(crate) fn refused(&self, method: &'static str, code: tonic::Code) {
+        self.started.get_or_create(&Self::grpc(method)).inc();
+        self.handled
+            .get_or_create(&GrpcCodeLabels {
+                grpc_type: "server_stream",
+                grpc_service: SERVICE,
+                grpc_method: method,
+                grpc_code: go_code_name(code),
+            })
+            .inc();
+    }
+
     /// Counts an RPC of `method` that started at `started` as handled with `code`, and observes
     /// how long it took.
     pub(crate) fn handled(&self, method: &'static str, code: tonic::Code, started: Instant) {

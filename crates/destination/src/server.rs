@@ -338,6 +338,10 @@ impl StreamingMethod for GetMethod {
         let response = self.0.get_updates(request).map(Response::new);
         Box::pin(async move { response })
     }
+
+    fn refused(&self, code: tonic::Code) {
+        self.0.metrics.refused("Get", code);
+    }
 }
 
 /// `Destination.GetProfile`, each profile encoded once and sent without copies
@@ -358,6 +362,10 @@ impl StreamingMethod for GetProfileMethod {
             let stream: Self::Stream = Box::pin(profiles.map(|profile| profile.map(Shared::new)));
             Ok(Response::new(stream))
         })
+    }
+
+    fn refused(&self, code: tonic::Code) {
+        self.0.metrics.refused("GetProfile", code);
     }
 }
 

@@ -311,3 +311,58 @@ async fn service_subscribers_follow_service_profile_streams() {
         "{text}"
     );
 }
+
+/// A `GetDestination` whose `path` (tag 2) is not UTF-8.
+#[derive(Clone, PartialEq, prost::Message)]
+struct PathNotUtf8 {
+    #[prost(bytes = "vec", tag = "2")]
+    path: Vec<u8>,
+}
+
+/// A call whose request does not decode never reaches the method; it is counted as started
+/// and handled `Internal`, as grpc-go's server and go-grpc-prometheus count it upstream.
+#[tokio::test]
+async fn a_get_whose_request_does_not_decode_is_handled_internal() {
+    let (registry, h) = serve_emojivoto().await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", h.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    for method in ["Get", "GetProfile"] {
+        let mut grpc = tonic::client::Grpc::new(channel.clone());
+        grpc.ready().await.unwrap();
+        let path = format!("/io.linkerd.proxy.destination.Destination/{method}");
+        let status = grpc
+            .server_streaming(
+                tonic::Request::new(PathNotUtf8 { path: vec![0xff] }),
+                path.parse().unwrap(),
+                tonic_prost::ProstCodec::<PathNotUtf8, linkerd2_proxy_api::destination::Update>::default(),
+            )
+            .await
+            .expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    }
+    let text = encode(&registry);
+    for method in ["Get", "GetProfile"] {
+        assert!(
+            text.contains(&format!(
+                r#"grpc_server_started_total{{{GRPC},grpc_method="{method}"}} 1"#
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                r#"grpc_server_handled_total{{{GRPC},grpc_method="{method}",grpc_code="Internal"}} 1"#
+            )),
+            "{text}"
+        );
+        // Its message was never received.
+        assert!(
+            !text.contains(&format!(
+                r#"grpc_server_msg_received_total{{{GRPC},grpc_method="{method}"}}"#
+            )),
+            "{text}"
+        );
+    }
+}

@@ -62,6 +62,10 @@ impl StreamingMethod for WatchPortMethod {
             .map(|messages| Response::new(WatchPortStream(messages)));
         Box::pin(async move { messages })
     }
+
+    fn refused(&self, code: tonic::Code) {
+        self.0.metrics.refused(&WATCH_PORT, code);
+    }
 }
 
 /// One `WatchPort` stream: the topic's receiver, the view it last sent, and its place in

@@ -188,6 +188,16 @@ impl PolicyMetrics {
         }
     }
 
+    /// Counts an RPC of `method` answered `code` before the method ran (its request did not
+    /// decode or arrive whole: [`linkerd_runtime::grpc::StreamingMethod::refused`]) as started
+    /// and handled; no message was received and no handling time is observed.
+    pub fn refused(&self, method: &'static Method, code: tonic::Code) {
+        self.started.get_or_create(&labels(*method)).inc();
+        self.handled
+            .get_or_create(&code_labels(*method, code))
+            .inc();
+    }
+
     /// Counts one open `WatchPort` stream until the guard drops.
     pub fn inbound_subscriber(&self) -> SubscriberGuard {
         self.inbound_subscribers.inc();

@@ -64,6 +64,10 @@ impl StreamingMethod for WatchMethod {
         let messages = self.0.watch_messages(request).map(Response::new);
         Box::pin(async move { messages })
     }
+
+    fn refused(&self, code: tonic::Code) {
+        self.0.metrics.refused(&OUTBOUND_WATCH, code);
+    }
 }
 
 // === impl OutboundPolicyService ===

@@ -135,3 +135,47 @@ async fn grpc_server_series() {
     }
     assert_eq!(handled.as_deref(), Some("1"));
 }
+
+/// A `PortSpec` whose `workload` (tag 1) is not UTF-8.
+#[derive(Clone, PartialEq, prost::Message)]
+struct WorkloadNotUtf8 {
+    #[prost(bytes = "vec", tag = "1")]
+    workload: Vec<u8>,
+}
+
+/// A `WatchPort` whose request does not decode never reaches the method; it is counted as
+/// started and handled `INTERNAL`, with no message received.
+#[tokio::test]
+async fn a_watch_port_whose_request_does_not_decode_is_handled_internal() {
+    let mut registry = Registry::default();
+    let metrics = PolicyMetrics::register(&mut registry);
+    let h = Harness::start_with_metrics(&fixture_dir("emojivoto"), chart_config(), metrics).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", h.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let status = grpc
+        .server_streaming(
+            tonic::Request::new(WorkloadNotUtf8 {
+                workload: vec![0xff],
+            }),
+            format!("/{SERVICE}/WatchPort").parse().unwrap(),
+            tonic_prost::ProstCodec::<WorkloadNotUtf8, linkerd2_proxy_api::inbound::Server>::default(),
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+
+    let mut text = String::new();
+    encode(&mut text, &registry).unwrap();
+    let get = |name: &str, extra: &str| series(&text, name, "WatchPort", extra);
+    assert_eq!(get("grpc_server_started_total", "").as_deref(), Some("1"));
+    assert_eq!(
+        get("grpc_server_handled_total", "grpc_code=\"INTERNAL\"").as_deref(),
+        Some("1")
+    );
+    assert_eq!(get("grpc_server_msg_received_total", ""), None);
+}

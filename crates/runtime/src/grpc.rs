@@ -181,6 +181,15 @@ pub trait StreamingMethod: Clone + Send + Sync + 'static {
         &self,
         request: tonic::Request<Self::Request>,
     ) -> BoxFuture<tonic::Response<Self::Stream>, Status>;
+
+    /// Told of a call answered `code` without [`Self::call`]: its request did not decode
+    /// (`INTERNAL`), was over [`MAX_REQUEST_BYTES`] (`OUT_OF_RANGE`), or did not arrive whole
+    /// within [`Http2Settings::request_body_timeout`] (`DEADLINE_EXCEEDED`). A server counts it
+    /// as started and handled with `code`, as go-grpc-prometheus counts a call whose handler
+    /// failed to receive its request; by default nothing is counted.
+    fn refused(&self, code: tonic::Code) {
+        let _ = code;
+    }
 }
 
 /// The tonic service `S` (a generated server, a `Routes`, or another `WatchStreams`) with
@@ -235,32 +244,51 @@ where
         }
         // tonic decodes the request and builds the response head (or the error); the method's
         // stream is taken out of its hands and sent by a `WatchBody`.
-        let stream = Arc::new(Mutex::new(None));
+        let called = Arc::new(Mutex::new(Called::Not));
         let method = Method {
             method: self.method.clone(),
-            stream: stream.clone(),
+            called: called.clone(),
         };
+        let refused = self.method.clone();
         Box::pin(async move {
             let mut grpc = Grpc::new(DecodeOnly::<M>(PhantomData))
                 .max_decoding_message_size(MAX_REQUEST_BYTES);
             let response = grpc.server_streaming(method, request).await;
-            let taken = stream.lock().unwrap_or_else(|e| e.into_inner()).take();
-            Ok(match taken {
-                Some(stream) => {
+            let called = std::mem::replace(
+                &mut *called.lock().unwrap_or_else(|e| e.into_inner()),
+                Called::Not,
+            );
+            Ok(match called {
+                Called::Streaming(stream) => {
                     let (head, _empty) = response.into_parts();
                     http::Response::from_parts(head, Body::new(WatchBody::new(stream)))
                 }
-                None => response,
+                // The method failed, and counted that itself.
+                Called::Failed => response,
+                Called::Not => {
+                    if let Some(status) = Status::from_header_map(response.headers()) {
+                        tracing::debug!(path = M::PATH, %status, "refused a call before its method");
+                        refused.refused(status.code());
+                    }
+                    response
+                }
             })
         })
     }
 }
 
-/// `M` as tonic's server-streaming handler calls it: its stream is put in `stream`, and tonic
-/// gets an empty one.
+/// Whether tonic called a [`Method`], and the stream it returned.
+enum Called<S> {
+    Not,
+    Failed,
+    Streaming(S),
+}
+
+/// `M` as tonic's server-streaming handler calls it: its stream is put in `called`, and
+/// tonic gets an empty one.
 struct Method<M: StreamingMethod> {
     method: M,
-    stream: Arc<Mutex<Option<M::Stream>>>,
+    called: Arc<Mutex<Called<M::Stream>>>,
 }
 
 impl<M: StreamingMethod> ServerStreamingService<M::Request> for Method<M> {
@@ -270,10 +298,11 @@ impl<M: StreamingMethod> ServerStreamingService<M::Request> for Method<M> {
 
     fn call(&mut self, request: tonic::Request<M::Request>) -> Self::Future {
         let call = self.method.call(request);
-        let slot = self.stream.clone();
+        let slot = self.called.clone();
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Called::Failed;
         Box::pin(async move {
             let (metadata, stream, extensions) = call.await?.into_parts();
-            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream);
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Called::Streaming(stream);
             Ok(tonic::Response::from_parts(
                 metadata,
                 futures::stream::empty(),

@@ -803,3 +803,121 @@ async fn watch_streams_of_a_client_that_stops_reading_its_socket_hold_one_messag
         bound >> 10,
     );
 }
+
+/// `Get` served by `WatchStreams`, recording the codes of the calls answered before its
+/// method ([`StreamingMethod::refused`]) and the paths it was called with; it refuses the
+/// path `refused` itself and keeps every other stream open.
+#[derive(Clone, Default)]
+struct RefusalLog {
+    refused: Arc<Mutex<Vec<tonic::Code>>>,
+    called: Arc<Mutex<Vec<String>>>,
+}
+
+impl StreamingMethod for RefusalLog {
+    type Request = GetDestination;
+    type Response = Update;
+    type Stream = BoxStream<'static, Result<Shared<Update>, Status>>;
+    const PATH: &'static str = "/io.linkerd.proxy.destination.Destination/Get";
+
+    fn call(
+        &self,
+        request: Request<GetDestination>,
+    ) -> tonic::codegen::BoxFuture<Response<Self::Stream>, Status> {
+        let path = request.into_inner().path;
+        self.called.lock().unwrap().push(path.clone());
+        Box::pin(async move {
+            match path.as_str() {
+                "refused" => Err(Status::invalid_argument("refused by the method")),
+                _ => Ok(Response::new(futures::stream::pending().boxed())),
+            }
+        })
+    }
+
+    fn refused(&self, code: tonic::Code) {
+        self.refused.lock().unwrap().push(code);
+    }
+}
+
+/// A `GetDestination` whose path is not UTF-8, as the bytes of another message with the
+/// same tag.
+#[derive(Clone, PartialEq, prost::Message)]
+struct PathNotUtf8 {
+    #[prost(bytes = "vec", tag = "2")]
+    path: Vec<u8>,
+}
+
+/// What a `Get` of `body` is answered with (the server's body timeout is 200 ms).
+async fn answer_to<M: Message + Default + Send + 'static>(
+    channel: &Channel,
+    body: impl futures::Stream<Item = M> + Send + 'static,
+) -> Status {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    let answered = tokio::time::timeout(
+        Duration::from_secs(5),
+        grpc.streaming::<_, _, Update, _>(
+            Request::new(body),
+            RefusalLog::PATH.parse().unwrap(),
+            tonic_prost::ProstCodec::<M, Update>::default(),
+        ),
+    )
+    .await
+    .expect("answered in time");
+    answered.expect_err("the call is refused")
+}
+
+/// Go's servers count a call whose request cannot be read as started and handled with the
+/// error's code; tonic answers such a call without calling the method, so `WatchStreams`
+/// tells the method's server.
+#[tokio::test]
+async fn calls_answered_before_their_method_are_told_to_it() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_changes, rx) = watch::channel(0);
+    let log = RefusalLog::default();
+    let routes = Routes::new(WatchStreams::new(
+        DestinationServer::new(Changes(rx)),
+        log.clone(),
+    ));
+    let settings = Http2Settings {
+        request_body_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    tokio::spawn(serve(listener, routes, settings, std::future::pending()));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let get = |path: &str| GetDestination {
+        path: path.to_string(),
+        ..Default::default()
+    };
+
+    let not_utf8 = PathNotUtf8 { path: vec![0xff] };
+    let status = answer_to(&channel, futures::stream::iter([not_utf8])).await;
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    let status = answer_to(&channel, futures::stream::pending::<GetDestination>()).await;
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    let unended =
+        futures::stream::once(async move { get("open") }).chain(futures::stream::pending());
+    let status = answer_to(&channel, unended).await;
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    let oversized = get(&"a".repeat(70 << 10));
+    let status = answer_to(&channel, futures::stream::iter([oversized])).await;
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    // Refused by the method: counted by it, not told again.
+    let status = answer_to(&channel, futures::stream::iter([get("refused")])).await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+
+    assert_eq!(
+        *log.refused.lock().unwrap(),
+        [
+            tonic::Code::Internal,
+            tonic::Code::DeadlineExceeded,
+            tonic::Code::DeadlineExceeded,
+            tonic::Code::OutOfRange,
+        ]
+    );
+    assert_eq!(*log.called.lock().unwrap(), ["refused"]);
+}

@@ -43,6 +43,7 @@ use tokio::{
     sync::watch,
 };
 use tonic::{
+    Status,
     body::Body,
     codegen::{Service, http},
 };
@@ -324,9 +325,12 @@ struct ConnectionContext<S> {
 /// This state keeps the request, what its body brought so far ([`Received`]) and a context
 /// the connection's requests share; one that has to wait keeps its headers in a map of their
 /// own size; the peer is added once it is routed. A body over [`super::MAX_REQUEST_BYTES`] is
-/// routed as soon as it is over, for tonic to refuse, and keeps its deadline until tonic
-/// answers. hyper keeps each stream's future for the stream's life, as large as it
-/// ever is: boxed, this one goes once the response head is ready.
+/// routed as soon as it is over, for tonic to refuse, and its body keeps the deadline for the
+/// rest ([`ReceivedBody`]). A request that has not arrived whole within the body timeout is
+/// routed too, its body ending in `DEADLINE_EXCEEDED` ([`did_not_arrive`]): tonic answers
+/// with that status, and the method's server counts the call as refused
+/// ([`super::StreamingMethod::refused`]). hyper keeps each stream's future for the stream's
+/// life, as large as it ever is: boxed, this one goes once the response head is ready.
 #[expect(
     clippy::large_enum_variant,
     reason = "the future is boxed whole; boxing the waiting request too is one more allocation"
@@ -339,12 +343,7 @@ enum RouteOnceReceived<S: GrpcService> {
         /// Set only for a body that is not there at once: most of a burst's are.
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     },
-    Routed {
-        routed: Pin<Box<S::Future>>,
-        /// For a request routed before its end (for its size): its deadline and the body
-        /// timeout it stands for (tonic reads the rest with no deadline of its own).
-        deadline: Option<(Pin<Box<tokio::time::Sleep>>, Duration)>,
-    },
+    Routed(Pin<Box<S::Future>>),
     /// The response was returned; hyper does not poll a finished future.
     Done,
 }
@@ -354,18 +353,8 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let Self::Routed { routed, deadline } = this {
-            let response = match routed.as_mut().poll(cx) {
-                Poll::Ready(response) => response,
-                Poll::Pending => {
-                    // Routed before its end: tonic waits for the end with no deadline.
-                    let Some((deadline, body_timeout)) = deadline else {
-                        return Poll::Pending;
-                    };
-                    std::task::ready!(deadline.as_mut().poll(cx));
-                    Ok(did_not_arrive(true, *body_timeout))
-                }
-            };
+        if let Self::Routed(routed) = this {
+            let response = std::task::ready!(routed.as_mut().poll(cx));
             *this = Self::Done;
             return Poll::Ready(response);
         }
@@ -387,7 +376,7 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
                     }
                 }
                 Poll::Ready(Some(Err(error))) => {
-                    received.error = Some(error);
+                    received.error = Some(Status::from_error(Box::new(error)));
                     break true;
                 }
                 Poll::Ready(None) => break true,
@@ -400,9 +389,12 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
                         }
                     };
                     std::task::ready!(deadline.as_mut().poll(cx));
-                    let response = did_not_arrive(received.data_len() > 0, context.body_timeout);
-                    *this = Self::Done;
-                    return Poll::Ready(Ok(response));
+                    // Routed with what came, then the error: tonic answers with it.
+                    received.error = Some(did_not_arrive(
+                        received.data_len() > 0,
+                        context.body_timeout,
+                    ));
+                    break true;
                 }
             }
         };
@@ -417,34 +409,31 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
         };
         let (mut parts, rest) = request.into_parts();
         parts.extensions.insert(context.connect_info.clone());
+        let body_timeout = context.body_timeout;
+        let rest = match ended {
+            true => None,
+            false => Some(Rest {
+                body: rest,
+                deadline: deadline.unwrap_or_else(|| Box::pin(tokio::time::sleep(body_timeout))),
+                body_timeout,
+            }),
+        };
         let body = Body::new(ReceivedBody { received, rest });
         let request = http::Request::from_parts(parts, body);
-        let body_timeout = context.body_timeout;
-        let deadline = match ended {
-            true => None,
-            false => Some((
-                deadline.unwrap_or_else(|| Box::pin(tokio::time::sleep(body_timeout))),
-                body_timeout,
-            )),
-        };
-        *this = Self::Routed {
-            routed: Box::pin(context.routes.clone().call(request)),
-            deadline,
-        };
+        *this = Self::Routed(Box::pin(context.routes.clone().call(request)));
         // The router's future has not been polled yet.
         self.poll(cx)
     }
 }
 
-/// The answer to a request that has not arrived whole within `body_timeout` of its headers:
+/// How a request that has not arrived whole within `body_timeout` of its headers ends:
 /// `DEADLINE_EXCEEDED`, saying whether its message came.
-fn did_not_arrive(message_came: bool, body_timeout: Duration) -> http::Response<Body> {
+fn did_not_arrive(message_came: bool, body_timeout: Duration) -> Status {
     let missing = match message_came {
         false => "the request message did not arrive",
         true => "the request did not end",
     };
-    tonic::Status::deadline_exceeded(format!("{missing} within {body_timeout:?} of its headers"))
-        .into_http()
+    Status::deadline_exceeded(format!("{missing} within {body_timeout:?} of its headers"))
 }
 
 /// What a request body brought before it was routed: its data (nearly always one frame, the
@@ -455,7 +444,7 @@ struct Received {
     data: ReceivedData,
     /// Boxed: a request nearly never has them, and every waiting request holds this.
     trailers: Option<Box<http::HeaderMap>>,
-    error: Option<hyper::Error>,
+    error: Option<Status>,
 }
 
 /// The data frames of a request body, joined.
@@ -509,7 +498,7 @@ impl Received {
         }
     }
 
-    fn next(&mut self) -> Option<Result<Frame<Bytes>, hyper::Error>> {
+    fn next(&mut self) -> Option<Result<Frame<Bytes>, Status>> {
         match std::mem::take(&mut self.data) {
             ReceivedData::One(data) => return Some(Ok(Frame::data(data))),
             ReceivedData::Joined(data) => return Some(Ok(Frame::data(data.freeze()))),
@@ -546,29 +535,50 @@ fn compact_headers(headers: &mut http::HeaderMap) {
 }
 
 /// A request body as the router gets it: the frames read before it was routed
-/// ([`RouteOnceReceived`]), then what is left of the body (nothing, unless it was routed early
-/// for its size or an error).
+/// ([`RouteOnceReceived`]), then what is left of a body routed early for its size.
 struct ReceivedBody {
     received: Received,
-    rest: Incoming,
+    /// `None` once the body ended or failed before it was routed.
+    rest: Option<Rest>,
+}
+
+/// The rest of a body routed before its end, and the deadline it must end by: tonic reads a
+/// request to its end with no deadline of its own.
+struct Rest {
+    body: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    body_timeout: Duration,
 }
 
 impl HttpBody for ReceivedBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = Status;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.received.next() {
-            Some(frame) => Poll::Ready(Some(frame)),
-            None => Pin::new(&mut self.rest).poll_frame(cx),
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        if let Some(frame) = self.received.next() {
+            return Poll::Ready(Some(frame));
         }
+        let Some(rest) = &mut self.rest else {
+            return Poll::Ready(None);
+        };
+        let polled = match Pin::new(&mut rest.body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => return Poll::Ready(Some(Ok(frame))),
+            Poll::Ready(Some(Err(error))) => Some(Err(Status::from_error(Box::new(error)))),
+            Poll::Ready(None) => None,
+            Poll::Pending => {
+                std::task::ready!(rest.deadline.as_mut().poll(cx));
+                Some(Err(did_not_arrive(true, rest.body_timeout)))
+            }
+        };
+        self.rest = None;
+        Poll::Ready(polled)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.received.is_empty() && self.rest.is_end_stream()
+        self.received.is_empty() && self.rest.as_ref().is_none_or(|r| r.body.is_end_stream())
     }
 }
 
