@@ -3,11 +3,18 @@
 //! Names follow upstream's informer metrics (spec/destination.md §F: `<kind>_cache_size{cluster}`,
 //! `<kind>_informer_lag_seconds`) so existing dashboards keep working.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use crate::model::{InvalidObject, ObjectRef};
 use prometheus_client::{
-    encoding::EncodeLabelSet,
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
@@ -77,7 +84,7 @@ pub struct IndexMetrics {
     /// The `cluster` label of the cache-size gauges: `local`, or a linked cluster's name.
     cluster: ClusterLabels,
     /// Informer-lag histograms by Kubernetes kind; empty unless registered.
-    pub(crate) informer_lag: Vec<(&'static str, Histogram)>,
+    pub(crate) informer_lag: Arc<[InformerLag]>,
     pub(crate) invalid_objects: Family<InvalidObjectLabels, Counter>,
     pub(crate) invalid_files: ClusterCounter,
     pub(crate) conflicting_objects: ClusterCounter,
@@ -92,6 +99,36 @@ pub struct IndexMetrics {
     /// object two indexes skip for the same reason (a Gateway API HTTPRoute, read by the
     /// inbound and the outbound index) is logged and counted once.
     skipped: Arc<parking_lot::Mutex<Skipped>>,
+}
+
+/// The informer-lag histogram of one kind, exported only once the kind is watched from an API
+/// server: a binary that does not watch the kind (policy-controller and EndpointSlices), or
+/// reads a state directory, has no lag to show, and an empty histogram would say it had none.
+#[derive(Debug)]
+pub(crate) struct InformerLag {
+    kind: &'static str,
+    name: &'static str,
+    histogram: Histogram,
+    watched: AtomicBool,
+}
+
+/// Encodes the informer-lag histograms of the kinds watched.
+#[derive(Debug)]
+struct InformerLagCollector(Arc<[InformerLag]>);
+
+impl Collector for InformerLagCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for lag in self.0.iter().filter(|l| l.watched.load(Ordering::Relaxed)) {
+            let metric = encoder.encode_descriptor(
+                lag.name,
+                "Delay from an object's last update (its latest managedFields Update time) to its watch event",
+                None,
+                lag.histogram.metric_type(),
+            )?;
+            lag.histogram.encode(metric)?;
+        }
+        Ok(())
+    }
 }
 
 /// The `cluster` label of the local cluster's series; a linked cluster cannot be named so
@@ -110,7 +147,7 @@ impl Default for IndexMetrics {
         };
         Self {
             cache_size: Vec::new(),
-            informer_lag: Vec::new(),
+            informer_lag: Arc::new([]),
             invalid_objects: Family::default(),
             invalid_files: counter(),
             conflicting_objects: counter(),
@@ -132,7 +169,7 @@ impl IndexMetrics {
     /// `servers_informer_lag_seconds`, `pods_informer_lag_seconds`,
     /// `externalworkload_informer_lag_seconds`, `serviceprofiles_informer_lag_seconds`
     /// (histograms of the delay from an object's last update to its watch event; observed by the
-    /// `kube` source only),
+    /// `kube` source only, and exported once it watches the kind),
     /// `index_invalid_objects_total{cluster,kind}` (objects that could not be decoded or
     /// indexed, by the cluster that sent them), `offline_invalid_files_total{cluster}`,
     /// `offline_reloads_total{cluster}` and `offline_conflicting_objects_total{cluster}`
@@ -151,15 +188,16 @@ impl IndexMetrics {
             );
             metrics.cache_size.push((kind, family));
         }
-        for (kind, name) in INFORMER_LAG {
-            let histogram = Histogram::new(INFORMER_LAG_BUCKETS);
-            registry.register(
+        metrics.informer_lag = INFORMER_LAG
+            .into_iter()
+            .map(|(kind, name)| InformerLag {
+                kind,
                 name,
-                "Delay from an object's last update (its latest managedFields Update time) to its watch event",
-                histogram.clone(),
-            );
-            metrics.informer_lag.push((kind, histogram));
-        }
+                histogram: Histogram::new(INFORMER_LAG_BUCKETS),
+                watched: AtomicBool::new(false),
+            })
+            .collect();
+        registry.register_collector(Box::new(InformerLagCollector(metrics.informer_lag.clone())));
         registry.register(
             "index_invalid_objects",
             "Objects skipped because they could not be decoded or indexed",
@@ -245,12 +283,12 @@ impl IndexMetrics {
         }
     }
 
-    /// The informer-lag histogram of `kind`, if it has one and it is registered.
+    /// The informer-lag histogram of `kind`, if it has one and it is registered, for a watch of
+    /// `kind` from an API server: from then on it is exported.
     pub(crate) fn informer_lag(&self, kind: &str) -> Option<Histogram> {
-        self.informer_lag
-            .iter()
-            .find(|(k, _)| *k == kind)
-            .map(|(_, h)| h.clone())
+        let lag = self.informer_lag.iter().find(|lag| lag.kind == kind)?;
+        lag.watched.store(true, Ordering::Relaxed);
+        Some(lag.histogram.clone())
     }
 
     /// Creates the series of `kind` at 0 (`index_invalid_objects_total{cluster,kind}`, and
