@@ -344,11 +344,11 @@ impl<M: StreamingMethod> Codec for DecodeOnly<M> {
 pub struct WatchBody<S> {
     /// `None` once the trailers went out.
     stream: Option<S>,
-    /// Whether the last frame handed out is still held.
-    in_flight: Arc<InFlight>,
+    /// Whether the last frame handed out is still held; `None` once it was seen released, so
+    /// that an idle stream, as most are, holds no flag (64 bytes of heap each).
+    in_flight: Option<Arc<InFlight>>,
 }
 
-#[derive(Default)]
 struct InFlight {
     held: AtomicBool,
     released: AtomicWaker,
@@ -378,7 +378,7 @@ impl<S> WatchBody<S> {
     pub fn new(stream: S) -> Self {
         Self {
             stream: Some(stream),
-            in_flight: Arc::default(),
+            in_flight: None,
         }
     }
 }
@@ -399,21 +399,27 @@ where
         let Some(stream) = this.stream.as_mut() else {
             return Poll::Ready(None);
         };
-        let in_flight = &this.in_flight;
-        if in_flight.held.load(Ordering::Acquire) {
-            in_flight.released.register(cx.waker());
+        if let Some(in_flight) = &this.in_flight {
             if in_flight.held.load(Ordering::Acquire) {
-                return Poll::Pending;
+                in_flight.released.register(cx.waker());
+                if in_flight.held.load(Ordering::Acquire) {
+                    return Poll::Pending;
+                }
             }
+            this.in_flight = None;
         }
         let status = match std::task::ready!(Pin::new(stream).poll_next(cx)) {
             Some(Ok(message)) => match message.frame() {
                 Ok(frame) => {
-                    in_flight.held.store(true, Ordering::Release);
+                    let in_flight = Arc::new(InFlight {
+                        held: AtomicBool::new(true),
+                        released: AtomicWaker::new(),
+                    });
                     let handed = Bytes::from_owner(HandedFrame {
                         frame,
                         in_flight: in_flight.clone(),
                     });
+                    this.in_flight = Some(in_flight);
                     return Poll::Ready(Some(Ok(Frame::data(handed))));
                 }
                 Err(status) => status,
