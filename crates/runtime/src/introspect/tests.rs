@@ -379,3 +379,29 @@ fn every_api_is_kept_by_its_name() {
         assert_eq!(packed.unpack().api, api);
     }
 }
+
+/// A policy watch's entry (a view encoder, a topic read through one `Arc`) with its `Arc`
+/// counts: glibc adds 8 bytes and rounds to 16, so 120 bytes take a 128-byte chunk and 128
+/// take a 144-byte one, for each of tens of thousands of streams.
+#[test]
+fn a_view_streams_entry_fits_a_128_byte_chunk() {
+    let topic = Arc::new(1u32);
+    let translator = Arc::new(());
+    let current = move || topic.clone();
+    let encode = move |_: &u32| {
+        let _ = &translator;
+        ("test.Message", Vec::<u8>::new())
+    };
+    let entry = Entry {
+        meta: PackedMeta::new(meta("WatchPort", "w port 80", None, "10.0.0.1:4000")),
+        opened_at_ms: 0,
+        sent: SentCounts::default(),
+        progress: TopicProgress::<u32, _, _>::new(current, ViewEncoder(encode)),
+    };
+    let arc_counts = 2 * size_of::<usize>();
+    assert!(
+        size_of_val(&entry) + arc_counts <= 120,
+        "{} bytes",
+        size_of_val(&entry) + arc_counts
+    );
+}
