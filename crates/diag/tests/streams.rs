@@ -280,10 +280,7 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
     assert_eq!(rows[0]["status"], "SYNCED");
     assert_eq!(rows[1]["server"], "policy");
     assert_eq!(rows[1]["api"], "WatchPort");
-    assert_eq!(
-        rows[1]["target"],
-        format!(r#"{{"ns":"emojivoto","pod":"{VOTING}"}} port 8080"#)
-    );
+    assert_eq!(rows[1]["target"], format!("emojivoto/{VOTING} port 8080"));
     assert_eq!(rows[1]["status"], "SYNCED");
     let (code, stdout, _) =
         proxy_status(&s.destination_introspection, &s.policy_introspection, &[]).await;

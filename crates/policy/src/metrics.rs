@@ -8,7 +8,10 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::{Arc, LazyLock},
+    time::Instant,
+};
 
 /// The gRPC service name of inbound policy.
 pub const INBOUND_SERVICE: &str = "io.linkerd.proxy.inbound.InboundServerPolicies";
@@ -91,19 +94,27 @@ pub struct Families {
 }
 
 /// An RPC in progress: counts it as handled (`OK` unless [`Rpc::fail`] said otherwise) and
-/// observes its duration when dropped, so a stream the client drops counts as `OK`.
+/// observes its duration when dropped, so a stream the client drops counts as `OK`; an
+/// [`Rpc::inbound_subscriber`] is counted in `inbound_port_subscribers` until then. Every open
+/// stream holds one: 32 bytes.
 #[derive(Debug)]
 pub struct Rpc {
     metrics: PolicyMetrics,
     /// One of the constants: a reference keeps each open stream's `Rpc` 32 bytes smaller.
     method: &'static Method,
-    started: Instant,
+    /// Nanoseconds from [`CLOCK_START`] (8 bytes, against an `Instant`'s 16).
+    started: u64,
     code: tonic::Code,
+    subscriber: bool,
 }
 
-/// Keeps `inbound_port_subscribers` right for the life of one `WatchPort` stream.
-#[derive(Debug)]
-pub struct SubscriberGuard(Gauge);
+/// What [`Rpc`] start times count from.
+static CLOCK_START: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Nanoseconds from [`CLOCK_START`]: 584 years fit.
+fn clock_nanos() -> u64 {
+    u64::try_from(CLOCK_START.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 // === impl PolicyMetrics ===
 
@@ -183,8 +194,9 @@ impl PolicyMetrics {
         Rpc {
             metrics: self.clone(),
             method,
-            started: Instant::now(),
+            started: clock_nanos(),
             code: tonic::Code::Ok,
+            subscriber: false,
         }
     }
 
@@ -196,12 +208,6 @@ impl PolicyMetrics {
         self.handled
             .get_or_create(&code_labels(*method, code))
             .inc();
-    }
-
-    /// Counts one open `WatchPort` stream until the guard drops.
-    pub fn inbound_subscriber(&self) -> SubscriberGuard {
-        self.inbound_subscribers.inc();
-        SubscriberGuard(self.inbound_subscribers.clone())
     }
 }
 
@@ -262,6 +268,15 @@ impl Rpc {
         self.metrics.sent.get_or_create(&labels(*self.method)).inc();
     }
 
+    /// The same RPC, a `WatchPort` stream counted in `inbound_port_subscribers` until it ends.
+    pub fn inbound_subscriber(mut self) -> Self {
+        if !self.subscriber {
+            self.metrics.inbound_subscribers.inc();
+            self.subscriber = true;
+        }
+        self
+    }
+
     /// Ends the RPC with `status`, which is returned for convenience.
     pub fn fail(mut self, status: tonic::Status) -> tonic::Status {
         self.code = status.code();
@@ -275,16 +290,12 @@ impl Drop for Rpc {
         m.handled
             .get_or_create(&code_labels(*self.method, self.code))
             .inc();
+        let elapsed = clock_nanos().saturating_sub(self.started);
         m.handling
             .get_or_create(&labels(*self.method))
-            .observe(self.started.elapsed().as_secs_f64());
-    }
-}
-
-// === impl SubscriberGuard ===
-
-impl Drop for SubscriberGuard {
-    fn drop(&mut self) {
-        self.0.dec();
+            .observe(std::time::Duration::from_nanos(elapsed).as_secs_f64());
+        if self.subscriber {
+            m.inbound_subscribers.dec();
+        }
     }
 }

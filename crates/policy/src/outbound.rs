@@ -201,13 +201,12 @@ impl OutboundPolicyService {
                 Ok(Box::pin(stream))
             }
             OutboundLookup::Watch(rx) => {
-                let messages: ViewMessages<_, _> = ViewMessages::new(
+                let messages = ViewMessages::new(
                     DistinctViews::new(rx).recorded(&self.streams, meta, self.translator.clone()),
                     self.translator.clone(),
                     self.translations.clone(),
                     rpc,
                     self.shutdown.clone(),
-                    (),
                 );
                 Ok(Box::pin(messages))
             }

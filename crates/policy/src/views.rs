@@ -156,17 +156,16 @@ pub(crate) trait Translate<V>: Send + Sync + 'static {
 /// of each view [`DistinctViews`] returns, made once for the streams of the topic by
 /// [`SharedTranslations`]. Ends (`None`, answered `OK`) when the topic is gone or at shutdown;
 /// it never fails. Its record is told what it sent, and `rpc` counts each message and the
-/// stream's end. `G` is held for the stream's life (a subscriber gauge's guard).
-pub(crate) struct ViewMessages<V: Send + Sync, T: Translate<V>, G = ()> {
+/// stream's end (and, for a `WatchPort` stream, its place in `inbound_port_subscribers`).
+pub(crate) struct ViewMessages<V: Send + Sync, T: Translate<V>> {
     views: DistinctViews<V>,
     translator: Arc<T>,
     translations: Arc<SharedTranslations<V, T::Message>>,
     rpc: Rpc,
     shutdown: Shutdown,
-    _guard: G,
 }
 
-impl<V, T, G> ViewMessages<V, T, G>
+impl<V, T> ViewMessages<V, T>
 where
     V: PartialEq + Send + Sync + 'static,
     T: Translate<V>,
@@ -177,7 +176,6 @@ where
         translations: Arc<SharedTranslations<V, T::Message>>,
         rpc: Rpc,
         shutdown: Shutdown,
-        guard: G,
     ) -> Self {
         Self {
             views,
@@ -185,7 +183,6 @@ where
             translations,
             rpc,
             shutdown,
-            _guard: guard,
         }
     }
 
@@ -212,11 +209,10 @@ where
     }
 }
 
-impl<V, T, G> Stream for ViewMessages<V, T, G>
+impl<V, T> Stream for ViewMessages<V, T>
 where
     V: PartialEq + Send + Sync + 'static,
     T: Translate<V>,
-    G: Unpin,
 {
     type Item = Result<Shared<T::Message>, Status>;
 

@@ -120,6 +120,20 @@ fn a_stream_is_shown_as_its_request_described_it() {
             pod: None,
             ..meta("Watch", "héllo ✓ port 80", None, "[::1]:9000")
         },
+        // A pod that leads the target, kept once.
+        meta(
+            "WatchPort",
+            "emojivoto/web-0 port 8080",
+            Some("emojivoto/web-0"),
+            "10.0.0.2:4000",
+        ),
+        // One that starts the target but is longer than a pod part of it would be.
+        meta(
+            "WatchPort",
+            "emojivoto/web-0 port 8080",
+            Some("emojivoto/web-0 port 8080 and more"),
+            "10.0.0.2:4000",
+        ),
     ];
     let records: Vec<_> = described.iter().map(|m| registry.open(m.clone())).collect();
     let listed: Vec<StreamMeta> = registry
@@ -138,6 +152,26 @@ fn a_stream_is_shown_as_its_request_described_it() {
         ..Default::default()
     };
     assert_eq!(ids(&registry.list(&filter)), vec![records[2].id()]);
+    let filter = StreamFilter {
+        pod: Some("emojivoto/web-0".into()),
+        ..Default::default()
+    };
+    assert_eq!(ids(&registry.list(&filter)), vec![records[3].id()]);
+}
+
+#[test]
+fn a_pod_that_leads_the_target_is_kept_once() {
+    let packed = PackedMeta::new(meta(
+        "WatchPort",
+        "emojivoto/web-0 port 8080",
+        Some("emojivoto/web-0"),
+        "10.0.0.2:4000",
+    ));
+    assert_eq!(packed.pod(), Some("emojivoto/web-0"));
+    assert_eq!(
+        packed.text.len(),
+        "emojivoto/web-0 port 8080".len() + "token of emojivoto/web-0 port 8080".len()
+    );
 }
 
 /// A request may carry 64 KiB of context token or target: a stream keeps a bounded prefix, or
