@@ -10,7 +10,7 @@
 //! definition changed. A file that does not parse is logged by name and counted; its last good
 //! contents (if any) keep being served, so a half-saved edit loses nothing. An object defined
 //! identically in two files is one object; differently, the first file (by path) wins and the
-//! conflict is logged and counted. Files larger than [`MAX_FILE_BYTES`], and YAML files nested deeper than
+//! conflict is logged and counted, once per file that defines the object differently. Files larger than [`MAX_FILE_BYTES`], and YAML files nested deeper than
 //! [`MAX_NESTING`] are refused.
 
 use std::{
@@ -839,12 +839,10 @@ impl StateDir {
                 let at = defs.partition_point(|(p, _)| **p < *path);
                 defs.splice(at..at, news.into_iter().map(|d| (shared.clone(), d)));
             }
-            if let Some((first_path, first)) = defs.first()
-                && let Some((ignored, _)) = defs.iter().find(|(_, d)| d != first)
-            {
+            if let Some((first, ignored)) = new_conflict(defs, path) {
                 tracing::warn!(
                     kind = %key.0.1, namespace = %key.1.0, name = %key.1.1,
-                    first = %first_path.display(), ignored = %ignored.display(),
+                    first = %first.display(), ignored = %ignored.display(),
                     "object defined differently in two files; keeping the first"
                 );
                 self.metrics.conflicting_objects.inc();
@@ -974,6 +972,22 @@ impl StateDir {
             }
         }
     }
+}
+
+/// The conflict to report after the file at `path` was read, given an object's definitions
+/// in path order: `(served, ignored)`, the file whose definition is served and one that
+/// defines the object differently. `path` is one of them: a read that leaves a conflict as it
+/// was (a file that agrees with the served definition, or one that no longer defines the
+/// object) reports nothing, so each conflicting file is counted once.
+fn new_conflict<'a>(defs: &'a Definitions, path: &Path) -> Option<(&'a Path, &'a Path)> {
+    let (served, first) = defs.first()?;
+    let differs = |(_, d): &&(Arc<Path>, Digest)| d != first;
+    let ignored = if **served == *path {
+        defs.iter().find(differs)?
+    } else {
+        defs.iter().filter(differs).find(|(p, _)| **p == *path)?
+    };
+    Some((served, &ignored.0))
 }
 
 /// Decodes the definition of `obj_key` with `digest` in the file at `path` again; `None` when

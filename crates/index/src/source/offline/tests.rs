@@ -1345,3 +1345,38 @@ fn a_removed_file_is_logged_with_its_objects() {
     assert!(log.contains(&line), "{line}\n{log}");
     assert_eq!(service_count(&state), 1);
 }
+
+/// A third definition names its own file, and one that agrees with the served definition
+/// reports nothing (newcomer finding: the third file's conflict named the second file).
+#[test]
+fn each_conflicting_file_is_reported_once_by_name() {
+    let def = |path: &str, digest: u64| (Arc::<Path>::from(Path::new(path)), digest);
+    let defs = vec![def("a.yaml", 1), def("z.yaml", 2), def("zz.yaml", 3)];
+    let named = |defs: &Definitions, path: &str| {
+        new_conflict(defs, Path::new(path))
+            .map(|(served, ignored)| (served.display().to_string(), ignored.display().to_string()))
+    };
+    let pair = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
+    assert_eq!(named(&defs, "zz.yaml"), pair("a.yaml", "zz.yaml"));
+    assert_eq!(named(&defs, "z.yaml"), pair("a.yaml", "z.yaml"));
+    // The served file read again: the first that differs.
+    assert_eq!(named(&defs, "a.yaml"), pair("a.yaml", "z.yaml"));
+    let agreeing = vec![def("a.yaml", 1), def("b.yaml", 1), def("z.yaml", 2)];
+    assert_eq!(named(&agreeing, "b.yaml"), None);
+    // No longer defined by the file read.
+    assert_eq!(named(&agreeing, "gone.yaml"), None);
+
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", &svc_yaml("x", 80));
+    write(dir.path(), "z.yaml", &svc_yaml("x", 99));
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(dir.path(), &metrics);
+    rescan(&mut state);
+    assert_eq!(metrics.conflicting_objects.get(), 1);
+    write(dir.path(), "zz.yaml", &svc_yaml("x", 81));
+    assert!(refresh(&mut state, dir.path(), &["zz.yaml"]).is_empty());
+    assert_eq!(metrics.conflicting_objects.get(), 2);
+    write(dir.path(), "b.yaml", &svc_yaml("x", 80));
+    assert!(refresh(&mut state, dir.path(), &["b.yaml"]).is_empty());
+    assert_eq!(metrics.conflicting_objects.get(), 2);
+}
