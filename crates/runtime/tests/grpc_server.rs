@@ -13,6 +13,7 @@ use linkerd2_proxy_api::destination::{
 };
 use prost::Message;
 use std::{
+    convert::Infallible,
     io,
     net::SocketAddr,
     os::fd::{AsRawFd, RawFd},
@@ -920,4 +921,49 @@ async fn calls_answered_before_their_method_are_told_to_it() {
         ]
     );
     assert_eq!(*log.called.lock().unwrap(), ["refused"]);
+}
+
+/// A request whose first five bytes declare a message over 64 KiB is refused from them, not
+/// after the body timeout (newcomer finding: it waited 10 s unless its end came).
+#[tokio::test]
+async fn a_request_declaring_too_large_a_message_is_refused_at_once() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_changes, rx) = watch::channel(0);
+    let log = RefusalLog::default();
+    let routes = Routes::new(WatchStreams::new(
+        DestinationServer::new(Changes(rx)),
+        log.clone(),
+    ));
+    tokio::spawn(serve(
+        listener,
+        routes,
+        Http2Settings::default(),
+        std::future::pending(),
+    ));
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut client, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    // The prefix of a 65,537-byte message, and nothing more for now.
+    let prefix = hyper::body::Frame::data(tonic::codegen::Bytes::from_static(&[0, 0, 1, 0, 1]));
+    let body = http_body_util::StreamBody::new(
+        futures::stream::iter([Ok::<_, Infallible>(prefix)]).chain(futures::stream::pending()),
+    );
+    let request = http::Request::post(format!("http://{addr}{}", RefusalLog::PATH))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(2), client.send_request(request))
+        .await
+        .expect("answered before the 10 s body timeout")
+        .unwrap();
+    let status = Status::from_header_map(response.headers()).expect("a trailers-only answer");
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert_eq!(*log.refused.lock().unwrap(), [tonic::Code::OutOfRange]);
 }

@@ -371,7 +371,9 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
             match Pin::new(request.body_mut()).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     // Routed now, for tonic to refuse; the deadline still holds for its end.
-                    if received.push(frame) > super::MAX_REQUEST_BYTES {
+                    if received.push(frame) > super::MAX_REQUEST_BYTES
+                        || received.declared_len() > Some(super::MAX_REQUEST_BYTES)
+                    {
                         break false;
                     }
                 }
@@ -487,6 +489,18 @@ impl Received {
             }
         }
         self.data_len()
+    }
+
+    /// The length the first message's gRPC prefix declares (bytes 1 to 4, big-endian), once
+    /// its five bytes are in: a request declaring more than it may send is refused from it.
+    fn declared_len(&self) -> Option<usize> {
+        let data: &[u8] = match &self.data {
+            ReceivedData::None => return None,
+            ReceivedData::One(data) => data,
+            ReceivedData::Joined(data) => data,
+        };
+        let prefix: [u8; 4] = data.get(1..5)?.try_into().ok()?;
+        usize::try_from(u32::from_be_bytes(prefix)).ok()
     }
 
     /// The bytes of data received.
