@@ -41,11 +41,14 @@ pub use self::profile::{
     profile_json, profile_table, request_match_text, response_match_text, write_profile,
 };
 // Names and matches as `explain` prints them too.
+#[cfg(test)]
+pub(crate) use self::outbound::timeouts_text;
 pub(crate) use self::{
     inbound::{
         authz_name, grpc_filter_text, host_text, http_filter_text, labels_name, network_text,
         route_name,
     },
+    outbound::{grpc_retry_text, grpc_timeouts_text, http_retry_text, http_timeouts_text},
     profile::{duration_text, method_text},
 };
 

@@ -12,10 +12,10 @@
 //! denies: the proxy answers the request itself and sends it nowhere.
 
 use linkerd2_proxy_api::{
-    http_route::{Ratio, Timeouts},
+    http_route::Ratio,
     outbound::{
-        ExponentialBackoff, GrpcRoute, HttpRoute, OutboundPolicy, TrafficSpec, grpc_route,
-        http_route, opaque_route, proxy_protocol, tls_route, traffic_spec::Target,
+        GrpcRoute, HttpRoute, OutboundPolicy, TrafficSpec, grpc_route, http_route, opaque_route,
+        proxy_protocol, tls_route, traffic_spec::Target,
     },
 };
 use serde_json::Value;
@@ -28,7 +28,8 @@ use super::{
     source::PolicySource,
 };
 use crate::output::{
-    duration_text, grpc_match_text, http_match_text, metadata_text, outbound_policy_json,
+    grpc_match_text, grpc_retry_text, grpc_timeouts_text, http_match_text, http_retry_text,
+    http_timeouts_text, metadata_text, outbound_policy_json,
 };
 
 /// The flags of `dst-diag explain outbound`.
@@ -296,13 +297,7 @@ fn explain_grpc(
     let Some(rule) = routes.get(i).and_then(|route| route.rules.get(r)) else {
         return decide(routes_json, i, r, None);
     };
-    // Older controllers send only the deprecated per-rule request timeout.
-    #[allow(deprecated)]
-    let legacy = rule.request_timeout.as_ref();
-    lines.push(line(
-        "timeouts",
-        timeouts_text(rule.timeouts.as_ref(), legacy),
-    ));
+    lines.push(line("timeouts", grpc_timeouts_text(rule)));
     lines.push(line("retries", grpc_retry_text(rule.retry.as_ref())));
     let failure = rule.filters.iter().find_map(|f| match &f.kind {
         Some(grpc_route::filter::Kind::FailureInjector(fi)) if always(fi.ratio.as_ref()) => {
@@ -408,130 +403,6 @@ fn push_backends(route: &Value, rule: usize, lines: &mut Vec<String>) {
             ),
         ));
     }
-}
-
-fn http_timeouts_text(rule: &http_route::Rule) -> String {
-    // Older controllers send only the deprecated per-rule request timeout.
-    #[allow(deprecated)]
-    let legacy = rule.request_timeout.as_ref();
-    timeouts_text(rule.timeouts.as_ref(), legacy)
-}
-
-/// `request 10s, response 5s, idle 60s`; the deprecated per-rule request timeout when the
-/// rule has no `timeouts`; `none`.
-fn timeouts_text(timeouts: Option<&Timeouts>, legacy: Option<&prost_types::Duration>) -> String {
-    let mut parts = Vec::new();
-    if let Some(t) = timeouts {
-        for (name, d) in [
-            ("request", &t.request),
-            ("response", &t.response),
-            ("idle", &t.idle),
-        ] {
-            if let Some(d) = d {
-                parts.push(format!("{name} {}", duration_text(d)));
-            }
-        }
-    }
-    if parts.is_empty()
-        && let Some(d) = legacy
-    {
-        parts.push(format!("request {}", duration_text(d)));
-    }
-    if parts.is_empty() {
-        "none".into()
-    } else {
-        parts.join(", ")
-    }
-}
-
-fn http_retry_text(retry: Option<&http_route::Retry>) -> String {
-    let Some(retry) = retry else {
-        return "none".into();
-    };
-    let on: Vec<String> = retry
-        .conditions
-        .iter()
-        .flat_map(|c| &c.status_ranges)
-        .map(|r| {
-            if r.start == r.end {
-                r.start.to_string()
-            } else {
-                format!("{}-{}", r.start, r.end)
-            }
-        })
-        .collect();
-    let on = if on.is_empty() {
-        "no status".to_string()
-    } else {
-        format!("status {}", on.join(","))
-    };
-    retry_text(
-        retry.max_retries,
-        &on,
-        retry.max_request_bytes,
-        retry.timeout.as_ref(),
-        retry.backoff.as_ref(),
-    )
-}
-
-fn grpc_retry_text(retry: Option<&grpc_route::Retry>) -> String {
-    let Some(retry) = retry else {
-        return "none".into();
-    };
-    let mut on = Vec::new();
-    if let Some(c) = &retry.conditions {
-        for (set, name) in [
-            (c.cancelled, "cancelled"),
-            (c.deadine_exceeded, "deadline-exceeded"),
-            (c.resource_exhausted, "resource-exhausted"),
-            (c.internal, "internal"),
-            (c.unavailable, "unavailable"),
-        ] {
-            if set {
-                on.push(name);
-            }
-        }
-    }
-    let on = if on.is_empty() {
-        "no status".to_string()
-    } else {
-        on.join(",")
-    };
-    retry_text(
-        retry.max_retries,
-        &on,
-        retry.max_request_bytes,
-        retry.timeout.as_ref(),
-        retry.backoff.as_ref(),
-    )
-}
-
-/// `up to 3 on status 500-599, each try 1s, backoff 25ms-250ms, bodies up to 64KiB`.
-fn retry_text(
-    max: u32,
-    on: &str,
-    max_bytes: u32,
-    timeout: Option<&prost_types::Duration>,
-    backoff: Option<&ExponentialBackoff>,
-) -> String {
-    let mut text = format!("up to {max} on {on}");
-    if let Some(t) = timeout {
-        text.push_str(&format!(", each try {}", duration_text(t)));
-    }
-    if let Some(b) = backoff {
-        let d = |d: &Option<prost_types::Duration>| {
-            d.as_ref().map_or_else(|| "?".to_string(), duration_text)
-        };
-        text.push_str(&format!(
-            ", backoff {}-{}",
-            d(&b.min_backoff),
-            d(&b.max_backoff)
-        ));
-    }
-    if max_bytes > 0 {
-        text.push_str(&format!(", bodies up to {max_bytes} bytes"));
-    }
-    text
 }
 
 // === impl RouteMatches ===

@@ -1,16 +1,21 @@
 //! `dst-diag policy outbound` output: one `OutboundPolicy` as a readable block or one JSON
 //! object. Both show the same summary: the policy's metadata and protocol, then per route its
-//! metadata and per rule the matches, the backends with their weight and the
-//! `Destination.Get` path (or forwarded address) they resolve, and failures injected.
+//! metadata and per rule the matches, the timeouts and retry policy (HTTP and gRPC rules), the
+//! backends with their weight and the `Destination.Get` path (or forwarded address) they
+//! resolve, and failures injected.
 
 use linkerd2_proxy_api::{
+    http_route::Timeouts,
     meta,
-    outbound::{Backend, OutboundPolicy, backend, proxy_protocol},
+    outbound::{
+        Backend, ExponentialBackoff, OutboundPolicy, backend, grpc_route, http_route,
+        proxy_protocol,
+    },
 };
 use serde_json::{Value, json};
 use std::io::{self, Write};
 
-use super::{OutputFormat, grpc_match_text, http_match_text};
+use super::{OutputFormat, duration_text, grpc_match_text, http_match_text};
 
 /// Writes `policy` to `out` in `format` and flushes: a readable block followed by an empty
 /// line, or one JSON object on one line.
@@ -109,7 +114,8 @@ macro_rules! forbidding_filters_text {
     };
 }
 
-/// Route summaries, each `{kind, route, rules: [{matches, filters, backends}]}`; a rule's
+/// Route summaries, each `{kind, route, rules: [{matches, filters, timeouts, retry,
+/// backends}]}` (`timeouts` and `retry` for HTTP and gRPC rules, `none` when unset); a rule's
 /// `filters` are its own (every request it matches), a backend's `failures` that backend's.
 fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
     use linkerd2_proxy_api::outbound::{grpc_route, http_route, opaque_route, tls_route};
@@ -125,6 +131,8 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                         json!({
                             "matches": rule.matches.iter().map(http_match_text).collect::<Vec<_>>(),
                             "filters": rule.filters.iter().map(http_filter_text).collect::<Vec<_>>(),
+                            "timeouts": http_timeouts_text(rule),
+                            "retry": http_retry_text(rule.retry.as_ref()),
                             "backends": backends,
                         })
                     })
@@ -235,6 +243,8 @@ fn routes_json(protocol: &proxy_protocol::Kind) -> Vec<Value> {
                         json!({
                             "matches": rule.matches.iter().map(grpc_match_text).collect::<Vec<_>>(),
                             "filters": rule.filters.iter().map(grpc_filter_text).collect::<Vec<_>>(),
+                            "timeouts": grpc_timeouts_text(rule),
+                            "retry": grpc_retry_text(rule.retry.as_ref()),
                             "backends": backends,
                         })
                     })
@@ -339,6 +349,12 @@ pub fn outbound_policy_table(policy: &OutboundPolicy) -> String {
             if !filters.is_empty() {
                 lines.push(format!("  filter: {}", filters.join(", ")));
             }
+            // HTTP and gRPC rules only; `none` is left out, as an empty filter list is.
+            for (field, label) in [("timeouts", "timeouts"), ("retry", "retry")] {
+                if let Some(text) = rule[field].as_str().filter(|t| *t != "none") {
+                    lines.push(format!("  {label}: {text}"));
+                }
+            }
             for b in rule["backends"].as_array().into_iter().flatten() {
                 let failures: Vec<String> = b["failures"]
                     .as_array()
@@ -361,6 +377,144 @@ pub fn outbound_policy_table(policy: &OutboundPolicy) -> String {
         }
     }
     crate::output::join_lines(&lines)
+}
+
+/// A rule's timeouts ([`timeouts_text`]).
+pub(crate) fn http_timeouts_text(rule: &http_route::Rule) -> String {
+    // Older controllers send only the deprecated per-rule request timeout.
+    #[allow(deprecated)]
+    let legacy = rule.request_timeout.as_ref();
+    timeouts_text(rule.timeouts.as_ref(), legacy)
+}
+
+/// A gRPC rule's timeouts ([`timeouts_text`]).
+pub(crate) fn grpc_timeouts_text(rule: &grpc_route::Rule) -> String {
+    // Older controllers send only the deprecated per-rule request timeout.
+    #[allow(deprecated)]
+    let legacy = rule.request_timeout.as_ref();
+    timeouts_text(rule.timeouts.as_ref(), legacy)
+}
+
+/// `request 10s, response 5s, idle 60s`; the deprecated per-rule request timeout when the
+/// rule has no `timeouts`; `none`.
+pub(crate) fn timeouts_text(
+    timeouts: Option<&Timeouts>,
+    legacy: Option<&prost_types::Duration>,
+) -> String {
+    let mut parts = Vec::new();
+    if let Some(t) = timeouts {
+        for (name, d) in [
+            ("request", &t.request),
+            ("response", &t.response),
+            ("idle", &t.idle),
+        ] {
+            if let Some(d) = d {
+                parts.push(format!("{name} {}", duration_text(d)));
+            }
+        }
+    }
+    if parts.is_empty()
+        && let Some(d) = legacy
+    {
+        parts.push(format!("request {}", duration_text(d)));
+    }
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// A rule's retry policy, `none` without one ([`retry_text`]).
+pub(crate) fn http_retry_text(retry: Option<&http_route::Retry>) -> String {
+    let Some(retry) = retry else {
+        return "none".into();
+    };
+    let on: Vec<String> = retry
+        .conditions
+        .iter()
+        .flat_map(|c| &c.status_ranges)
+        .map(|r| {
+            if r.start == r.end {
+                r.start.to_string()
+            } else {
+                format!("{}-{}", r.start, r.end)
+            }
+        })
+        .collect();
+    let on = if on.is_empty() {
+        "no status".to_string()
+    } else {
+        format!("status {}", on.join(","))
+    };
+    retry_text(
+        retry.max_retries,
+        &on,
+        retry.max_request_bytes,
+        retry.timeout.as_ref(),
+        retry.backoff.as_ref(),
+    )
+}
+
+/// A rule's retry policy, `none` without one ([`retry_text`]).
+pub(crate) fn grpc_retry_text(retry: Option<&grpc_route::Retry>) -> String {
+    let Some(retry) = retry else {
+        return "none".into();
+    };
+    let mut on = Vec::new();
+    if let Some(c) = &retry.conditions {
+        for (set, name) in [
+            (c.cancelled, "cancelled"),
+            (c.deadine_exceeded, "deadline-exceeded"),
+            (c.resource_exhausted, "resource-exhausted"),
+            (c.internal, "internal"),
+            (c.unavailable, "unavailable"),
+        ] {
+            if set {
+                on.push(name);
+            }
+        }
+    }
+    let on = if on.is_empty() {
+        "no status".to_string()
+    } else {
+        on.join(",")
+    };
+    retry_text(
+        retry.max_retries,
+        &on,
+        retry.max_request_bytes,
+        retry.timeout.as_ref(),
+        retry.backoff.as_ref(),
+    )
+}
+
+/// `up to 3 on status 500-599, each try 1s, backoff 25ms-250ms, bodies up to 64KiB`.
+fn retry_text(
+    max: u32,
+    on: &str,
+    max_bytes: u32,
+    timeout: Option<&prost_types::Duration>,
+    backoff: Option<&ExponentialBackoff>,
+) -> String {
+    let mut text = format!("up to {max} on {on}");
+    if let Some(t) = timeout {
+        text.push_str(&format!(", each try {}", duration_text(t)));
+    }
+    if let Some(b) = backoff {
+        let d = |d: &Option<prost_types::Duration>| {
+            d.as_ref().map_or_else(|| "?".to_string(), duration_text)
+        };
+        text.push_str(&format!(
+            ", backoff {}-{}",
+            d(&b.min_backoff),
+            d(&b.max_backoff)
+        ));
+    }
+    if max_bytes > 0 {
+        text.push_str(&format!(", bodies up to {max_bytes} bytes"));
+    }
+    text
 }
 
 #[cfg(test)]

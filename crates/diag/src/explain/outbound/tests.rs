@@ -1,6 +1,7 @@
 use super::*;
+use crate::output::timeouts_text;
 use linkerd2_proxy_api::{
-    http_route::{HttpRouteMatch, PathMatch, path_match},
+    http_route::{HttpRouteMatch, PathMatch, Timeouts, path_match},
     meta::{Metadata, metadata},
     outbound::{ProxyProtocol, http_route::retry::Conditions},
 };

@@ -260,3 +260,65 @@ route:    [opaque] default:undefined-port
         outbound_policy_table(&http)
     );
 }
+
+/// An HTTP rule's timeouts and retry policy are shown, as the README promises (newcomer
+/// finding: only `explain outbound` showed them); unset ones are left out of the table.
+#[test]
+fn http_rule_timeouts_and_retries_are_shown() {
+    use linkerd2_proxy_api::http_route::Timeouts;
+    use linkerd2_proxy_api::outbound::{HttpRoute, http_route};
+    let seconds = |seconds| prost_types::Duration { seconds, nanos: 0 };
+    let rule = |timeouts, retry| http_route::Rule {
+        timeouts,
+        retry,
+        ..http_route::Rule::default()
+    };
+    let policy = OutboundPolicy {
+        metadata: default("web-svc"),
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
+                routes: vec![HttpRoute {
+                    metadata: default("web-route"),
+                    rules: vec![
+                        rule(
+                            Some(Timeouts {
+                                request: Some(seconds(3)),
+                                ..Timeouts::default()
+                            }),
+                            Some(http_route::Retry {
+                                max_retries: 2,
+                                conditions: Some(http_route::retry::Conditions {
+                                    status_ranges: vec![
+                                        http_route::retry::conditions::StatusRange {
+                                            start: 500,
+                                            end: 599,
+                                        },
+                                    ],
+                                }),
+                                ..http_route::Retry::default()
+                            }),
+                        ),
+                        rule(None, None),
+                    ],
+                    ..HttpRoute::default()
+                }],
+                failure_accrual: None,
+            })),
+        }),
+    };
+    let json = outbound_policy_json(&policy);
+    let rules = &json["routes"][0]["rules"];
+    assert_eq!(rules[0]["timeouts"], json!("request 3s"));
+    assert_eq!(rules[0]["retry"], json!("up to 2 on status 500-599"));
+    assert_eq!(rules[1]["timeouts"], json!("none"));
+    assert_eq!(rules[1]["retry"], json!("none"));
+    assert_eq!(
+        outbound_policy_table(&policy),
+        "\
+policy:   default:web-svc
+protocol: http1
+route:    [http1] default:web-route
+  timeouts: request 3s
+  retry: up to 2 on status 500-599"
+    );
+}
