@@ -222,19 +222,19 @@ impl DestinationMetrics {
     /// request; no message was received and no handling time is observed.
     pub(crate) fn refused(&self, method: &'static str, code: tonic::Code) {
         self.started.get_or_create(&Self::grpc(method)).inc();
-        self.handled
-            .get_or_create(&GrpcCodeLabels {
-                grpc_type: "server_stream",
-                grpc_service: SERVICE,
-                grpc_method: method,
-                grpc_code: go_code_name(code),
-            })
-            .inc();
+        self.count_handled(method, code);
     }
 
     /// Counts an RPC of `method` that started at `started` as handled with `code`, and observes
     /// how long it took.
     pub(crate) fn handled(&self, method: &'static str, code: tonic::Code, started: Instant) {
+        self.count_handled(method, code);
+        self.handling
+            .get_or_create(&Self::grpc(method))
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    fn count_handled(&self, method: &'static str, code: tonic::Code) {
         self.handled
             .get_or_create(&GrpcCodeLabels {
                 grpc_type: "server_stream",
@@ -243,9 +243,6 @@ impl DestinationMetrics {
                 grpc_code: go_code_name(code),
             })
             .inc();
-        self.handling
-            .get_or_create(&Self::grpc(method))
-            .observe(started.elapsed().as_secs_f64());
     }
 }
 
