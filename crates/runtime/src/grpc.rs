@@ -161,9 +161,8 @@ pub const STREAM_BUFFER: usize = 512;
 /// The largest request message the proxy APIs decode, in bytes; a larger one is answered
 /// `OUT_OF_RANGE` ("decoded message length too large") from its length prefix, as soon as
 /// its five bytes are in. [`serve`] reads a request body before routing it, up to this many
-/// bytes and one frame more. A
-/// proxy's requests are a name, a port and a context token, under 1 KiB; with tonic's 4 MiB
-/// default, each call could make the server buffer megabytes.
+/// bytes and one frame more. A proxy's requests are a name, a port and a context token, under
+/// 1 KiB; with tonic's 4 MiB default, each call could make the server buffer megabytes.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
 /// One server-streaming gRPC method, as [`WatchStreams`] serves it: its stream yields
