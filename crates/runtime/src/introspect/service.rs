@@ -44,8 +44,20 @@ pub async fn serve(
     }
 }
 
+/// How much of a request's string an error repeats: enough to recognise it, never so much that
+/// the status no longer fits in the response headers (a client's limit is 16 KiB).
+const MAX_ECHO: usize = 256;
+
+/// `value` quoted, cut to its first [`MAX_ECHO`] bytes (at a character boundary) and `…`.
+fn echo(value: &str) -> String {
+    if value.len() <= MAX_ECHO {
+        return format!("{value:?}");
+    }
+    format!("{:?}…", &value[..value.floor_char_boundary(MAX_ECHO)])
+}
+
 /// The filter a request asks for. Errors: `InvalidArgument` naming the field that cannot
-/// match anything as written.
+/// match anything as written, and repeating at most [`MAX_ECHO`] bytes of it.
 pub(crate) fn filter(request: &ListStreamsRequest) -> Result<StreamFilter, Status> {
     let non_empty = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_string());
     let api = non_empty(&request.api);
@@ -53,7 +65,8 @@ pub(crate) fn filter(request: &ListStreamsRequest) -> Result<StreamFilter, Statu
         && !APIS.contains(&api.as_str())
     {
         return Err(Status::invalid_argument(format!(
-            "unknown api {api:?}: expected one of {}",
+            "unknown api {}: expected one of {}",
+            echo(api),
             APIS.join(", ")
         )));
     }
@@ -63,7 +76,8 @@ pub(crate) fn filter(request: &ListStreamsRequest) -> Result<StreamFilter, Statu
             Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {}
             _ => {
                 return Err(Status::invalid_argument(format!(
-                    "invalid pod {pod:?}: expected namespace/name"
+                    "invalid pod {}: expected namespace/name",
+                    echo(pod)
                 )));
             }
         }
@@ -71,7 +85,7 @@ pub(crate) fn filter(request: &ListStreamsRequest) -> Result<StreamFilter, Statu
     let peer_ip = match non_empty(&request.peer_ip) {
         None => None,
         Some(ip) => Some(ip.parse::<IpAddr>().map_err(|_| {
-            Status::invalid_argument(format!("invalid peer_ip {ip:?}: not an IP address"))
+            Status::invalid_argument(format!("invalid peer_ip {}: not an IP address", echo(&ip)))
         })?),
     };
     Ok(StreamFilter {

@@ -364,6 +364,26 @@ fn filters_that_cannot_match_are_refused_with_the_field_named() {
         status.message(),
         "invalid peer_ip \"10.0.0\": not an IP address"
     );
+    // A long value is repeated in part: the whole of it would not fit the response headers
+    // (newcomer finding: a 20,000-byte pod came back whole, and clients failed on it).
+    for request in [
+        ListStreamsRequest {
+            pod: "é".repeat(10_000),
+            ..ListStreamsRequest::default()
+        },
+        ListStreamsRequest {
+            api: "x".repeat(20_000),
+            ..ListStreamsRequest::default()
+        },
+        ListStreamsRequest {
+            peer_ip: "x".repeat(20_000),
+            ..ListStreamsRequest::default()
+        },
+    ] {
+        let message = bad(request).message().to_string();
+        assert!(message.len() < 400, "{} bytes", message.len());
+        assert!(message.contains("\"…:"), "{message}");
+    }
 
     let ok = service::filter(&ListStreamsRequest {
         api: "Watch".into(),
