@@ -10,7 +10,7 @@
 //! definition changed. A file that does not parse is logged by name and counted; its last good
 //! contents (if any) keep being served, so a half-saved edit loses nothing. An object defined
 //! identically in two files is one object; differently, the first file (by path) wins and the
-//! conflict is logged and counted, once per file that defines the object differently. Files larger than [`MAX_FILE_BYTES`], and YAML files nested deeper than
+//! conflict is logged and counted, by the read that makes or leaves it (`new_conflict`). Files larger than [`MAX_FILE_BYTES`], and YAML files nested deeper than
 //! [`MAX_NESTING`] are refused.
 
 use std::{
@@ -831,6 +831,7 @@ impl StateDir {
         for key in touched {
             let defs = self.defs.entry(key.clone()).or_default();
             let before = defs.first().map(|(_, d)| *d);
+            let served_before = defs.first().map(|(p, _)| p.clone());
             defs.retain(|(p, _)| **p != *path);
             if let Some(news) = new_by_key.remove(&key)
                 && let Some(shared) = &shared
@@ -839,10 +840,12 @@ impl StateDir {
                 let at = defs.partition_point(|(p, _)| **p < *path);
                 defs.splice(at..at, news.into_iter().map(|d| (shared.clone(), d)));
             }
-            if let Some((first, ignored)) = new_conflict(defs, path) {
+            if let Some((first, ignored)) = new_conflict(defs, path, served_before.as_deref()) {
+                let ignored: Vec<String> =
+                    ignored.iter().map(|p| p.display().to_string()).collect();
                 tracing::warn!(
                     kind = %key.0.1, namespace = %key.1.0, name = %key.1.1,
-                    first = %first.display(), ignored = %ignored.display(),
+                    first = %first.display(), ignored = %ignored.join(", "),
                     "object defined differently in two files; keeping the first"
                 );
                 self.metrics.conflicting_objects.inc();
@@ -975,19 +978,32 @@ impl StateDir {
 }
 
 /// The conflict to report after the file at `path` was read, given an object's definitions
-/// in path order: `(served, ignored)`, the file whose definition is served and one that
-/// defines the object differently. `path` is one of them: a read that leaves a conflict as it
-/// was (a file that agrees with the served definition, or one that no longer defines the
-/// object) reports nothing, so each conflicting file is counted once.
-fn new_conflict<'a>(defs: &'a Definitions, path: &Path) -> Option<(&'a Path, &'a Path)> {
+/// in path order and the file served before the read: the file whose definition is served and
+/// those that define the object differently. A read reports the conflicts it makes or leaves
+/// behind: `path` defines the object differently from the served file (named alone), or is
+/// the served file, or the read changed which file is served (one removed, one sorting
+/// first added; all the differing files named). A read that leaves a conflict as it was (a
+/// file that agrees with the served definition, or one that did not define the object)
+/// reports nothing, so each conflicting file is counted once.
+fn new_conflict<'a>(
+    defs: &'a Definitions,
+    path: &Path,
+    served_before: Option<&Path>,
+) -> Option<(&'a Path, Vec<&'a Path>)> {
     let (served, first) = defs.first()?;
-    let differs = |(_, d): &&(Arc<Path>, Digest)| d != first;
-    let ignored = if **served == *path {
-        defs.iter().find(differs)?
-    } else {
-        defs.iter().filter(differs).find(|(p, _)| **p == *path)?
-    };
-    Some((served, &ignored.0))
+    let differing: Vec<&Path> = defs
+        .iter()
+        .filter(|(_, d)| d != first)
+        .map(|(p, _)| &**p)
+        .collect();
+    if differing.is_empty() {
+        return None;
+    }
+    if **served == *path || served_before != Some(&**served) {
+        return Some((served, differing));
+    }
+    let ignored = differing.into_iter().find(|p| *p == path)?;
+    Some((served, vec![ignored]))
 }
 
 /// Decodes the definition of `obj_key` with `digest` in the file at `path` again; `None` when

@@ -1347,24 +1347,37 @@ fn a_removed_file_is_logged_with_its_objects() {
 }
 
 /// A third definition names its own file, and one that agrees with the served definition
-/// reports nothing (newcomer finding: the third file's conflict named the second file).
+/// reports nothing (newcomer finding: the third file's conflict named the second file); a
+/// conflict left behind when the served file goes is reported again, naming every file that
+/// still differs (newcomer finding).
 #[test]
 fn each_conflicting_file_is_reported_once_by_name() {
     let def = |path: &str, digest: u64| (Arc::<Path>::from(Path::new(path)), digest);
     let defs = vec![def("a.yaml", 1), def("z.yaml", 2), def("zz.yaml", 3)];
-    let named = |defs: &Definitions, path: &str| {
-        new_conflict(defs, Path::new(path))
-            .map(|(served, ignored)| (served.display().to_string(), ignored.display().to_string()))
+    let named = |defs: &Definitions, path: &str, served_before: &str| {
+        new_conflict(defs, Path::new(path), Some(Path::new(served_before))).map(
+            |(served, ignored)| {
+                let ignored: Vec<String> =
+                    ignored.iter().map(|p| p.display().to_string()).collect();
+                (served.display().to_string(), ignored.join(", "))
+            },
+        )
     };
     let pair = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
-    assert_eq!(named(&defs, "zz.yaml"), pair("a.yaml", "zz.yaml"));
-    assert_eq!(named(&defs, "z.yaml"), pair("a.yaml", "z.yaml"));
-    // The served file read again: the first that differs.
-    assert_eq!(named(&defs, "a.yaml"), pair("a.yaml", "z.yaml"));
+    assert_eq!(named(&defs, "zz.yaml", "a.yaml"), pair("a.yaml", "zz.yaml"));
+    assert_eq!(named(&defs, "z.yaml", "a.yaml"), pair("a.yaml", "z.yaml"));
+    // The served file read again: every file that differs.
+    assert_eq!(
+        named(&defs, "a.yaml", "a.yaml"),
+        pair("a.yaml", "z.yaml, zz.yaml")
+    );
     let agreeing = vec![def("a.yaml", 1), def("b.yaml", 1), def("z.yaml", 2)];
-    assert_eq!(named(&agreeing, "b.yaml"), None);
-    // No longer defined by the file read.
-    assert_eq!(named(&agreeing, "gone.yaml"), None);
+    assert_eq!(named(&agreeing, "b.yaml", "a.yaml"), None);
+    // No longer defined by the file read, the served file unchanged.
+    assert_eq!(named(&agreeing, "gone.yaml", "a.yaml"), None);
+    // The served file removed: the next one is served, and the conflict is still there.
+    let left = vec![def("z.yaml", 2), def("zz.yaml", 3)];
+    assert_eq!(named(&left, "a.yaml", "a.yaml"), pair("z.yaml", "zz.yaml"));
 
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "a.yaml", &svc_yaml("x", 80));
@@ -1379,4 +1392,16 @@ fn each_conflicting_file_is_reported_once_by_name() {
     write(dir.path(), "b.yaml", &svc_yaml("x", 80));
     assert!(refresh(&mut state, dir.path(), &["b.yaml"]).is_empty());
     assert_eq!(metrics.conflicting_objects.get(), 2);
+    // a.yaml goes: b.yaml agrees and is served, so nothing served changes, and the conflict
+    // left behind is reported.
+    std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+    assert!(refresh(&mut state, dir.path(), &["a.yaml"]).is_empty());
+    assert_eq!(metrics.conflicting_objects.get(), 3);
+    // b.yaml goes too: z.yaml is served, zz.yaml still differs.
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    assert_eq!(
+        refresh(&mut state, dir.path(), &["b.yaml"]),
+        [("x".to_string(), Some(99))]
+    );
+    assert_eq!(metrics.conflicting_objects.get(), 4);
 }
