@@ -549,7 +549,7 @@ impl StateDir {
                         self.apply(path, loaded, &mut changes, &mut decoded);
                     }
                 }
-                // A dangling or looping symlink, or a directory.
+                // A directory, a FIFO or socket, a dangling or looping symlink.
                 Some(_) => self.mark_unreadable(path, &mut changes),
                 None if std::fs::symlink_metadata(path).is_ok() => {
                     self.mark_unreadable(path, &mut changes)
@@ -797,7 +797,7 @@ impl StateDir {
         self.retry.remove(path);
         self.replace(path, None, changes);
         if self.unreadable.insert(path.to_path_buf()) {
-            tracing::warn!(file = %path.display(), "skipping cluster state entry that is not a regular file (a directory, a dangling or looping symlink)");
+            tracing::warn!(file = %path.display(), "skipping cluster state entry that is not a regular file (a directory, a FIFO or socket, a dangling or looping symlink)");
             self.metrics.invalid_files.inc();
         }
     }
@@ -1080,7 +1080,7 @@ fn is_content_change(kind: &notify::EventKind) -> bool {
 }
 
 /// The manifest files directly in `dir`, sorted by path, and the entries named like manifests
-/// that are not regular files (directories, dangling or looping symlinks). Hidden files (editor
+/// that are not regular files (directories, FIFOs and sockets, dangling or looping symlinks). Hidden files (editor
 /// swap files) are skipped.
 fn manifest_paths(dir: &Path) -> std::io::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     let mut paths = Vec::new();
