@@ -1080,8 +1080,8 @@ fn is_content_change(kind: &notify::EventKind) -> bool {
 }
 
 /// The manifest files directly in `dir`, sorted by path, and the entries named like manifests
-/// that are not regular files (directories, FIFOs and sockets, dangling or looping symlinks). Hidden files (editor
-/// swap files) are skipped.
+/// that are not regular files (directories, FIFOs and sockets, dangling or looping symlinks).
+/// Hidden files (editor swap files) are skipped.
 fn manifest_paths(dir: &Path) -> std::io::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     let mut paths = Vec::new();
     let mut unreadable = Vec::new();
