@@ -367,6 +367,53 @@ impl ClusterCounter {
     }
 }
 
+/// An object an index skipped as invalid, while its source defers the log line
+/// ([`deferring_skips`]).
+#[derive(Debug)]
+pub(crate) struct SkippedObject {
+    pub(crate) kind: &'static str,
+    pub(crate) key: Option<ObjectRef>,
+    pub(crate) reason: String,
+}
+
+thread_local! {
+    /// The objects skipped on this thread while a source runs [`deferring_skips`].
+    static DEFERRED_SKIPS: std::cell::RefCell<Option<Vec<SkippedObject>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `deliver` (a source handing events to the indexes), and returns the objects the
+/// indexes skipped as invalid on this thread meanwhile instead of logging them, so that the
+/// source can log each with where it came from (the offline source: its file). They are
+/// counted as ever.
+pub(crate) fn deferring_skips(deliver: impl FnOnce()) -> Vec<SkippedObject> {
+    /// Puts back what was deferred before, also if `deliver` panics.
+    struct Restore(Option<Option<Vec<SkippedObject>>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(outer) = self.0.take() {
+                DEFERRED_SKIPS.set(outer);
+            }
+        }
+    }
+    let mut restore = Restore(Some(DEFERRED_SKIPS.replace(Some(Vec::new()))));
+    deliver();
+    let outer = restore.0.take().unwrap_or_default();
+    DEFERRED_SKIPS.replace(outer).unwrap_or_default()
+}
+
+/// Keeps `skipped` for the source running [`deferring_skips`] on this thread, or gives it back
+/// to be logged here.
+fn defer_skip(skipped: SkippedObject) -> Option<SkippedObject> {
+    DEFERRED_SKIPS.with_borrow_mut(|deferred| match deferred {
+        Some(deferred) => {
+            deferred.push(skipped);
+            None
+        }
+        None => Some(skipped),
+    })
+}
+
 /// Which index reports an invalid object ([`IndexMetrics::skip_invalid`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reporter {
@@ -394,6 +441,7 @@ impl IndexMetrics {
         error: &InvalidObject,
     ) {
         let reason = error.to_string();
+        let deferred_key = key.clone();
         let reported = key.is_some_and(|key| {
             let mut skipped = self.skipped.lock();
             let reports = skipped.reasons.entry((kind, key)).or_default();
@@ -403,8 +451,15 @@ impl IndexMetrics {
             reported
         });
         if !reported {
-            tracing::warn!(error = %reason, "skipping object");
             self.invalid_object(kind);
+            let skipped = SkippedObject {
+                kind,
+                key: deferred_key,
+                reason,
+            };
+            if let Some(skipped) = defer_skip(skipped) {
+                tracing::warn!(error = %skipped.reason, "skipping object");
+            }
         }
     }
 

@@ -28,7 +28,7 @@ use foldhash::{HashMap, HashMapExt};
 pub use self::manifest::{Documents, Manifest, parse_manifests};
 use super::{AnyObject, Event, KindFeed};
 use crate::{
-    metrics::IndexMetrics,
+    metrics::{IndexMetrics, SkippedObject, deferring_skips},
     model::{DecodeError, ObjectRef},
 };
 
@@ -887,9 +887,35 @@ impl StateDir {
         }
         for (type_key, objects) in resets {
             if let Some(feed) = self.feeds.get(&type_key) {
-                feed.deliver(vec![Event::Reset(objects)]);
+                let skipped = deferring_skips(|| feed.deliver(vec![Event::Reset(objects)]));
+                self.log_skipped(skipped);
             }
         }
+    }
+
+    /// Logs the objects the indexes skipped as invalid, each with the file whose definition
+    /// of it is served (an HTTPRoute whose regex does not compile is refused by the index, after
+    /// the source decoded it).
+    fn log_skipped(&self, skipped: Vec<SkippedObject>) {
+        for SkippedObject { kind, key, reason } in skipped {
+            match key.and_then(|key| self.served_file(kind, &key)) {
+                Some(file) => {
+                    tracing::warn!(file = %file.display(), error = %reason, "skipping object")
+                }
+                None => tracing::warn!(error = %reason, "skipping object"),
+            }
+        }
+    }
+
+    /// The file whose definition of the object `key` of the kind labelled `kind` is served.
+    fn served_file(&self, kind: &str, key: &ObjectRef) -> Option<&Arc<Path>> {
+        self.feeds
+            .iter()
+            .filter(|(_, feed)| feed.label() == kind)
+            .find_map(|(type_key, _)| {
+                let id = (type_key.clone(), (key.namespace.clone(), key.name.clone()));
+                self.defs.get(&id)?.first().map(|(path, _)| path)
+            })
     }
 
     /// Delivers the changes of a later read: an `Apply` of each object of a watched kind whose
@@ -941,7 +967,9 @@ impl StateDir {
             let (deletes, applies): (Vec<_>, Vec<_>) = events
                 .into_iter()
                 .partition(|e| matches!(e, Event::Delete(_)));
-            feed.deliver(applies.into_iter().chain(deletes).collect());
+            let events = applies.into_iter().chain(deletes).collect();
+            let skipped = deferring_skips(|| feed.deliver(events));
+            self.log_skipped(skipped);
         }
     }
 

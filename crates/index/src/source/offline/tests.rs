@@ -1405,3 +1405,77 @@ fn each_conflicting_file_is_reported_once_by_name() {
     );
     assert_eq!(metrics.conflicting_objects.get(), 4);
 }
+
+/// A Service feed whose index refuses the Service `ns/bad` after it decoded, as the outbound
+/// index refuses an HTTPRoute whose regex does not compile.
+struct RefusingFeed(Arc<dyn KindFeed>, IndexMetrics);
+
+impl KindFeed for RefusingFeed {
+    fn type_key(&self) -> (&str, &str) {
+        self.0.type_key()
+    }
+    fn label(&self) -> &'static str {
+        self.0.label()
+    }
+    fn invalid_removes(&self) -> bool {
+        self.0.invalid_removes()
+    }
+    fn namespaced(&self) -> bool {
+        self.0.namespaced()
+    }
+    fn decode_json(&self, document: &str) -> Result<AnyObject, DecodeError> {
+        self.0.decode_json(document)
+    }
+    fn deliver(&self, events: Vec<Event<AnyObject>>) {
+        let bad = crate::model::InvalidObject {
+            kind: "Service",
+            namespace: "ns".into(),
+            name: "bad".into(),
+            reason: "refused by the test's index".into(),
+        };
+        self.1.skip_invalid(
+            crate::metrics::Reporter::Outbound,
+            "Service",
+            Some(ObjectRef {
+                namespace: "ns".into(),
+                name: "bad".into(),
+            }),
+            &bad,
+        );
+        self.0.deliver(events);
+    }
+}
+
+/// An object the index refuses after the source decoded it is logged with its file, as one
+/// that does not decode is (newcomer finding: the line named no file).
+#[test]
+fn an_object_the_index_refuses_is_logged_with_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "good.yaml", &svc_yaml("good", 80));
+    write(dir.path(), "bad.yaml", &svc_yaml("bad", 80));
+    let metrics = IndexMetrics::default();
+    let (tx, _rx) = mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
+    let refusing = RefusingFeed(feed::<Service>(tx, metrics.clone()), metrics.clone());
+    let mut state = StateDir::new(
+        dir.path().to_path_buf(),
+        vec![Arc::new(refusing)],
+        metrics.clone(),
+    );
+    let (_, log) = logged(|| {
+        let (changes, decoded) = state.rescan();
+        state.deliver_changes(changes, decoded);
+    });
+    let line = log
+        .lines()
+        .find(|l| l.contains("skipping object"))
+        .unwrap_or_else(|| panic!("no skip line in {log:?}"));
+    assert!(
+        line.contains(&format!("file={}", dir.path().join("bad.yaml").display())),
+        "{line}"
+    );
+    assert!(
+        line.contains("invalid Service ns/bad: refused by the test's index"),
+        "{line}"
+    );
+    assert_eq!(metrics.invalid_objects("Service"), 1);
+}
