@@ -197,16 +197,12 @@ fn parse_port_spec(spec: &PortSpec) -> Result<(WorkloadRef, u16), Status> {
 /// an ExternalWorkload). The pod leads the target, so the stream's entry keeps its bytes once
 /// (`linkerd_runtime::introspect`); the proxy's workload JSON said the same in 40 bytes more.
 fn watch_port_target(workload: &WorkloadRef, port: u16) -> (String, Option<String>) {
-    match workload {
-        WorkloadRef::Pod { namespace, name } => {
-            let pod = format!("{namespace}/{name}");
-            (format!("{pod} port {port}"), Some(pod))
-        }
-        WorkloadRef::ExternalWorkload { namespace, name } => (
-            format!("externalworkload {namespace}/{name} port {port}"),
-            Some(format!("{namespace}/{name}")),
-        ),
-    }
+    let (kind, namespace, name) = match workload {
+        WorkloadRef::Pod { namespace, name } => ("", namespace, name),
+        WorkloadRef::ExternalWorkload { namespace, name } => ("externalworkload ", namespace, name),
+    };
+    let pod = format!("{namespace}/{name}");
+    (format!("{kind}{pod} port {port}"), Some(pod))
 }
 
 #[tonic::async_trait]

@@ -10,8 +10,9 @@
 //! definition changed. A file that does not parse is logged by name and counted; its last good
 //! contents (if any) keep being served, so a half-saved edit loses nothing. An object defined
 //! identically in two files is one object; differently, the first file (by path) wins and the
-//! conflict is logged and counted, by the read that makes or leaves it (`new_conflict`). Files larger than [`MAX_FILE_BYTES`], and YAML files nested deeper than
-//! [`MAX_NESTING`] are refused.
+//! conflict is logged and counted, by the read that makes or leaves it (`new_conflict`). Files
+//! larger than [`MAX_FILE_BYTES`], and YAML files nested deeper than [`MAX_NESTING`] are
+//! refused.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -830,8 +831,7 @@ impl StateDir {
         let shared = file.as_ref().map(|f| f.path.clone());
         for key in touched {
             let defs = self.defs.entry(key.clone()).or_default();
-            let before = defs.first().map(|(_, d)| *d);
-            let served_before = defs.first().map(|(p, _)| p.clone());
+            let served_before = defs.first().cloned();
             defs.retain(|(p, _)| **p != *path);
             if let Some(news) = new_by_key.remove(&key)
                 && let Some(shared) = &shared
@@ -840,7 +840,9 @@ impl StateDir {
                 let at = defs.partition_point(|(p, _)| **p < *path);
                 defs.splice(at..at, news.into_iter().map(|d| (shared.clone(), d)));
             }
-            if let Some((first, ignored)) = new_conflict(defs, path, served_before.as_deref()) {
+            if let Some((first, ignored)) =
+                new_conflict(defs, path, served_before.as_ref().map(|(p, _)| &**p))
+            {
                 let ignored: Vec<String> =
                     ignored.iter().map(|p| p.display().to_string()).collect();
                 tracing::warn!(
@@ -853,7 +855,7 @@ impl StateDir {
             if defs.is_empty() {
                 self.defs.remove(&key);
             }
-            changes.entry(key).or_insert(before);
+            changes.entry(key).or_insert(served_before.map(|(_, d)| d));
         }
         if let Some(file) = file {
             self.files.insert(path.to_path_buf(), file);

@@ -461,6 +461,16 @@ enum ReceivedData {
     Joined(BytesMut),
 }
 
+impl ReceivedData {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            ReceivedData::None => &[],
+            ReceivedData::One(data) => data,
+            ReceivedData::Joined(data) => data,
+        }
+    }
+}
+
 impl Received {
     /// Keeps `frame`; returns the bytes of data received so far.
     fn push(&mut self, frame: Frame<Bytes>) -> usize {
@@ -494,22 +504,13 @@ impl Received {
     /// The length the first message's gRPC prefix declares (bytes 1 to 4, big-endian), once
     /// its five bytes are in: a request declaring more than it may send is refused from it.
     fn declared_len(&self) -> Option<usize> {
-        let data: &[u8] = match &self.data {
-            ReceivedData::None => return None,
-            ReceivedData::One(data) => data,
-            ReceivedData::Joined(data) => data,
-        };
-        let prefix: [u8; 4] = data.get(1..5)?.try_into().ok()?;
+        let prefix: [u8; 4] = self.data.bytes().get(1..5)?.try_into().ok()?;
         usize::try_from(u32::from_be_bytes(prefix)).ok()
     }
 
     /// The bytes of data received.
     fn data_len(&self) -> usize {
-        match &self.data {
-            ReceivedData::None => 0,
-            ReceivedData::One(data) => data.len(),
-            ReceivedData::Joined(data) => data.len(),
-        }
+        self.data.bytes().len()
     }
 
     fn next(&mut self) -> Option<Result<Frame<Bytes>, Status>> {
