@@ -39,9 +39,9 @@ pub struct StreamsArgs {
     #[arg(long)]
     pub api: Option<String>,
 
-    /// Only streams of this client pod (`namespace/name`), as its context token or workload
-    /// names it.
-    #[arg(long)]
+    /// Only streams of this client pod (`namespace/name`, or `namespace:name` as a proxy
+    /// writes its workload), as its context token or workload names it.
+    #[arg(long, value_parser = pod_argument)]
     pub pod: Option<String>,
 
     /// Only streams whose TCP peer has this IP address.
@@ -85,7 +85,8 @@ pub struct StreamArgs {
 /// The flags of `dst-diag proxy-status`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ProxyStatusArgs {
-    /// The pod whose proxy to show, `namespace/name`.
+    /// The pod whose proxy to show, `namespace/name` (or `namespace:name`, the form
+    /// `dst-diag policy inbound` takes).
     #[arg(value_parser = pod_argument)]
     pub pod: String,
 
@@ -256,13 +257,24 @@ impl StreamArgs {
     }
 }
 
-/// `proxy-status`'s pod: the server checks its form, but an empty one would ask it for every
-/// stream (an empty filter matches all), so it is refused here.
+/// A pod argument, as the introspection API's filter takes it: `namespace/name`.
+///
+/// `namespace:name`, the workload form a proxy sends and `dst-diag policy inbound` takes, is
+/// rewritten to it (neither part of a Kubernetes name can hold `:` or `/`). Otherwise the
+/// server checks the form; but an empty pod would ask it for every stream (an empty filter
+/// matches all), so it is refused here.
 fn pod_argument(pod: &str) -> Result<String, String> {
     if pod.trim().is_empty() {
         return Err("expected namespace/name, not an empty string".to_string());
     }
-    Ok(pod.to_string())
+    match pod.split_once(':') {
+        Some((ns, name))
+            if !ns.is_empty() && !name.is_empty() && !name.contains(':') && !pod.contains('/') =>
+        {
+            Ok(format!("{ns}/{name}"))
+        }
+        _ => Ok(pod.to_string()),
+    }
 }
 
 // === impl ProxyStatusArgs ===
@@ -535,6 +547,23 @@ mod tests {
         assert!(hint.contains("127.0.0.1:9980"), "{hint}");
         let hint = served_by("GetProfile", "http://127.0.0.1:9980").expect("a hint");
         assert!(hint.contains("destination's"), "{hint}");
+    }
+
+    #[test]
+    fn a_pod_is_written_namespace_slash_name_or_as_a_proxy_writes_it() {
+        assert_eq!(
+            pod_argument("emojivoto/web-0").as_deref(),
+            Ok("emojivoto/web-0")
+        );
+        assert_eq!(
+            pod_argument("emojivoto:web-0").as_deref(),
+            Ok("emojivoto/web-0")
+        );
+        // Anything else goes to the server as written, which names what is wrong with it.
+        for other in ["web-0", ":web-0", "emojivoto:", "a:b/c", "a:b:c"] {
+            assert_eq!(pod_argument(other).as_deref(), Ok(other));
+        }
+        assert!(pod_argument(" ").is_err());
     }
 
     fn info(id: u64, behind: bool) -> StreamInfo {

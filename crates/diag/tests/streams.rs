@@ -289,6 +289,33 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
         stdout.starts_with(&format!("{pod}: 2 streams, 2 in sync, 0 behind\nSERVER")),
         "{stdout}"
     );
+    // The proxy's `namespace:pod` form, which `dst-diag policy inbound` takes, names the same
+    // pod (newcomer finding: it was refused as not `namespace/name`).
+    let colon = format!("emojivoto:{VOTING}");
+    let (code, by_colon, stderr) = wait_output(dst_diag(&[
+        "proxy-status",
+        &colon,
+        "--destination-introspection",
+        &s.destination_introspection,
+        "--policy-introspection",
+        &s.policy_introspection,
+    ]))
+    .await;
+    assert_eq!((code, &by_colon), (Some(0), &stdout), "{stderr}");
+    let (code, listed, stderr) = wait_output(dst_diag(&[
+        "streams",
+        "--introspection",
+        &s.policy_introspection,
+        "--pod",
+        &colon,
+        "-o",
+        "json",
+    ]))
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let listed = json_lines(&listed);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["pod"], pod.as_str());
 
     // The WatchPort stream's last message is the Server the client received.
     let policy_id = rows[1]["id"].as_u64().unwrap();
