@@ -21,9 +21,18 @@ pub use serde_saphyr::{Error, ser::Error as SerializeError};
 /// serde-saphyr's default budget (250,000 nodes, 1,000,000 events, 1,024 documents per text)
 /// refuses a `kubectl get pods -A -o yaml` of a few hundred pods, which offline mode must read.
 /// The text is already in memory, so limits proportional to its length (a node, an event or a
-/// document per byte, and the default on top) cost no more than the text itself; what can
-/// make a small text expensive keeps serde-saphyr's defaults: aliases (50,000, and no more
-/// than ten per anchor), merge keys and nesting (64 levels).
+/// document per byte, and the default on top) cost no more than the text itself. What can
+/// make a small text expensive is bounded apart: aliases and merge keys keep serde-saphyr's
+/// defaults (50,000 aliases, at most ten per anchor past 100; 10,000 merge keys; 64 levels of
+/// nesting), and what aliases replay is capped at [`MAX_REPLAYED_EVENTS`].
+/// The events that aliases may replay in one text, in all: a few MB of decoded tree at most.
+///
+/// serde-saphyr's default (1,000,000) let a 521-byte alias bomb take 48 MB while it was read
+/// before being refused, and the heap kept it (newcomer finding: 117 MB of RSS in
+/// `destination` after one such state file). Manifests written by kubectl or Helm have no
+/// aliases; a hand-written one sharing a block between containers replays a few hundred.
+pub const MAX_REPLAYED_EVENTS: usize = 50_000;
+
 fn options_for(text: &str) -> serde_saphyr::Options {
     let defaults = serde_saphyr::Budget::default();
     #[allow(deprecated)] // read-only access to the defaults the macro starts from
@@ -36,6 +45,9 @@ fn options_for(text: &str) -> serde_saphyr::Options {
     let len = text.len();
     serde_saphyr::options! {
         strict_booleans: true,
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: MAX_REPLAYED_EVENTS,
+        },
         budget: serde_saphyr::budget! {
             max_events: events.saturating_add(len.saturating_mul(2)),
             max_nodes: nodes.saturating_add(len),
@@ -210,11 +222,34 @@ mod tests {
             bomb.push_str(&format!("{name}: &{name} [*{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}]\n"));
             previous = name;
         }
-        let error = from_str::<Value>(&bomb).unwrap_err();
+        let error = from_str::<Value>(&bomb).unwrap_err().to_string();
+        assert!(error.contains("alias replay limit exceeded"), "{error}");
+    }
+
+    /// What aliases replay is capped in all, whatever the text's length: a text that repeats
+    /// a 1,000-scalar anchor 60 times (about 60,000 replayed events, far under the node and
+    /// event budgets) is refused, and the same anchor repeated 40 times is read.
+    #[test]
+    fn what_aliases_replay_is_capped() {
+        let text = |uses: usize| {
+            let scalars = (0..1_000).map(|i| format!("s{i}")).collect::<Vec<_>>();
+            let mut text = format!("anchor: &a [{}]\nuses:\n", scalars.join(", "));
+            text.push_str(&"- *a\n".repeat(uses));
+            text
+        };
+        let read: Value = from_str(&text(40)).unwrap();
+        assert_eq!(read["uses"].as_array().map(Vec::len), Some(40));
+        assert_eq!(read["uses"][39][999], "s999");
+        let error = from_str::<Value>(&text(60)).unwrap_err().to_string();
+        assert!(error.contains("alias replay limit exceeded"), "{error}");
         assert!(
-            error.to_string().to_lowercase().contains("budget"),
+            error.contains(&format!("> {MAX_REPLAYED_EVENTS}")),
             "{error}"
         );
+        // A padded text gets no more: the cap does not grow with the length.
+        let padded = format!("{}{}", "# padding\n".repeat(100_000), text(60));
+        let error = from_str::<Value>(&padded).unwrap_err().to_string();
+        assert!(error.contains("alias replay limit exceeded"), "{error}");
     }
 
     #[test]
