@@ -22,6 +22,7 @@
 //! - [`gateway_api`]: the `gateway-api` crate (Gateway API HTTPRoute, GRPCRoute, and the
 //!   experimental TLSRoute and TCPRoute under `gateway_api::experimental`), re-exported so
 //!   every crate of the workspace uses this one version.
+//! - [`names`]: object and namespace names as the API server checks them.
 //! - [`yaml`]: manifests read and written as YAML 1.2 (serde-saphyr), for the tools and tests
 //!   that handle them.
 //! - [`crd_schema`]: a CRD's schema as a JSON Schema that means what the API server makes of
@@ -37,6 +38,7 @@ pub mod external_workload;
 pub mod http_local_rate_limit_policy;
 pub mod http_route;
 pub mod mesh_tls_authentication;
+pub mod names;
 pub mod network_authentication;
 pub mod server;
 pub mod server_authorization;

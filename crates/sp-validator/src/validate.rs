@@ -355,19 +355,11 @@ fn go_duration(text: &str) -> Result<(), DurationError> {
 /// Kubernetes' `IsDNS1123Subdomain`: the first message, if any (length first).
 fn dns1123_subdomain(name: &str) -> Option<&'static str> {
     if name.len() > 253 {
-        return Some(NAME_TOO_LONG);
-    }
-    let label_ok = |label: &str| {
-        let bytes = label.as_bytes();
-        let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-        bytes.first().is_some_and(alnum)
-            && bytes.last().is_some_and(alnum)
-            && bytes.iter().all(|c| alnum(c) || *c == b'-')
-    };
-    if name.split('.').all(label_ok) {
-        None
-    } else {
+        Some(NAME_TOO_LONG)
+    } else if !linkerd_k8s_api::names::is_dns1123_subdomain(name) {
         Some(NAME_NOT_SUBDOMAIN)
+    } else {
+        None
     }
 }
 

@@ -25,6 +25,7 @@ use tokio::sync::Notify;
 // Keyed by objects' ids, looked up several times per object of a load: foldhash rather than
 // SipHash (the keys come from the state directory, whose writer is trusted).
 use foldhash::{HashMap, HashMapExt};
+use linkerd_k8s_api::names;
 
 pub use self::manifest::{Documents, Manifest, parse_manifests};
 use super::{AnyObject, Event, KindFeed};
@@ -711,6 +712,22 @@ impl StateDir {
                 // key such objects by name: with and without one, it is one object.
                 Some(feed) if !feed.namespaced() => namespace.clear(),
                 _ => {}
+            }
+            // No API server checked these names: one it would refuse is not served.
+            if let Some(feed) = self.feeds.get(&m.type_key)
+                && let Some(problem) = (!namespace.is_empty())
+                    .then(|| names::namespace_problem(&namespace))
+                    .flatten()
+                    .or_else(|| names::name_problem(&m.type_key.0, &m.type_key.1, &name))
+            {
+                tracing::warn!(
+                    kind = feed.label(),
+                    %namespace,
+                    %name,
+                    "skipping an object the API server would refuse: {problem}"
+                );
+                self.metrics.invalid_object(feed.label());
+                continue;
             }
             let key = (m.type_key, (namespace, name));
             // The object's id where the directory has one already.

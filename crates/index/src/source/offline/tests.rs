@@ -618,6 +618,80 @@ async fn namespaced_objects_without_a_namespace_are_skipped() {
     assert_eq!(metrics.invalid_objects("Node"), 0);
 }
 
+/// Names the API server would refuse are not served (newcomer finding: a Service named
+/// `Web_Svc` in a state file was served, though no cluster could hold it): a Service's name
+/// must be a DNS-1035 label, a Pod's a DNS-1123 subdomain, a namespace a DNS-1123 label. The
+/// line names the kind, the object and the rule; the valid objects of the file are served.
+#[test]
+fn objects_whose_names_the_api_server_would_refuse_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = |name: &str, namespace: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: '{name}', namespace: '{namespace}'}}\n\
+             spec: {{ports: [{{port: 80}}]}}\n"
+        )
+    };
+    let text = [
+        svc("good", "ns"),
+        svc("Web_Svc", "ns"),
+        svc("0web", "ns"),
+        svc("web.svc", "ns"),
+        svc("good", "Ns"),
+        svc("good", "ns.a"),
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-0.a, namespace: ns}\n".to_string(),
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {name: Web-1, namespace: ns}\n".to_string(),
+    ]
+    .concat();
+    write(dir.path(), "a.yaml", &text);
+    let metrics = IndexMetrics::default();
+    let (services_tx, mut services) = mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
+    let (pods_tx, mut pods) = mpsc::unbounded_channel::<Event<Arc<PodInfo>>>();
+    let mut state = StateDir::new(
+        dir.path().to_path_buf(),
+        vec![
+            feed::<Service>(services_tx, metrics.clone()),
+            feed::<Pod>(pods_tx, metrics.clone()),
+        ],
+        metrics.clone(),
+    );
+    let (_, log) = logged(|| {
+        let (changes, decoded) = state.rescan();
+        state.deliver_initial(changes, decoded);
+    });
+    let Ok(Event::Reset(objs)) = services.try_recv() else {
+        panic!("expected Reset")
+    };
+    assert_eq!(names(&objs), ["good"]);
+    assert_eq!(objs[0].namespace, "ns");
+    let Ok(Event::Reset(served)) = pods.try_recv() else {
+        panic!("expected Reset")
+    };
+    assert_eq!(
+        served.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        ["web-0.a"]
+    );
+    assert_eq!(metrics.invalid_objects("Service"), 5);
+    assert_eq!(metrics.invalid_objects("Pod"), 1);
+    let line = |needle: &str| {
+        log.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle}: {log}"))
+    };
+    let web_svc = line("name=Web_Svc");
+    assert!(
+        web_svc.contains("a Service's name must be a DNS-1035 label") && web_svc.contains("a.yaml"),
+        "{web_svc}"
+    );
+    assert!(
+        line("namespace=Ns").contains("a namespace must be a DNS-1123 label"),
+        "{log}"
+    );
+    assert!(
+        line("name=Web-1").contains("a name must be a DNS-1123 subdomain"),
+        "{log}"
+    );
+}
+
 /// The API server ignores the namespace of a cluster-scoped object, and the indexes key Nodes
 /// by name: a Node written with a stray namespace is the same Node as without one (newcomer
 /// finding: removing the file that gave it a namespace withdrew the Node another file still
