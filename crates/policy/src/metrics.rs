@@ -205,6 +205,11 @@ impl PolicyMetrics {
     /// and handled; no message was received and no handling time is observed.
     pub fn refused(&self, method: &'static Method, code: tonic::Code) {
         self.started.get_or_create(&labels(*method)).inc();
+        self.count_handled(method, code);
+    }
+
+    /// `grpc_server_handled_total` of `method` with `code`, one more.
+    fn count_handled(&self, method: &'static Method, code: tonic::Code) {
         self.handled
             .get_or_create(&code_labels(*method, code))
             .inc();
@@ -287,9 +292,7 @@ impl Rpc {
 impl Drop for Rpc {
     fn drop(&mut self) {
         let m = &self.metrics;
-        m.handled
-            .get_or_create(&code_labels(*self.method, self.code))
-            .inc();
+        m.count_handled(self.method, self.code);
         let elapsed = clock_nanos().saturating_sub(self.started);
         m.handling
             .get_or_create(&labels(*self.method))
