@@ -140,6 +140,10 @@ struct StateDir {
     relist: bool,
     /// The directory's inode when it was last listed.
     inode: Option<u64>,
+    /// Manifests that are symlinks to files outside the directory, with their targets
+    /// (resolved): a change to a target is notified in its own directory, which is followed
+    /// too ([`Followed`]).
+    links: BTreeMap<PathBuf, PathBuf>,
     /// Every definition of each object, in file path order: the first one is served.
     defs: HashMap<ObjectId, Definitions>,
     /// The watched kinds, by `(group, kind)`.
@@ -265,8 +269,10 @@ impl OfflineSource {
 
         let changed = Arc::new(Notify::new());
         let pending = Arc::new(Mutex::new(Pending::default()));
+        let followed = Arc::new(Mutex::new(Followed::default()));
         let watcher = {
             let (changed, pending, watched) = (changed.clone(), pending.clone(), dir.clone());
+            let callback_followed = followed.clone();
             let mut watcher =
                 notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
                     let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -275,11 +281,19 @@ impl OfflineSource {
                             if event.need_rescan() || event.paths.is_empty() {
                                 p.rescan = true;
                             }
+                            let followed =
+                                callback_followed.lock().unwrap_or_else(|e| e.into_inner());
                             for path in event.paths {
-                                if path.parent() == Some(watched.as_path())
-                                    && !is_atomic_writer_entry(&path)
-                                {
-                                    p.paths.insert(path);
+                                if path.parent() == Some(watched.as_path()) {
+                                    if is_atomic_writer_entry(&path) {
+                                        p.rescan = true;
+                                    } else {
+                                        p.paths.insert(path);
+                                    }
+                                } else if path == watched {
+                                    p.rescan = true;
+                                } else if let Some(links) = followed.manifests_of(&path) {
+                                    p.paths.extend(links.iter().cloned());
                                 } else {
                                     p.rescan = true;
                                 }
@@ -297,6 +311,7 @@ impl OfflineSource {
                 if let Err(error) = w.watch(&dir, notify::RecursiveMode::NonRecursive) {
                     tracing::warn!(dir = %dir.display(), %error, "cannot watch the cluster state directory; changes will not be seen");
                 }
+                Followed::follow(&followed, &state.links, w);
             }
             watcher
                 .inspect_err(|error| tracing::warn!(%error, "cannot watch the cluster state directory; changes will not be seen"))
@@ -395,6 +410,7 @@ impl OfflineSource {
                             }
                         }
                     }
+                    Followed::follow(&followed, &state.links, w);
                 }
                 if changes.is_empty() {
                     continue;
@@ -462,6 +478,7 @@ impl StateDir {
             retry: BTreeSet::new(),
             relist: false,
             inode: None,
+            links: BTreeMap::new(),
             defs: HashMap::new(),
             feeds,
             delivered: HashMap::new(),
@@ -517,6 +534,11 @@ impl StateDir {
         for (path, loaded) in files.iter().zip(self.load_all(&files, true)) {
             self.apply(path, loaded, &mut changes, &mut decoded);
         }
+        let dir = std::fs::canonicalize(&self.dir).ok();
+        self.links = paths
+            .iter()
+            .filter_map(|p| Some((p.clone(), outside_target(dir.as_deref()?, p)?)))
+            .collect();
         (self.changes(changes), decoded)
     }
 
@@ -543,6 +565,13 @@ impl StateDir {
             .map(|(p, _)| *p)
             .collect();
         let mut loaded = self.load_all(&files, false).into_iter();
+        let dir = std::fs::canonicalize(&self.dir).ok();
+        for (path, _) in &named {
+            match dir.as_deref().and_then(|dir| outside_target(dir, path)) {
+                Some(target) => self.links.insert(path.to_path_buf(), target),
+                None => self.links.remove(*path),
+            };
+        }
         // Applied in path order, as they would be read one after another.
         for (path, meta) in named {
             match meta {
@@ -1106,6 +1135,85 @@ fn read_limited_into<'a>(path: &Path, buffer: &'a mut Vec<u8>) -> Result<&'a [u8
 fn is_atomic_writer_entry(path: &Path) -> bool {
     path.file_name()
         .is_some_and(|name| name.as_encoded_bytes().starts_with(b".."))
+}
+
+/// The file a symlink at `path` resolves to, when it lies outside `dir` (resolved) and its
+/// subdirectories: changes to it are not notified in `dir`. `None` for a regular file, a
+/// dangling link, and a link into `dir` (a ConfigMap volume's, into its `..data`).
+fn outside_target(dir: &Path, path: &Path) -> Option<PathBuf> {
+    if !std::fs::symlink_metadata(path).ok()?.is_symlink() {
+        return None;
+    }
+    let target = std::fs::canonicalize(path).ok()?;
+    (!target.starts_with(dir)).then_some(target)
+}
+
+/// The directories of the targets of the manifests that link outside the state directory
+/// ([`StateDir::links`]), watched beside it, and which manifests each target is read through:
+/// what the watcher's callback needs to tell a target's change from another file's.
+#[derive(Debug, Default)]
+struct Followed {
+    /// Target to the manifests linking to it.
+    targets: HashMap<PathBuf, Vec<PathBuf>>,
+    dirs: BTreeSet<PathBuf>,
+}
+
+impl Followed {
+    /// Follows the targets of `links` (manifest to target): watches the directories of new
+    /// targets with `watcher` and stops watching those no target is in any more. A directory
+    /// that cannot be watched is logged; its targets' changes are then seen only on a re-list.
+    fn follow(
+        shared: &Mutex<Self>,
+        links: &BTreeMap<PathBuf, PathBuf>,
+        watcher: &mut impl notify::Watcher,
+    ) {
+        let mut targets: HashMap<PathBuf, Vec<PathBuf>> = HashMap::new();
+        for (link, target) in links {
+            targets
+                .entry(target.clone())
+                .or_default()
+                .push(link.clone());
+        }
+        let dirs: BTreeSet<PathBuf> = links
+            .values()
+            .filter_map(|t| t.parent().map(Path::to_path_buf))
+            .collect();
+        let mut followed = shared.lock().unwrap_or_else(|e| e.into_inner());
+        for gone in followed.dirs.difference(&dirs) {
+            let _ = watcher.unwatch(gone);
+        }
+        let mut watched = BTreeSet::new();
+        for dir in &dirs {
+            if followed.dirs.contains(dir) {
+                watched.insert(dir.clone());
+                continue;
+            }
+            match watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    watched.insert(dir.clone());
+                }
+                Err(error) => {
+                    tracing::warn!(dir = %dir.display(), %error, "cannot watch the directory of a state file's symlink target; its changes will not be seen")
+                }
+            }
+        }
+        *followed = Self {
+            targets,
+            dirs: watched,
+        };
+    }
+
+    /// The manifests a change at `path` is read through: `Some` (possibly empty, for another
+    /// file beside a target) when `path` is in a followed directory, `None` otherwise.
+    fn manifests_of(&self, path: &Path) -> Option<&[PathBuf]> {
+        match self.targets.get(path) {
+            Some(links) => Some(links),
+            None => path
+                .parent()
+                .is_some_and(|dir| self.dirs.contains(dir))
+                .then_some(&[]),
+        }
+    }
 }
 
 /// The inode of directory `dir`, to tell a directory recreated at the same path.

@@ -228,6 +228,43 @@ async fn initial_reset_then_apply_and_delete_as_files_change() {
     assert!(matches!(next(&mut services).await, Event::Delete(s) if s.name == "b"));
 }
 
+/// A manifest that is a symlink to a file elsewhere follows edits to that file (newcomer
+/// finding: only changes in the state directory itself were notified, so an edit to the target
+/// was never seen), whether the file is rewritten in place or replaced by a rename; other files
+/// beside the target change nothing.
+#[tokio::test]
+async fn edits_to_a_symlinked_manifest_outside_the_directory_are_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("web.yaml");
+    std::fs::write(&target, svc_yaml("web", 80)).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("web.yaml")).unwrap();
+    write(dir.path(), "a.yaml", &svc_yaml("a", 80));
+    let metrics = IndexMetrics::default();
+    let mut services = services(dir.path(), &metrics).await;
+    match next(&mut services).await {
+        Event::Reset(objs) => assert_eq!(names(&objs), ["a", "web"]),
+        other => panic!("expected Reset, got {other:?}"),
+    }
+    // Rewritten in place, as `>>` or an editor that keeps the inode writes it.
+    std::fs::write(&target, svc_yaml("web", 81)).unwrap();
+    assert_eq!(applied_port(&mut services).await, 81);
+    // Replaced by a rename, as `sed -i` and most editors write it.
+    write(elsewhere.path(), "web.yaml", &svc_yaml("web", 82));
+    assert_eq!(applied_port(&mut services).await, 82);
+    // A file beside the target is not a manifest of the directory.
+    write(elsewhere.path(), "other.yaml", &svc_yaml("other", 80));
+    // The state directory itself is still followed.
+    write(dir.path(), "a.yaml", &svc_yaml("a", 83));
+    match next(&mut services).await {
+        Event::Apply(svc) => assert_eq!((svc.name.as_str(), svc.ports[0].port), ("a", 83)),
+        other => panic!("expected Apply of a, got {other:?}"),
+    }
+    // The target removed: the link dangles, and its objects are withdrawn.
+    std::fs::remove_file(&target).unwrap();
+    assert!(matches!(next(&mut services).await, Event::Delete(s) if s.name == "web"));
+}
+
 #[tokio::test]
 async fn a_file_broken_mid_edit_keeps_its_last_good_objects() {
     let dir = tempfile::tempdir().unwrap();
