@@ -228,6 +228,8 @@ pub fn explain_policy(
                         Decision::Denied(format!(
                             "route {name} forbids every connection (the proxy closes it)"
                         ))
+                    } else if !sends_to_a_backend(route, 0) {
+                        Decision::Denied(format!("route {name} {NO_BACKEND}"))
                     } else {
                         Decision::Allowed(format!("routed by route {name}"))
                     }
@@ -312,13 +314,33 @@ fn explain_grpc(
 }
 
 /// Routed by rule `rule` of route `route`, or denied when that rule fails everything it
-/// matches (`failure` says how: the proxy answers for the backend).
+/// matches: `failure` says how (the proxy answers for the backend), or the rule sends to no
+/// backend ([`sends_to_a_backend`]).
 fn decide(routes_json: &[Value], route: usize, rule: usize, failure: Option<String>) -> Decision {
     let which = route_rule(routes_json, route, rule);
     match failure {
         Some(how) => Decision::Denied(format!("{which} {how} (the proxy answers it)")),
+        None if !routes_json
+            .get(route)
+            .is_some_and(|r| sends_to_a_backend(r, rule)) =>
+        {
+            Decision::Denied(format!("{which} {NO_BACKEND}"))
+        }
         None => Decision::Allowed(format!("routed by {which}")),
     }
+}
+
+/// Why a rule that [`sends_to_a_backend`] denies fails what it matches.
+const NO_BACKEND: &str =
+    "sends to no backend (it has none, or only of weight 0): the proxy fails what it matches";
+
+/// Whether rule `rule` of `route` (its JSON) has a backend of weight above 0. The proxy leaves
+/// out the backends of weight 0 (a Gateway API weight of 0 sends no traffic), and a rule
+/// without one fails every request it matches.
+fn sends_to_a_backend(route: &Value, rule: usize) -> bool {
+    route["rules"][rule]["backends"]
+        .as_array()
+        .is_some_and(|backends| backends.iter().any(|b| b["weight"].as_u64() > Some(0)))
 }
 
 /// `route NAME rule N` (N from 1).
@@ -383,7 +405,9 @@ fn push_backends(route: &Value, rule: usize, lines: &mut Vec<String>) {
     let total: u64 = backends.iter().filter_map(|b| b["weight"].as_u64()).sum();
     for b in &backends {
         let weight = b["weight"].as_u64().unwrap_or_default();
-        let share = if total == 0 || backends.len() == 1 {
+        let share = if weight == 0 {
+            " (no traffic)".to_string()
+        } else if backends.len() == 1 {
             String::new()
         } else {
             format!(" ({}%)", weight * 100 / total)

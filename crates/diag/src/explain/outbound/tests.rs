@@ -13,6 +13,44 @@ fn duration(millis: i32) -> prost_types::Duration {
     }
 }
 
+/// A rule's backends: one per weight, each forwarding to 10.0.0.1:80, named `b0`, `b1`...
+fn forwarding(weights: &[u32]) -> http_route::Distribution {
+    use linkerd2_proxy_api::outbound::{Backend, backend};
+    http_route::Distribution {
+        kind: Some(http_route::distribution::Kind::RandomAvailable(
+            http_route::distribution::RandomAvailable {
+                backends: weights
+                    .iter()
+                    .enumerate()
+                    .map(|(i, weight)| http_route::WeightedRouteBackend {
+                        weight: *weight,
+                        backend: Some(http_route::RouteBackend {
+                            backend: Some(Backend {
+                                metadata: Some(Metadata {
+                                    kind: Some(metadata::Kind::Default(format!("b{i}"))),
+                                }),
+                                kind: Some(backend::Kind::Forward(
+                                    linkerd2_proxy_api::destination::WeightedAddr {
+                                        addr: Some(
+                                            "10.0.0.1:80"
+                                                .parse::<std::net::SocketAddr>()
+                                                .unwrap()
+                                                .into(),
+                                        ),
+                                        ..Default::default()
+                                    },
+                                )),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }),
+                    })
+                    .collect(),
+            },
+        )),
+    }
+}
+
 #[test]
 fn target_hosts() {
     assert_eq!(
@@ -117,12 +155,64 @@ fn a_request_no_route_matches_is_not_routed() {
     let (text, decision) = explain_policy(&policy, &request).unwrap();
     assert_eq!(
         decision,
-        Decision::Allowed("routed by route default:api rule 1".into())
+        Decision::Denied(format!("route default:api rule 1 {NO_BACKEND}"))
     );
     assert!(
         text.contains("backends:   none (the proxy fails what this rule matches)"),
         "{text}"
     );
+}
+
+/// The proxy leaves out backends of weight 0: a rule whose backends all have weight 0 fails
+/// what it matches, and is not "routed" (newcomer finding); one backend of weight above 0
+/// routes, and a weight-0 backend beside it is shown as taking no traffic.
+#[test]
+fn a_rule_whose_backends_all_have_weight_0_denies() {
+    let policy = |weights: &[u32]| OutboundPolicy {
+        metadata: Some(Metadata {
+            kind: Some(metadata::Kind::Default("test".into())),
+        }),
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
+                routes: vec![HttpRoute {
+                    metadata: Some(Metadata {
+                        kind: Some(metadata::Kind::Default("canary".into())),
+                    }),
+                    hosts: vec![],
+                    rules: vec![http_route::Rule {
+                        matches: vec![HttpRouteMatch::default()],
+                        backends: Some(forwarding(weights)),
+                        ..Default::default()
+                    }],
+                }],
+                failure_accrual: None,
+            })),
+        }),
+    };
+    let request = Request {
+        method: "GET".into(),
+        path: "/".into(),
+        ..Default::default()
+    };
+    for weights in [&[0][..], &[0, 0]] {
+        let (text, decision) = explain_policy(&policy(weights), &request).unwrap();
+        assert_eq!(
+            decision,
+            Decision::Denied(format!("route default:canary rule 1 {NO_BACKEND}")),
+            "{weights:?}"
+        );
+        assert!(
+            text.contains("backend:    weight 0 (no traffic) default:b0 -> forward 10.0.0.1:80"),
+            "{text}"
+        );
+    }
+    let (text, decision) = explain_policy(&policy(&[0, 3]), &request).unwrap();
+    assert_eq!(
+        decision,
+        Decision::Allowed("routed by route default:canary rule 1".into())
+    );
+    assert!(text.contains("weight 0 (no traffic) default:b0"), "{text}");
+    assert!(text.contains("weight 3 (100%) default:b1"), "{text}");
 }
 
 /// An EgressNetwork's `Deny` routes fail what they match: the proxy answers the request itself,
@@ -148,6 +238,7 @@ fn a_rule_that_fails_every_request_denies_it() {
                     hosts: vec![],
                     rules: vec![http_route::Rule {
                         matches: vec![HttpRouteMatch::default()],
+                        backends: Some(forwarding(&[1])),
                         filters: vec![http_route::Filter {
                             kind: Some(http_route::filter::Kind::FailureInjector(
                                 HttpFailureInjector {
