@@ -889,12 +889,20 @@ impl StateDir {
             if let Some((first, ignored)) =
                 new_conflict(defs, path, served_before.as_ref().map(|(p, _)| &**p))
             {
+                let in_one_file = ignored.iter().all(|p| *p == first);
                 let ignored: Vec<String> =
                     ignored.iter().map(|p| p.display().to_string()).collect();
+                // Two definitions in one file (a List naming an object twice) are told apart
+                // from two files, whose paths alone would say it.
+                let what = if in_one_file {
+                    "object defined differently twice in one file; keeping its first definition"
+                } else {
+                    "object defined differently in two files; keeping the first"
+                };
                 tracing::warn!(
                     kind = %key.0.1, namespace = %key.1.0, name = %key.1.1,
                     first = %first.display(), ignored = %ignored.join(", "),
-                    "object defined differently in two files; keeping the first"
+                    "{what}"
                 );
                 self.metrics.conflicting_objects.inc();
             }

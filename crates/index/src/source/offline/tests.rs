@@ -306,6 +306,40 @@ async fn a_nul_character_refuses_the_file_and_keeps_its_objects() {
     assert!(err.contains("NUL character at line 1, column 1"), "{err}");
 }
 
+/// An object a file defines twice differently (a List naming it twice) keeps the first
+/// definition, and the line says it is one file (newcomer finding: it said "two files" and
+/// named the same file twice).
+#[test]
+fn an_object_defined_twice_in_one_file_is_reported_as_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!("{}---\n{}", svc_yaml("web", 80), svc_yaml("web", 99)),
+    );
+    let metrics = IndexMetrics::default();
+    let (tx, mut services) = mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
+    let mut state = StateDir::new(
+        dir.path().to_path_buf(),
+        vec![feed::<Service>(tx, metrics.clone())],
+        metrics.clone(),
+    );
+    let (_, log) = logged(|| {
+        let (changes, decoded) = state.rescan();
+        state.deliver_initial(changes, decoded);
+    });
+    let Ok(Event::Reset(objs)) = services.try_recv() else {
+        panic!("expected Reset")
+    };
+    assert_eq!(objs[0].ports[0].port, 80);
+    assert_eq!(metrics.conflicting_objects.get(), 1);
+    assert!(
+        log.contains("object defined differently twice in one file; keeping its first definition")
+            && !log.contains("in two files"),
+        "{log}"
+    );
+}
+
 #[tokio::test]
 async fn duplicates_are_one_object_and_conflicts_keep_the_first_file() {
     let dir = tempfile::tempdir().unwrap();
