@@ -126,3 +126,21 @@ impl From<Error> for ExplainError {
 pub(crate) fn line(key: &str, value: impl std::fmt::Display) -> String {
     format!("{:<12}{value}", format!("{key}:"))
 }
+
+/// A gRPC service (`emojivoto.v1.VotingService`) or method name for `--grpc-service` and
+/// `--grpc-method`: each is one segment of the call's path, so it cannot be empty or hold `/`,
+/// whitespace or control characters.
+pub(crate) fn grpc_name(name: &str) -> Result<String, String> {
+    if name.is_empty() {
+        return Err("expected a name, not an empty string".into());
+    }
+    match name
+        .chars()
+        .find(|c| *c == '/' || c.is_whitespace() || c.is_control())
+    {
+        Some(c) => Err(format!(
+            "{c:?} cannot be in a gRPC name (the call's path is /SERVICE/METHOD)"
+        )),
+        None => Ok(name.to_string()),
+    }
+}

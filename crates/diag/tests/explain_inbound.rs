@@ -373,6 +373,46 @@ async fn bad_input_exits_2_with_the_reason_and_disturbs_nothing() {
         "dst-diag: invalid --method \"GE T\": not an HTTP method (letters, digits and !#$%&'*+-.^_`|~ only)\n"
     );
 
+    // Newcomer finding: a gRPC service or method that cannot be one segment of the call's
+    // path was explained as given (`POST /bad service/x/`).
+    for (flag, name, why) in [
+        ("--grpc-service", "bad service", "' '"),
+        ("--grpc-service", "a/b", "'/'"),
+        ("--grpc-service", "", "expected a name"),
+    ] {
+        let run = dst_diag(&[
+            "explain", "inbound", WEB_POD, "8080", ip[0], ip[1], flag, name,
+        ])
+        .await;
+        assert_eq!((run.code, run.stdout.as_str()), (Some(2), ""));
+        assert!(
+            run.stderr.starts_with(&format!(
+                "error: invalid value '{name}' for '{flag} <SERVICE>': "
+            )) && run.stderr.contains(why),
+            "{}",
+            run.stderr
+        );
+    }
+    let run = dst_diag(&[
+        "explain",
+        "inbound",
+        WEB_POD,
+        "8080",
+        ip[0],
+        ip[1],
+        "--grpc-service",
+        "emojivoto.v1.VotingService",
+        "--grpc-method",
+        "Vote\tX",
+    ])
+    .await;
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("cannot be in a gRPC name"),
+        "{}",
+        run.stderr
+    );
+
     // Neither a client nor a source: the command line is refused.
     let run = dst_diag(&["explain", "inbound", WEB_POD, "8080"]).await;
     assert_eq!(run.code, Some(2));

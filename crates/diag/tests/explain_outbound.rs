@@ -96,6 +96,27 @@ async fn a_target_that_is_not_a_service_authority_exits_2() {
     );
 }
 
+/// Newcomer finding: a `--source-namespace` no namespace can have was explained as given.
+#[tokio::test]
+async fn a_source_namespace_that_is_no_namespace_name_exits_2() {
+    let run = dst_diag(&[
+        "explain",
+        "outbound",
+        "web-svc.emojivoto.svc.cluster.local:80",
+        "--source-namespace",
+        "BAD NS",
+    ])
+    .await;
+    assert_eq!((run.code, run.stdout.as_str()), (Some(2), ""));
+    assert!(
+        run.stderr.starts_with(
+            "error: invalid value 'BAD NS' for '--source-namespace <SOURCE_NAMESPACE>': invalid namespace \"BAD NS\""
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
 /// An IP address without a port is refused before anything is asked, with what a proxy asks
 /// for instead (newcomer finding: `policy outbound` gave this hint and `explain` did not).
 #[tokio::test]

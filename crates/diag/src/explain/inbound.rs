@@ -81,11 +81,11 @@ pub struct InboundArgs {
     pub path: Option<String>,
 
     /// A gRPC call to this service (`emojivoto.v1.VotingService`): POST to `/SERVICE/METHOD`.
-    #[arg(long, value_name = "SERVICE", conflicts_with = "path")]
+    #[arg(long, value_name = "SERVICE", conflicts_with = "path", value_parser = super::grpc_name)]
     pub grpc_service: Option<String>,
 
     /// The gRPC method, with `--grpc-service`.
-    #[arg(long, value_name = "METHOD", requires = "grpc_service")]
+    #[arg(long, value_name = "METHOD", requires = "grpc_service", value_parser = super::grpc_name)]
     pub grpc_method: Option<String>,
 
     /// A request header, `NAME:VALUE` (repeatable); `host:NAME` sets the host routes match.

@@ -40,7 +40,7 @@ pub struct OutboundArgs {
     pub target: String,
 
     /// The client's namespace: consumer routes of that namespace apply (spec/policy.md §5.4).
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", value_parser = linkerd_runtime::parse_namespace)]
     pub source_namespace: String,
 
     /// The request's method (default GET; POST for gRPC).
@@ -52,11 +52,11 @@ pub struct OutboundArgs {
     pub path: Option<String>,
 
     /// A gRPC call to this service: POST to `/SERVICE/METHOD`.
-    #[arg(long, value_name = "SERVICE", conflicts_with = "path")]
+    #[arg(long, value_name = "SERVICE", conflicts_with = "path", value_parser = super::grpc_name)]
     pub grpc_service: Option<String>,
 
     /// The gRPC method, with `--grpc-service`.
-    #[arg(long, value_name = "METHOD", requires = "grpc_service")]
+    #[arg(long, value_name = "METHOD", requires = "grpc_service", value_parser = super::grpc_name)]
     pub grpc_method: Option<String>,
 
     /// A request header, `NAME:VALUE` (repeatable); `host:NAME` overrides the target's host.
