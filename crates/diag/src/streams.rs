@@ -315,7 +315,20 @@ impl ProxyStatusArgs {
             match list(flag, addr, request.clone()).await {
                 Ok(streams) => {
                     answered += 1;
-                    rows.extend(streams.into_iter().map(|s| (server, s)));
+                    if let Some(warning) = foreign_streams(server, flag, addr, &streams) {
+                        eprintln!("dst-diag: {warning}");
+                    }
+                    for stream in streams {
+                        // Each row is labelled by the server its API belongs to, and listed
+                        // once when both flags name one server.
+                        let owner = server_of(&stream.api).unwrap_or(server);
+                        if !rows
+                            .iter()
+                            .any(|(o, s): &(&str, StreamInfo)| *o == owner && s.id == stream.id)
+                        {
+                            rows.push((owner, stream));
+                        }
+                    }
                 }
                 // The server judged the request (the pod named): its answer is the run's.
                 Err(error) if refuses_the_pod(&error) => return Err(error),
@@ -385,6 +398,34 @@ impl ProxyStatusArgs {
         }
         left_out.map_or(Ok(()), Err)
     }
+}
+
+/// The server whose API `api` is (`destination` or `policy`, as `proxy-status` labels them).
+fn server_of(api: &str) -> Option<&'static str> {
+    match api {
+        "Get" | "GetProfile" => Some("destination"),
+        "WatchPort" | "Watch" => Some("policy"),
+        _ => None,
+    }
+}
+
+/// A warning when the server asked as `server` (with `flag` `addr`) listed the other server's
+/// streams: the flag most likely names the other's introspection address (newcomer finding:
+/// destination's streams were shown as policy's, in sync, without a word).
+fn foreign_streams(server: &str, flag: &str, addr: &str, streams: &[StreamInfo]) -> Option<String> {
+    let mut apis: Vec<&str> = streams
+        .iter()
+        .map(|s| s.api.as_str())
+        .filter(|api| server_of(api).is_some_and(|owner| owner != server))
+        .collect();
+    apis.sort_unstable();
+    apis.dedup();
+    let owner = server_of(apis.first()?)?;
+    Some(format!(
+        "{flag} {addr} listed {} streams, which are {owner}'s: is it {owner}'s introspection \
+         address? They are shown as {owner}'s",
+        apis.join(" and ")
+    ))
 }
 
 /// Whether `error` is an introspection API refusing `proxy-status`'s request (`InvalidArgument`:
@@ -547,6 +588,40 @@ mod tests {
         assert!(hint.contains("127.0.0.1:9980"), "{hint}");
         let hint = served_by("GetProfile", "http://127.0.0.1:9980").expect("a hint");
         assert!(hint.contains("destination's"), "{hint}");
+    }
+
+    #[test]
+    fn streams_of_the_other_server_are_named() {
+        let get = info(1, false);
+        let watch_port = StreamInfo {
+            api: "WatchPort".into(),
+            ..info(2, false)
+        };
+        assert_eq!(
+            foreign_streams("policy", "--policy-introspection", "127.0.0.1:9986", &[get.clone()]),
+            Some(
+                "--policy-introspection 127.0.0.1:9986 listed Get streams, which are destination's: \
+                 is it destination's introspection address? They are shown as destination's"
+                    .into()
+            )
+        );
+        assert_eq!(
+            foreign_streams(
+                "destination",
+                "--destination-introspection",
+                "x",
+                &[get, watch_port.clone()]
+            )
+            .as_deref()
+            .map(|w| w.starts_with(
+                "--destination-introspection x listed WatchPort streams, which are policy's"
+            )),
+            Some(true)
+        );
+        assert_eq!(
+            foreign_streams("policy", "--policy-introspection", "x", &[watch_port]),
+            None
+        );
     }
 
     #[test]

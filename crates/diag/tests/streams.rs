@@ -316,6 +316,29 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
     let listed = json_lines(&listed);
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["pod"], pod.as_str());
+    // destination's address given for policy too: its streams are listed once, as
+    // destination's, and the mix-up is named (newcomer finding: they were listed twice, the
+    // second time as policy's, without a word).
+    let (code, stdout, stderr) = proxy_status(
+        &s.destination_introspection,
+        &s.destination_introspection,
+        &[],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("{pod}: 1 stream, 1 in sync, 0 behind\nSERVER")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("policy"), "{stdout}");
+    assert_eq!(
+        stderr,
+        format!(
+            "dst-diag: --policy-introspection {} listed Get streams, which are destination's: is \
+             it destination's introspection address? They are shown as destination's\n",
+            s.destination_introspection
+        )
+    );
 
     // The WatchPort stream's last message is the Server the client received.
     let policy_id = rows[1]["id"].as_u64().unwrap();
