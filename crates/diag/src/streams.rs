@@ -598,7 +598,7 @@ mod tests {
             ..info(2, false)
         };
         assert_eq!(
-            foreign_streams("policy", "--policy-introspection", "127.0.0.1:9986", &[get.clone()]),
+            foreign_streams("policy", "--policy-introspection", "127.0.0.1:9986", std::slice::from_ref(&get)),
             Some(
                 "--policy-introspection 127.0.0.1:9986 listed Get streams, which are destination's: \
                  is it destination's introspection address? They are shown as destination's"
