@@ -51,6 +51,28 @@ fn forwarding(weights: &[u32]) -> http_route::Distribution {
     }
 }
 
+/// A policy, `default:test`, whose HTTP/1 protocol has one route, `default:<route>`, with one
+/// rule.
+fn http1_policy(route: &str, rule: http_route::Rule) -> OutboundPolicy {
+    OutboundPolicy {
+        metadata: Some(Metadata {
+            kind: Some(metadata::Kind::Default("test".into())),
+        }),
+        protocol: Some(ProxyProtocol {
+            kind: Some(proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
+                routes: vec![HttpRoute {
+                    metadata: Some(Metadata {
+                        kind: Some(metadata::Kind::Default(route.into())),
+                    }),
+                    hosts: vec![],
+                    rules: vec![rule],
+                }],
+                failure_accrual: None,
+            })),
+        }),
+    }
+}
+
 #[test]
 fn target_hosts() {
     assert_eq!(
@@ -102,31 +124,18 @@ fn retries_and_timeouts() {
 
 #[test]
 fn a_request_no_route_matches_is_not_routed() {
-    let policy = OutboundPolicy {
-        metadata: Some(Metadata {
-            kind: Some(metadata::Kind::Default("test".into())),
-        }),
-        protocol: Some(ProxyProtocol {
-            kind: Some(proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
-                routes: vec![HttpRoute {
-                    metadata: Some(Metadata {
-                        kind: Some(metadata::Kind::Default("api".into())),
-                    }),
-                    hosts: vec![],
-                    rules: vec![http_route::Rule {
-                        matches: vec![HttpRouteMatch {
-                            path: Some(PathMatch {
-                                kind: Some(path_match::Kind::Prefix("/api".into())),
-                            }),
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    }],
-                }],
-                failure_accrual: None,
-            })),
-        }),
-    };
+    let policy = http1_policy(
+        "api",
+        http_route::Rule {
+            matches: vec![HttpRouteMatch {
+                path: Some(PathMatch {
+                    kind: Some(path_match::Kind::Prefix("/api".into())),
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    );
     let request = Request {
         method: "GET".into(),
         path: "/web".into(),
@@ -168,26 +177,15 @@ fn a_request_no_route_matches_is_not_routed() {
 /// routes, and a weight-0 backend beside it is shown as taking no traffic.
 #[test]
 fn a_rule_whose_backends_all_have_weight_0_denies() {
-    let policy = |weights: &[u32]| OutboundPolicy {
-        metadata: Some(Metadata {
-            kind: Some(metadata::Kind::Default("test".into())),
-        }),
-        protocol: Some(ProxyProtocol {
-            kind: Some(proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
-                routes: vec![HttpRoute {
-                    metadata: Some(Metadata {
-                        kind: Some(metadata::Kind::Default("canary".into())),
-                    }),
-                    hosts: vec![],
-                    rules: vec![http_route::Rule {
-                        matches: vec![HttpRouteMatch::default()],
-                        backends: Some(forwarding(weights)),
-                        ..Default::default()
-                    }],
-                }],
-                failure_accrual: None,
-            })),
-        }),
+    let policy = |weights: &[u32]| {
+        http1_policy(
+            "canary",
+            http_route::Rule {
+                matches: vec![HttpRouteMatch::default()],
+                backends: Some(forwarding(weights)),
+                ..Default::default()
+            },
+        )
     };
     let request = Request {
         method: "GET".into(),
@@ -225,36 +223,26 @@ fn a_rule_that_fails_every_request_denies_it() {
         opaque_route::Forbidden,
         outbound::{OpaqueRoute, opaque_route},
     };
-    let http = |ratio: Option<Ratio>| OutboundPolicy {
-        metadata: Some(Metadata {
-            kind: Some(metadata::Kind::Default("egress".into())),
-        }),
-        protocol: Some(ProxyProtocol {
-            kind: Some(proxy_protocol::Kind::Http1(proxy_protocol::Http1 {
-                routes: vec![HttpRoute {
-                    metadata: Some(Metadata {
-                        kind: Some(metadata::Kind::Default("http-egress-deny".into())),
-                    }),
-                    hosts: vec![],
-                    rules: vec![http_route::Rule {
-                        matches: vec![HttpRouteMatch::default()],
-                        backends: Some(forwarding(&[1])),
-                        filters: vec![http_route::Filter {
-                            kind: Some(http_route::filter::Kind::FailureInjector(
-                                HttpFailureInjector {
-                                    status: 403,
-                                    message: "traffic not allowed".into(),
-                                    ratio,
-                                },
-                            )),
-                        }],
-                        ..Default::default()
-                    }],
+    let http = |ratio: Option<Ratio>| {
+        http1_policy(
+            "http-egress-deny",
+            http_route::Rule {
+                matches: vec![HttpRouteMatch::default()],
+                backends: Some(forwarding(&[1])),
+                filters: vec![http_route::Filter {
+                    kind: Some(http_route::filter::Kind::FailureInjector(
+                        HttpFailureInjector {
+                            status: 403,
+                            message: "traffic not allowed".into(),
+                            ratio,
+                        },
+                    )),
                 }],
-                failure_accrual: None,
-            })),
-        }),
+                ..Default::default()
+            },
+        )
     };
+
     let request = Request {
         method: "GET".into(),
         path: "/".into(),
