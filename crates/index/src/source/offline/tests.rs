@@ -167,6 +167,16 @@ fn documents_that_are_not_objects_are_skipped_alone() {
 mod logged;
 use logged::logged;
 
+/// Reads `dir` once for `feeds`, delivering each kind's initial `Reset`; what it logged.
+fn read_logged(dir: &Path, feeds: Vec<Arc<dyn KindFeed>>, metrics: &IndexMetrics) -> String {
+    let mut state = StateDir::new(dir.to_path_buf(), feeds, metrics.clone());
+    let (_, log) = logged(|| {
+        let (changes, decoded) = state.rescan();
+        state.deliver_initial(changes, decoded);
+    });
+    log
+}
+
 #[test]
 fn unnamed_items_are_skipped_alone() {
     let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b, namespace: ok}\n- {kind: Service}\n- 42\n- {apiVersion: v1, kind: Pod, metadata: {namespace: ok}}\n- {apiVersion: v1, metadata: {name: c}}\n";
@@ -319,15 +329,11 @@ fn an_object_defined_twice_in_one_file_is_reported_as_one_file() {
     );
     let metrics = IndexMetrics::default();
     let (tx, mut services) = mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
-    let mut state = StateDir::new(
-        dir.path().to_path_buf(),
+    let log = read_logged(
+        dir.path(),
         vec![feed::<Service>(tx, metrics.clone())],
-        metrics.clone(),
+        &metrics,
     );
-    let (_, log) = logged(|| {
-        let (changes, decoded) = state.rescan();
-        state.deliver_initial(changes, decoded);
-    });
     let Ok(Event::Reset(objs)) = services.try_recv() else {
         panic!("expected Reset")
     };
@@ -717,18 +723,11 @@ fn objects_whose_names_the_api_server_would_refuse_are_skipped() {
     let metrics = IndexMetrics::default();
     let (services_tx, mut services) = mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
     let (pods_tx, mut pods) = mpsc::unbounded_channel::<Event<Arc<PodInfo>>>();
-    let mut state = StateDir::new(
-        dir.path().to_path_buf(),
-        vec![
-            feed::<Service>(services_tx, metrics.clone()),
-            feed::<Pod>(pods_tx, metrics.clone()),
-        ],
-        metrics.clone(),
-    );
-    let (_, log) = logged(|| {
-        let (changes, decoded) = state.rescan();
-        state.deliver_initial(changes, decoded);
-    });
+    let feeds = vec![
+        feed::<Service>(services_tx, metrics.clone()),
+        feed::<Pod>(pods_tx, metrics.clone()),
+    ];
+    let log = read_logged(dir.path(), feeds, &metrics);
     let Ok(Event::Reset(objs)) = services.try_recv() else {
         panic!("expected Reset")
     };
