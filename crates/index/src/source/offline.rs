@@ -1186,26 +1186,32 @@ impl Followed {
             .values()
             .filter_map(|t| t.parent().map(Path::to_path_buf))
             .collect();
-        let mut followed = shared.lock().unwrap_or_else(|e| e.into_inner());
-        for gone in followed.dirs.difference(&dirs) {
+        // Not locked while the watcher works: its thread may be waiting for the lock in the
+        // callback, and `watch` waits for its thread.
+        let before = shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .dirs
+            .clone();
+        for gone in before.difference(&dirs) {
             let _ = watcher.unwatch(gone);
         }
         let mut watched = BTreeSet::new();
-        for dir in &dirs {
-            if followed.dirs.contains(dir) {
-                watched.insert(dir.clone());
+        for dir in dirs {
+            if before.contains(&dir) {
+                watched.insert(dir);
                 continue;
             }
-            match watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
+            match watcher.watch(&dir, notify::RecursiveMode::NonRecursive) {
                 Ok(()) => {
-                    watched.insert(dir.clone());
+                    watched.insert(dir);
                 }
                 Err(error) => {
                     tracing::warn!(dir = %dir.display(), %error, "cannot watch the directory of a state file's symlink target; its changes will not be seen")
                 }
             }
         }
-        *followed = Self {
+        *shared.lock().unwrap_or_else(|e| e.into_inner()) = Self {
             targets,
             dirs: watched,
         };
