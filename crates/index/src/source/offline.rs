@@ -140,10 +140,10 @@ struct StateDir {
     relist: bool,
     /// The directory's inode when it was last listed.
     inode: Option<u64>,
-    /// Manifests that are symlinks to files outside the directory, with their targets
-    /// (resolved): a change to a target is notified in its own directory, which is followed
-    /// too ([`Followed`]).
-    links: BTreeMap<PathBuf, PathBuf>,
+    /// Manifests that are symlinks, with the paths their chain of links passes through
+    /// ([`link_hops`]): a change at one of those is a change of the manifest, notified in
+    /// another directory ([`Followed`]) or under another name.
+    links: BTreeMap<PathBuf, Vec<PathBuf>>,
     /// Every definition of each object, in file path order: the first one is served.
     defs: HashMap<ObjectId, Definitions>,
     /// The watched kinds, by `(group, kind)`.
@@ -152,6 +152,10 @@ struct StateDir {
     delivered: HashMap<ObjectId, Digest>,
     /// Definitions that did not decode, so each bad version is logged and counted once.
     invalid: HashMap<ObjectId, Digest>,
+    /// The objects whose definitions the current read changed: the file served before it
+    /// and the files read, to report the conflicts it leaves once it is done
+    /// ([`Self::report_conflicts`]).
+    conflict_checks: HashMap<ObjectId, (Option<Arc<Path>>, Vec<Arc<Path>>)>,
     metrics: IndexMetrics,
 }
 
@@ -288,11 +292,15 @@ impl OfflineSource {
                                     if is_atomic_writer_entry(&path) {
                                         p.rescan = true;
                                     } else {
+                                        // Links to it are read again too, under their names.
+                                        if let Some(links) = followed.manifests_of(&path, true) {
+                                            p.paths.extend(links.iter().cloned());
+                                        }
                                         p.paths.insert(path);
                                     }
                                 } else if path == watched {
                                     p.rescan = true;
-                                } else if let Some(links) = followed.manifests_of(&path) {
+                                } else if let Some(links) = followed.manifests_of(&path, false) {
                                     p.paths.extend(links.iter().cloned());
                                 } else {
                                     p.rescan = true;
@@ -311,7 +319,7 @@ impl OfflineSource {
                 if let Err(error) = w.watch(&dir, notify::RecursiveMode::NonRecursive) {
                     tracing::warn!(dir = %dir.display(), %error, "cannot watch the cluster state directory; changes will not be seen");
                 }
-                Followed::follow(&followed, &state.links, w);
+                Followed::follow(&followed, &state.dir, &state.links, w);
             }
             watcher
                 .inspect_err(|error| tracing::warn!(%error, "cannot watch the cluster state directory; changes will not be seen"))
@@ -410,7 +418,7 @@ impl OfflineSource {
                             }
                         }
                     }
-                    Followed::follow(&followed, &state.links, w);
+                    Followed::follow(&followed, &state.dir, &state.links, w);
                 }
                 if changes.is_empty() {
                     continue;
@@ -483,6 +491,7 @@ impl StateDir {
             feeds,
             delivered: HashMap::new(),
             invalid: HashMap::new(),
+            conflict_checks: HashMap::new(),
             metrics,
         }
     }
@@ -534,11 +543,12 @@ impl StateDir {
         for (path, loaded) in files.iter().zip(self.load_all(&files, true)) {
             self.apply(path, loaded, &mut changes, &mut decoded);
         }
-        let dir = std::fs::canonicalize(&self.dir).ok();
         self.links = paths
             .iter()
-            .filter_map(|p| Some((p.clone(), outside_target(dir.as_deref()?, p)?)))
+            .chain(&unreadable)
+            .filter_map(|p| Some((p.clone(), link_hops(p)?)))
             .collect();
+        self.report_conflicts();
         (self.changes(changes), decoded)
     }
 
@@ -565,10 +575,9 @@ impl StateDir {
             .map(|(p, _)| *p)
             .collect();
         let mut loaded = self.load_all(&files, false).into_iter();
-        let dir = std::fs::canonicalize(&self.dir).ok();
         for (path, _) in &named {
-            match dir.as_deref().and_then(|dir| outside_target(dir, path)) {
-                Some(target) => self.links.insert(path.to_path_buf(), target),
+            match link_hops(path) {
+                Some(hops) => self.links.insert(path.to_path_buf(), hops),
                 None => self.links.remove(*path),
             };
         }
@@ -588,6 +597,7 @@ impl StateDir {
                 None => self.forget(path, &mut changes),
             }
         }
+        self.report_conflicts();
         (self.changes(changes), decoded)
     }
 
@@ -886,26 +896,13 @@ impl StateDir {
                 let at = defs.partition_point(|(p, _)| **p < *path);
                 defs.splice(at..at, news.into_iter().map(|d| (shared.clone(), d)));
             }
-            if let Some((first, ignored)) =
-                new_conflict(defs, path, served_before.as_ref().map(|(p, _)| &**p))
-            {
-                let in_one_file = ignored.iter().all(|p| *p == first);
-                let ignored: Vec<String> =
-                    ignored.iter().map(|p| p.display().to_string()).collect();
-                // Two definitions in one file (a List naming an object twice) are told apart
-                // from two files, whose paths alone would say it.
-                let what = if in_one_file {
-                    "object defined differently twice in one file; keeping its first definition"
-                } else {
-                    "object defined differently in two files; keeping the first"
-                };
-                tracing::warn!(
-                    kind = %key.0.1, namespace = %key.1.0, name = %key.1.1,
-                    first = %first.display(), ignored = %ignored.join(", "),
-                    "{what}"
-                );
-                self.metrics.conflicting_objects.inc();
-            }
+            // Judged once the read has applied every file it read: files read together (two
+            // links to one file, a file and a link to it) agree again only then.
+            let check = self
+                .conflict_checks
+                .entry(key.clone())
+                .or_insert_with(|| (served_before.as_ref().map(|(p, _)| p.clone()), Vec::new()));
+            check.1.push(Arc::from(path));
             if defs.is_empty() {
                 self.defs.remove(&key);
             }
@@ -913,6 +910,42 @@ impl StateDir {
         }
         if let Some(file) = file {
             self.files.insert(path.to_path_buf(), file);
+        }
+    }
+
+    /// Logs and counts the conflicts the files of this read made or left
+    /// ([`Self::conflict_checks`]), once per object: the served file and every differing one.
+    fn report_conflicts(&mut self) {
+        for (key, (served_before, paths)) in std::mem::take(&mut self.conflict_checks) {
+            let Some(defs) = self.defs.get(&key) else {
+                continue;
+            };
+            let mut conflict: Option<(&Path, BTreeSet<&Path>)> = None;
+            for path in &paths {
+                if let Some((first, ignored)) = new_conflict(defs, path, served_before.as_deref()) {
+                    conflict
+                        .get_or_insert_with(|| (first, BTreeSet::new()))
+                        .1
+                        .extend(ignored);
+                }
+            }
+            let Some((first, ignored)) = conflict else {
+                continue;
+            };
+            // Two definitions in one file (a List naming an object twice) are told apart
+            // from two files, whose paths alone would say it.
+            let what = if ignored.iter().all(|p| *p == first) {
+                "object defined differently twice in one file; keeping its first definition"
+            } else {
+                "object defined differently in two files; keeping the first"
+            };
+            let ignored: Vec<String> = ignored.iter().map(|p| p.display().to_string()).collect();
+            tracing::warn!(
+                kind = %key.0.1, namespace = %key.1.0, name = %key.1.1,
+                first = %first.display(), ignored = %ignored.join(", "),
+                "{what}"
+            );
+            self.metrics.conflicting_objects.inc();
         }
     }
 
@@ -1145,46 +1178,81 @@ fn is_atomic_writer_entry(path: &Path) -> bool {
         .is_some_and(|name| name.as_encoded_bytes().starts_with(b".."))
 }
 
-/// The file a symlink at `path` resolves to, when it lies outside `dir` (resolved) and its
-/// subdirectories: changes to it are not notified in `dir`. `None` for a regular file, a
-/// dangling link, and a link into `dir` (a ConfigMap volume's, into its `..data`).
-fn outside_target(dir: &Path, path: &Path) -> Option<PathBuf> {
+/// The paths a symlink at `path` leads through, link after link, to the file it names (which
+/// may not exist: a dangling link is followed too, so the file is read once it appears).
+/// Each path is absolute, its directory resolved. `None` when `path` is not a symlink.
+/// A link into a ConfigMap volume's `..data` is followed by the volume's swaps instead
+/// ([`is_atomic_writer_entry`]): its hops stop there.
+fn link_hops(path: &Path) -> Option<Vec<PathBuf>> {
+    // Far more than a sane chain; the kernel gives up after 40.
+    const MAX_HOPS: usize = 40;
     if !std::fs::symlink_metadata(path).ok()?.is_symlink() {
         return None;
     }
-    let target = std::fs::canonicalize(path).ok()?;
-    (!target.starts_with(dir)).then_some(target)
+    let mut hops = Vec::new();
+    let mut at = path.to_path_buf();
+    while hops.len() < MAX_HOPS {
+        let Ok(next) = std::fs::read_link(&at) else {
+            break;
+        };
+        let next = at.parent().unwrap_or(Path::new("/")).join(next);
+        let (Some(dir), Some(name)) = (next.parent(), next.file_name()) else {
+            break;
+        };
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        if dir
+            .components()
+            .any(|c| is_atomic_writer_entry(Path::new(c.as_os_str())))
+        {
+            break;
+        }
+        at = dir.join(name);
+        if hops.contains(&at) {
+            break;
+        }
+        hops.push(at.clone());
+        if !std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_symlink()) {
+            break;
+        }
+    }
+    Some(hops)
 }
 
-/// The directories of the targets of the manifests that link outside the state directory
-/// ([`StateDir::links`]), watched beside it, and which manifests each target is read through:
-/// what the watcher's callback needs to tell a target's change from another file's.
+/// The paths the manifests that are symlinks lead through ([`StateDir::links`]), and the
+/// directories of those outside the state directory, watched beside it: what the watcher's
+/// callback needs to tell a change to a linked file from another file's.
 #[derive(Debug, Default)]
 struct Followed {
-    /// Target to the manifests linking to it.
-    targets: HashMap<PathBuf, Vec<PathBuf>>,
+    /// The state directory, resolved: hops in it are notified by its own watch.
+    dir: PathBuf,
+    /// Hop to the manifests leading through it.
+    hops: HashMap<PathBuf, Vec<PathBuf>>,
     dirs: BTreeSet<PathBuf>,
 }
 
 impl Followed {
-    /// Follows the targets of `links` (manifest to target): watches the directories of new
-    /// targets with `watcher` and stops watching those no target is in any more. A directory
-    /// that cannot be watched is logged; its targets' changes are then seen only on a re-list.
+    /// Follows the hops of `links` (manifest to hops) for the state directory `dir`: watches
+    /// the directories of new hops outside it with `watcher`, and stops watching those no hop
+    /// is in any more. A directory that cannot be watched (it does not exist) is left out:
+    /// changes there are seen on the next read of the state directory.
     fn follow(
         shared: &Mutex<Self>,
-        links: &BTreeMap<PathBuf, PathBuf>,
+        dir: &Path,
+        links: &BTreeMap<PathBuf, Vec<PathBuf>>,
         watcher: &mut impl notify::Watcher,
     ) {
-        let mut targets: HashMap<PathBuf, Vec<PathBuf>> = HashMap::new();
-        for (link, target) in links {
-            targets
-                .entry(target.clone())
-                .or_default()
-                .push(link.clone());
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let mut hops: HashMap<PathBuf, Vec<PathBuf>> = HashMap::new();
+        for (link, link_hops) in links {
+            for hop in link_hops {
+                hops.entry(hop.clone()).or_default().push(link.clone());
+            }
         }
-        let dirs: BTreeSet<PathBuf> = links
-            .values()
-            .filter_map(|t| t.parent().map(Path::to_path_buf))
+        let dirs: BTreeSet<PathBuf> = hops
+            .keys()
+            .filter_map(|hop| hop.parent())
+            .filter(|parent| !parent.starts_with(&dir))
+            .map(Path::to_path_buf)
             .collect();
         // Not locked while the watcher works: its thread may be waiting for the lock in the
         // callback, and `watch` waits for its thread.
@@ -1197,30 +1265,37 @@ impl Followed {
             let _ = watcher.unwatch(gone);
         }
         let mut watched = BTreeSet::new();
-        for dir in dirs {
-            if before.contains(&dir) {
-                watched.insert(dir);
-                continue;
-            }
-            match watcher.watch(&dir, notify::RecursiveMode::NonRecursive) {
-                Ok(()) => {
-                    watched.insert(dir);
-                }
-                Err(error) => {
-                    tracing::warn!(dir = %dir.display(), %error, "cannot watch the directory of a state file's symlink target; its changes will not be seen")
-                }
+        for followed in dirs {
+            if before.contains(&followed)
+                || watcher
+                    .watch(&followed, notify::RecursiveMode::NonRecursive)
+                    .is_ok()
+            {
+                watched.insert(followed);
+            } else {
+                tracing::debug!(dir = %followed.display(), "cannot watch the directory of a state file's link target yet");
             }
         }
         *shared.lock().unwrap_or_else(|e| e.into_inner()) = Self {
-            targets,
+            dir,
+            hops,
             dirs: watched,
         };
     }
 
     /// The manifests a change at `path` is read through: `Some` (possibly empty, for another
-    /// file beside a target) when `path` is in a followed directory, `None` otherwise.
-    fn manifests_of(&self, path: &Path) -> Option<&[PathBuf]> {
-        match self.targets.get(path) {
+    /// file beside a hop) when `path` is in a followed directory or is a hop, `None` otherwise.
+    /// `path` in the state directory may be named as the directory was given.
+    fn manifests_of(&self, path: &Path, in_state_dir: bool) -> Option<&[PathBuf]> {
+        let resolved;
+        let path = match (in_state_dir, path.file_name()) {
+            (true, Some(name)) => {
+                resolved = self.dir.join(name);
+                &resolved
+            }
+            _ => path,
+        };
+        match self.hops.get(path) {
             Some(links) => Some(links),
             None => path
                 .parent()

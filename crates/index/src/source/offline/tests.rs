@@ -275,6 +275,86 @@ async fn edits_to_a_symlinked_manifest_outside_the_directory_are_followed() {
     assert!(matches!(next(&mut services).await, Event::Delete(s) if s.name == "web"));
 }
 
+/// Every hop of a manifest's link chain is followed (newcomer findings): a target deleted and
+/// created again, or not there yet when the link is made, is read once it appears; a link in
+/// the middle of a chain re-pointed is followed; and a link in the directory to another of
+/// its files (an alias sorting first) is read again when that file changes, without the two
+/// names counting as a conflict, as two links to one file outside do not either.
+#[tokio::test]
+async fn every_hop_of_a_manifests_link_chain_is_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let middle = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("web.yaml");
+    std::fs::write(&target, svc_yaml("web", 80)).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("web.yaml")).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("web-again.yaml")).unwrap();
+    // A link made before its target exists.
+    std::os::unix::fs::symlink(
+        elsewhere.path().join("later.yaml"),
+        dir.path().join("later.yaml"),
+    )
+    .unwrap();
+    // A chain: chain.yaml -> middle/hop.yaml -> elsewhere/one.yaml.
+    std::fs::write(elsewhere.path().join("one.yaml"), svc_yaml("one", 80)).unwrap();
+    std::fs::write(elsewhere.path().join("two.yaml"), svc_yaml("two", 80)).unwrap();
+    std::os::unix::fs::symlink(
+        elsewhere.path().join("one.yaml"),
+        middle.path().join("hop.yaml"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        middle.path().join("hop.yaml"),
+        dir.path().join("chain.yaml"),
+    )
+    .unwrap();
+    // An alias in the directory that sorts before the file it names.
+    write(dir.path(), "slice.yaml", &svc_yaml("aliased", 80));
+    std::os::unix::fs::symlink("slice.yaml", dir.path().join("aa-alias.yaml")).unwrap();
+    let metrics = IndexMetrics::default();
+    let mut services = services(dir.path(), &metrics).await;
+    match next(&mut services).await {
+        Event::Reset(objs) => assert_eq!(names(&objs), ["aliased", "one", "web"]),
+        other => panic!("expected Reset, got {other:?}"),
+    }
+
+    // Two links to one file: edited, no conflict.
+    std::fs::write(&target, svc_yaml("web", 81)).unwrap();
+    assert_eq!(applied_port(&mut services).await, 81);
+    // The alias sorting first is read again with the file it names.
+    write(dir.path(), "slice.yaml", &svc_yaml("aliased", 82));
+    assert_eq!(applied_port(&mut services).await, 82);
+    assert_eq!(metrics.conflicting_objects.get(), 0);
+
+    // Deleted, then created again.
+    std::fs::remove_file(&target).unwrap();
+    assert!(matches!(next(&mut services).await, Event::Delete(s) if s.name == "web"));
+    write(elsewhere.path(), "web.yaml", &svc_yaml("web", 83));
+    assert_eq!(applied_port(&mut services).await, 83);
+    // The target of a link made before it.
+    write(elsewhere.path(), "later.yaml", &svc_yaml("later", 84));
+    assert_eq!(applied_port(&mut services).await, 84);
+    // The middle of the chain re-pointed: `two` replaces `one`.
+    let hop = middle.path().join("hop.yaml");
+    std::os::unix::fs::symlink(
+        elsewhere.path().join("two.yaml"),
+        middle.path().join(".hop.tmp"),
+    )
+    .unwrap();
+    std::fs::rename(middle.path().join(".hop.tmp"), &hop).unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match next(&mut services).await {
+            Event::Apply(svc) => seen.push(format!("apply {}", svc.name)),
+            Event::Delete(svc) => seen.push(format!("delete {}", svc.name)),
+            other => panic!("expected Apply or Delete, got {other:?}"),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["apply two", "delete one"]);
+    assert_eq!(metrics.conflicting_objects.get(), 0);
+}
+
 #[tokio::test]
 async fn a_file_broken_mid_edit_keeps_its_last_good_objects() {
     let dir = tempfile::tempdir().unwrap();
