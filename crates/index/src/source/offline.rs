@@ -155,7 +155,7 @@ struct StateDir {
     /// The objects whose definitions the current read changed: the file served before it
     /// and the files read, to report the conflicts it leaves once it is done
     /// ([`Self::report_conflicts`]).
-    conflict_checks: HashMap<ObjectId, (Option<Arc<Path>>, Vec<Arc<Path>>)>,
+    conflict_checks: HashMap<ObjectId, ConflictCheck>,
     metrics: IndexMetrics,
 }
 
@@ -199,6 +199,8 @@ type Stamp = (u64, std::time::SystemTime, u64);
 
 /// The files defining one object and the digest of their definition of it, in path order.
 type Definitions = Vec<(Arc<Path>, Digest)>;
+/// The file that served an object before a read, and the files the read found it in.
+type ConflictCheck = (Option<Arc<Path>>, Vec<Arc<Path>>);
 /// Objects whose definitions were touched during one read, with the definition served before:
 /// an object moved from one file to another within a read is no change.
 type Touched = HashMap<ObjectId, Option<Digest>>;
