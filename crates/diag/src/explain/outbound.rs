@@ -268,6 +268,20 @@ fn explain_http(
     };
     lines.push(line("timeouts", http_timeouts_text(rule)));
     lines.push(line("retries", http_retry_text(rule.retry.as_ref())));
+    // A redirect answers every request the rule matches before any backend is chosen.
+    if let Some(redirect) = rule.filters.iter().find_map(|f| match &f.kind {
+        Some(http_route::filter::Kind::Redirect(r)) => Some(r),
+        _ => None,
+    }) {
+        let status = match redirect.status {
+            0 => 302,
+            status => status,
+        };
+        return Decision::Allowed(format!(
+            "redirected by {}: the proxy answers HTTP {status} (no backend is called)",
+            route_rule(routes_json, i, r)
+        ));
+    }
     let failure = rule.filters.iter().find_map(|f| match &f.kind {
         Some(http_route::filter::Kind::FailureInjector(fi)) if always(fi.ratio.as_ref()) => {
             Some(format!(
@@ -331,16 +345,22 @@ fn decide(routes_json: &[Value], route: usize, rule: usize, failure: Option<Stri
 }
 
 /// Why a rule that [`sends_to_a_backend`] denies fails what it matches.
-const NO_BACKEND: &str =
-    "sends to no backend (it has none, or only of weight 0): the proxy fails what it matches";
+const NO_BACKEND: &str = "sends to no backend that can answer (it has none, only backends of \
+     weight 0, or only backends that fail every request): the proxy fails what it matches";
 
-/// Whether rule `rule` of `route` (its JSON) has a backend of weight above 0. The proxy leaves
-/// out the backends of weight 0 (a Gateway API weight of 0 sends no traffic), and a rule
-/// without one fails every request it matches.
+/// Whether rule `rule` of `route` (its JSON) has a backend of weight above 0 that does not
+/// fail every request. The proxy leaves out the backends of weight 0 (a Gateway API weight of
+/// 0 sends no traffic), and a backend the controller could not resolve (a Service that does
+/// not exist) carries a filter that fails every request: a rule with neither kind left fails
+/// every request it matches.
 fn sends_to_a_backend(route: &Value, rule: usize) -> bool {
     route["rules"][rule]["backends"]
         .as_array()
-        .is_some_and(|backends| backends.iter().any(|b| b["weight"].as_u64() > Some(0)))
+        .is_some_and(|backends| {
+            backends.iter().any(|b| {
+                b["weight"].as_u64() > Some(0) && b["failures"].as_array().is_none_or(Vec::is_empty)
+            })
+        })
 }
 
 /// `route NAME rule N` (N from 1).

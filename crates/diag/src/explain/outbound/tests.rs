@@ -213,6 +213,79 @@ fn a_rule_whose_backends_all_have_weight_0_denies() {
     assert!(text.contains("weight 3 (100%) default:b1"), "{text}");
 }
 
+/// A redirect answers before any backend is chosen (newcomer finding: a redirect rule without
+/// a backend was "denied", one without backendRefs "routed" without a word of the redirect);
+/// a rule whose only backend the controller could not resolve fails every request (newcomer
+/// finding: it was "routed").
+#[test]
+fn redirects_answer_and_backends_that_fail_everything_deny() {
+    use linkerd2_proxy_api::http_route::{HttpFailureInjector, RequestRedirect};
+    let request = Request {
+        method: "GET".into(),
+        path: "/".into(),
+        ..Default::default()
+    };
+    let redirect = |backends: &[u32]| {
+        http1_policy(
+            "redir",
+            http_route::Rule {
+                matches: vec![HttpRouteMatch::default()],
+                backends: Some(forwarding(backends)),
+                filters: vec![http_route::Filter {
+                    kind: Some(http_route::filter::Kind::Redirect(RequestRedirect {
+                        host: "example.com".into(),
+                        status: 301,
+                        ..Default::default()
+                    })),
+                }],
+                ..Default::default()
+            },
+        )
+    };
+    for backends in [&[][..], &[0], &[1]] {
+        let (_, decision) = explain_policy(&redirect(backends), &request).unwrap();
+        assert_eq!(
+            decision,
+            Decision::Allowed(
+                "redirected by route default:redir rule 1: the proxy answers HTTP 301 (no backend \
+                 is called)"
+                    .into()
+            ),
+            "{backends:?}"
+        );
+    }
+
+    let mut missing = forwarding(&[1]);
+    if let Some(http_route::distribution::Kind::RandomAvailable(ra)) = &mut missing.kind {
+        ra.backends[0].backend.as_mut().unwrap().filters = vec![http_route::Filter {
+            kind: Some(http_route::filter::Kind::FailureInjector(
+                HttpFailureInjector {
+                    status: 500,
+                    message: "Service not found missing-svc".into(),
+                    ratio: None,
+                },
+            )),
+        }];
+    }
+    let policy = http1_policy(
+        "missing",
+        http_route::Rule {
+            matches: vec![HttpRouteMatch::default()],
+            backends: Some(missing),
+            ..Default::default()
+        },
+    );
+    let (text, decision) = explain_policy(&policy, &request).unwrap();
+    assert_eq!(
+        decision,
+        Decision::Denied(format!("route default:missing rule 1 {NO_BACKEND}"))
+    );
+    assert!(
+        text.contains("fails 500 Service not found missing-svc"),
+        "{text}"
+    );
+}
+
 /// An EgressNetwork's `Deny` routes fail what they match: the proxy answers the request itself,
 /// so the request is denied, not routed; a failure injector that fails only some requests
 /// still routes.
