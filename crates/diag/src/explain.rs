@@ -129,14 +129,15 @@ pub(crate) fn line(key: &str, value: impl std::fmt::Display) -> String {
 
 /// A gRPC service (`emojivoto.v1.VotingService`) or method name for `--grpc-service` and
 /// `--grpc-method`: each is one segment of the call's path, so it cannot be empty or hold `/`,
-/// whitespace or control characters.
+/// `?`, `#`, whitespace or control characters.
 pub(crate) fn grpc_name(name: &str) -> Result<String, String> {
     if name.is_empty() {
         return Err("expected a name, not an empty string".into());
     }
+    // `?` and `#` would end the path: the rest would read as a query or a fragment.
     match name
         .chars()
-        .find(|c| *c == '/' || c.is_whitespace() || c.is_control())
+        .find(|c| matches!(c, '/' | '?' | '#') || c.is_whitespace() || c.is_control())
     {
         Some(c) => Err(format!(
             "{c:?} cannot be in a gRPC name (the call's path is /SERVICE/METHOD)"

@@ -118,6 +118,10 @@ pub enum Error {
     /// `explain` cannot answer the question.
     #[error(transparent)]
     Explain(#[from] explain::ExplainError),
+    /// The arguments cannot give an answer (`proxy-status` with no server to ask, or one server
+    /// named for both): what to give instead.
+    #[error("{0}")]
+    Usage(String),
     /// `proxy-status` could reach neither server: why, for each.
     #[error(
         "neither server could be reached: destination: {}; policy: {}",
@@ -163,11 +167,12 @@ impl Args {
 // === impl Error ===
 
 impl Error {
-    /// The process's exit status for this error: 2 when `explain` cannot answer, 3 when
-    /// `proxy-status` printed only some servers' streams, else 1 (for `explain`, a denial).
+    /// The process's exit status for this error: 2 when `explain` cannot answer or the
+    /// arguments cannot give an answer, 3 when `proxy-status` printed only some servers'
+    /// streams, else 1 (for `explain`, a denial).
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Explain(_) => 2,
+            Self::Explain(_) | Self::Usage(_) => 2,
             Self::LeftOut { .. } => 3,
             _ => 1,
         }

@@ -305,6 +305,30 @@ impl ProxyStatusArgs {
                 &self.policy_introspection,
             ),
         ];
+        let address = |a: &str| {
+            a.trim()
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_string()
+        };
+        match (
+            address(&self.destination_introspection),
+            address(&self.policy_introspection),
+        ) {
+            (d, p) if d.is_empty() && p.is_empty() => {
+                return Err(Error::Usage(
+                    "no server to ask: --destination-introspection and --policy-introspection are both empty".into(),
+                ));
+            }
+            (d, p) if d == p => {
+                return Err(Error::Usage(format!(
+                    "--destination-introspection and --policy-introspection both name {d}: give each server's own introspection address (destination's {}, policy-controller's {})",
+                    DEFAULT_DESTINATION_INTROSPECTION.trim_start_matches("http://"),
+                    DEFAULT_POLICY_INTROSPECTION.trim_start_matches("http://"),
+                )));
+            }
+            _ => {}
+        }
         let mut rows = Vec::new();
         let mut unreachable = Vec::new();
         let mut answered = 0;
@@ -387,7 +411,7 @@ impl ProxyStatusArgs {
                 let behind = rows.iter().filter(|(_, s)| s.behind).count();
                 let summary = format!(
                     "{}: {} stream{}, {} in sync, {} behind",
-                    self.pod,
+                    linkerd_runtime::log::escape_controls(&self.pod),
                     rows.len(),
                     if rows.len() == 1 { "" } else { "s" },
                     rows.len() - behind,

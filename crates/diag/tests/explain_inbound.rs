@@ -378,6 +378,8 @@ async fn bad_input_exits_2_with_the_reason_and_disturbs_nothing() {
     for (flag, name, why) in [
         ("--grpc-service", "bad service", "' '"),
         ("--grpc-service", "a/b", "'/'"),
+        ("--grpc-service", "a?x=1", "'?'"),
+        ("--grpc-service", "a#f", "'#'"),
         ("--grpc-service", "", "expected a name"),
     ] {
         let run = dst_diag(&[

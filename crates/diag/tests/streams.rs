@@ -316,27 +316,68 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
     let listed = json_lines(&listed);
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["pod"], pod.as_str());
-    // destination's address given for policy too: its streams are listed once, as
-    // destination's, and the mix-up is named (newcomer finding: they were listed twice, the
-    // second time as policy's, without a word).
-    let (code, stdout, stderr) = proxy_status(
+    // One address for both servers cannot answer for both (newcomer findings: destination's
+    // streams were listed twice, the second time as policy's; then once, exit 0, as if whole).
+    for (destination, policy) in [
+        (
+            s.destination_introspection.clone(),
+            s.destination_introspection.clone(),
+        ),
+        (
+            s.destination_introspection.clone(),
+            format!("http://{}/", s.destination_introspection),
+        ),
+    ] {
+        let (code, stdout, stderr) = proxy_status(&destination, &policy, &[]).await;
+        assert_eq!((code, stdout.as_str()), (Some(2), ""), "{stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "dst-diag: --destination-introspection and --policy-introspection both name {}: give each server's own introspection address",
+                s.destination_introspection
+            )),
+            "{stderr}"
+        );
+    }
+    // The pod as given is shown escaped in the header, as in the rows (newcomer finding).
+    let (code, stdout, stderr) = wait_output(dst_diag(&[
+        "proxy-status",
+        "emojivoto/web\u{1b}[31mRED",
+        "--destination-introspection",
         &s.destination_introspection,
-        &s.destination_introspection,
-        &[],
-    )
+        "--policy-introspection",
+        &s.policy_introspection,
+    ]))
     .await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
-        stdout.starts_with(&format!("{pod}: 1 stream, 1 in sync, 0 behind\nSERVER")),
+        stdout.starts_with("emojivoto/web\\u{1b}[31mRED: 0 streams, 0 in sync, 0 behind\n"),
         "{stdout}"
     );
-    assert!(!stdout.contains("policy"), "{stdout}");
+    let (code, _, stderr) = proxy_status("", " ", &[]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("no server to ask"), "{stderr}");
+    // Swapped: each server's streams are labelled by their API, and each flag's mix-up named.
+    let (code, stdout, stderr) = proxy_status(
+        &s.policy_introspection,
+        &s.destination_introspection,
+        &["-o", "json"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let rows = json_lines(&stdout);
+    let labelled: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["server"].as_str().unwrap(), r["api"].as_str().unwrap()))
+        .collect();
+    assert_eq!(labelled, [("policy", "WatchPort"), ("destination", "Get")]);
     assert_eq!(
         stderr,
         format!(
-            "dst-diag: --policy-introspection {} listed Get streams, which are destination's: is \
+            "dst-diag: --destination-introspection {} listed WatchPort streams, which are policy's: \
+             is it policy's introspection address? They are shown as policy's\n\
+             dst-diag: --policy-introspection {} listed Get streams, which are destination's: is \
              it destination's introspection address? They are shown as destination's\n",
-            s.destination_introspection
+            s.policy_introspection, s.destination_introspection
         )
     );
 
