@@ -1,7 +1,5 @@
 //! The context token a proxy sends with every request: who is asking, and from where.
 
-use serde::Deserialize;
-
 use crate::authority::{MAX_LABEL, MAX_NAME};
 
 /// A parsed `context_token` (spec/destination.md §C.1).
@@ -11,20 +9,37 @@ use crate::authority::{MAX_LABEL, MAX_NAME};
 /// never an error. A field longer than Kubernetes allows for what it names (63 bytes for a
 /// namespace, 253 for a pod or node name) names nothing and is dropped: a stream keeps its
 /// token's fields (the node name is a metric label), and the request may carry 64 KiB.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContextToken {
     /// The client's namespace.
-    #[serde(default)]
     pub ns: Option<String>,
     /// The client's node, used for topology hints and `internalTrafficPolicy: Local`.
-    #[serde(default, rename = "nodeName")]
     pub node_name: Option<String>,
     /// The client pod (only logged).
-    #[serde(default)]
     pub pod: Option<String>,
 }
 
 impl ContextToken {
+    /// A JSON object's `ns`, `nodeName` and `pod` strings (`null` is absent). A key given
+    /// twice counts with its last value, as Go's `encoding/json` reads it upstream (serde's
+    /// derive refuses the object); a field that is neither a string nor `null` refuses it,
+    /// as there. `None` when `token` is not such an object.
+    fn from_json(token: &str) -> Option<Self> {
+        let serde_json::Value::Object(mut fields) = serde_json::from_str(token).ok()? else {
+            return None;
+        };
+        let mut field = |key: &str| match fields.remove(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(value)) => Ok(Some(value)),
+            Some(_) => Err(()),
+        };
+        Some(Self {
+            ns: field("ns").ok()?,
+            node_name: field("nodeName").ok()?,
+            pod: field("pod").ok()?,
+        })
+    }
+
     /// The client pod as `namespace/name`, when the token names both.
     pub fn pod_ref(&self) -> Option<String> {
         match (&self.ns, &self.pod) {
@@ -38,7 +53,7 @@ impl ContextToken {
     /// Parses a token; never fails.
     pub fn parse(token: &str) -> Self {
         let token = token.trim();
-        let parsed = if let Ok(parsed) = serde_json::from_str::<Self>(token) {
+        let parsed = if let Some(parsed) = Self::from_json(token) {
             parsed
         } else {
             match token.strip_prefix("ns:") {
@@ -97,6 +112,14 @@ mod tests {
             ContextToken::parse(&format!("ns:{}", "n".repeat(64))),
             ContextToken::default()
         );
+    }
+
+    /// Newcomer finding: a key given twice dropped the whole token; upstream's Go decoder
+    /// takes the last value.
+    #[test]
+    fn a_key_given_twice_counts_with_its_last_value() {
+        let t = ContextToken::parse(r#"{"ns":"other","pod":"web-0","ns":"emojivoto"}"#);
+        assert_eq!(t.pod_ref().as_deref(), Some("emojivoto/web-0"));
     }
 
     #[test]
