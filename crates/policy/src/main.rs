@@ -68,9 +68,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let watches = watches.start(&source).await;
     let status_writer = match (&source, status_index) {
-        (ClusterSource::Kube(kube), Some(index)) => {
-            Some(start_status_writer(&args, kube.client(), index, status_metrics).await?)
-        }
+        (ClusterSource::Kube(kube), Some(index)) => Some(
+            start_status_writer(&args, kube.client(), index, watches.ready(), status_metrics)
+                .await?,
+        ),
         _ => None,
     };
 
@@ -149,6 +150,7 @@ async fn start_status_writer(
     args: &Args,
     client: kube::Client,
     index: StatusIndex,
+    synced: tokio::sync::watch::Receiver<bool>,
     metrics: StatusMetrics,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<(), StatusError>>> {
     let claimant = std::env::var("HOSTNAME")
@@ -190,5 +192,7 @@ async fn start_status_writer(
     };
     let leadership = lease::spawn(Api::<Lease>::namespaced(client.clone(), namespace), config);
     let config = StatusConfig::new(Duration::from_millis(args.patch_timeout_ms));
-    Ok(status::spawn(index, client, leadership, config, metrics))
+    Ok(status::spawn(
+        index, client, leadership, synced, config, metrics,
+    ))
 }

@@ -35,7 +35,10 @@ use std::{
     time::Duration,
 };
 use tokio::{
-    sync::mpsc::{self, error::TrySendError},
+    sync::{
+        mpsc::{self, error::TrySendError},
+        watch,
+    },
     task::JoinHandle,
     time::Instant,
 };
@@ -231,10 +234,15 @@ impl StatusMetrics {
 /// Starts the controller and the writer; returns the controller's task, which ends with
 /// [`StatusError::LeaseEnded`] if the Lease task does (the writer ends with it). Must be called
 /// within a Tokio runtime.
+///
+/// Nothing is reconciled until `synced` is true: every watched kind's initial list is in the
+/// index (`Watches::ready`). Before that, a route whose backend Services were not listed yet
+/// would be written `BackendNotFound`, then written again once they were.
 pub fn spawn(
     index: StatusIndex,
     client: Client,
     leadership: Leadership,
+    synced: watch::Receiver<bool>,
     config: StatusConfig,
     metrics: StatusMetrics,
 ) -> JoinHandle<Result<(), StatusError>> {
@@ -248,14 +256,22 @@ pub fn spawn(
         metrics.clone(),
         in_flight.clone(),
     ));
-    tokio::spawn(reconcile(
-        index,
-        leadership,
-        tx,
-        config.reconcile_period,
-        metrics,
-        in_flight,
-    ))
+    tokio::spawn(async move {
+        let mut synced = synced;
+        // A sender gone before the lists were in: the process is ending.
+        if synced.wait_for(|synced| *synced).await.is_err() {
+            return Ok(());
+        }
+        reconcile(
+            index,
+            leadership,
+            tx,
+            config.reconcile_period,
+            metrics,
+            in_flight,
+        )
+        .await
+    })
 }
 
 /// Enqueues the patches of every object whose status differs, while leader, unless the same

@@ -303,6 +303,11 @@ async fn wait_leader(leadership: &mut Leadership, value: bool) {
     assert!(waited.is_ok(), "leadership did not become {value}");
 }
 
+/// Every watched kind listed: the writer may reconcile.
+fn synced() -> tokio::sync::watch::Receiver<bool> {
+    tokio::sync::watch::channel(true).1
+}
+
 /// The patch body whose `status.parents` strips condition times (they are "now").
 fn without_times(mut body: Value) -> Value {
     for parent in body["status"]["parents"]
@@ -338,6 +343,7 @@ async fn writes_only_once_the_lease_is_ours() {
         index.index().clone(),
         client(addr),
         leadership.clone(),
+        synced(),
         status_config(100),
         StatusMetrics::default(),
     );
@@ -408,6 +414,7 @@ async fn a_status_in_place_is_not_sent_again_and_other_controllers_entries_survi
         index.index().clone(),
         client(addr),
         Leadership::fixed(true),
+        synced(),
         status_config(100),
         StatusMetrics::default(),
     );
@@ -435,6 +442,7 @@ async fn writes_stop_when_the_lease_is_lost() {
         index.index().clone(),
         client(addr),
         leadership.clone(),
+        synced(),
         status_config(100),
         StatusMetrics::default(),
     );
@@ -489,6 +497,7 @@ async fn queue_overflows_are_counted() {
         index.index().clone(),
         client(addr),
         Leadership::fixed(true),
+        synced(),
         status_config(1),
         metrics,
     );
@@ -528,6 +537,7 @@ status:
         index.index().clone(),
         client(addr),
         Leadership::fixed(true),
+        synced(),
         status_config(100),
         StatusMetrics::default(),
     );
@@ -578,6 +588,7 @@ async fn tls_and_tcp_route_statuses_are_patched() {
         index.index().clone(),
         client(addr),
         Leadership::fixed(true),
+        synced(),
         status_config(100),
         StatusMetrics::default(),
     );
@@ -657,6 +668,7 @@ async fn statuses_in_flight_are_not_sent_again() {
         index.index().clone(),
         client(addr),
         Leadership::fixed(true),
+        synced(),
         status_config(100),
         metrics,
     );
@@ -694,6 +706,7 @@ async fn a_status_observed_and_then_reset_is_sent_again() {
         index.index().clone(),
         client(addr),
         Leadership::fixed(true),
+        synced(),
         status_config(100),
         StatusMetrics::default(),
     );
@@ -721,6 +734,7 @@ async fn a_failed_patch_is_retried() {
         index.index().clone(),
         client(addr),
         Leadership::fixed(true),
+        synced(),
         status_config(100),
         metrics,
     );
@@ -753,9 +767,36 @@ fn spawn_leader(
         index.index().clone(),
         client(addr),
         Leadership::fixed(true),
+        synced(),
         config,
         StatusMetrics::default(),
     )
+}
+
+/// Nothing is written before every watched kind's initial list is in the index (a CI run
+/// found each route written twice: `BackendNotFound` while the Services were still listing,
+/// then `Accepted`); once it is, each status is written once.
+#[tokio::test]
+async fn nothing_is_written_before_the_index_has_every_initial_list() {
+    let (addr, api) = start_api().await;
+    let index = index();
+    apply_route(&index, "r", json!([theirs()]));
+    let (lists_in, synced) = tokio::sync::watch::channel(false);
+    let _writer = status::spawn(
+        index.index().clone(),
+        client(addr),
+        Leadership::fixed(true),
+        synced,
+        status_config(100),
+        StatusMetrics::default(),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    apply_route(&index, "r2", json!([]));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(patched(&api.lock().unwrap().log).is_empty());
+    lists_in.send_replace(true);
+    let log = wait_log(&api, "both patches", |log| patched(log).len() >= 2).await;
+    assert_eq!(patched(&log), ["r", "r2"]);
 }
 
 /// The periodic reconciliation forgets what has been in flight for a period: a write never
