@@ -186,15 +186,9 @@ impl StreamsArgs {
 /// API of the other container is a common mistake (`--api WatchPort` on destination's port).
 /// `None` for a name that is not one of the four, or when `asked` is that container's address.
 fn served_by(api: &str, asked: &str) -> Option<String> {
-    let (binary, default) = match api {
-        "Get" | "GetProfile" => ("destination", DEFAULT_DESTINATION_INTROSPECTION),
-        "WatchPort" | "Watch" => ("policy-controller", DEFAULT_POLICY_INTROSPECTION),
-        _ => return None,
-    };
-    let address = |a: &str| {
-        a.trim_start_matches("http://")
-            .trim_end_matches('/')
-            .to_string()
+    let (binary, default) = match server_of(api)? {
+        "destination" => ("destination", DEFAULT_DESTINATION_INTROSPECTION),
+        _ => ("policy-controller", DEFAULT_POLICY_INTROSPECTION),
     };
     if address(asked) == address(default) {
         return None;
@@ -202,7 +196,7 @@ fn served_by(api: &str, asked: &str) -> Option<String> {
     Some(format!(
         "no open {api} streams here; {api} streams are {binary}'s, whose introspection API the \
          pod serves on {} (--introspection)",
-        default.trim_start_matches("http://")
+        address(default)
     ))
 }
 
@@ -305,12 +299,6 @@ impl ProxyStatusArgs {
                 &self.policy_introspection,
             ),
         ];
-        let address = |a: &str| {
-            a.trim()
-                .trim_start_matches("http://")
-                .trim_end_matches('/')
-                .to_string()
-        };
         match (
             address(&self.destination_introspection),
             address(&self.policy_introspection),
@@ -323,8 +311,8 @@ impl ProxyStatusArgs {
             (d, p) if d == p => {
                 return Err(Error::Usage(format!(
                     "--destination-introspection and --policy-introspection both name {d}: give each server's own introspection address (destination's {}, policy-controller's {})",
-                    DEFAULT_DESTINATION_INTROSPECTION.trim_start_matches("http://"),
-                    DEFAULT_POLICY_INTROSPECTION.trim_start_matches("http://"),
+                    address(DEFAULT_DESTINATION_INTROSPECTION),
+                    address(DEFAULT_POLICY_INTROSPECTION),
                 )));
             }
             _ => {}
@@ -344,7 +332,7 @@ impl ProxyStatusArgs {
                     }
                     for stream in streams {
                         // Each row is labelled by the server its API belongs to, and listed
-                        // once when both flags name one server.
+                        // once should two spellings of one address (`localhost`) name it.
                         let owner = server_of(&stream.api).unwrap_or(server);
                         if !rows
                             .iter()
@@ -422,6 +410,15 @@ impl ProxyStatusArgs {
         }
         left_out.map_or(Ok(()), Err)
     }
+}
+
+/// An introspection address as the flags may write it (`http://host:port/`), without its
+/// scheme, trailing slash and surrounding whitespace: two spellings of one address compare
+/// equal.
+fn address(flag: &str) -> &str {
+    flag.trim()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
 }
 
 /// The server whose API `api` is (`destination` or `policy`, as `proxy-status` labels them).
