@@ -326,7 +326,7 @@ impl<'de> Deserialize<'de> for LinkerdAnnotations {
                     if LinkerdAnnotations::keeps(&key) {
                         kept.insert(key.into_owned(), map.next_value::<String>()?);
                     } else {
-                        map.next_value::<de::IgnoredAny>()?;
+                        map.next_value::<SkippedString>()?;
                     }
                 }
                 Ok(LinkerdAnnotations(kept))
@@ -334,6 +334,30 @@ impl<'de> Deserialize<'de> for LinkerdAnnotations {
         }
 
         deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// A string value read and thrown away without allocating. Anything else (a list, a map) is
+/// an error, as it is for a label value: the API server refuses such an object.
+struct SkippedString;
+
+impl<'de> Deserialize<'de> for SkippedString {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+
+        impl de::Visitor<'_> for Visitor {
+            type Value = SkippedString;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(SkippedString)
+            }
+        }
+
+        deserializer.deserialize_str(Visitor)
     }
 }
 
@@ -431,6 +455,35 @@ mod tests {
         assert!(meta.labels.is_empty());
         assert_eq!(meta.owner_references[0].kind, "ReplicaSet");
         assert_eq!(meta.owner_references[0].name, "web-5f7b");
+    }
+
+    /// An annotation the index skips is still checked to be a string, as a label is: the API
+    /// server refuses an object whose annotation holds a list or a map.
+    #[test]
+    fn a_skipped_annotation_must_be_a_string() {
+        let decode = |value: serde_json::Value| {
+            serde_json::from_value::<Metadata>(serde_json::json!({
+                "name": "web",
+                "annotations": {"example.com/owner": value, "config.linkerd.io/opaque-ports": "3306"},
+            }))
+        };
+        let meta = decode(serde_json::json!("team-a")).unwrap();
+        assert_eq!(
+            meta.annotations.0.keys().collect::<Vec<_>>(),
+            ["config.linkerd.io/opaque-ports"]
+        );
+        for value in [
+            serde_json::json!(["a", "b"]),
+            serde_json::json!({"a": "b"}),
+            serde_json::json!(7),
+            serde_json::json!(null),
+        ] {
+            let error = decode(value.clone()).unwrap_err().to_string();
+            assert!(
+                error.contains("invalid type") && error.contains("expected a string"),
+                "{value}: {error}"
+            );
+        }
     }
 
     #[test]
