@@ -3,7 +3,10 @@
 
 mod support;
 
-use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{
+    core::v1::{Pod, Service},
+    discovery::v1::EndpointSlice,
+};
 use linkerd_index::model::decode_json;
 use std::net::IpAddr;
 use support::logged;
@@ -75,6 +78,79 @@ fn a_slice_address_that_does_not_parse_is_logged_and_skipped_alone() {
     let (decoded, log) = logged(|| decode_json::<EndpointSlice>(&fqdn));
     assert!(decoded.expect("decodes").endpoints[0].addresses.is_empty());
     assert!(!log.contains("not an IP address"), "{log}");
+}
+
+/// An address of the other family than the slice's `addressType` (the API server refuses
+/// it) is logged and skipped alone, in either direction.
+#[test]
+fn a_slice_address_of_the_other_family_is_logged_and_skipped_alone() {
+    for (address_type, good, other) in [
+        ("IPv4", "10.0.0.8", "fd00::8"),
+        ("IPv6", "fd00::9", "10.0.0.9"),
+    ] {
+        let slice = format!(
+            r#"{{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
+            "metadata":{{"name":"web-{address_type}","namespace":"shop"}},
+            "addressType":"{address_type}","ports":[{{"port":8080}}],
+            "endpoints":[{{"addresses":["{other}"]}},{{"addresses":["{good}"]}}]}}"#
+        );
+        let (decoded, log) = logged(|| decode_json::<EndpointSlice>(&slice));
+        let slice = decoded.expect("the slice decodes");
+        let addresses: Vec<Vec<IpAddr>> = slice
+            .endpoints
+            .iter()
+            .map(|e| e.addresses.clone())
+            .collect();
+        assert_eq!(addresses, [vec![], vec![good.parse::<IpAddr>().unwrap()]]);
+        assert!(
+            log.contains(&format!("shop/web-{address_type}"))
+                && log.contains(other)
+                && log.contains(&format!("not of the object's address type {address_type}")),
+            "{log}"
+        );
+    }
+}
+
+/// A cluster IP that does not parse is logged and skipped alone; `None` (headless) and `""`
+/// (a manifest leaving it to the API server) are no typos.
+#[test]
+fn a_cluster_ip_that_does_not_parse_is_logged_and_skipped_alone() {
+    let service = |spec: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"web","namespace":"shop"}},
+            "spec":{{{spec},"ports":[{{"port":80}}]}}}}"#
+        )
+    };
+    let (decoded, log) = logged(|| decode_json::<Service>(&service(r#""clusterIP":"10.0.0.300""#)));
+    assert!(decoded.expect("the service decodes").cluster_ips.is_empty());
+    assert!(
+        log.contains("shop/web")
+            && log.contains("field=spec.clusterIP ")
+            && log.contains("10.0.0.300"),
+        "{log}"
+    );
+
+    let (decoded, log) = logged(|| {
+        decode_json::<Service>(&service(
+            r#""clusterIP":"10.0.0.12","clusterIPs":["10.0.0.12","fd00::12x"]"#,
+        ))
+    });
+    let ips = decoded.expect("the service decodes").cluster_ips;
+    assert_eq!(ips, ["10.0.0.12".parse::<IpAddr>().unwrap()]);
+    assert!(
+        log.contains("spec.clusterIPs") && log.contains("fd00::12x"),
+        "{log}"
+    );
+
+    for spec in [
+        r#""clusterIP":"None""#,
+        r#""clusterIP":"""#,
+        r#""clusterIPs":["None"]"#,
+    ] {
+        let (decoded, log) = logged(|| decode_json::<Service>(&service(spec)));
+        assert!(decoded.expect("decodes").cluster_ips.is_empty(), "{spec}");
+        assert!(!log.contains("skipping"), "{spec}: {log}");
+    }
 }
 
 fn slice_json_fqdn() -> String {

@@ -305,7 +305,7 @@ impl SliceSpec {
                 owner_references: owner.map(|o| vec![o]),
                 ..ObjectMeta::default()
             },
-            address_type: address_type_name(self.address_type).to_string(),
+            address_type: self.address_type.as_str().to_string(),
             endpoints: self
                 .endpoints
                 .iter()
@@ -435,7 +435,7 @@ pub fn desired_groups<'a>(
                 .ips
                 .iter()
                 .copied()
-                .filter(|ip| family_of(*ip) == family)
+                .filter(|ip| AddressType::of(*ip) == family)
                 .collect();
             if addresses.is_empty() {
                 continue;
@@ -656,21 +656,6 @@ pub fn offline_slices(svc: &ServiceInfo, groups: &[EndpointGroup]) -> Vec<Arc<Sl
             }
         })
         .collect()
-}
-
-fn family_of(ip: IpAddr) -> AddressType {
-    match ip {
-        IpAddr::V4(_) => AddressType::IPv4,
-        IpAddr::V6(_) => AddressType::IPv6,
-    }
-}
-
-fn address_type_name(family: AddressType) -> &'static str {
-    match family {
-        AddressType::IPv4 => "IPv4",
-        AddressType::IPv6 => "IPv6",
-        AddressType::Fqdn => "FQDN",
-    }
 }
 
 #[cfg(test)]

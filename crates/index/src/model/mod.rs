@@ -97,18 +97,27 @@ pub struct OwnerRef {
 }
 
 /// `addresses` parsed as IP addresses, for field `field` of object `kind` `namespace/name`.
-/// An address that does not parse is logged, naming the object, the field and the value, and
+/// An address that does not parse, or is not of `family` when one is given (an IPv6 address
+/// in an `IPv4` EndpointSlice), is logged, naming the object, the field and the value, and
 /// skipped; the others are kept (the API server validates these fields, so this is a
 /// hand-written manifest's typo, which must not take the object's other addresses with it).
 pub(crate) fn parse_ips(
     (kind, namespace, name): (&str, &str, &str),
     field: &str,
     addresses: &[String],
+    family: Option<AddressType>,
 ) -> Vec<std::net::IpAddr> {
     let mut ips = Vec::with_capacity(addresses.len());
     for address in addresses {
-        match address.parse() {
-            Ok(ip) => ips.push(ip),
+        match address.parse::<std::net::IpAddr>() {
+            Ok(ip) => match family {
+                Some(family) if family != AddressType::of(ip) => tracing::warn!(
+                    %kind, object = %format!("{namespace}/{name}"), %field, %address,
+                    "skipping an address that is not of the object's address type {}",
+                    family.as_str()
+                ),
+                _ => ips.push(ip),
+            },
             Err(_) => tracing::warn!(
                 %kind, object = %format!("{namespace}/{name}"), %field, %address,
                 "skipping an address that is not an IP address"

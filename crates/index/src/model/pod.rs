@@ -202,7 +202,7 @@ impl PodInfo {
             .unwrap_or_default();
         let probe_paths = probe_paths(&containers);
         let object = ("Pod", namespace.as_str(), name.as_str());
-        let mut ips: Vec<IpAddr> = super::parse_ips(object, ips_field, &ips);
+        let mut ips: Vec<IpAddr> = super::parse_ips(object, ips_field, &ips, None);
         ips.shrink_to_fit();
         Ok(Self {
             probe_paths,
@@ -219,7 +219,7 @@ impl PodInfo {
             phase: status.phase,
             terminating: metadata.deletion_timestamp.is_some(),
             ips,
-            host_ips: super::parse_ips(object, "status.hostIPs", &host_ips),
+            host_ips: super::parse_ips(object, "status.hostIPs", &host_ips, None),
             owner,
             container_ports,
             proxy,

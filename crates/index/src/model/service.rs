@@ -114,11 +114,14 @@ impl ServiceInfo {
             });
         }
         let headless = spec.cluster_ip.as_deref() == Some("None");
-        let ips = if spec.cluster_ips.is_empty() {
-            spec.cluster_ip.into_iter().collect()
+        let (ips_field, mut ips) = if spec.cluster_ips.is_empty() {
+            ("spec.clusterIP", spec.cluster_ip.into_iter().collect())
         } else {
-            spec.cluster_ips
+            ("spec.clusterIPs", spec.cluster_ips)
         };
+        // `None` (headless) and `""` (not yet allocated) are no addresses, and no typos.
+        ips.retain(|ip| ip != "None" && !ip.is_empty());
+        let cluster_ips = super::parse_ips(("Service", &namespace, &name), ips_field, &ips, None);
         let annotations = svc.metadata.annotations.0;
         let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
             PortSet::parse_annotation(list, |n| {
@@ -146,7 +149,7 @@ impl ServiceInfo {
             ip_families,
             external_name: spec.type_.as_deref() == Some("ExternalName"),
             internal_traffic_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
-            cluster_ips: ips.iter().filter_map(|ip| ip.parse().ok()).collect(),
+            cluster_ips,
             ports,
             opaque_ports,
             annotations,

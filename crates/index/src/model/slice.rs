@@ -39,6 +39,25 @@ pub enum AddressType {
     Fqdn,
 }
 
+impl AddressType {
+    /// The family of `ip`: `IPv4` or `IPv6`.
+    pub fn of(ip: std::net::IpAddr) -> Self {
+        match ip {
+            std::net::IpAddr::V4(_) => Self::IPv4,
+            std::net::IpAddr::V6(_) => Self::IPv6,
+        }
+    }
+
+    /// The name the API gives it in `addressType`: `IPv4`, `IPv6` or `FQDN`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::IPv4 => "IPv4",
+            Self::IPv6 => "IPv6",
+            Self::Fqdn => "FQDN",
+        }
+    }
+}
+
 /// One `ports[]` entry of an EndpointSlice.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlicePort {
@@ -129,7 +148,12 @@ impl SliceInfo {
                         Vec::new()
                     } else {
                         let object = ("EndpointSlice", namespace.as_str(), name.as_str());
-                        super::parse_ips(object, "endpoints.addresses", &ep.addresses)
+                        super::parse_ips(
+                            object,
+                            "endpoints.addresses",
+                            &ep.addresses,
+                            Some(address_type),
+                        )
                     },
                     ready: ep.conditions.and_then(|c| c.ready).unwrap_or(true),
                     hostname: ep.hostname,
