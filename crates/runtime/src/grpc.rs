@@ -37,7 +37,7 @@ use tonic_prost::{ProstDecoder, ProstEncoder};
 
 mod server;
 
-pub use self::server::{GrpcService, Http2Settings, serve};
+pub use self::server::{GrpcService, Http2Settings, ResetByClient, serve};
 
 /// The connections accepted on `listener`, with `TCP_NODELAY` set on each: without it a
 /// small reply sent while an earlier one is unacknowledged waits for the peer's delayed ACK
@@ -183,8 +183,9 @@ pub trait StreamingMethod: Clone + Send + Sync + 'static {
     ) -> BoxFuture<tonic::Response<Self::Stream>, Status>;
 
     /// Told of a call answered `code` without [`Self::call`]: its request did not decode
-    /// (`INTERNAL`), was over [`MAX_REQUEST_BYTES`] (`OUT_OF_RANGE`), or did not arrive whole
-    /// within [`Http2Settings::request_body_timeout`] (`DEADLINE_EXCEEDED`). A server counts it
+    /// (`INTERNAL`), was over [`MAX_REQUEST_BYTES`] (`OUT_OF_RANGE`), did not arrive whole
+    /// within [`Http2Settings::request_body_timeout`] (`DEADLINE_EXCEEDED`), or its client
+    /// reset the stream before it arrived (`CANCELLED`, [`ResetByClient`]). A server counts it
     /// as started and handled with `code`, as go-grpc-prometheus counts a call whose handler
     /// failed to receive its request; by default nothing is counted.
     fn refused(&self, code: tonic::Code) {
@@ -241,6 +242,13 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         if request.uri().path() != M::PATH {
             return Box::pin(self.inner.call(request));
+        }
+        if request.extensions().get::<ResetByClient>().is_some() {
+            // Told here: tonic would answer `INTERNAL` (no message), and the client is gone.
+            self.method.refused(tonic::Code::Cancelled);
+            let status =
+                Status::cancelled("the client reset the stream before its request arrived");
+            return Box::pin(std::future::ready(Ok(status.into_http())));
         }
         // tonic decodes the request and builds the response head (or the error); the method's
         // stream is taken out of its hands and sent by a `WatchBody`.

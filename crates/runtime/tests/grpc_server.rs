@@ -967,3 +967,49 @@ async fn a_request_declaring_too_large_a_message_is_refused_at_once() {
     assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
     assert_eq!(*log.refused.lock().unwrap(), [tonic::Code::OutOfRange]);
 }
+
+/// A client that resets its stream before its request arrives whole (a proxy giving up on a
+/// slow control plane) is counted as `CANCELLED`, as go-grpc-prometheus counts a handler
+/// whose request receive was canceled.
+#[tokio::test]
+async fn a_call_reset_before_its_request_arrives_is_told_as_cancelled() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_changes, rx) = watch::channel(0);
+    let log = RefusalLog::default();
+    let routes = Routes::new(WatchStreams::new(
+        DestinationServer::new(Changes(rx)),
+        log.clone(),
+    ));
+    tokio::spawn(serve(
+        listener,
+        routes,
+        Http2Settings::default(),
+        std::future::pending(),
+    ));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let call = tokio::spawn({
+        let channel = channel.clone();
+        async move { answer_to(&channel, futures::stream::pending::<GetDestination>()).await }
+    });
+    // The headers go out at once; the message never does. Then the client gives up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    call.abort();
+    let _ = call.await;
+    let told = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Some(code) = log.refused.lock().unwrap().first().copied() {
+                return code;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the reset call is told to the method");
+    assert_eq!(told, tonic::Code::Cancelled);
+    assert!(log.called.lock().unwrap().is_empty());
+}

@@ -411,6 +411,15 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
         };
         let (mut parts, rest) = request.into_parts();
         parts.extensions.insert(context.connect_info.clone());
+        // A body ending in `CANCELLED` is the client's reset (tonic maps `RST_STREAM(CANCEL)`
+        // so), which tonic would read as an end and answer `INTERNAL` for the missing message.
+        if received
+            .error
+            .as_ref()
+            .is_some_and(|e| e.code() == tonic::Code::Cancelled)
+        {
+            parts.extensions.insert(ResetByClient);
+        }
         let body_timeout = context.body_timeout;
         let rest = match ended {
             true => None,
@@ -427,6 +436,12 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
         self.poll(cx)
     }
 }
+
+/// Put in the extensions of a request whose client reset its stream (`RST_STREAM` with
+/// `CANCEL`) before the request arrived whole: [`super::WatchStreams`] counts the call
+/// `CANCELLED` without handing it to tonic, which would read the reset as the body's end.
+#[derive(Clone, Copy, Debug)]
+pub struct ResetByClient;
 
 /// How a request that has not arrived whole within `body_timeout` of its headers ends:
 /// `DEADLINE_EXCEEDED`, saying whether its message came.
