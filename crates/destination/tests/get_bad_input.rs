@@ -139,7 +139,7 @@ async fn malformed_state_files_are_skipped_and_the_rest_is_served() {
 }
 
 #[tokio::test]
-async fn conflicting_duplicates_keep_the_first_file() {
+async fn conflicting_duplicates_keep_the_last_file() {
     let dir = StateDir::new();
     dir.write(
         "a.yaml",
@@ -167,8 +167,9 @@ async fn conflicting_duplicates_keep_the_first_file() {
         )],
     );
     let mut h = Harness::start(dir.path()).await;
+    // b.yaml's, as `kubectl apply -f DIR` (files in path order) leaves it.
     let svc = h.index.service("shop", "web").unwrap();
-    assert_eq!(svc.ports.iter().map(|p| p.port).collect::<Vec<_>>(), [80]);
-    let mut stream = h.get("web.shop.svc.cluster.local:80", "").await.unwrap();
+    assert_eq!(svc.ports.iter().map(|p| p.port).collect::<Vec<_>>(), [81]);
+    let mut stream = h.get("web.shop.svc.cluster.local:81", "").await.unwrap();
     assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.1:8080")]);
 }

@@ -220,7 +220,7 @@ impl IndexMetrics {
         );
         registry.register(
             "offline_conflicting_objects",
-            "Objects defined differently in two state-directory files (the first file wins)",
+            "Objects defined differently in two state-directory files (the last file in path order wins)",
             metrics.conflicting_objects.family.clone(),
         );
         metrics

@@ -9,7 +9,7 @@
 //! kind gets the `Apply`/`Delete` events a watch would have, for the objects whose served
 //! definition changed. A file that does not parse is logged by name and counted; its last good
 //! contents (if any) keep being served, so a half-saved edit loses nothing. An object defined
-//! identically in two files is one object; differently, the first file (by path) wins and the
+//! identically in two files is one object; differently, the last file (by path) wins and the
 //! conflict is logged and counted, by the read that makes or leaves it (`new_conflict`). Files
 //! larger than [`MAX_FILE_BYTES`], and YAML files nested deeper than [`MAX_NESTING`] are
 //! refused.
@@ -144,7 +144,8 @@ struct StateDir {
     /// ([`link_hops`]): a change at one of those is a change of the manifest, notified in
     /// another directory ([`Followed`]) or under another name.
     links: BTreeMap<PathBuf, Vec<PathBuf>>,
-    /// Every definition of each object, in file path order: the first one is served.
+    /// Every definition of each object, the served one first: the last file's (in path order),
+    /// and in that file its last definition, as `kubectl apply -f DIR` would leave the object.
     defs: HashMap<ObjectId, Definitions>,
     /// The watched kinds, by `(group, kind)`.
     feeds: HashMap<TypeKey, Arc<dyn KindFeed>>,
@@ -197,7 +198,8 @@ enum Loaded {
 /// to another file (a ConfigMap volume's update) even when size and time match.
 type Stamp = (u64, std::time::SystemTime, u64);
 
-/// The files defining one object and the digest of their definition of it, in path order.
+/// The files defining one object and the digest of their definition of it, served first: in
+/// reverse path order, and within one file in reverse order of definition.
 type Definitions = Vec<(Arc<Path>, Digest)>;
 /// The file that served an object before a read, and the files the read found it in.
 type ConflictCheck = (Option<Arc<Path>>, Vec<Arc<Path>>);
@@ -894,9 +896,10 @@ impl StateDir {
             if let Some(news) = new_by_key.remove(&key)
                 && let Some(shared) = &shared
             {
-                // Definitions stay in path order; several in one file keep their file order.
-                let at = defs.partition_point(|(p, _)| **p < *path);
-                defs.splice(at..at, news.into_iter().map(|d| (shared.clone(), d)));
+                // Definitions stay in reverse path order; several in one file, in reverse
+                // file order.
+                let at = defs.partition_point(|(p, _)| **p > *path);
+                defs.splice(at..at, news.into_iter().rev().map(|d| (shared.clone(), d)));
             }
             // Judged once the read has applied every file it read: files read together (two
             // links to one file, a file and a link to it) agree again only then.
@@ -924,27 +927,28 @@ impl StateDir {
             };
             let mut conflict: Option<(&Path, BTreeSet<&Path>)> = None;
             for path in &paths {
-                if let Some((first, ignored)) = new_conflict(defs, path, served_before.as_deref()) {
+                if let Some((served, ignored)) = new_conflict(defs, path, served_before.as_deref())
+                {
                     conflict
-                        .get_or_insert_with(|| (first, BTreeSet::new()))
+                        .get_or_insert_with(|| (served, BTreeSet::new()))
                         .1
                         .extend(ignored);
                 }
             }
-            let Some((first, ignored)) = conflict else {
+            let Some((served, ignored)) = conflict else {
                 continue;
             };
             // Two definitions in one file (a List naming an object twice) are told apart
             // from two files, whose paths alone would say it.
-            let what = if ignored.iter().all(|p| *p == first) {
-                "object defined differently twice in one file; keeping its first definition"
+            let what = if ignored.iter().all(|p| *p == served) {
+                "object defined differently twice in one file; keeping its last definition"
             } else {
-                "object defined differently in two files; keeping the first"
+                "object defined differently in two files; keeping the last file's"
             };
             let ignored: Vec<String> = ignored.iter().map(|p| p.display().to_string()).collect();
             tracing::warn!(
                 kind = %key.0.1, namespace = %key.1.0, name = %key.1.1,
-                first = %first.display(), ignored = %ignored.join(", "),
+                served = %served.display(), ignored = %ignored.join(", "),
                 "{what}"
             );
             self.metrics.conflicting_objects.inc();
@@ -1097,11 +1101,11 @@ impl StateDir {
 }
 
 /// The conflict to report after the file at `path` was read, given an object's definitions
-/// in path order and the file served before the read: the file whose definition is served and
+/// ([`Definitions`], served first) and the file served before the read: the file whose definition is served and
 /// those that define the object differently. A read reports the conflicts it makes or leaves
 /// behind: `path` defines the object differently from the served file (named alone), or is
 /// the served file, or the read changed which file is served (one removed, one sorting
-/// first added; all the differing files named). A read that leaves a conflict as it was (a
+/// last added; all the differing files named). A read that leaves a conflict as it was (a
 /// file that agrees with the served definition, or one that did not define the object)
 /// reports nothing, so each conflicting file is counted once.
 fn new_conflict<'a>(
@@ -1109,10 +1113,10 @@ fn new_conflict<'a>(
     path: &Path,
     served_before: Option<&Path>,
 ) -> Option<(&'a Path, Vec<&'a Path>)> {
-    let (served, first) = defs.first()?;
+    let (served, definition) = defs.first()?;
     let differing: Vec<&Path> = defs
         .iter()
-        .filter(|(_, d)| d != first)
+        .filter(|(_, d)| d != definition)
         .map(|(p, _)| &**p)
         .collect();
     if differing.is_empty() {

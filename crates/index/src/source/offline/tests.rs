@@ -417,17 +417,18 @@ fn an_object_defined_twice_in_one_file_is_reported_as_one_file() {
     let Ok(Event::Reset(objs)) = services.try_recv() else {
         panic!("expected Reset")
     };
-    assert_eq!(objs[0].ports[0].port, 80);
+    // The last definition, as `kubectl apply -f` leaves the object.
+    assert_eq!(objs[0].ports[0].port, 99);
     assert_eq!(metrics.conflicting_objects.get(), 1);
     assert!(
-        log.contains("object defined differently twice in one file; keeping its first definition")
+        log.contains("object defined differently twice in one file; keeping its last definition")
             && !log.contains("in two files"),
         "{log}"
     );
 }
 
 #[tokio::test]
-async fn duplicates_are_one_object_and_conflicts_keep_the_first_file() {
+async fn duplicates_are_one_object_and_conflicts_keep_the_last_file() {
     let dir = tempfile::tempdir().unwrap();
     write(
         dir.path(),
@@ -445,8 +446,9 @@ async fn duplicates_are_one_object_and_conflicts_keep_the_first_file() {
         panic!("expected Reset")
     };
     assert_eq!(names(&objs), ["conflict", "same"]);
+    // 2.yaml's, as `kubectl apply -f DIR` (files in path order) leaves it.
     let conflict = objs.iter().find(|s| s.name == "conflict").unwrap();
-    assert_eq!(conflict.ports[0].port, 80);
+    assert_eq!(conflict.ports[0].port, 99);
     assert_eq!(metrics.conflicting_objects.get(), 1);
 }
 
@@ -1200,18 +1202,18 @@ fn an_object_moved_between_files_is_no_change() {
 }
 
 #[test]
-fn a_conflict_resolves_to_the_next_file_when_the_first_goes() {
+fn a_conflict_resolves_to_the_previous_file_when_the_last_goes() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "1.yaml", &svc_yaml("x", 80));
     write(dir.path(), "2.yaml", &svc_yaml("x", 99));
     let metrics = IndexMetrics::default();
     let mut state = state_dir(dir.path(), &metrics);
-    assert_eq!(rescan(&mut state), [("x".to_string(), Some(80))]);
+    assert_eq!(rescan(&mut state), [("x".to_string(), Some(99))]);
     assert_eq!(metrics.conflicting_objects.get(), 1);
-    std::fs::remove_file(dir.path().join("1.yaml")).unwrap();
+    std::fs::remove_file(dir.path().join("2.yaml")).unwrap();
     assert_eq!(
-        refresh(&mut state, dir.path(), &["1.yaml"]),
-        [("x".to_string(), Some(99))]
+        refresh(&mut state, dir.path(), &["2.yaml"]),
+        [("x".to_string(), Some(80))]
     );
 }
 
@@ -1576,8 +1578,9 @@ fn a_removed_file_is_logged_with_its_objects() {
 /// still differs (newcomer finding).
 #[test]
 fn each_conflicting_file_is_reported_once_by_name() {
+    // Definitions as the state keeps them, served first: the last path first.
     let def = |path: &str, digest: u64| (Arc::<Path>::from(Path::new(path)), digest);
-    let defs = vec![def("a.yaml", 1), def("z.yaml", 2), def("zz.yaml", 3)];
+    let defs = vec![def("z.yaml", 1), def("b.yaml", 2), def("a.yaml", 3)];
     let named = |defs: &Definitions, path: &str, served_before: &str| {
         new_conflict(defs, Path::new(path), Some(Path::new(served_before))).map(
             |(served, ignored)| {
@@ -1588,43 +1591,43 @@ fn each_conflicting_file_is_reported_once_by_name() {
         )
     };
     let pair = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
-    assert_eq!(named(&defs, "zz.yaml", "a.yaml"), pair("a.yaml", "zz.yaml"));
-    assert_eq!(named(&defs, "z.yaml", "a.yaml"), pair("a.yaml", "z.yaml"));
+    assert_eq!(named(&defs, "a.yaml", "z.yaml"), pair("z.yaml", "a.yaml"));
+    assert_eq!(named(&defs, "b.yaml", "z.yaml"), pair("z.yaml", "b.yaml"));
     // The served file read again: every file that differs.
     assert_eq!(
-        named(&defs, "a.yaml", "a.yaml"),
-        pair("a.yaml", "z.yaml, zz.yaml")
+        named(&defs, "z.yaml", "z.yaml"),
+        pair("z.yaml", "b.yaml, a.yaml")
     );
-    let agreeing = vec![def("a.yaml", 1), def("b.yaml", 1), def("z.yaml", 2)];
-    assert_eq!(named(&agreeing, "b.yaml", "a.yaml"), None);
+    let agreeing = vec![def("z.yaml", 1), def("y.yaml", 1), def("a.yaml", 2)];
+    assert_eq!(named(&agreeing, "y.yaml", "z.yaml"), None);
     // No longer defined by the file read, the served file unchanged.
-    assert_eq!(named(&agreeing, "gone.yaml", "a.yaml"), None);
-    // The served file removed: the next one is served, and the conflict is still there.
-    let left = vec![def("z.yaml", 2), def("zz.yaml", 3)];
-    assert_eq!(named(&left, "a.yaml", "a.yaml"), pair("z.yaml", "zz.yaml"));
+    assert_eq!(named(&agreeing, "gone.yaml", "z.yaml"), None);
+    // The served file removed: the previous one is served, and the conflict is still there.
+    let left = vec![def("b.yaml", 2), def("a.yaml", 3)];
+    assert_eq!(named(&left, "z.yaml", "z.yaml"), pair("b.yaml", "a.yaml"));
 
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "a.yaml", &svc_yaml("x", 80));
-    write(dir.path(), "z.yaml", &svc_yaml("x", 99));
+    write(dir.path(), "z.yaml", &svc_yaml("x", 80));
+    write(dir.path(), "b.yaml", &svc_yaml("x", 99));
     let metrics = IndexMetrics::default();
     let mut state = state_dir(dir.path(), &metrics);
     rescan(&mut state);
     assert_eq!(metrics.conflicting_objects.get(), 1);
-    write(dir.path(), "zz.yaml", &svc_yaml("x", 81));
-    assert!(refresh(&mut state, dir.path(), &["zz.yaml"]).is_empty());
-    assert_eq!(metrics.conflicting_objects.get(), 2);
-    write(dir.path(), "b.yaml", &svc_yaml("x", 80));
-    assert!(refresh(&mut state, dir.path(), &["b.yaml"]).is_empty());
-    assert_eq!(metrics.conflicting_objects.get(), 2);
-    // a.yaml goes: b.yaml agrees and is served, so nothing served changes, and the conflict
-    // left behind is reported.
-    std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+    write(dir.path(), "a.yaml", &svc_yaml("x", 81));
     assert!(refresh(&mut state, dir.path(), &["a.yaml"]).is_empty());
+    assert_eq!(metrics.conflicting_objects.get(), 2);
+    write(dir.path(), "y.yaml", &svc_yaml("x", 80));
+    assert!(refresh(&mut state, dir.path(), &["y.yaml"]).is_empty());
+    assert_eq!(metrics.conflicting_objects.get(), 2);
+    // z.yaml goes: y.yaml agrees and is served, so nothing served changes, and the conflict
+    // left behind is reported.
+    std::fs::remove_file(dir.path().join("z.yaml")).unwrap();
+    assert!(refresh(&mut state, dir.path(), &["z.yaml"]).is_empty());
     assert_eq!(metrics.conflicting_objects.get(), 3);
-    // b.yaml goes too: z.yaml is served, zz.yaml still differs.
-    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    // y.yaml goes too: b.yaml is served, a.yaml still differs.
+    std::fs::remove_file(dir.path().join("y.yaml")).unwrap();
     assert_eq!(
-        refresh(&mut state, dir.path(), &["b.yaml"]),
+        refresh(&mut state, dir.path(), &["y.yaml"]),
         [("x".to_string(), Some(99))]
     );
     assert_eq!(metrics.conflicting_objects.get(), 4);
