@@ -501,10 +501,6 @@ impl<K: Kind> KindFeed for KindWatch<K> {
         K::LABEL
     }
 
-    fn invalid_removes(&self) -> bool {
-        K::INVALID_REMOVES
-    }
-
     fn namespaced(&self) -> bool {
         K::NAMESPACED
     }

@@ -32,9 +32,10 @@ pub trait Kind: kube::Resource<DynamicType = ()> + Send + Sync + 'static {
     /// one, and indexed under namespace `""` it would be announced by names that do not resolve
     /// (`web..svc.cluster.local`).
     const NAMESPACED: bool = true;
-    /// An update that does not convert ([`DecodeError::Invalid`]) removes the version indexed
-    /// before (`true`, ServiceProfiles: a stale profile must not outlive an invalid edit), or
-    /// leaves it (`false`).
+    /// An update from an API server that does not convert ([`DecodeError::Invalid`]) removes
+    /// the version indexed before (`true`, ServiceProfiles: a stale profile must not outlive an
+    /// invalid edit), or leaves it (`false`). The offline source always removes it: its indexes
+    /// hold what a fresh read of the directory would give them.
     const INVALID_REMOVES: bool = false;
 
     /// The object of a decoded document; an object that cannot be used is an

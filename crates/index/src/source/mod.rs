@@ -49,8 +49,6 @@ pub trait KindFeed: Send + Sync + 'static {
     fn type_key(&self) -> (&str, &str);
     /// The kind's name in logs and metrics ([`Kind::LABEL`]).
     fn label(&self) -> &'static str;
-    /// Whether an invalid update removes the version delivered before ([`Kind::INVALID_REMOVES`]).
-    fn invalid_removes(&self) -> bool;
     /// Whether the kind's objects live in a namespace ([`Kind::NAMESPACED`]).
     fn namespaced(&self) -> bool;
     /// Decodes one document of the kind from JSON text.

@@ -975,7 +975,7 @@ impl StateDir {
             if !self.feeds.contains_key(&id.0) {
                 continue;
             }
-            if let Some(object) = self.served_object(&mut decoded, &id, &path, digest) {
+            if let ServedObject::Decoded(object) = self.served_object(&mut decoded, &id, &path, digest) {
                 resets.entry(id.0.clone()).or_default().push(object);
                 self.delivered.insert(id, digest);
             }
@@ -1014,15 +1014,16 @@ impl StateDir {
     }
 
     /// Delivers the changes of a later read: an `Apply` of each object of a watched kind whose
-    /// served definition changed and decodes, a `Delete` of each one no longer defined (or, for
-    /// kinds whose invalid updates remove, no longer valid). Kinds are delivered one after
-    /// another, as a cluster's watches would.
+    /// served definition changed and decodes, a `Delete` of each one no longer defined or whose
+    /// served definition no longer decodes, of any kind: the indexes hold what a fresh read of
+    /// the directory would give them (a version that is in no file any more never outlives
+    /// an invalid edit). Kinds are delivered one after another, as a cluster's watches would.
     fn deliver_changes(&mut self, changes: Changes, mut decoded: Decoded) {
         let mut events: BTreeMap<TypeKey, Vec<Event<AnyObject>>> = BTreeMap::new();
         for (key, served) in changes {
-            let Some(feed) = self.feeds.get(&key.0).cloned() else {
+            if !self.feeds.contains_key(&key.0) {
                 continue;
-            };
+            }
             let event = match served {
                 Some((_, digest)) if self.delivered.get(&key) == Some(&digest) => {
                     // Back to the version delivered: a bad version seen meanwhile is news again.
@@ -1031,15 +1032,16 @@ impl StateDir {
                 }
                 Some((path, digest)) => {
                     match self.served_object(&mut decoded, &key, &path, digest) {
-                        Some(object) => {
+                        ServedObject::Decoded(object) => {
                             self.delivered.insert(key.clone(), digest);
                             Some(Event::Apply(object))
                         }
-                        None if feed.invalid_removes() && self.delivered.remove(&key).is_some() => {
-                            Some(Event::Delete(object_ref(&key.1)))
-                        }
-                        // A bad new version keeps the last good one.
-                        None => None,
+                        ServedObject::Invalid => self
+                            .delivered
+                            .remove(&key)
+                            .map(|_| Event::Delete(object_ref(&key.1))),
+                        // Read again when its file's notification comes.
+                        ServedObject::Gone => None,
                     }
                 }
                 None => {
@@ -1077,27 +1079,42 @@ impl StateDir {
         key: &ObjectId,
         path: &Path,
         digest: Digest,
-    ) -> Option<AnyObject> {
-        let feed = self.feeds.get(&key.0)?.clone();
+    ) -> ServedObject {
+        let Some(feed) = self.feeds.get(&key.0).cloned() else {
+            return ServedObject::Gone;
+        };
         let result = match decoded.remove(&(key.clone(), digest)) {
             Some(result) => result,
-            None => decode_from_file(&*feed, path, key, digest)?,
+            None => match decode_from_file(&*feed, path, key, digest) {
+                Some(result) => result,
+                None => return ServedObject::Gone,
+            },
         };
         let (key, obj_key) = (key.clone(), &key.1);
         match result {
             Ok(object) => {
                 self.invalid.remove(&key);
-                Some(object)
+                ServedObject::Decoded(object)
             }
             Err(error) => {
                 if self.invalid.insert(key, digest) != Some(digest) {
                     tracing::warn!(file = %path.display(), kind = %feed.label(), namespace = %obj_key.0, name = %obj_key.1, %error, "skipping object");
                     self.metrics.invalid_object(feed.label());
                 }
-                None
+                ServedObject::Invalid
             }
         }
     }
+}
+
+/// What the served definition of an object gives ([`StateDir::served_object`]).
+enum ServedObject {
+    Decoded(AnyObject),
+    /// It does not decode: skipped, as a fresh read of the directory would skip it.
+    Invalid,
+    /// Its file no longer holds it (or the kind is not watched): the file changed since it
+    /// was listed, and its notification is on its way.
+    Gone,
 }
 
 /// The conflict to report after the file at `path` was read, given an object's definitions

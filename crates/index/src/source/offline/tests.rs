@@ -1644,9 +1644,6 @@ impl KindFeed for RefusingFeed {
     fn label(&self) -> &'static str {
         self.0.label()
     }
-    fn invalid_removes(&self) -> bool {
-        self.0.invalid_removes()
-    }
     fn namespaced(&self) -> bool {
         self.0.namespaced()
     }
@@ -1705,4 +1702,46 @@ fn an_object_the_index_refuses_is_logged_with_its_file() {
         "{line}"
     );
     assert_eq!(metrics.invalid_objects("Service"), 1);
+}
+
+/// An edit that makes a served object invalid withdraws it, of any kind, as a fresh read of
+/// the directory would skip it; a valid edit brings it back (newcomer finding: a Service's
+/// last good version stayed served, and outlived the removal of the only file holding it).
+#[test]
+fn an_invalid_edit_withdraws_the_object_as_a_fresh_read_would() {
+    let bad = svc_yaml("x", 80).replace("port: 80", "port: 99999");
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", &svc_yaml("x", 80));
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(dir.path(), &metrics);
+    assert_eq!(rescan(&mut state), [("x".to_string(), Some(80))]);
+    write(dir.path(), "a.yaml", &bad);
+    assert_eq!(
+        refresh(&mut state, dir.path(), &["a.yaml"]),
+        [("x".to_string(), None)]
+    );
+    assert_eq!(metrics.invalid_objects("Service"), 1);
+    write(dir.path(), "a.yaml", &svc_yaml("x", 81));
+    assert_eq!(
+        refresh(&mut state, dir.path(), &["a.yaml"]),
+        [("x".to_string(), Some(81))]
+    );
+
+    // The served file (last in path order) removed, the one left defining it invalidly: the
+    // object goes, as it would on a fresh read, rather than keep the removed file's version.
+    write(dir.path(), "z.yaml", &svc_yaml("x", 82));
+    assert_eq!(
+        refresh(&mut state, dir.path(), &["z.yaml"]),
+        [("x".to_string(), Some(82))]
+    );
+    write(dir.path(), "a.yaml", &bad);
+    assert!(refresh(&mut state, dir.path(), &["a.yaml"]).is_empty());
+    std::fs::remove_file(dir.path().join("z.yaml")).unwrap();
+    assert_eq!(
+        refresh(&mut state, dir.path(), &["z.yaml"]),
+        [("x".to_string(), None)]
+    );
+    assert_eq!(metrics.invalid_objects("Service"), 2);
+    let mut fresh = state_dir(dir.path(), &IndexMetrics::default());
+    assert!(rescan(&mut fresh).is_empty());
 }
