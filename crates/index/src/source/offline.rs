@@ -333,7 +333,9 @@ impl OfflineSource {
         let task = async move {
             // The watcher lives as long as this task.
             let mut watcher = watcher;
-            let mut watched = dir_inode(&dir);
+            // The directory the watch was put on, as first listed (not as it is when the task
+            // first runs: it may have moved away by then).
+            let mut watched = state.inode;
             let mut state = state;
             let mut retry_after = RETRY_MIN;
             if !listed {
@@ -379,6 +381,7 @@ impl OfflineSource {
                     continue;
                 }
                 let in_span = tracing::Span::current();
+                let rescanned = todo.rescan;
                 let read = tokio::task::spawn_blocking(move || {
                     let _entered = in_span.enter();
                     let (changes, decoded) = if todo.rescan {
@@ -407,14 +410,19 @@ impl OfflineSource {
                 }
                 // A directory deleted and recreated, or moved away and replaced, is a new
                 // inode: the watch went with the old one. Watched again before the indexes
-                // hear of what was read, so that no edit made after that is missed.
+                // hear of what was read, so that no edit made after that is missed. The same
+                // directory is watched again after every full read (adding a watch it has is
+                // a no-op): moved away under a watched parent (a link's target's directory),
+                // `notify` dropped its watch, and moved back it is the same inode.
                 if !state.relist
                     && let Some(w) = watcher.as_mut()
                 {
+                    use notify::Watcher;
                     let now = state.inode;
                     if now != watched {
-                        use notify::Watcher;
                         let _ = w.unwatch(&state.dir);
+                    }
+                    if now != watched || rescanned {
                         match w.watch(&state.dir, notify::RecursiveMode::NonRecursive) {
                             Ok(()) => watched = now,
                             Err(error) => {
@@ -975,7 +983,9 @@ impl StateDir {
             if !self.feeds.contains_key(&id.0) {
                 continue;
             }
-            if let ServedObject::Decoded(object) = self.served_object(&mut decoded, &id, &path, digest) {
+            if let ServedObject::Decoded(object) =
+                self.served_object(&mut decoded, &id, &path, digest)
+            {
                 resets.entry(id.0.clone()).or_default().push(object);
                 self.delivered.insert(id, digest);
             }

@@ -1548,6 +1548,32 @@ async fn edits_to_a_directory_moved_away_withdraw_nothing() {
     assert_eq!(applied_port(&mut services).await, 81);
 }
 
+/// A directory holding a link into its parent (whose directory is watched to follow the link)
+/// is followed again once moved away and back (newcomer finding: `notify` dropped the
+/// directory's watch when the parent's watch saw it moved, and later edits were never read).
+#[tokio::test]
+async fn a_directory_with_a_link_into_its_parent_is_followed_after_a_move_and_back() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, away) = (root.path().join("state"), root.path().join("state.old"));
+    std::fs::create_dir(&dir).unwrap();
+    write(&dir, "a.yaml", &svc_yaml("a", 80));
+    write(root.path(), "p.yaml", &svc_yaml("p", 80));
+    std::os::unix::fs::symlink("../p.yaml", dir.join("p.yaml")).unwrap();
+    let mut services = services(&dir, &IndexMetrics::default()).await;
+    assert!(matches!(next(&mut services).await, Event::Reset(o) if o.len() == 2));
+
+    // Away long enough that a read finds it gone and a retry misses it too.
+    std::fs::rename(&dir, &away).unwrap();
+    tokio::time::sleep(RETRY_MIN * 2).await;
+    std::fs::rename(&away, &dir).unwrap();
+    // Listed again within a retry; nothing changed, so nothing is delivered.
+    tokio::time::sleep(RETRY_MIN * 3).await;
+    write(&dir, "r.yaml", &svc_yaml("r", 80));
+    assert!(matches!(next(&mut services).await, Event::Apply(s) if s.name == "r"));
+    write(&dir, "a.yaml", &svc_yaml("a", 81));
+    assert_eq!(applied_port(&mut services).await, 81);
+}
+
 /// Removing a file withdraws its objects from every proxy: the log says which file went and how
 /// many objects it defined.
 #[test]
