@@ -318,6 +318,34 @@ pub fn failure_accrual(
     }
 }
 
+/// Each feature `annotations` configure that they leave unset, with why: `(feature, error)`,
+/// as the policies built from them find it (§5.3: "each parse error is logged and that feature
+/// treated as unset"; a Retry-After toggle that is not a boolean is reported too). The outbound
+/// index logs them once per version of a Service (`load_biaser`: its balancers' load
+/// estimator too) or EgressNetwork; the policies, computed per port and client namespace,
+/// only at debug level.
+pub fn problems(
+    annotations: &BTreeMap<String, String>,
+    load_biaser: bool,
+) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    if let Err(error) = timeouts(annotations) {
+        problems.push(("timeout", error));
+    }
+    if let Err(error) = retry(annotations) {
+        problems.push(("retry", error));
+    }
+    let mut toggles = Vec::new();
+    if let Err(error) = failure_accrual(annotations, |e| toggles.push(e)) {
+        problems.push(("failure accrual", error));
+    }
+    problems.extend(toggles.into_iter().map(|e| ("failure accrual", e)));
+    if load_biaser && let Err(error) = load_estimator(annotations) {
+        problems.push(("load biaser", error));
+    }
+    problems
+}
+
 /// The load estimator of a Service's balancers (§5.7): the penalty estimator when
 /// `penalize-failures` is true (penalty default 5 s and fitting u32 milliseconds,
 /// max-retry-after default 300 s), else plain PeakEWMA.

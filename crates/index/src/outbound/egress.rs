@@ -90,6 +90,7 @@ impl Outbound {
         let en = self.egress_networks.get(network);
         let empty = BTreeMap::new();
         let annotations = en.map_or(&empty, |e| &e.annotations);
+        // Warned once when the EgressNetwork is indexed (`annotations::problems`).
         let warn = |what: &str, error: String| {
             tracing::debug!(egress_network = %format!("{}/{}", network.namespace, network.name), %error, "ignoring {what} annotations");
         };

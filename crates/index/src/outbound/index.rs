@@ -310,6 +310,15 @@ impl Outbound {
             return;
         }
         let existed = self.services.contains_key(&key);
+        if self
+            .services
+            .get(&key)
+            .is_none_or(|old| old.annotations != svc.annotations)
+        {
+            for (feature, error) in super::annotations::problems(&svc.annotations, true) {
+                tracing::warn!(service = %format!("{}/{}", key.namespace, key.name), %error, "ignoring {feature} annotations");
+            }
+        }
         self.delete_service(&key, &mut Touched::default());
         for ip in &svc.cluster_ips {
             index_insert(&mut self.services_by_ip, *ip, &key);
@@ -340,6 +349,15 @@ impl Outbound {
             return;
         }
         let existed = self.egress_networks.contains_key(&key);
+        if self
+            .egress_networks
+            .get(&key)
+            .is_none_or(|old| old.annotations != en.annotations)
+        {
+            for (feature, error) in super::annotations::problems(&en.annotations, false) {
+                tracing::warn!(egress_network = %format!("{}/{}", key.namespace, key.name), %error, "ignoring {feature} annotations");
+            }
+        }
         index_insert(&mut self.egress_by_namespace, key.namespace.clone(), &key);
         self.egress_networks.insert(key.clone(), en.clone());
         touched.egress_namespaces.insert(key.namespace.clone());

@@ -170,6 +170,8 @@ impl Outbound {
         let svc = self.services.get(service);
         let empty = Default::default();
         let annotations = svc.map_or(&empty, |s| &s.annotations);
+        // Warned once when the Service is indexed (`annotations::problems`); policies are
+        // computed per port and client namespace.
         let warn = |what: &str, error: String| {
             tracing::debug!(service = %format!("{}/{}", service.namespace, service.name), %error, "ignoring {what} annotations");
         };

@@ -586,3 +586,49 @@ async fn invalid_honor_retry_after_keeps_the_failure_accrual() {
         })
     );
 }
+
+#[path = "../../tests/support/logged.rs"]
+mod logged;
+
+/// An annotation that does not parse is warned about once, when the Service is indexed or its
+/// annotations change (§5.3 "each parse error is logged"; newcomer finding: it was logged at
+/// debug level only, so the feature vanished silently), not once per policy computed.
+#[test]
+fn annotations_that_do_not_parse_are_warned_about_once_per_version() {
+    let index = index();
+    let annotated = |annotations: &str| {
+        mk_service(
+            "emojivoto",
+            "web",
+            "10.96.0.1",
+            &format!(", annotations: {{{annotations}}}"),
+        )
+    };
+    let bad = annotated(
+        r#"timeout.linkerd.io/request: abc, timeout.linkerd.io/response: 3s, retry.linkerd.io/limit: "70000""#,
+    );
+    let ((), log) = logged::logged(|| index.apply(Event::Apply(bad.clone())));
+    assert!(
+        log.contains("WARN")
+            && log.contains("service=emojivoto/web")
+            && log.contains("ignoring timeout annotations")
+            && log.contains("abc")
+            && log.contains("ignoring retry annotations")
+            && log.contains("70000"),
+        "{log}"
+    );
+    // Policies computed from it, and the same annotations again, warn nothing more.
+    let ((), log) = logged::logged(|| {
+        for namespace in ["a", "b"] {
+            policy(&index, "emojivoto", 80, namespace);
+        }
+        let mut relabeled = bad.clone();
+        relabeled.metadata.labels = Some([("v".to_string(), "2".to_string())].into());
+        index.apply(Event::Apply(relabeled));
+    });
+    assert!(!log.contains("WARN"), "{log}");
+    // Valid annotations warn nothing.
+    let ((), log) =
+        logged::logged(|| index.apply(Event::Apply(annotated("timeout.linkerd.io/response: 3s"))));
+    assert_eq!(log, "");
+}
