@@ -87,8 +87,16 @@ async fn pod_indexed_after_its_slice_is_published() {
         ("http", 8080),
         &[("web-a", "10.0.0.1", Some(true))],
     )));
-    let mut rx = index.endpoints(key("web", 80));
+    // The endpoint is skipped, and the log says why (spec §C.3; newcomer finding: a typo in
+    // a `targetRef` was silent).
+    let (mut rx, log) = support::logged(|| index.endpoints(key("web", 80)));
     assert!(rx.borrow_and_update().endpoints.is_empty());
+    assert!(
+        log.contains("WARN")
+            && log.contains("skipping an endpoint whose pod is not indexed (yet)")
+            && log.contains("pod=ns/web-a slice=ns/web-1 addr=10.0.0.1:8080"),
+        "{log}"
+    );
     index.apply(Event::Apply(mk_pod("web-a", "10.0.0.1")));
     assert!(rx.has_changed().unwrap());
     assert_eq!(

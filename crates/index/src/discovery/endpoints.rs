@@ -149,7 +149,9 @@ impl EndpointsView {
                                 name: t.name.clone(),
                             };
                             let Some(pod) = cluster.pods.get(&pod_ref) else {
-                                tracing::debug!(pod = %format!("{}/{}", t.namespace, t.name), slice = %slice.name, "endpoint's pod is not indexed (yet); skipping it");
+                                // Logged as upstream logs it (spec §C.3), at each computation of a view that
+                                // skips it: a typo in a `targetRef` would otherwise be silent.
+                                tracing::warn!(pod = %format!("{}/{}", t.namespace, t.name), slice = %format!("{}/{}", slice.namespace, slice.name), %addr, "skipping an endpoint whose pod is not indexed (yet)");
                                 continue;
                             };
                             let id = AddressId::Pod {
@@ -175,7 +177,7 @@ impl EndpointsView {
                                 name: t.name.clone(),
                             };
                             let Some(ew) = cluster.external_workloads.get(&ew_ref) else {
-                                tracing::debug!(workload = %format!("{}/{}", ew_ref.namespace, ew_ref.name), slice = %slice.name, "endpoint's ExternalWorkload is not indexed (yet); skipping it");
+                                tracing::warn!(workload = %format!("{}/{}", ew_ref.namespace, ew_ref.name), slice = %format!("{}/{}", slice.namespace, slice.name), %addr, "skipping an endpoint whose ExternalWorkload is not indexed (yet)");
                                 continue;
                             };
                             let id = AddressId::External {
