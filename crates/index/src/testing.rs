@@ -1,5 +1,10 @@
 //! What the crate's unit tests share: the policy controller's indexes fed together from typed
-//! objects, as its watches feed them (the inbound index is fed too: it shares the watches).
+//! objects, as its watches feed them (the inbound index is fed too: it shares the watches),
+//! and [`logged`], what code logs while it runs.
+
+#[path = "../tests/support/logged.rs"]
+mod logged;
+pub(crate) use logged::logged;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 

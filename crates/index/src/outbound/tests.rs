@@ -587,9 +587,6 @@ async fn invalid_honor_retry_after_keeps_the_failure_accrual() {
     );
 }
 
-#[path = "../../tests/support/logged.rs"]
-mod logged;
-
 /// An annotation that does not parse is warned about once, when the Service is indexed or its
 /// annotations change (§5.3 "each parse error is logged"; newcomer finding: it was logged at
 /// debug level only, so the feature vanished silently), not once per policy computed.
@@ -607,7 +604,7 @@ fn annotations_that_do_not_parse_are_warned_about_once_per_version() {
     let bad = annotated(
         r#"timeout.linkerd.io/request: abc, timeout.linkerd.io/response: 3s, retry.linkerd.io/limit: "70000""#,
     );
-    let ((), log) = logged::logged(|| index.apply(Event::Apply(bad.clone())));
+    let ((), log) = crate::testing::logged(|| index.apply(Event::Apply(bad.clone())));
     assert!(
         log.contains("WARN")
             && log.contains("service=emojivoto/web")
@@ -618,7 +615,7 @@ fn annotations_that_do_not_parse_are_warned_about_once_per_version() {
         "{log}"
     );
     // Policies computed from it, and the same annotations again, warn nothing more.
-    let ((), log) = logged::logged(|| {
+    let ((), log) = crate::testing::logged(|| {
         for namespace in ["a", "b"] {
             policy(&index, "emojivoto", 80, namespace);
         }
@@ -628,7 +625,8 @@ fn annotations_that_do_not_parse_are_warned_about_once_per_version() {
     });
     assert!(!log.contains("WARN"), "{log}");
     // Valid annotations warn nothing.
-    let ((), log) =
-        logged::logged(|| index.apply(Event::Apply(annotated("timeout.linkerd.io/response: 3s"))));
+    let ((), log) = crate::testing::logged(|| {
+        index.apply(Event::Apply(annotated("timeout.linkerd.io/response: 3s")))
+    });
     assert_eq!(log, "");
 }

@@ -163,9 +163,7 @@ fn documents_that_are_not_objects_are_skipped_alone() {
     assert_eq!(objs[0].obj_key.1, "a");
 }
 
-#[path = "../../../tests/support/logged.rs"]
-mod logged;
-use logged::logged;
+use crate::testing::logged;
 
 /// Reads `dir` once for `feeds`, delivering each kind's initial `Reset`; what it logged.
 fn read_logged(dir: &Path, feeds: Vec<Arc<dyn KindFeed>>, metrics: &IndexMetrics) -> String {
