@@ -54,13 +54,7 @@ fn a_slice_address_that_does_not_parse_is_logged_and_skipped_alone() {
         "metadata":{"name":"web-abc","namespace":"shop","labels":{"kubernetes.io/service-name":"web"}},
         "addressType":"IPv4","ports":[{"port":8080}],
         "endpoints":[{"addresses":["10.0.0.8","10.0.0.300"]},{"addresses":["10.0.0.9"]}]}"#;
-    let (decoded, log) = logged(|| decode_json::<EndpointSlice>(slice));
-    let slice = decoded.expect("the slice decodes");
-    let addresses: Vec<Vec<IpAddr>> = slice
-        .endpoints
-        .iter()
-        .map(|e| e.addresses.clone())
-        .collect();
+    let (addresses, log) = slice_addresses(slice);
     assert_eq!(
         addresses,
         [
@@ -94,13 +88,7 @@ fn a_slice_address_of_the_other_family_is_logged_and_skipped_alone() {
             "addressType":"{address_type}","ports":[{{"port":8080}}],
             "endpoints":[{{"addresses":["{other}"]}},{{"addresses":["{good}"]}}]}}"#
         );
-        let (decoded, log) = logged(|| decode_json::<EndpointSlice>(&slice));
-        let slice = decoded.expect("the slice decodes");
-        let addresses: Vec<Vec<IpAddr>> = slice
-            .endpoints
-            .iter()
-            .map(|e| e.addresses.clone())
-            .collect();
+        let (addresses, log) = slice_addresses(&slice);
         assert_eq!(addresses, [vec![], vec![good.parse::<IpAddr>().unwrap()]]);
         assert!(
             log.contains(&format!("shop/web-{address_type}"))
@@ -151,6 +139,16 @@ fn a_cluster_ip_that_does_not_parse_is_logged_and_skipped_alone() {
         assert!(decoded.expect("decodes").cluster_ips.is_empty(), "{spec}");
         assert!(!log.contains("skipping"), "{spec}: {log}");
     }
+}
+
+/// The addresses of each endpoint of the EndpointSlice `json`, and what decoding it logged.
+fn slice_addresses(json: &str) -> (Vec<Vec<IpAddr>>, String) {
+    let (decoded, log) = logged(|| decode_json::<EndpointSlice>(json));
+    let slice = decoded.expect("the slice decodes");
+    (
+        slice.endpoints.into_iter().map(|e| e.addresses).collect(),
+        log,
+    )
 }
 
 fn slice_json_fqdn() -> String {

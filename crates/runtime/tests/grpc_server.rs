@@ -839,6 +839,25 @@ impl StreamingMethod for RefusalLog {
     }
 }
 
+/// Serves `Get` through `WatchStreams` with a fresh [`RefusalLog`] on a loopback port, with
+/// `settings`; the server runs until the test ends.
+async fn serve_refusal_log(settings: Http2Settings) -> (SocketAddr, RefusalLog) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (changes, rx) = watch::channel(0);
+    let log = RefusalLog::default();
+    let routes = Routes::new(WatchStreams::new(
+        DestinationServer::new(Changes(rx)),
+        log.clone(),
+    ));
+    tokio::spawn(async move {
+        // Held while serving: `Get` streams end when their changes' sender goes.
+        let _changes = changes;
+        serve(listener, routes, settings, std::future::pending()).await
+    });
+    (addr, log)
+}
+
 /// A `GetDestination` whose path is not UTF-8, as the bytes of another message with the
 /// same tag.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -872,19 +891,11 @@ async fn answer_to<M: Message + Default + Send + 'static>(
 /// tells the method's server.
 #[tokio::test]
 async fn calls_answered_before_their_method_are_told_to_it() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (_changes, rx) = watch::channel(0);
-    let log = RefusalLog::default();
-    let routes = Routes::new(WatchStreams::new(
-        DestinationServer::new(Changes(rx)),
-        log.clone(),
-    ));
     let settings = Http2Settings {
         request_body_timeout: Duration::from_millis(200),
         ..Default::default()
     };
-    tokio::spawn(serve(listener, routes, settings, std::future::pending()));
+    let (addr, log) = serve_refusal_log(settings).await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -927,20 +938,7 @@ async fn calls_answered_before_their_method_are_told_to_it() {
 /// after the body timeout (newcomer finding: it waited 10 s unless its end came).
 #[tokio::test]
 async fn a_request_declaring_too_large_a_message_is_refused_at_once() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (_changes, rx) = watch::channel(0);
-    let log = RefusalLog::default();
-    let routes = Routes::new(WatchStreams::new(
-        DestinationServer::new(Changes(rx)),
-        log.clone(),
-    ));
-    tokio::spawn(serve(
-        listener,
-        routes,
-        Http2Settings::default(),
-        std::future::pending(),
-    ));
+    let (addr, log) = serve_refusal_log(Http2Settings::default()).await;
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (mut client, connection) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
@@ -973,20 +971,7 @@ async fn a_request_declaring_too_large_a_message_is_refused_at_once() {
 /// whose request receive was canceled.
 #[tokio::test]
 async fn a_call_reset_before_its_request_arrives_is_told_as_cancelled() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (_changes, rx) = watch::channel(0);
-    let log = RefusalLog::default();
-    let routes = Routes::new(WatchStreams::new(
-        DestinationServer::new(Changes(rx)),
-        log.clone(),
-    ));
-    tokio::spawn(serve(
-        listener,
-        routes,
-        Http2Settings::default(),
-        std::future::pending(),
-    ));
+    let (addr, log) = serve_refusal_log(Http2Settings::default()).await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()

@@ -12,7 +12,7 @@ use linkerd_k8s_api::{
 };
 use parking_lot::Mutex;
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     net::{IpAddr, SocketAddr},
     sync::Arc,
 };
@@ -310,15 +310,8 @@ impl Outbound {
             return;
         }
         let existed = self.services.contains_key(&key);
-        if self
-            .services
-            .get(&key)
-            .is_none_or(|old| old.annotations != svc.annotations)
-        {
-            for (feature, error) in super::annotations::problems(&svc.annotations, true) {
-                tracing::warn!(service = %format!("{}/{}", key.namespace, key.name), %error, "ignoring {feature} annotations");
-            }
-        }
+        let old = self.services.get(&key).map(|old| &old.annotations);
+        warn_annotation_problems("Service", &key, old, &svc.annotations);
         self.delete_service(&key, &mut Touched::default());
         for ip in &svc.cluster_ips {
             index_insert(&mut self.services_by_ip, *ip, &key);
@@ -349,15 +342,8 @@ impl Outbound {
             return;
         }
         let existed = self.egress_networks.contains_key(&key);
-        if self
-            .egress_networks
-            .get(&key)
-            .is_none_or(|old| old.annotations != en.annotations)
-        {
-            for (feature, error) in super::annotations::problems(&en.annotations, false) {
-                tracing::warn!(egress_network = %format!("{}/{}", key.namespace, key.name), %error, "ignoring {feature} annotations");
-            }
-        }
+        let old = self.egress_networks.get(&key).map(|old| &old.annotations);
+        warn_annotation_problems("EgressNetwork", &key, old, &en.annotations);
         index_insert(&mut self.egress_by_namespace, key.namespace.clone(), &key);
         self.egress_networks.insert(key.clone(), en.clone());
         touched.egress_namespaces.insert(key.namespace.clone());
@@ -534,3 +520,21 @@ route_kind!(
 route_kind!(GrpcRoute, GATEWAY_GROUP, "GRPCRoute", routes::grpc_route);
 route_kind!(TlsRoute, GATEWAY_GROUP, "TLSRoute", routes::tls_route);
 route_kind!(TcpRoute, GATEWAY_GROUP, "TCPRoute", routes::tcp_route);
+
+/// Warns once per version of a Service or EgressNetwork (`kind`) about each feature its
+/// `annotations` leave unset ([`super::annotations::problems`]): nothing when they are the
+/// annotations of the version indexed before (`old`). A Service's include its balancers'
+/// load biaser.
+fn warn_annotation_problems(
+    kind: &str,
+    key: &ObjectRef,
+    old: Option<&BTreeMap<String, String>>,
+    annotations: &BTreeMap<String, String>,
+) {
+    if old == Some(annotations) {
+        return;
+    }
+    for (feature, error) in super::annotations::problems(annotations, kind == "Service") {
+        tracing::warn!(%kind, object = %format!("{}/{}", key.namespace, key.name), %error, "ignoring {feature} annotations");
+    }
+}

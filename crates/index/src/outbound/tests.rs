@@ -607,7 +607,7 @@ fn annotations_that_do_not_parse_are_warned_about_once_per_version() {
     let ((), log) = crate::testing::logged(|| index.apply(Event::Apply(bad.clone())));
     assert!(
         log.contains("WARN")
-            && log.contains("service=emojivoto/web")
+            && log.contains("kind=Service object=emojivoto/web")
             && log.contains("ignoring timeout annotations")
             && log.contains("abc")
             && log.contains("ignoring retry annotations")
