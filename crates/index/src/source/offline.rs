@@ -1130,11 +1130,11 @@ enum ServedObject {
 /// The conflict to report after the file at `path` was read, given an object's definitions
 /// ([`Definitions`], served first) and the file served before the read: the file whose
 /// definition is served and those that define the object differently. A read reports the
-/// conflicts it makes or leaves behind: `path` defines the object differently from the served file (named alone), or is
-/// the served file, or the read changed which file is served (one removed, one sorting
-/// last added; all the differing files named). A read that leaves a conflict as it was (a
-/// file that agrees with the served definition, or one that did not define the object)
-/// reports nothing, so each conflicting file is counted once.
+/// conflicts it makes or leaves behind: `path` defines the object differently from the served
+/// file (named alone), or is the served file, or the read changed which file is served (one
+/// removed, one sorting last added; all the differing files named). A read that leaves a
+/// conflict as it was (a file that agrees with the served definition, or one that did not
+/// define the object) reports nothing, so each conflicting file is counted once.
 fn new_conflict<'a>(
     defs: &'a Definitions,
     path: &Path,
