@@ -149,8 +149,9 @@ impl EndpointsView {
                                 name: t.name.clone(),
                             };
                             let Some(pod) = cluster.pods.get(&pod_ref) else {
-                                // Logged as upstream logs it (spec §C.3), at each computation of a view that
-                                // skips it: a typo in a `targetRef` would otherwise be silent.
+                                // Logged as upstream logs it (spec §C.3), at each
+                                // computation of a view that skips it: a typo in a
+                                // `targetRef` would otherwise be silent.
                                 tracing::warn!(pod = %format!("{}/{}", t.namespace, t.name), slice = %format!("{}/{}", slice.namespace, slice.name), %addr, "skipping an endpoint whose pod is not indexed (yet)");
                                 continue;
                             };
