@@ -1260,14 +1260,21 @@ struct Followed {
     dir: PathBuf,
     /// Hop to the manifests leading through it.
     hops: HashMap<PathBuf, Vec<PathBuf>>,
+    /// The directories of hops outside the state directory that are watched.
     dirs: BTreeSet<PathBuf>,
+    /// Those directories, watched or not (not there yet): an event on one of them, or on a
+    /// directory above one, means links through it resolve anew.
+    wanted: BTreeSet<PathBuf>,
 }
 
 impl Followed {
     /// Follows the hops of `links` (manifest to hops) for the state directory `dir`: watches
-    /// the directories of new hops outside it with `watcher`, and stops watching those no hop
-    /// is in any more. A directory that cannot be watched (it does not exist) is left out:
-    /// changes there are seen on the next read of the state directory.
+    /// the directories of hops outside it with `watcher`, and stops watching those no hop is
+    /// in any more. Each is watched again at every call (adding a watch it has is a no-op):
+    /// one moved away under a watched directory had its watch dropped by `notify`, and moved
+    /// back it is the same directory. A directory that cannot be watched (it does not exist)
+    /// is left out: its creation is seen where its parent is watched, else on the next read
+    /// of the state directory.
     fn follow(
         shared: &Mutex<Self>,
         dir: &Path,
@@ -1298,28 +1305,33 @@ impl Followed {
             let _ = watcher.unwatch(gone);
         }
         let mut watched = BTreeSet::new();
-        for followed in dirs {
-            if before.contains(&followed)
-                || watcher
-                    .watch(&followed, notify::RecursiveMode::NonRecursive)
-                    .is_ok()
-            {
-                watched.insert(followed);
-            } else {
-                tracing::debug!(dir = %followed.display(), "cannot watch the directory of a state file's link target yet");
+        for followed in &dirs {
+            match watcher.watch(followed, notify::RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    watched.insert(followed.clone());
+                }
+                Err(_) => {
+                    tracing::debug!(dir = %followed.display(), "cannot watch the directory of a state file's link target yet")
+                }
             }
         }
         *shared.lock().unwrap_or_else(|e| e.into_inner()) = Self {
             dir,
             hops,
             dirs: watched,
+            wanted: dirs,
         };
     }
 
     /// The manifests a change at `path` is read through: `Some` (possibly empty, for another
-    /// file beside a hop) when `path` is in a followed directory or is a hop, `None` otherwise.
-    /// `path` in the state directory may be named as the directory was given.
+    /// file beside a hop) when `path` is in a followed directory or is a hop, `None` otherwise,
+    /// and when `path` is a followed directory or one above it (moved, deleted or created
+    /// again: the links through it resolve anew, which a full read does). `path` in the state
+    /// directory may be named as the directory was given.
     fn manifests_of(&self, path: &Path, in_state_dir: bool) -> Option<&[PathBuf]> {
+        if !in_state_dir && self.wanted.iter().any(|dir| dir.starts_with(path)) {
+            return None;
+        }
         let resolved;
         let path = match (in_state_dir, path.file_name()) {
             (true, Some(name)) => {

@@ -1572,6 +1572,46 @@ async fn a_directory_with_a_link_into_its_parent_is_followed_after_a_move_and_ba
     assert_eq!(applied_port(&mut services).await, 81);
 }
 
+/// A link target's directory moved away, moved back, deleted and created again, while the
+/// directory above it is watched too (a link into the state directory's parent): the link's
+/// objects go and come back, and later edits are read (newcomer finding: the moves went
+/// unnoticed, and `notify` dropped the directory's watch, so the old object stayed served).
+#[tokio::test]
+async fn a_link_targets_directory_moved_or_recreated_under_a_watched_parent_is_followed() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, target, away) = (
+        root.path().join("state"),
+        root.path().join("target"),
+        root.path().join("target.away"),
+    );
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(&target).unwrap();
+    write(&target, "t.yaml", &svc_yaml("t", 80));
+    write(root.path(), "p.yaml", &svc_yaml("p", 80));
+    std::os::unix::fs::symlink(target.join("t.yaml"), dir.join("t.yaml")).unwrap();
+    std::os::unix::fs::symlink("../p.yaml", dir.join("p.yaml")).unwrap();
+    let mut services = services(&dir, &IndexMetrics::default()).await;
+    assert!(matches!(next(&mut services).await, Event::Reset(o) if o.len() == 2));
+
+    // Moved away, the link dangles: its object goes. Moved back, it comes back, and edits
+    // in the directory are read again.
+    std::fs::rename(&target, &away).unwrap();
+    assert!(matches!(next(&mut services).await, Event::Delete(s) if s.name == "t"));
+    std::fs::rename(&away, &target).unwrap();
+    assert_eq!(applied_port(&mut services).await, 80);
+    write(&target, "t.yaml", &svc_yaml("t", 81));
+    assert_eq!(applied_port(&mut services).await, 81);
+
+    // Deleted and created again.
+    std::fs::remove_dir_all(&target).unwrap();
+    assert!(matches!(next(&mut services).await, Event::Delete(s) if s.name == "t"));
+    std::fs::create_dir(&target).unwrap();
+    write(&target, "t.yaml", &svc_yaml("t", 82));
+    assert_eq!(applied_port(&mut services).await, 82);
+    write(&target, "t.yaml", &svc_yaml("t", 83));
+    assert_eq!(applied_port(&mut services).await, 83);
+}
+
 /// Removing a file withdraws its objects from every proxy: the log says which file went and how
 /// many objects it defined.
 #[test]
