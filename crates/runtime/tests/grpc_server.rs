@@ -968,10 +968,28 @@ async fn a_request_declaring_too_large_a_message_is_refused_at_once() {
 
 /// A client that resets its stream before its request arrives whole (a proxy giving up on a
 /// slow control plane) is counted as `CANCELLED`, as go-grpc-prometheus counts a handler
-/// whose request receive was canceled.
+/// whose request receive was canceled: whatever the reset's reason (`CANCEL` from a dropped
+/// call, `INTERNAL_ERROR` from a request body that failed; it was counted `INTERNAL`).
 #[tokio::test]
 async fn a_call_reset_before_its_request_arrives_is_told_as_cancelled() {
     let (addr, log) = serve_refusal_log(Http2Settings::default()).await;
+    let told = |count: usize| {
+        let log = log.clone();
+        async move {
+            tokio::time::timeout(Duration::from_secs(5), async {
+                loop {
+                    if log.refused.lock().unwrap().len() >= count {
+                        return log.refused.lock().unwrap().clone();
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+            .expect("the reset call is told to the method")
+        }
+    };
+
+    // A dropped call: `RST_STREAM(CANCEL)`.
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -985,16 +1003,30 @@ async fn a_call_reset_before_its_request_arrives_is_told_as_cancelled() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     call.abort();
     let _ = call.await;
-    let told = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            if let Some(code) = log.refused.lock().unwrap().first().copied() {
-                return code;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
+    assert_eq!(told(1).await, [tonic::Code::Cancelled]);
+
+    // A request body that fails: hyper resets the stream with `INTERNAL_ERROR`.
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut client, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tcp),
+    )
     .await
-    .expect("the reset call is told to the method");
-    assert_eq!(told, tonic::Code::Cancelled);
+    .unwrap();
+    tokio::spawn(connection);
+    let failing = futures::stream::once(Box::pin(async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Err::<hyper::body::Frame<tonic::codegen::Bytes>, _>(io::Error::other("the client failed"))
+    }));
+    let request = http::Request::post(format!("http://{addr}{}", RefusalLog::PATH))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(http_body_util::StreamBody::new(failing))
+        .unwrap();
+    let _ = client.send_request(request).await;
+    assert_eq!(
+        told(2).await,
+        [tonic::Code::Cancelled, tonic::Code::Cancelled]
+    );
     assert!(log.called.lock().unwrap().is_empty());
 }

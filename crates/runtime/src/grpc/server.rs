@@ -378,7 +378,11 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
                     }
                 }
                 Poll::Ready(Some(Err(error))) => {
-                    received.error = Some(Status::from_error(Box::new(error)));
+                    // The client reset its stream (with any reason) or its connection broke:
+                    // gone before its request arrived, which gRPC servers count `CANCELLED`.
+                    received.error = Some(Status::cancelled(format!(
+                        "the client abandoned its request: {error}"
+                    )));
                     break true;
                 }
                 Poll::Ready(None) => break true,
@@ -411,8 +415,8 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
         };
         let (mut parts, rest) = request.into_parts();
         parts.extensions.insert(context.connect_info.clone());
-        // A body ending in `CANCELLED` is the client's reset (tonic maps `RST_STREAM(CANCEL)`
-        // so), which tonic would read as an end and answer `INTERNAL` for the missing message.
+        // A body ending in `CANCELLED` is the client's reset, which tonic would read as an end
+        // and answer `INTERNAL` for the missing message.
         if received
             .error
             .as_ref()
@@ -437,9 +441,10 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
     }
 }
 
-/// Put in the extensions of a request whose client reset its stream (`RST_STREAM` with
-/// `CANCEL`) before the request arrived whole: [`super::WatchStreams`] counts the call
-/// `CANCELLED` without handing it to tonic, which would read the reset as the body's end.
+/// Put in the extensions of a request whose client reset its stream (`RST_STREAM`, whatever
+/// its reason) before the request arrived whole: [`super::WatchStreams`] counts the call
+/// `CANCELLED`, as grpc-go does, without handing it to tonic, which would read the reset as
+/// the body's end.
 #[derive(Clone, Copy, Debug)]
 pub struct ResetByClient;
 
