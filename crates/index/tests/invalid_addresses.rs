@@ -33,17 +33,23 @@ fn a_pod_ip_that_does_not_parse_is_logged_and_skipped_alone() {
     );
 }
 
-/// A pod with only `status.podIP` (older API servers, hand-written manifests): the log names
-/// that field, not `podIPs`.
+/// A pod with only `status.podIP` and `status.hostIP` (older API servers, hand-written
+/// manifests): the log names those fields, not `podIPs` and `hostIPs` (newcomer finding for
+/// `hostIP`).
 #[test]
 fn a_bad_pod_ip_without_pod_ips_names_its_field() {
     let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-2","namespace":"shop"},
         "spec":{"containers":[{"name":"app"}]},
-        "status":{"phase":"Running","podIP":"10.0.0.300"}}"#;
+        "status":{"phase":"Running","podIP":"10.0.0.300","hostIP":"1.2.3"}}"#;
     let (decoded, log) = logged(|| decode_json::<Pod>(pod));
-    assert!(decoded.expect("the pod decodes").ips.is_empty());
+    let pod = decoded.expect("the pod decodes");
+    assert!(pod.ips.is_empty() && pod.host_ips.is_empty());
     assert!(
         log.contains("field=status.podIP ") && log.contains("10.0.0.300"),
+        "{log}"
+    );
+    assert!(
+        log.contains("field=status.hostIP ") && log.contains("1.2.3"),
         "{log}"
     );
 }

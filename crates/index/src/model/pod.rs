@@ -172,14 +172,17 @@ impl PodInfo {
                 status.pod_ips.into_iter().map(|i| i.ip).collect::<Vec<_>>(),
             )
         };
-        let host_ips = if status.host_ips.is_empty() {
-            status.host_ip.into_iter().collect()
+        let (host_ips_field, host_ips) = if status.host_ips.is_empty() {
+            ("status.hostIP", status.host_ip.into_iter().collect())
         } else {
-            status
-                .host_ips
-                .into_iter()
-                .map(|i| i.ip)
-                .collect::<Vec<_>>()
+            (
+                "status.hostIPs",
+                status
+                    .host_ips
+                    .into_iter()
+                    .map(|i| i.ip)
+                    .collect::<Vec<_>>(),
+            )
         };
         let owner = single_owner(&metadata);
         let mut annotations = metadata.annotations.0;
@@ -219,7 +222,7 @@ impl PodInfo {
             phase: status.phase,
             terminating: metadata.deletion_timestamp.is_some(),
             ips,
-            host_ips: super::parse_ips(object, "status.hostIPs", &host_ips, None),
+            host_ips: super::parse_ips(object, host_ips_field, &host_ips, None),
             owner,
             container_ports,
             proxy,
