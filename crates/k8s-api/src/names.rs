@@ -22,6 +22,16 @@ pub fn is_dns1123_subdomain(name: &str) -> bool {
             .all(|label| is_label(label, |b| b.is_ascii_lowercase() || b.is_ascii_digit()))
 }
 
+/// Kubernetes' `IsValidPortName` (an IANA service name): 1 to 15 lowercase letters, digits or
+/// `-`, with at least one letter, neither starting nor ending with `-`, and no `--`. What a
+/// named port (a container's, a Service's `targetPort`) must be.
+pub fn is_port_name(name: &str) -> bool {
+    name.len() <= 15
+        && is_label(name, |b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name.bytes().any(|b| b.is_ascii_lowercase())
+        && !name.contains("--")
+}
+
 /// Why the API server would refuse `name` for an object of core (`""`) or other `group` and
 /// `kind`: `None` when it would take it. A Service's name must be a DNS-1035 label; the other
 /// kinds served here, a DNS-1123 subdomain.
@@ -58,6 +68,25 @@ fn is_label(label: &str, alnum: impl Fn(&u8) -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn port_names() {
+        for good in ["http", "h2", "admin-http", "a", "9a", &"p".repeat(15)] {
+            assert!(is_port_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            "80",
+            "Bad_Name",
+            "HTTP",
+            "-http",
+            "http-",
+            "a--b",
+            &"p".repeat(16),
+        ] {
+            assert!(!is_port_name(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn labels_and_subdomains() {

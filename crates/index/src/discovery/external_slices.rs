@@ -387,7 +387,7 @@ pub fn endpoint_ports(svc: &ServiceInfo, ew: &ExternalWorkloadInfo) -> Vec<Endpo
         .ports
         .iter()
         .filter_map(|sp| {
-            let target = sp.target_port.as_ref()?;
+            let target = &sp.target_port;
             let wp = ew.ports.iter().find(|wp| {
                 wp.protocol == sp.protocol
                     && match target {

@@ -164,4 +164,39 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(document).unwrap();
         assert_eq!(decode_value::<Service>(&value).unwrap_err(), expected);
     }
+
+    /// A Service's `targetPort` as the API server defaults and validates it: absent, `0` and
+    /// `""` are the port; a number out of range or a name that is no port name makes the
+    /// Service invalid (newcomer finding: `70000` and `Bad_Name` were served silently).
+    #[test]
+    fn a_target_port_is_defaulted_and_validated_as_the_api_server_does() {
+        use crate::model::TargetPort;
+        let service = |target_port: &str| {
+            decode_json::<Service>(&format!(
+                r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"web","namespace":"shop"}},
+                "spec":{{"ports":[{{"port":80{target_port}}}]}}}}"#
+            ))
+        };
+        for (given, expected) in [
+            ("", TargetPort::Number(80)),
+            (r#","targetPort":0"#, TargetPort::Number(80)),
+            (r#","targetPort":"""#, TargetPort::Number(80)),
+            (r#","targetPort":8080"#, TargetPort::Number(8080)),
+            (r#","targetPort":"http""#, TargetPort::Name("http".into())),
+        ] {
+            let port = &service(given).expect(given).ports[0];
+            assert_eq!(port.target_port, expected, "{given}");
+        }
+        for (given, reason) in [
+            (r#","targetPort":-1"#, "targetPort -1 out of range"),
+            (r#","targetPort":70000"#, "targetPort 70000 out of range"),
+            (
+                r#","targetPort":"Bad_Name""#,
+                r#"targetPort "Bad_Name" is not a port name"#,
+            ),
+        ] {
+            let error = service(given).unwrap_err().to_string();
+            assert!(error.contains(reason), "{given}: {error}");
+        }
+    }
 }

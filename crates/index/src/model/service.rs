@@ -45,7 +45,7 @@ pub struct ServiceInfo {
 }
 
 /// One `spec.ports[]` entry of a Service.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServicePort {
     pub port: u16,
     /// The port's name; `""` when unnamed (matches unnamed slice ports).
@@ -54,9 +54,9 @@ pub struct ServicePort {
     pub app_protocol: Option<String>,
     /// `protocol`; `TCP` when absent, as the API server defaults it.
     pub protocol: String,
-    /// `targetPort`; `port` when absent, as the API server defaults it. `None` when it is a
-    /// number outside 1..=65535 or an empty name: it then selects no workload port.
-    pub target_port: Option<TargetPort>,
+    /// `targetPort`; `port` when absent, `0` or `""`, as the API server defaults it (a number
+    /// outside 0..=65535 or a name that is no port name makes the Service invalid).
+    pub target_port: TargetPort,
 }
 
 /// A Service port's `targetPort`.
@@ -96,14 +96,36 @@ impl ServiceInfo {
                         format!("port {} out of range", p.port),
                     )
                 })?;
+            // As the API server defaults and validates it: absent, `0` and `""` are the port.
             let target_port = match p.target_port {
-                None => Some(TargetPort::Number(port)),
-                Some(wire::IntOrString::Int(n)) => u16::try_from(n)
-                    .ok()
-                    .filter(|n| *n != 0)
-                    .map(TargetPort::Number),
-                Some(wire::IntOrString::String(port_name)) if port_name.is_empty() => None,
-                Some(wire::IntOrString::String(port_name)) => Some(TargetPort::Name(port_name)),
+                None | Some(wire::IntOrString::Int(0)) => TargetPort::Number(port),
+                Some(wire::IntOrString::String(port_name)) if port_name.is_empty() => {
+                    TargetPort::Number(port)
+                }
+                Some(wire::IntOrString::Int(n)) => {
+                    TargetPort::Number(u16::try_from(n).map_err(|_| {
+                        invalid(
+                            "Service",
+                            &namespace,
+                            &name,
+                            format!("targetPort {n} out of range"),
+                        )
+                    })?)
+                }
+                Some(wire::IntOrString::String(port_name)) => {
+                    if !linkerd_k8s_api::names::is_port_name(&port_name) {
+                        return Err(invalid(
+                            "Service",
+                            &namespace,
+                            &name,
+                            format!(
+                                "targetPort {port_name:?} is not a port name: 1 to 15 lowercase \
+                                 letters, digits or '-', with a letter"
+                            ),
+                        ));
+                    }
+                    TargetPort::Name(port_name)
+                }
             };
             ports.push(ServicePort {
                 port,
