@@ -853,7 +853,9 @@ impl StateDir {
     fn forget(&mut self, path: &Path, changes: &mut Touched) {
         if let Some(file) = self.files.get(path) {
             // A withdrawal tells every proxy the objects are gone: say why.
-            tracing::info!(file = %path.display(), objects = file.objects.len(), "cluster state file removed; withdrawing its objects (unless another file defines them)");
+            // Objects, not definitions: one defined twice in the file is one.
+            let objects: BTreeSet<&ObjectId> = file.objects.iter().map(|(id, _)| id).collect();
+            tracing::info!(file = %path.display(), objects = objects.len(), "cluster state file removed; withdrawing its objects (unless another file defines them)");
         }
         self.rejected.remove(path);
         self.unreadable.remove(path);
@@ -1232,7 +1234,7 @@ fn link_hops(path: &Path) -> Option<Vec<PathBuf>> {
         let (Some(dir), Some(name)) = (next.parent(), next.file_name()) else {
             break;
         };
-        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let dir = resolve_dir(dir);
         if dir
             .components()
             .any(|c| is_atomic_writer_entry(Path::new(c.as_os_str())))
@@ -1249,6 +1251,20 @@ fn link_hops(path: &Path) -> Option<Vec<PathBuf>> {
         }
     }
     Some(hops)
+}
+
+/// `dir` resolved as far as it exists: its canonical path, or, for a directory that is gone,
+/// its name joined to its nearest existing ancestor's canonical path. A link's target
+/// directory moved away must still be named where it will come back: unresolved,
+/// `state/../target` would look like a path inside the state directory.
+fn resolve_dir(dir: &Path) -> PathBuf {
+    if let Ok(resolved) = std::fs::canonicalize(dir) {
+        return resolved;
+    }
+    match (dir.parent(), dir.file_name()) {
+        (Some(parent), Some(name)) => resolve_dir(parent).join(name),
+        _ => dir.to_path_buf(),
+    }
 }
 
 /// The paths the manifests that are symlinks lead through ([`StateDir::links`]), and the

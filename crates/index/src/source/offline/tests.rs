@@ -1588,7 +1588,9 @@ async fn a_link_targets_directory_moved_or_recreated_under_a_watched_parent_is_f
     std::fs::create_dir(&target).unwrap();
     write(&target, "t.yaml", &svc_yaml("t", 80));
     write(root.path(), "p.yaml", &svc_yaml("p", 80));
-    std::os::unix::fs::symlink(target.join("t.yaml"), dir.join("t.yaml")).unwrap();
+    // Relative, as `ln -s ../target/t.yaml` writes it: resolved through `state/..` (newcomer
+    // finding: while the directory was gone, the unresolved path looked inside `state`).
+    std::os::unix::fs::symlink("../target/t.yaml", dir.join("t.yaml")).unwrap();
     std::os::unix::fs::symlink("../p.yaml", dir.join("p.yaml")).unwrap();
     let mut services = services(&dir, &IndexMetrics::default()).await;
     assert!(matches!(next(&mut services).await, Event::Reset(o) if o.len() == 2));
@@ -1619,10 +1621,16 @@ fn a_removed_file_is_logged_with_its_objects() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = IndexMetrics::default();
     write(dir.path(), "a.yaml", &svc_yaml("a", 80));
+    // `b` defined twice is one object (newcomer finding: the line counted definitions).
     write(
         dir.path(),
         "b.yaml",
-        &format!("{}---\n{}", svc_yaml("b", 80), svc_yaml("c", 80)),
+        &format!(
+            "{}---\n{}---\n{}",
+            svc_yaml("b", 80),
+            svc_yaml("c", 80),
+            svc_yaml("b", 81)
+        ),
     );
     let mut state = state_dir(dir.path(), &metrics);
     assert_eq!(rescanned(&mut state), 3);
