@@ -858,6 +858,34 @@ async fn serve_refusal_log(settings: Http2Settings) -> (SocketAddr, RefusalLog) 
     (addr, log)
 }
 
+/// An HTTP/2 client of `addr` that sends whatever body a test gives it (tonic's client only
+/// sends whole messages).
+async fn raw_h2_client<B>(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (client, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// A `Get` of [`RefusalLog`] to `addr` with `body`, as a gRPC client sends its headers.
+fn get_request<B>(addr: SocketAddr, body: B) -> http::Request<B> {
+    http::Request::post(format!("http://{addr}{}", RefusalLog::PATH))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .unwrap()
+}
+
 /// A `GetDestination` whose path is not UTF-8, as the bytes of another message with the
 /// same tag.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -939,24 +967,13 @@ async fn calls_answered_before_their_method_are_told_to_it() {
 #[tokio::test]
 async fn a_request_declaring_too_large_a_message_is_refused_at_once() {
     let (addr, log) = serve_refusal_log(Http2Settings::default()).await;
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut client, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(connection);
+    let mut client = raw_h2_client(addr).await;
     // The prefix of a 65,537-byte message, and nothing more for now.
     let prefix = hyper::body::Frame::data(tonic::codegen::Bytes::from_static(&[0, 0, 1, 0, 1]));
     let body = http_body_util::StreamBody::new(
         futures::stream::iter([Ok::<_, Infallible>(prefix)]).chain(futures::stream::pending()),
     );
-    let request = http::Request::post(format!("http://{addr}{}", RefusalLog::PATH))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(body)
-        .unwrap();
+    let request = get_request(addr, body);
     let response = tokio::time::timeout(Duration::from_secs(2), client.send_request(request))
         .await
         .expect("answered before the 10 s body timeout")
@@ -1006,23 +1023,12 @@ async fn a_call_reset_before_its_request_arrives_is_told_as_cancelled() {
     assert_eq!(told(1).await, [tonic::Code::Cancelled]);
 
     // A request body that fails: hyper resets the stream with `INTERNAL_ERROR`.
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut client, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(connection);
+    let mut client = raw_h2_client(addr).await;
     let failing = futures::stream::once(Box::pin(async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         Err::<hyper::body::Frame<tonic::codegen::Bytes>, _>(io::Error::other("the client failed"))
     }));
-    let request = http::Request::post(format!("http://{addr}{}", RefusalLog::PATH))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(http_body_util::StreamBody::new(failing))
-        .unwrap();
+    let request = get_request(addr, http_body_util::StreamBody::new(failing));
     let _ = client.send_request(request).await;
     assert_eq!(
         told(2).await,
