@@ -311,7 +311,7 @@ impl Outbound {
         }
         let existed = self.services.contains_key(&key);
         let old = self.services.get(&key).map(|old| &old.annotations);
-        warn_annotation_problems("Service", &key, old, &svc.annotations);
+        warn_annotation_problems("Service", &key, old, &svc.annotations, true);
         self.delete_service(&key, &mut Touched::default());
         for ip in &svc.cluster_ips {
             index_insert(&mut self.services_by_ip, *ip, &key);
@@ -343,7 +343,7 @@ impl Outbound {
         }
         let existed = self.egress_networks.contains_key(&key);
         let old = self.egress_networks.get(&key).map(|old| &old.annotations);
-        warn_annotation_problems("EgressNetwork", &key, old, &en.annotations);
+        warn_annotation_problems("EgressNetwork", &key, old, &en.annotations, false);
         index_insert(&mut self.egress_by_namespace, key.namespace.clone(), &key);
         self.egress_networks.insert(key.clone(), en.clone());
         touched.egress_namespaces.insert(key.namespace.clone());
@@ -523,18 +523,19 @@ route_kind!(TcpRoute, GATEWAY_GROUP, "TCPRoute", routes::tcp_route);
 
 /// Warns once per version of a Service or EgressNetwork (`kind`) about each feature its
 /// `annotations` leave unset ([`super::annotations::problems`]): nothing when they are the
-/// annotations of the version indexed before (`old`). A Service's include its balancers'
-/// load biaser.
+/// annotations of the version indexed before (`old`). `load_biaser`: a Service's, whose
+/// balancers' load estimator they configure too.
 fn warn_annotation_problems(
     kind: &str,
     key: &ObjectRef,
     old: Option<&BTreeMap<String, String>>,
     annotations: &BTreeMap<String, String>,
+    load_biaser: bool,
 ) {
     if old == Some(annotations) {
         return;
     }
-    for (feature, error) in super::annotations::problems(annotations, kind == "Service") {
+    for (feature, error) in super::annotations::problems(annotations, load_biaser) {
         tracing::warn!(%kind, object = %format!("{}/{}", key.namespace, key.name), %error, "ignoring {feature} annotations");
     }
 }
