@@ -366,3 +366,56 @@ async fn a_get_whose_request_does_not_decode_is_handled_internal() {
         );
     }
 }
+
+/// A `Get` whose client's connection closes before its request arrives (the proxy restarted
+/// between its headers and its message) is counted as started and handled `Canceled`, as
+/// grpc-go counts a handler whose receive failed with the transport. It was not counted.
+#[tokio::test]
+async fn a_get_whose_connection_closes_before_its_request_is_handled_canceled() {
+    let (registry, h) = serve_emojivoto().await;
+    // hyper's client keeps its socket in a task of its own: a clone of the socket closes it.
+    let tcp = std::net::TcpStream::connect(h.addr).unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let socket = tcp.try_clone().unwrap();
+    let (mut client, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tokio::net::TcpStream::from_std(tcp).unwrap()),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let never = http_body_util::StreamBody::new(futures::stream::pending::<
+        Result<hyper::body::Frame<hyper::body::Bytes>, std::convert::Infallible>,
+    >());
+    let request = tonic::codegen::http::Request::post(format!(
+        "http://{}/io.linkerd.proxy.destination.Destination/Get",
+        h.addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(never)
+    .unwrap();
+    let call = tokio::spawn(client.send_request(request));
+    // The headers go out at once; then the connection closes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    socket.shutdown(std::net::Shutdown::Both).unwrap();
+    let _ = call.await;
+
+    let handled =
+        format!(r#"grpc_server_handled_total{{{GRPC},grpc_method="Get",grpc_code="Canceled"}} 1"#);
+    let mut text = encode(&registry);
+    for _ in 0..100 {
+        if text.contains(&handled) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        text = encode(&registry);
+    }
+    assert!(text.contains(&handled), "{text}");
+    assert!(
+        text.contains(&format!(
+            r#"grpc_server_started_total{{{GRPC},grpc_method="Get"}} 1"#
+        )),
+        "{text}"
+    );
+}

@@ -185,7 +185,8 @@ pub trait StreamingMethod: Clone + Send + Sync + 'static {
     /// Told of a call answered `code` without [`Self::call`]: its request did not decode
     /// (`INTERNAL`), was over [`MAX_REQUEST_BYTES`] (`OUT_OF_RANGE`), did not arrive whole
     /// within [`Http2Settings::request_body_timeout`] (`DEADLINE_EXCEEDED`), or its client
-    /// reset the stream before it arrived (`CANCELLED`, [`ResetByClient`]). A server counts it
+    /// reset the stream or closed its connection before it arrived (`CANCELLED`,
+    /// [`ResetByClient`]). A server counts it
     /// as started and handled with `code`, as go-grpc-prometheus counts a call whose handler
     /// failed to receive its request; by default nothing is counted.
     fn refused(&self, code: tonic::Code) {

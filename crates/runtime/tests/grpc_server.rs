@@ -1036,3 +1036,42 @@ async fn a_call_reset_before_its_request_arrives_is_told_as_cancelled() {
     );
     assert!(log.called.lock().unwrap().is_empty());
 }
+
+/// A client whose connection closes (a proxy restarting, a TCP reset) before its request
+/// arrives is counted as `CANCELLED` too, as grpc-go counts a handler whose receive failed
+/// with the transport (it was not counted: hyper drops such a call before it is routed).
+#[tokio::test]
+async fn a_call_whose_connection_closes_before_its_request_arrives_is_told_as_cancelled() {
+    let (addr, log) = serve_refusal_log(Http2Settings::default()).await;
+    // hyper's client keeps its socket in a task of its own: a clone of the socket closes it.
+    let tcp = TcpStream::connect(addr).await.unwrap().into_std().unwrap();
+    let socket = tcp.try_clone().unwrap();
+    let tcp = TcpStream::from_std(tcp).unwrap();
+    let (mut client, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let body = http_body_util::StreamBody::new(futures::stream::pending::<
+        Result<hyper::body::Frame<tonic::codegen::Bytes>, Infallible>,
+    >());
+    let call = tokio::spawn(client.send_request(get_request(addr, body)));
+    // The headers go out at once; then the connection closes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    socket.shutdown(std::net::Shutdown::Both).unwrap();
+    let _ = call.await;
+    let told = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if !log.refused.lock().unwrap().is_empty() {
+                return log.refused.lock().unwrap().clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the abandoned call is told to the method");
+    assert_eq!(told, [tonic::Code::Cancelled]);
+    assert!(log.called.lock().unwrap().is_empty());
+}

@@ -237,12 +237,12 @@ async fn serve_connection<S: GrpcService>(
         body_timeout: settings.request_body_timeout,
     });
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
-        Box::pin(RouteOnceReceived::Receiving {
+        Box::pin(CountedIfAbandoned(RouteOnceReceived::Receiving {
             context: context.clone(),
             request,
             received: Received::default(),
             deadline: None,
-        })
+        }))
     });
     let (mut streams, executor) = ConnectionStreams::new();
     let mut builder = hyper::server::conn::http2::Builder::new(executor);
@@ -441,10 +441,47 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
     }
 }
 
+/// A request's future as hyper holds it. One dropped before its request arrived whole (its
+/// connection closed, or the server dropped it past the drain timeout) is routed as reset
+/// ([`ResetByClient`]) on the way out, so that the method's server counts it `CANCELLED`, as
+/// grpc-go counts a handler whose receive failed with the transport; hyper gives such a call
+/// no answer, and before it was not counted at all.
+struct CountedIfAbandoned<S: GrpcService>(RouteOnceReceived<S>);
+
+impl<S: GrpcService> Future for CountedIfAbandoned<S> {
+    type Output = Result<http::Response<Body>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<S: GrpcService> Drop for CountedIfAbandoned<S> {
+    fn drop(&mut self) {
+        let RouteOnceReceived::Receiving {
+            context, request, ..
+        } = &self.0
+        else {
+            return;
+        };
+        let mut abandoned = http::Request::new(Body::empty());
+        *abandoned.method_mut() = request.method().clone();
+        *abandoned.uri_mut() = request.uri().clone();
+        abandoned
+            .extensions_mut()
+            .insert(context.connect_info.clone());
+        abandoned.extensions_mut().insert(ResetByClient);
+        // A watch method counts it when it is called: by this call in front of a router, at
+        // the first poll behind one. Nothing waits for the answer.
+        let routed = pin!(context.routes.clone().call(abandoned));
+        let _ = routed.poll(&mut Context::from_waker(std::task::Waker::noop()));
+    }
+}
+
 /// Put in the extensions of a request whose client reset its stream (`RST_STREAM`, whatever
-/// its reason) before the request arrived whole: [`super::WatchStreams`] counts the call
-/// `CANCELLED`, as grpc-go does, without handing it to tonic, which would read the reset as
-/// the body's end.
+/// its reason) or closed its connection before the request arrived whole:
+/// [`super::WatchStreams`] counts the call `CANCELLED`, as grpc-go does, without handing it to
+/// tonic, which would read the reset as the body's end.
 #[derive(Clone, Copy, Debug)]
 pub struct ResetByClient;
 
