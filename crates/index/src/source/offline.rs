@@ -640,13 +640,16 @@ impl StateDir {
         }
         let next = std::sync::atomic::AtomicUsize::new(0);
         let mut loaded: Vec<Option<Loaded>> = paths.iter().map(|_| None).collect();
-        // The workers log where the caller logs (its subscriber may be scoped to its thread).
+        // The workers log where the caller logs (its subscriber may be scoped to its thread),
+        // in its span (a linked cluster's names the cluster).
         let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        let span = tracing::Span::current();
         std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
                 .map(|_| {
                     scope.spawn(|| {
                         let _logs = tracing::dispatcher::set_default(&dispatch);
+                        let _span = span.enter();
                         let (mut done, mut buffer) = (Vec::new(), Vec::new());
                         loop {
                             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -568,6 +568,42 @@ fn what_decoding_an_object_logs_names_its_file() {
     assert_eq!(ips, [("web-0", 1), ("web-1", 0)]);
 }
 
+/// What the loader threads log is in the caller's span too: a linked cluster's first read of
+/// its directory logged its bad objects without `linked_cluster{cluster=NAME}` (newcomer
+/// finding; one file, read on the caller's thread, had it).
+#[test]
+fn what_loader_threads_log_is_in_the_callers_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop}}\n\
+             spec: {{containers: [{{name: app}}]}}\n\
+             status: {{phase: Running, podIPs: [{{ip: not-an-ip}}]}}\n"
+        )
+    };
+    for name in ["a", "b", "c", "d"] {
+        std::fs::write(dir.path().join(format!("{name}.yaml")), pod(name)).unwrap();
+    }
+    let metrics = IndexMetrics::default();
+    let (tx, _rx) = mpsc::unbounded_channel::<Event<Arc<PodInfo>>>();
+    let mut state = StateDir::new(
+        dir.path().to_path_buf(),
+        vec![feed::<Pod>(tx, metrics.clone())],
+        metrics,
+    );
+    let (_, log) = logged(|| {
+        tracing::info_span!("linked_cluster", cluster = "east").in_scope(|| {
+            let (changes, decoded) = state.rescan();
+            state.deliver_initial(changes, decoded);
+        })
+    });
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("not-an-ip")).collect();
+    assert_eq!(lines.len(), 4, "{log}");
+    for line in lines {
+        assert!(line.contains("linked_cluster{cluster=\"east\"}"), "{line}");
+    }
+}
+
 /// A key repeated in a YAML mapping refuses the file (YAML forbids it), and the message names
 /// the key without serde-saphyr's advice to set a decoder option (found by a newcomer).
 #[test]
