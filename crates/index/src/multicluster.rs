@@ -364,9 +364,8 @@ struct Links {
     /// the error: logged and counted again only when the error changes, not at every
     /// reconcile of the other links.
     refused: BTreeMap<String, String>,
-    /// Valid link Secrets ignored because another one names the same cluster (the one the
-    /// running cluster was started from, else the first by namespace/name): logged and counted
-    /// once, when they become so.
+    /// Valid link Secrets ignored because another one, first by namespace/name, names the
+    /// same cluster: logged and counted once, when they become so.
     duplicates: BTreeSet<ObjectRef>,
     clusters: watch::Sender<Arc<Clusters>>,
 }
@@ -453,20 +452,15 @@ impl Links {
     /// Starts, restarts and stops links to match the valid Secrets.
     async fn reconcile(&mut self) {
         let current = self.clusters.borrow().clone();
-        // The Secret a running cluster was started from keeps it: another one naming the same
-        // cluster is the duplicate, whatever the names' order (upstream's cluster store
-        // ignores a Secret for a cluster it already has).
-        let (established, others): (Vec<_>, Vec<_>) = self.valid.iter().partition(|(key, link)| {
-            current
-                .get(&link.cluster)
-                .is_some_and(|c| c.secret == **key)
-        });
+        // Of the Secrets naming one cluster, the first by namespace/name links it, whatever
+        // order they came in: every replica, and a restart, serve the same one (upstream's
+        // cluster store keeps whichever came first, so replicas could serve two trust domains).
         let mut wanted: BTreeMap<String, (ObjectRef, LinkSecret)> = BTreeMap::new();
         let mut duplicates = BTreeSet::new();
-        for (key, link) in established.into_iter().chain(others) {
+        for (key, link) in &self.valid {
             if let Some((first, _)) = wanted.get(&link.cluster) {
                 if !self.duplicates.contains(key) {
-                    tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %link.cluster, first = %format!("{}/{}", first.namespace, first.name), "another link Secret names this cluster; ignoring this one");
+                    tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %link.cluster, first = %format!("{}/{}", first.namespace, first.name), "another link Secret, first by name, names this cluster; ignoring this one");
                     self.metrics.error("duplicate_cluster");
                 }
                 duplicates.insert(key.clone());

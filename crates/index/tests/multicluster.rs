@@ -466,12 +466,12 @@ async fn a_linked_state_path_that_is_a_file_is_retried() {
     assert_eq!(metrics.errors("state_dir"), 1);
 }
 
-/// A link Secret naming a cluster that another Secret already links is the duplicate, however
-/// their names sort: the running link keeps serving (newcomer finding: a Secret whose name
-/// sorted first took the cluster over, with its own trust domain). When the first Secret goes,
-/// the other one links the cluster.
+/// Of the link Secrets naming one cluster, the first by namespace/name links it, whatever
+/// order they came in, so that a restart and every replica serve the same one (newcomer
+/// finding: the running link kept the cluster, and a fresh start on the same Secrets served the
+/// other Secret's trust domain). When it goes, the next one links the cluster.
 #[tokio::test]
-async fn a_later_link_secret_does_not_take_over_a_linked_cluster() {
+async fn the_link_secret_first_by_name_links_a_cluster_named_twice() {
     let dir = tempfile::tempdir().unwrap();
     write_state(dir.path(), vec![mk_service()]);
     let EastLink {
@@ -483,32 +483,43 @@ async fn a_later_link_secret_does_not_take_over_a_linked_cluster() {
     let east = wait_cluster(&store, "east", None).await;
     assert_eq!(east.trust_domain, "east.local");
 
-    // Sorts before `cluster-credentials-east`.
-    let mut second = link("east", "apiVersion: v1\n");
-    second.metadata.name = Some("a-second-east-link".into());
-    second.metadata.annotations.as_mut().unwrap().insert(
-        "multicluster.linkerd.io/trust-domain".into(),
-        "evil.local".into(),
-    );
-    watches.apply(Event::Apply(second));
+    // Sorts after `cluster-credentials-east`: ignored.
+    let mut later = link("east", "apiVersion: v1\n");
+    later.metadata.name = Some("z-east-link".into());
+    watches.apply(Event::Apply(later));
     wait_metric(
         &registry,
         r#"multicluster_link_errors_total{reason="duplicate_cluster"} 1"#,
     )
     .await;
-    let kept = store.get("east").unwrap();
-    assert!(Arc::ptr_eq(&east, &kept), "the running link was replaced");
-    assert_eq!(kept.trust_domain, "east.local");
-    assert_eq!(kept.secret.name, "cluster-credentials-east");
+    assert!(Arc::ptr_eq(&east, &store.get("east").unwrap()));
+
+    // Sorts before it: links the cluster, as a fresh start on these Secrets would.
+    let mut first = link("east", "apiVersion: v1\n");
+    first.metadata.name = Some("a-second-east-link".into());
+    first.metadata.annotations.as_mut().unwrap().insert(
+        "multicluster.linkerd.io/trust-domain".into(),
+        "other.local".into(),
+    );
+    watches.apply(Event::Apply(first));
+    let relinked = wait_cluster(&store, "east", Some(&east)).await;
+    assert_eq!(relinked.trust_domain, "other.local");
+    assert_eq!(relinked.secret.name, "a-second-east-link");
+    // `cluster-credentials-east` is now the duplicate, counted once.
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="duplicate_cluster"} 2"#,
+    )
+    .await;
 
     watches.apply(Event::<Secret>::Delete(ObjectRef {
         namespace: "linkerd".into(),
-        name: "cluster-credentials-east".into(),
+        name: "a-second-east-link".into(),
     }));
-    let after = wait_cluster(&store, "east", Some(&east)).await;
-    assert_eq!(after.trust_domain, "evil.local");
-    assert_eq!(after.secret.name, "a-second-east-link");
-    assert_eq!(metrics.errors("duplicate_cluster"), 1);
+    let after = wait_cluster(&store, "east", Some(&relinked)).await;
+    assert_eq!(after.trust_domain, "east.local");
+    assert_eq!(after.secret.name, "cluster-credentials-east");
+    assert_eq!(metrics.errors("duplicate_cluster"), 2);
 }
 
 /// A link Secret whose kubeconfig does not parse is logged and counted once, however often the
