@@ -65,15 +65,17 @@ pub const LINK_STATES: [&str; 3] = ["syncing", "connected", "unreachable"];
 
 /// The `reason`s of `multicluster_link_errors_total`: the link Secret's own problems
 /// ([`crate::model::LinkSecretError::reason`]), the cluster's start (a kubeconfig that does not
-/// parse, a client that cannot be built, a state directory that cannot be used), a second
+/// parse, or would run a command or read the destination's files; a client that cannot be
+/// built; a state directory that cannot be used), a second
 /// Secret for a linked cluster, and a cluster whose API server does not answer. Each series is
 /// exported at 0 from the start.
-pub const LINK_ERROR_REASONS: [&str; 9] = [
+pub const LINK_ERROR_REASONS: [&str; 10] = [
     "no_cluster_name",
     "reserved_cluster_name",
     "missing_annotation",
     "no_kubeconfig",
     "malformed_kubeconfig",
+    "unsafe_kubeconfig",
     "client",
     "state_dir",
     "duplicate_cluster",
@@ -159,6 +161,10 @@ struct ReasonLabels {
 enum StartError {
     #[error("kubeconfig is not UTF-8 YAML of a kubeconfig: {0}")]
     Kubeconfig(String),
+    #[error(
+        "kubeconfig {0}: a link's kubeconfig must carry its credentials inline, as `linkerd multicluster link` writes them"
+    )]
+    Unsafe(String),
     #[error("no client can be built from the kubeconfig: {0}")]
     Client(String),
     #[error("--linked-cluster-state directory: {0}")]
@@ -175,6 +181,7 @@ impl StartError {
     fn reason(&self) -> &'static str {
         match self {
             Self::Kubeconfig(_) => "malformed_kubeconfig",
+            Self::Unsafe(_) => "unsafe_kubeconfig",
             Self::Client(_) => "client",
             Self::Dir(_) => "state_dir",
         }
@@ -188,7 +195,8 @@ impl LinkMetrics {
     /// state: `syncing`, `connected` or `unreachable`, see [`LINK_STATES`]), `multicluster_link_errors_total{reason}` (link
     /// Secrets or clusters that could not be used: `no_cluster_name`, `reserved_cluster_name`
     /// (a cluster named `local`, the local cluster's label), `missing_annotation`,
-    /// `no_kubeconfig`, `malformed_kubeconfig`, `client`, `state_dir`, `duplicate_cluster`,
+    /// `no_kubeconfig`, `malformed_kubeconfig`, `unsafe_kubeconfig` (a user that runs a
+    /// command, or credentials read from files), `client`, `state_dir`, `duplicate_cluster`,
     /// `unreachable`, see [`LINK_ERROR_REASONS`]; each at 0 from the start) and
     /// `cluster_store_size` (linked clusters, as upstream).
     pub fn register(registry: &mut Registry) -> Self {
@@ -599,17 +607,64 @@ impl Links {
 }
 
 /// A client of the cluster `kubeconfig` describes (its current context), and its URL.
+///
+/// A kubeconfig that would have the destination run a command or read its own files is
+/// refused ([`StartError::Unsafe`]): anyone who can write a Secret in the control-plane
+/// namespace could otherwise run commands in the pod, or have its ServiceAccount token
+/// (`tokenFile`) sent to a server of their choosing. client-go, upstream's client, follows
+/// them; `linkerd multicluster link` writes a token and certificate data inline.
 async fn kube_client(kubeconfig: &[u8]) -> Result<(kube::Client, String), StartError> {
     let text =
         std::str::from_utf8(kubeconfig).map_err(|e| StartError::Kubeconfig(e.to_string()))?;
     let parsed = kube::config::Kubeconfig::from_yaml(text)
         .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
+    refuse_unsafe(&parsed)?;
     let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
         .await
         .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
     let url = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))?;
     Ok((client, url))
+}
+
+/// Errors naming the first user or cluster of `kubeconfig` that runs a command (`exec`,
+/// `auth-provider`, whose plugins run commands) or reads a file of the destination's
+/// filesystem (`tokenFile`, `client-certificate`, `client-key`, `certificate-authority`).
+fn refuse_unsafe(kubeconfig: &kube::config::Kubeconfig) -> Result<(), StartError> {
+    for named in &kubeconfig.auth_infos {
+        let Some(user) = &named.auth_info else {
+            continue;
+        };
+        let field = if user.exec.is_some() {
+            Some("runs a command (`exec`)")
+        } else if user.auth_provider.is_some() {
+            Some("runs an auth provider (`auth-provider`)")
+        } else if user.token_file.is_some() {
+            Some("reads a file (`tokenFile`)")
+        } else if user.client_certificate.is_some() {
+            Some("reads a file (`client-certificate`)")
+        } else if user.client_key.is_some() {
+            Some("reads a file (`client-key`)")
+        } else {
+            None
+        };
+        if let Some(field) = field {
+            return Err(StartError::Unsafe(format!("user {:?} {field}", named.name)));
+        }
+    }
+    for named in &kubeconfig.clusters {
+        if named
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.certificate_authority.is_some())
+        {
+            return Err(StartError::Unsafe(format!(
+                "cluster {:?} reads a file (`certificate-authority`)",
+                named.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Follows a linked cluster's state into the state gauge: `syncing` until its initial lists

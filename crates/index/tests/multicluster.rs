@@ -5,6 +5,8 @@
 //! restarts the cluster's watches and a deleted one stops them.
 
 mod fake_apiserver;
+#[path = "support/logged.rs"]
+mod logged;
 
 use base64::Engine;
 use fake_apiserver::{FakeApi, PODS, SLICES, TIMEOUT};
@@ -13,6 +15,7 @@ use linkerd_index::{
     ClusterStore, ClusterStoreConfig, EndpointsKey, EndpointsView, Event, IndexMetrics,
     LinkMetrics, LinkedCluster, ObjectRef, Watches,
 };
+use logged::capture_thread;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
@@ -602,4 +605,88 @@ async fn a_duplicate_link_secret_is_counted_once() {
         Arc::ptr_eq(&east, &store.get("east").unwrap()),
         "the first Secret's link kept running"
     );
+}
+
+/// A link kubeconfig whose user runs a command (`exec`, an `auth-provider`) or whose
+/// credentials are files of the destination's own filesystem (`tokenFile`, `client-key`, ...)
+/// is refused (`unsafe_kubeconfig`): anyone who could write a Secret in the control-plane
+/// namespace could run commands as the destination, or have its ServiceAccount token sent to
+/// a server of their choosing (newcomer finding). `linkerd multicluster link` writes the
+/// credentials inline; such a kubeconfig is linked.
+#[tokio::test]
+async fn a_link_kubeconfig_that_runs_commands_or_reads_files_is_refused() {
+    let ran = tempfile::tempdir().unwrap();
+    let marker = ran.path().join("ran");
+    let cluster = "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n";
+    let context = "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n";
+    let exec = format!(
+        "apiVersion: v1\nkind: Config\n{cluster}{context}users: [{{name: u, user: {{exec: {{apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: ['-c', 'touch {}']}}}}}}]\n",
+        marker.display()
+    );
+    let token_file = format!(
+        "apiVersion: v1\nkind: Config\n{cluster}{context}users: [{{name: u, user: {{tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}}}}]\n"
+    );
+    let ca_file = format!(
+        "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:9', certificate-authority: /etc/ssl/certs/ca.crt}}}}]\n{context}users: [{{name: u, user: {{token: abc}}}}]\n"
+    );
+    let (_capture, lines) = capture_thread();
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (store, metrics) = store(
+        &mut watches,
+        &mut registry,
+        config(Duration::from_secs(10), &[]),
+    );
+    watches.apply(Event::Apply(link("east", &exec)));
+    watches.apply(Event::Apply(link("west", &token_file)));
+    watches.apply(Event::Apply(link("north", &ca_file)));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="unsafe_kubeconfig"} 3"#,
+    )
+    .await;
+    let log = lines.text();
+    for (cluster, field) in [
+        ("east", "runs a command (`exec`)"),
+        ("west", "`tokenFile`"),
+        ("north", "`certificate-authority`"),
+    ] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("cluster-credentials-{cluster}")))
+            .unwrap_or_else(|| panic!("nothing logged about {cluster}:\n{log}"));
+        assert!(line.contains(field), "{line}");
+        assert!(store.get(cluster).is_none());
+    }
+    // Had the link started, its lists would have run the command by now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!marker.exists(), "the kubeconfig's command ran");
+    assert_eq!(metrics.errors("malformed_kubeconfig"), 0);
+
+    // Inline credentials are linked.
+    let inline = format!(
+        "apiVersion: v1\nkind: Config\n{cluster}{context}users: [{{name: u, user: {{token: abc}}}}]\n"
+    );
+    watches.apply(Event::Apply(link("south", &inline)));
+    wait_cluster(&store, "south", None).await;
+}
+
+/// An empty `kubeconfig` is missing, not malformed.
+#[tokio::test]
+async fn an_empty_link_kubeconfig_is_counted_missing() {
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (store, metrics) = store(
+        &mut watches,
+        &mut registry,
+        config(Duration::from_secs(10), &[]),
+    );
+    watches.apply(Event::Apply(link("east", "")));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="no_kubeconfig"} 1"#,
+    )
+    .await;
+    assert_eq!(metrics.errors("malformed_kubeconfig"), 0);
+    assert!(store.get("east").is_none());
 }

@@ -59,7 +59,7 @@ pub enum LinkSecretError {
     ReservedClusterName,
     #[error("annotation {0} is missing or empty")]
     MissingAnnotation(&'static str),
-    #[error("data key kubeconfig is missing")]
+    #[error("data key kubeconfig is missing or empty")]
     NoKubeconfig,
     #[error("data key kubeconfig is not base64: {0}")]
     KubeconfigNotBase64(String),
@@ -137,6 +137,7 @@ impl SecretInfo {
         let cluster_domain = annotation(&self.cluster_domain, CLUSTER_DOMAIN_ANNOTATION)?;
         let kubeconfig = match &self.kubeconfig {
             None => return Err(LinkSecretError::NoKubeconfig),
+            Some(Ok(data)) if data.is_empty() => return Err(LinkSecretError::NoKubeconfig),
             Some(Err(e)) => return Err(LinkSecretError::KubeconfigNotBase64(e.clone())),
             Some(Ok(data)) => data.clone(),
         };

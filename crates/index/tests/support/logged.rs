@@ -1,30 +1,56 @@
 //! Capturing what code logs, for the index's integration tests and its unit tests (which
 //! include this file).
 
-/// The log lines written while `f` runs.
-pub fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
-    use std::{
-        io::Write,
-        sync::{Arc, Mutex},
-    };
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-    impl Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+use std::{
+    io::Write,
+    sync::{Arc, Mutex},
+};
+
+/// The lines a capturing subscriber wrote.
+#[derive(Clone, Default)]
+pub struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Lines {
+    /// What was written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }
+
+    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
+        let writer = self.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish()
+    }
+}
+
+impl Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The log lines written while `f` runs.
+#[allow(dead_code, reason = "not every test binary captures logs this way")]
+pub fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
     let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-    (out, text)
+    let out = tracing::subscriber::with_default(lines.subscriber(), f);
+    (out, lines.text())
+}
+
+/// Captures what the current thread logs until the guard is dropped: in a `#[tokio::test]`,
+/// whose runtime polls every task on the test's thread, what its spawned tasks log too.
+#[allow(
+    dead_code,
+    reason = "not every test binary captures the logs of its tasks"
+)]
+pub fn capture_thread() -> (tracing::subscriber::DefaultGuard, Lines) {
+    let lines = Lines::default();
+    let guard = tracing::subscriber::set_default(lines.subscriber());
+    (guard, lines)
 }

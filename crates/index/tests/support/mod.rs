@@ -10,7 +10,7 @@ use std::path::Path;
 
 mod logged;
 #[allow(unused_imports, reason = "not every test binary captures logs")]
-pub use logged::logged;
+pub use logged::{capture_thread, logged};
 
 pub use linkerd_index::Fed;
 
