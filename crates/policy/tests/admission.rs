@@ -747,7 +747,8 @@ async fn selectors_with_invalid_expressions_are_denied() {
 
 /// A ServerAuthorization names its Servers by exactly one of name and selector, and
 /// authorizes some client: with no server field it would cover every Server of the namespace,
-/// and a client with neither `meshTLS` nor `unauthenticated: true` authorizes no one.
+/// and a client with neither `meshTLS` nor `unauthenticated: true`, or a `meshTLS` naming no
+/// identity or ServiceAccount without `unauthenticatedTLS: true`, authorizes no one.
 #[tokio::test]
 async fn a_server_authorization_names_its_servers_one_way_and_some_client() {
     let webhook = mk_webhook().await;
@@ -769,6 +770,15 @@ async fn a_server_authorization_names_its_servers_one_way_and_some_client() {
             (
                 &saz("  server: {name: web-http}\n  client:\n    unauthenticated: false\n    networks: [{cidr: 10.0.0.0/8}]\n"),
                 "a ServerAuthorization's spec.client must set meshTLS or unauthenticated: true (it would authorize no client)",
+            ),
+            // The index skips it as invalid (newcomer finding: it was admitted).
+            (
+                &saz("  server: {name: web-http}\n  client: {meshTLS: {}}\n"),
+                "a ServerAuthorization's spec.client.meshTLS must name identities or serviceAccounts, or set unauthenticatedTLS: true (it would authorize no client)",
+            ),
+            (
+                &saz("  server: {name: web-http}\n  client: {meshTLS: {identities: [], serviceAccounts: []}}\n"),
+                "a ServerAuthorization's spec.client.meshTLS must name identities or serviceAccounts, or set unauthenticatedTLS: true (it would authorize no client)",
             ),
         ])
         .await;

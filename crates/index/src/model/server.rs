@@ -82,8 +82,8 @@ impl ServerInfo {
         .then_some(ServerOverlap::SelectsAll)
     }
 
-    /// Builds the domain form of a Server. Errors when it has no name or a numeric port outside
-    /// 1..=65535.
+    /// Builds the domain form of a Server. Errors when it has no name, a numeric port outside
+    /// 1..=65535, or a string port that is not a port name.
     pub fn from_server(srv: &Server) -> Result<Self, InvalidObject> {
         let (namespace, name) = names_of("Server", &srv.metadata)?;
         let port = match &srv.spec.port {
@@ -98,10 +98,21 @@ impl ServerInfo {
                     ));
                 }
             },
-            IntOrString::String(s) => match s.parse::<u16>() {
-                Ok(p) if p != 0 => ServerPort::Number(p),
-                _ => ServerPort::Name(s.clone()),
-            },
+            // A name, even of digits, as Kubernetes reads an IntOrString; one that is no port
+            // name could never match, and the admission webhook refuses it.
+            IntOrString::String(s) if linkerd_k8s_api::names::is_port_name(s) => {
+                ServerPort::Name(s.clone())
+            }
+            IntOrString::String(s) => {
+                return Err(invalid(
+                    "Server",
+                    &namespace,
+                    &name,
+                    format!(
+                        "spec.port {s:?} is not a port name (1-15 lowercase letters, digits and '-', with at least one letter)"
+                    ),
+                ));
+            }
         };
         let pod_selector = srv
             .spec
@@ -187,5 +198,47 @@ impl ServerInfo {
     /// `proxyProtocol: opaque`.
     pub fn is_opaque(&self) -> bool {
         self.proxy_protocol == ProxyProtocol::Opaque
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(port: serde_json::Value) -> Result<ServerInfo, InvalidObject> {
+        let srv: Server = serde_json::from_value(serde_json::json!({
+            "apiVersion": "policy.linkerd.io/v1beta3", "kind": "Server",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"podSelector": {}, "port": port},
+        }))
+        .unwrap();
+        ServerInfo::from_server(&srv)
+    }
+
+    /// A string port is a name, as Kubernetes reads an IntOrString and as upstream's
+    /// controllers match it, and must be a port name, as the admission webhook requires: the
+    /// index served `"9999"` as port 9999, which the webhook refuses (newcomer finding).
+    #[test]
+    fn a_string_port_is_a_port_name() {
+        assert_eq!(server(8080.into()).unwrap().port, ServerPort::Number(8080));
+        assert_eq!(
+            server("http-2".into()).unwrap().port,
+            ServerPort::Name("http-2".into())
+        );
+        for (port, reason) in [
+            (
+                serde_json::json!("9999"),
+                "spec.port \"9999\" is not a port name (1-15 lowercase letters, digits and '-', with at least one letter)",
+            ),
+            (
+                serde_json::json!("HTTP"),
+                "spec.port \"HTTP\" is not a port name (1-15 lowercase letters, digits and '-', with at least one letter)",
+            ),
+            (serde_json::json!(0), "spec.port 0 out of range"),
+            (serde_json::json!(70000), "spec.port 70000 out of range"),
+        ] {
+            let error = server(port.clone()).unwrap_err();
+            assert_eq!(error.reason, reason, "{port}");
+        }
     }
 }

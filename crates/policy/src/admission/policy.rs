@@ -227,7 +227,8 @@ pub fn egress_network(spec: &EgressNetworkSpec) -> Result<(), String> {
 /// ServerAuthorization: exactly one of `server.name` and `server.selector` (with neither it
 /// would authorize clients on every Server of the namespace; the CRD schema requires it too);
 /// `client` sets `meshTLS` or `unauthenticated: true`; `meshTLS` excludes `unauthenticated`;
-/// `unauthenticatedTLS` excludes identities and ServiceAccounts; the Server selector's
+/// `unauthenticatedTLS` excludes identities and ServiceAccounts, and without it `meshTLS`
+/// names some (the index skips a ServerAuthorization that authorizes no client); the Server selector's
 /// expressions are valid ([`label_selector`]); networks are valid.
 pub fn server_authorization(spec: &ServerAuthorizationSpec) -> Result<(), String> {
     if spec.server.name.is_some() == spec.server.selector.is_some() {
@@ -255,6 +256,13 @@ pub fn server_authorization(spec: &ServerAuthorizationSpec) -> Result<(), String
         if tls.unauthenticated_tls && (identities || service_accounts) {
             return Err(
                 "`unauthenticatedTLS` be false if any `identities` or `service_accounts` is specified"
+                    .into(),
+            );
+        }
+        // The index skips such a ServerAuthorization as invalid.
+        if !tls.unauthenticated_tls && !identities && !service_accounts {
+            return Err(
+                "a ServerAuthorization's spec.client.meshTLS must name identities or serviceAccounts, or set unauthenticatedTLS: true (it would authorize no client)"
                     .into(),
             );
         }
