@@ -59,6 +59,8 @@ pub enum LinkSecretError {
     ReservedClusterName,
     #[error("annotation {0} is missing or empty")]
     MissingAnnotation(&'static str),
+    #[error("annotation {0} is {1:?}, not a DNS name (lowercase letters, digits, '-' and '.')")]
+    InvalidAnnotation(&'static str, String),
     #[error("data key kubeconfig is missing or empty")]
     NoKubeconfig,
     #[error("data key kubeconfig is not base64: {0}")]
@@ -67,12 +69,13 @@ pub enum LinkSecretError {
 
 impl LinkSecretError {
     /// A short reason for metric labels (`no_cluster_name`, `reserved_cluster_name`,
-    /// `missing_annotation`, `no_kubeconfig`, `malformed_kubeconfig`).
+    /// `missing_annotation`, `invalid_annotation`, `no_kubeconfig`, `malformed_kubeconfig`).
     pub fn reason(&self) -> &'static str {
         match self {
             Self::NoClusterName => "no_cluster_name",
             Self::ReservedClusterName => "reserved_cluster_name",
             Self::MissingAnnotation(_) => "missing_annotation",
+            Self::InvalidAnnotation(..) => "invalid_annotation",
             Self::NoKubeconfig => "no_kubeconfig",
             Self::KubeconfigNotBase64(_) => "malformed_kubeconfig",
         }
@@ -127,11 +130,17 @@ impl SecretInfo {
         if cluster == crate::metrics::LOCAL_CLUSTER {
             return Err(LinkSecretError::ReservedClusterName);
         }
+        // Both domains end the names sent to proxies: identities and authorities. As Linkerd's
+        // own trust domain, each must be a DNS-1123 subdomain.
         let annotation = |value: &Option<String>, key| {
-            value
+            let value = value
                 .clone()
                 .filter(|v| !v.is_empty())
-                .ok_or(LinkSecretError::MissingAnnotation(key))
+                .ok_or(LinkSecretError::MissingAnnotation(key))?;
+            if !linkerd_k8s_api::names::is_dns1123_subdomain(&value) {
+                return Err(LinkSecretError::InvalidAnnotation(key, value));
+            }
+            Ok(value)
         };
         let trust_domain = annotation(&self.trust_domain, TRUST_DOMAIN_ANNOTATION)?;
         let cluster_domain = annotation(&self.cluster_domain, CLUSTER_DOMAIN_ANNOTATION)?;
@@ -212,6 +221,37 @@ mod tests {
                 CLUSTER_DOMAIN_ANNOTATION
             ))
         );
+        // Newcomer finding: a trust domain with a space and a slash was sent to proxies in
+        // every identity of the cluster.
+        for (trust_domain, cluster_domain, key, value) in [
+            (
+                "East.Local /x",
+                "cluster.local",
+                TRUST_DOMAIN_ANNOTATION,
+                "East.Local /x",
+            ),
+            (
+                "east.local",
+                "cluster..local",
+                CLUSTER_DOMAIN_ANNOTATION,
+                "cluster..local",
+            ),
+        ] {
+            let bad = secret(
+                json!({"kubeconfig": "eA=="}),
+                json!({
+                    "multicluster.linkerd.io/trust-domain": trust_domain,
+                    "multicluster.linkerd.io/cluster-domain": cluster_domain,
+                }),
+            );
+            let err = bad.link().unwrap_err();
+            assert_eq!(
+                err,
+                LinkSecretError::InvalidAnnotation(key, value.to_string())
+            );
+            assert_eq!(err.reason(), "invalid_annotation");
+            assert!(err.to_string().contains("not a DNS name"), "{err}");
+        }
     }
 
     #[test]
