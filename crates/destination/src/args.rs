@@ -124,7 +124,7 @@ pub enum OutboundTransportMode {
 }
 
 /// Parses `NAME=DIR` of `--linked-cluster-state`: a cluster name (a DNS label, as the link
-/// Secret's label value) and a non-empty path.
+/// Secret's label value, and not `local`) and a non-empty path.
 fn parse_linked_cluster(value: &str) -> Result<(String, PathBuf), String> {
     let (name, dir) = value
         .split_once('=')
@@ -139,6 +139,12 @@ fn parse_linked_cluster(value: &str) -> Result<(String, PathBuf), String> {
     if !valid_name {
         return Err(format!(
             "cluster name {name:?} is not a DNS label (lowercase letters, digits and '-')"
+        ));
+    }
+    // No link Secret may name it: its series are the local cluster's.
+    if name == linkerd_index::metrics::LOCAL_CLUSTER {
+        return Err(format!(
+            "cluster name {name:?} is the local cluster's; no link can name it"
         ));
     }
     if dir.is_empty() {
@@ -271,7 +277,14 @@ mod tests {
         let dirs = args.linked_cluster_dirs().unwrap();
         assert_eq!(dirs["east"], PathBuf::from("/state/east"));
         assert_eq!(dirs["west"], PathBuf::from("/state/w=1"));
-        for bad in ["east", "=dir", "East=dir", "east=", "-east=dir"] {
+        for bad in [
+            "east",
+            "=dir",
+            "East=dir",
+            "east=",
+            "-east=dir",
+            "local=dir",
+        ] {
             let flag = format!("--linked-cluster-state={bad}");
             assert!(
                 Args::try_parse_from(["destination", &flag]).is_err(),

@@ -333,6 +333,7 @@ impl ClusterStore {
             waiting: BTreeMap::new(),
             refused: BTreeMap::new(),
             duplicates: BTreeSet::new(),
+            listed: false,
             clusters: clusters_tx,
         };
         tokio::spawn(links.run(rx));
@@ -377,6 +378,8 @@ struct Links {
     /// Valid link Secrets ignored because another one, first by namespace/name, names the
     /// same cluster: logged and counted once, when they become so.
     duplicates: BTreeSet<ObjectRef>,
+    /// Whether the Secrets were listed once.
+    listed: bool,
     clusters: watch::Sender<Arc<Clusters>>,
 }
 
@@ -413,6 +416,8 @@ impl Links {
                 self.valid.remove(&key);
             }
             Event::Reset(secrets) => {
+                let first = !self.listed;
+                self.listed = true;
                 let keep: BTreeSet<ObjectRef> = secrets
                     .iter()
                     .map(|s| ObjectRef {
@@ -425,6 +430,24 @@ impl Links {
                 for secret in secrets {
                     self.insert(secret);
                 }
+                if first {
+                    self.report_unlinked_dirs();
+                }
+            }
+        }
+    }
+
+    /// Warns, once the Secrets are first listed, of each `--linked-cluster-state` name that no
+    /// link Secret names: a typo there would leave the link on its Secret's kubeconfig.
+    fn report_unlinked_dirs(&self) {
+        let linked: BTreeSet<&str> = self
+            .secrets
+            .values()
+            .filter_map(|s| s.cluster_name.as_deref())
+            .collect();
+        for (name, dir) in &self.config.offline {
+            if !linked.contains(name.as_str()) {
+                tracing::warn!(cluster = %name, dir = %dir.display(), namespace = %self.config.namespace, "--linked-cluster-state names a cluster that no link Secret names; its directory is read once one does");
             }
         }
     }

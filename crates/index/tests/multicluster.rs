@@ -690,3 +690,32 @@ async fn an_empty_link_kubeconfig_is_counted_missing() {
     assert_eq!(metrics.errors("malformed_kubeconfig"), 0);
     assert!(store.get("east").is_none());
 }
+
+/// A `--linked-cluster-state` name that no link Secret names when the Secrets are first
+/// listed is warned about (newcomer finding: a typo left the link on its kubeconfig silently).
+#[tokio::test]
+async fn a_linked_state_dir_no_secret_names_is_warned_about() {
+    let (_capture, lines) = capture_thread();
+    let east_dir = tempfile::tempdir().unwrap();
+    let typo_dir = tempfile::tempdir().unwrap();
+    write_state(east_dir.path(), vec![mk_service()]);
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (store, _metrics) = store(
+        &mut watches,
+        &mut registry,
+        config(
+            Duration::from_secs(10),
+            &[("east", east_dir.path()), ("eats", typo_dir.path())],
+        ),
+    );
+    watches.apply(Event::Reset(vec![link("east", "apiVersion: v1\n")]));
+    wait_cluster(&store, "east", None).await;
+    let log = lines.text();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("no link Secret names"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(warned[0].contains("cluster=eats"), "{}", warned[0]);
+}
