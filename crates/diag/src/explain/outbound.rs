@@ -29,7 +29,7 @@ use super::{
 };
 use crate::output::{
     grpc_match_text, grpc_retry_text, grpc_timeouts_text, http_match_text, http_retry_text,
-    http_timeouts_text, metadata_text, outbound_policy_json,
+    http_timeouts_text, metadata_text, outbound_policy_json, redirect_location_text,
 };
 
 /// The flags of `dst-diag explain outbound`.
@@ -277,8 +277,12 @@ fn explain_http(
             0 => 302,
             status => status,
         };
+        let location = match redirect_location_text(redirect) {
+            location if location.is_empty() => "the request's own URL".to_string(),
+            location => location,
+        };
         return Decision::Allowed(format!(
-            "redirected by {}: the proxy answers HTTP {status} (no backend is called)",
+            "redirected by {}: the proxy answers HTTP {status} to {location} (no backend is called)",
             route_rule(routes_json, i, r)
         ));
     }

@@ -561,7 +561,15 @@ fn header_modifier_text(m: &RequestHeaderModifier) -> String {
 /// `redirect 301 https://example.com:8443 path=/new` (only the parts the filter sets; the
 /// path as `path=` for a full replacement, `path^=` for a prefix one).
 fn redirect_text(r: &RequestRedirect) -> String {
-    let mut text = format!("redirect {}", r.status);
+    match redirect_location_text(r) {
+        location if location.is_empty() => format!("redirect {}", r.status),
+        location => format!("redirect {} {location}", r.status),
+    }
+}
+
+/// Where a redirect sends the client, as [`redirect_text`] shows it (`https://example.com:8443
+/// path=/new`); empty when the filter sets nothing (the request's own URL).
+pub(crate) fn redirect_location_text(r: &RequestRedirect) -> String {
     let scheme = r.scheme.as_ref().map(scheme_text);
     let mut target = String::new();
     if let Some(scheme) = &scheme {
@@ -575,16 +583,12 @@ fn redirect_text(r: &RequestRedirect) -> String {
     if r.port != 0 {
         target.push_str(&format!(":{}", r.port));
     }
-    if !target.is_empty() {
-        text.push(' ');
-        text.push_str(&target);
-    }
     match r.path.as_ref().and_then(|p| p.replace.as_ref()) {
-        Some(path_modifier::Replace::Full(p)) => text.push_str(&format!(" path={p}")),
-        Some(path_modifier::Replace::Prefix(p)) => text.push_str(&format!(" path^={p}")),
+        Some(path_modifier::Replace::Full(p)) => target.push_str(&format!(" path={p}")),
+        Some(path_modifier::Replace::Prefix(p)) => target.push_str(&format!(" path^={p}")),
         None => {}
     }
-    text
+    target.trim_start().to_string()
 }
 
 fn scheme_text(s: &Scheme) -> String {

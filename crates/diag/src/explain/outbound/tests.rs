@@ -214,7 +214,8 @@ fn a_rule_whose_backends_all_have_weight_0_denies() {
 }
 
 /// A redirect answers before any backend is chosen (newcomer finding: a redirect rule without
-/// a backend was "denied", one without backendRefs "routed" without a word of the redirect);
+/// a backend was "denied", one without backendRefs "routed" without a word of the redirect),
+/// and says where to (newcomer finding: it did not);
 /// a rule whose only backend the controller could not resolve fails every request (newcomer
 /// finding: it was "routed").
 #[test]
@@ -234,6 +235,14 @@ fn redirects_answer_and_backends_that_fail_everything_deny() {
                 filters: vec![http_route::Filter {
                     kind: Some(http_route::filter::Kind::Redirect(RequestRedirect {
                         host: "example.com".into(),
+                        port: 8443,
+                        path: Some(linkerd2_proxy_api::http_route::PathModifier {
+                            replace: Some(
+                                linkerd2_proxy_api::http_route::path_modifier::Replace::Prefix(
+                                    "/new".into(),
+                                ),
+                            ),
+                        }),
                         status: 301,
                         ..Default::default()
                     })),
@@ -247,8 +256,8 @@ fn redirects_answer_and_backends_that_fail_everything_deny() {
         assert_eq!(
             decision,
             Decision::Allowed(
-                "redirected by route default:redir rule 1: the proxy answers HTTP 301 (no backend \
-                 is called)"
+                "redirected by route default:redir rule 1: the proxy answers HTTP 301 to \
+                 example.com:8443 path^=/new (no backend is called)"
                     .into()
             ),
             "{backends:?}"
