@@ -26,7 +26,7 @@ use prometheus_client::metrics::counter::Counter;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::SocketAddr,
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
 };
 use tokio::sync::watch;
 
@@ -115,7 +115,9 @@ impl Dispatch {
     /// How `service` is served: federated when either federated annotation is present (even
     /// empty), else remote discovery when the remote-discovery label is, else local
     /// (spec §C.2). Remote members are the annotation's `svc@cluster` entries (split on `,`,
-    /// exactly one `@`, nothing trimmed); invalid entries are skipped.
+    /// exactly one `@`, nothing trimmed); invalid entries are skipped. Invalid entries, and
+    /// entries with whitespace (kept, but never matching), are logged once per annotation value
+    /// of a Service.
     pub fn of(service: &ServiceInfo) -> Self {
         let local = service.annotations.get(LOCAL_DISCOVERY_ANNOTATION);
         let remote = service.annotations.get(REMOTE_DISCOVERY_ANNOTATION);
@@ -127,19 +129,33 @@ impl Dispatch {
                     service: local.clone(),
                 });
             }
-            for entry in remote.map(String::as_str).unwrap_or("").split(',') {
+            let value = remote.map(String::as_str).unwrap_or("");
+            let (mut invalid, mut spaced) = (Vec::new(), Vec::new());
+            for entry in value.split(',') {
                 let mut parts = entry.split('@');
                 match (parts.next(), parts.next(), parts.next()) {
                     (Some(svc), Some(cluster), None) if !svc.is_empty() && !cluster.is_empty() => {
+                        if entry.contains(char::is_whitespace) {
+                            spaced.push(entry);
+                        }
                         members.push(Member {
                             cluster: Some(cluster.to_string()),
                             service: svc.to_string(),
                         });
                     }
                     _ if entry.is_empty() => {}
-                    _ => {
-                        tracing::warn!(service = %format!("{}/{}", service.namespace, service.name), %entry, "ignoring invalid {REMOTE_DISCOVERY_ANNOTATION} entry (want svc@cluster)");
-                    }
+                    _ => invalid.push(entry),
+                }
+            }
+            let name = format!("{}/{}", service.namespace, service.name);
+            if !(invalid.is_empty() && spaced.is_empty()) && first_warning(&name, value) {
+                for entry in invalid {
+                    tracing::warn!(service = %name, %entry, "ignoring invalid {REMOTE_DISCOVERY_ANNOTATION} entry (want svc@cluster)");
+                }
+                // Kept as written, as upstream does (spec §C.8.2), but no Kubernetes name holds
+                // whitespace: such a member never has endpoints, which nothing else would say.
+                for entry in spaced {
+                    tracing::warn!(service = %name, entry = ?entry, "{REMOTE_DISCOVERY_ANNOTATION} entry has whitespace in its service or cluster, which no name can match (entries are not trimmed)");
                 }
             }
             members.sort();
@@ -170,6 +186,23 @@ impl Dispatch {
             Self::Federated(members) => Some(members.clone()),
         }
     }
+}
+
+/// The remote-discovery annotation value last warned about, by Service (`namespace/name`):
+/// [`Dispatch::of`] runs when each stream of the Service opens and on each of its wakes, and a
+/// value's problems are logged once, not that often. Holds only Services whose annotation had
+/// a problem.
+static WARNED: std::sync::LazyLock<Mutex<HashMap<String, String>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// Whether `value` is not the annotation value last warned about for `service`; it is now.
+fn first_warning(service: &str, value: &str) -> bool {
+    let mut warned = WARNED.lock().unwrap_or_else(PoisonError::into_inner);
+    if warned.get(service).is_some_and(|last| last == value) {
+        return false;
+    }
+    warned.insert(service.to_string(), value.to_string());
+    true
 }
 
 // === impl MulticlusterStream ===
