@@ -19,6 +19,7 @@ use linkerd_index::{
     ClusterStore, DiscoveryIndex, Endpoint, EndpointsKey, EndpointsView, LinkedCluster, ObjectRef,
     ServiceInfo, multicluster::Clusters,
 };
+use linkerd_runtime::introspect::LastSent;
 use linkerd2_proxy_api::destination::{
     AddrSet, NoEndpoints, Update, WeightedAddr, WeightedAddrSet, update,
 };
@@ -30,7 +31,10 @@ use std::{
 };
 use tokio::sync::watch;
 
-use crate::{endpoints::StreamFilter, translate::EndpointTranslator};
+use crate::{
+    endpoints::{StreamFilter, UPDATE_TYPE},
+    translate::EndpointTranslator,
+};
 
 /// Service label: the linked cluster a remote-discovery mirror Service stands for.
 pub const REMOTE_DISCOVERY_LABEL: &str = "multicluster.linkerd.io/remote-discovery";
@@ -96,6 +100,7 @@ pub struct MulticlusterStream {
 }
 
 /// What one member's part of an update was computed from.
+#[derive(Clone)]
 struct SentFrom {
     view: Arc<EndpointsView>,
     translator: Arc<EndpointTranslator>,
@@ -258,6 +263,35 @@ impl MulticlusterStream {
     /// that cluster is not linked), as upstream's watcher of the remote cluster tells it.
     pub fn exists(&self) -> bool {
         self.exists
+    }
+
+    /// What the client holds after the last updates, as one `Update` made when asked for (the
+    /// introspection API), as a local stream's ([`crate::endpoints::EndpointsStream::holding`]):
+    /// an `Add` of the union, recomputed from the views it was sent from, or `NoEndpoints`.
+    /// `None` before the first message.
+    ///
+    /// Each member's `Add`s carried its own set labels (a remote member's `target_cluster`);
+    /// a proxy keeps each address's labels as its set's and its own together (its own win), so
+    /// the one `Add` has the set labels its members' sets share, and each address the rest of
+    /// its member's.
+    pub fn holding(&self) -> Option<LastSent> {
+        if !self.started {
+            return None;
+        }
+        let sent_from = self.sent_from.clone();
+        let filter = self.filter.clone();
+        let exists = self.exists;
+        Some(LastSent::lazy(UPDATE_TYPE, move || {
+            let update = held_set(&filter, &sent_from).map_or(
+                Update {
+                    update: Some(update::Update::NoEndpoints(NoEndpoints { exists })),
+                },
+                |set| Update {
+                    update: Some(update::Update::Add(set)),
+                },
+            );
+            prost::Message::encode_to_vec(&update)
+        }))
     }
 
     /// Waits for a change and returns the updates it causes (the first call returns at once,
@@ -425,20 +459,10 @@ impl MulticlusterStream {
         for (i, mut addrs) in added {
             let (member, from) = &current[i];
             addrs.sort_by_key(|a| a.addr.map(|a| SocketAddr::try_from(a).ok()));
-            let mut metric_labels: HashMap<String, String> = from
-                .view
-                .labels
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            // The cluster the addresses are in, under the label mirrored Services use for it.
-            if let Some(cluster) = &member.cluster {
-                metric_labels.insert(TARGET_CLUSTER_LABEL.to_string(), cluster.clone());
-            }
             updates.push(Update {
                 update: Some(update::Update::Add(WeightedAddrSet {
                     addrs,
-                    metric_labels,
+                    metric_labels: set_labels(member, &from.view),
                 })),
             });
         }
@@ -473,6 +497,59 @@ impl MulticlusterStream {
         self.sent_from = current;
         updates
     }
+}
+
+/// The set labels of `member`'s `Add`s: its view's, and for a remote member the cluster its
+/// addresses are in, under the label mirrored Services use for it.
+fn set_labels(member: &Member, view: &EndpointsView) -> HashMap<String, String> {
+    let mut labels: HashMap<String, String> = view
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Some(cluster) = &member.cluster {
+        labels.insert(TARGET_CLUSTER_LABEL.to_string(), cluster.clone());
+    }
+    labels
+}
+
+/// The whole set a client of `members` holds, as one `Add` in address order (see
+/// [`MulticlusterStream::holding`]); `None` when it holds nothing. Translation depends on the
+/// endpoint and the translator only, so what it left out when sent it leaves out again.
+fn held_set(filter: &StreamFilter, members: &[(Member, SentFrom)]) -> Option<WeightedAddrSet> {
+    let zone = filter.client_zone.as_deref();
+    let mut by_member: BTreeMap<usize, Vec<WeightedAddr>> = BTreeMap::new();
+    for (i, ep) in union(filter, members).into_values() {
+        if let Ok(addr) = members[i].1.translator.weighted_addr(ep, zone) {
+            by_member.entry(i).or_default().push(addr);
+        }
+    }
+    let sets: Vec<(usize, HashMap<String, String>)> = by_member
+        .keys()
+        .map(|&i| (i, set_labels(&members[i].0, &members[i].1.view)))
+        .collect();
+    let (_, first) = sets.first()?;
+    let shared: HashMap<String, String> = first
+        .iter()
+        .filter(|(k, v)| sets.iter().all(|(_, set)| set.get(*k) == Some(*v)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut addrs = Vec::new();
+    for (i, set) in sets {
+        for mut addr in by_member.remove(&i).unwrap_or_default() {
+            for (k, v) in set.iter().filter(|(k, _)| !shared.contains_key(*k)) {
+                addr.metric_labels
+                    .entry(k.clone())
+                    .or_insert_with(|| v.clone());
+            }
+            addrs.push(addr);
+        }
+    }
+    addrs.sort_by_key(|a| a.addr.map(|a| SocketAddr::try_from(a).ok()));
+    Some(WeightedAddrSet {
+        addrs,
+        metric_labels: shared,
+    })
 }
 
 /// The union of `members`' endpoints, filtered for the client, by address: the index of the

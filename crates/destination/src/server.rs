@@ -243,7 +243,7 @@ impl DestinationService {
                     let updates = stream.next_updates().await?;
                     guard.sent(updates.len() as u64);
                     guard.holds(stream.held(), stream.exists());
-                    record.sent(updates.len() as u64, None);
+                    record.sent(updates.len() as u64, stream.holding());
                     Some((
                         futures::stream::iter(updates.into_iter().map(|u| Ok(Shared::new(u)))),
                         (stream, guard, record),
