@@ -28,6 +28,7 @@ use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::SocketAddr,
     sync::{Arc, Mutex, PoisonError},
+    time::Instant,
 };
 use tokio::sync::watch;
 
@@ -85,6 +86,10 @@ pub struct MulticlusterStream {
     /// The views (shared with the members' topics) and translators of each member, in member
     /// order, that what the client holds was computed from.
     sent_from: Vec<(Member, SentFrom)>,
+    /// The Service's own view the last updates were computed from.
+    own_sent: Option<Arc<EndpointsView>>,
+    /// When the index saw the change behind the last updates (see [`Self::change_seen`]).
+    seen: Option<Instant>,
     /// Addresses of those views that translation left out: not sent. Usually empty.
     omitted: HashSet<SocketAddr>,
     /// The number of addresses the client holds.
@@ -243,6 +248,8 @@ impl MulticlusterStream {
             local_translator,
             members: BTreeMap::new(),
             sent_from: Vec::new(),
+            own_sent: None,
+            seen: None,
             omitted: HashSet::new(),
             held: 0,
             reported: BTreeSet::new(),
@@ -263,6 +270,16 @@ impl MulticlusterStream {
     /// that cluster is not linked), as upstream's watcher of the remote cluster tells it.
     pub fn exists(&self) -> bool {
         self.exists
+    }
+
+    /// When the index saw the change the last updates come from, for `stream_convergence_seconds`
+    /// as a local stream measures it from its newest view: the newest change among the
+    /// Service's own topic and its members' topics whose views differ from those the updates
+    /// before were computed from. `None` for the first updates (they answer the request), and
+    /// for a change of the links alone or of a member's subscription (a member subscribed anew,
+    /// a link restarted), which no index change stamps.
+    pub fn change_seen(&self) -> Option<Instant> {
+        self.seen
     }
 
     /// What the client holds after the last updates, as one `Update` made when asked for (the
@@ -308,7 +325,7 @@ impl MulticlusterStream {
             let clusters = self.clusters.borrow_and_update().clone();
             self.subscribe(&members, &clusters);
             let remote = matches!(dispatch, Some(Dispatch::Remote { .. }));
-            let updates = self.diff(view.exists(), remote);
+            let updates = self.diff(&view, remote);
             if !self.started || !updates.is_empty() {
                 self.started = true;
                 return Some(updates);
@@ -407,9 +424,10 @@ impl MulticlusterStream {
     /// What was sent is recomputed from the views it was sent from (the same union rule), so
     /// nothing per address is kept between updates; only the addresses of endpoints that
     /// changed, or moved to another member, are translated again.
-    /// `exists`: whether the local Service does; `remote`: it is a remote-discovery Service,
-    /// which exists when its one member does.
-    fn diff(&mut self, exists: bool, remote: bool) -> Vec<Update> {
+    /// `own`: the local Service's view; `remote`: it is a remote-discovery Service, which
+    /// exists when its one member does.
+    fn diff(&mut self, own: &Arc<EndpointsView>, remote: bool) -> Vec<Update> {
+        let exists = own.exists();
         let zone = self.filter.client_zone.clone();
         let current: Vec<(Member, SentFrom)> = self
             .members
@@ -491,10 +509,33 @@ impl MulticlusterStream {
                 update: Some(update::Update::NoEndpoints(NoEndpoints { exists })),
             });
         }
+        // Read while the views are their topics' current ones, as the index keeps their times
+        // only that long.
+        self.seen = None;
+        if self.started {
+            if self
+                .own_sent
+                .as_ref()
+                .is_some_and(|was| !Arc::ptr_eq(was, own))
+            {
+                self.seen = linkerd_index::change_seen_at(own);
+            }
+            for (member, from) in &current {
+                let changed = self
+                    .sent_from
+                    .iter()
+                    .find(|(was, _)| was == member)
+                    .is_some_and(|(_, was)| !Arc::ptr_eq(&was.view, &from.view));
+                if changed {
+                    self.seen = self.seen.max(linkerd_index::change_seen_at(&from.view));
+                }
+            }
+        }
         self.held = held;
         self.exists = exists;
         self.omitted = omitted;
         self.sent_from = current;
+        self.own_sent = Some(own.clone());
         updates
     }
 }

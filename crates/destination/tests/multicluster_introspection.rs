@@ -97,7 +97,7 @@ struct Served {
     introspection: IntrospectionClient<Channel>,
     index: linkerd_index::Fed<linkerd_index::DiscoveryIndex>,
     east: StateDir,
-    _metrics: Registry,
+    metrics: Registry,
     _watches: Watches,
     _trigger: shutdown::Trigger,
 }
@@ -206,7 +206,7 @@ async fn start() -> Served {
         introspection,
         index,
         east,
-        _metrics: metrics,
+        metrics,
         _watches: watches,
         _trigger: trigger,
     }
@@ -263,6 +263,26 @@ impl Served {
         let sent = response.last_sent.expect("something sent");
         assert_eq!(sent.type_name, "io.linkerd.proxy.destination.Update");
         Update::decode(&sent.value[..]).unwrap().update.unwrap()
+    }
+
+    /// The count of `stream_convergence_seconds{api="Get"}`, checking that its observations
+    /// are times a change can take here (more than nothing, less than 10 s each).
+    fn convergence_count(&self) -> u64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.metrics).unwrap();
+        let value = |series: &str| -> f64 {
+            let prefix = format!("stream_convergence_seconds_{series}{{api=\"Get\"}} ");
+            let line = text.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+            line.unwrap_or_else(|| panic!("no {prefix}: {text}"))
+                .parse()
+                .unwrap()
+        };
+        let (count, sum) = (value("count"), value("sum"));
+        assert!(
+            (count == 0.0 && sum == 0.0) || (sum > 0.0 && sum < 10.0 * count),
+            "{text}"
+        );
+        count as u64
     }
 
     /// [`Self::holding`] applied to an empty set.
@@ -377,4 +397,67 @@ async fn multicluster_streams_show_the_set_their_client_holds() {
         s.holding(REMOTE).await,
         update::Update::NoEndpoints(linkerd2_proxy_api::destination::NoEndpoints { exists: true })
     );
+}
+
+/// Tester finding: `stream_convergence_seconds{api="Get"}` stayed at 0 after remote and
+/// federated updates. A multicluster stream observes it once per change it sends, as a local
+/// stream does, from when the index of the member's cluster (or the local one) saw the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multicluster_streams_observe_the_convergence_of_each_change_they_send() {
+    let s = start().await;
+    let mut remote = get(s.addr, REMOTE).await;
+    let mut federated = get(s.addr, FEDERATED).await;
+    let (mut remote_held, mut federated_held) = (Held::new(), Held::new());
+    read_until(
+        &mut remote,
+        &mut remote_held,
+        &["10.2.0.1:8080", "10.2.0.2:8080"],
+    )
+    .await;
+    read_until(
+        &mut federated,
+        &mut federated_held,
+        &["10.1.0.1:8080", "10.2.0.1:8080", "10.2.0.2:8080"],
+    )
+    .await;
+    assert_eq!(s.convergence_count(), 0, "first messages answer requests");
+
+    // A change of east's index: both streams send it.
+    east_slice(&s.east, 3);
+    read_until(
+        &mut remote,
+        &mut remote_held,
+        &["10.2.0.1:8080", "10.2.0.2:8080", "10.2.0.3:8080"],
+    )
+    .await;
+    read_until(
+        &mut federated,
+        &mut federated_held,
+        &[
+            "10.1.0.1:8080",
+            "10.2.0.1:8080",
+            "10.2.0.2:8080",
+            "10.2.0.3:8080",
+        ],
+    )
+    .await;
+    assert_eq!(s.convergence_count(), 2);
+
+    // A change of the local index: the federated stream sends it, the remote one has none.
+    s.index.apply(Event::Apply(typed::<EndpointSlice>(mk_slice(
+        NS,
+        "web-1",
+        "web",
+        ("http", 8080),
+        &[("web-0", "10.1.0.1", false)],
+    ))));
+    read_until(
+        &mut federated,
+        &mut federated_held,
+        &["10.2.0.1:8080", "10.2.0.2:8080", "10.2.0.3:8080"],
+    )
+    .await;
+    assert_eq!(s.convergence_count(), 3);
+    assert_quiet(&mut remote).await;
+    assert_eq!(s.convergence_count(), 3);
 }
