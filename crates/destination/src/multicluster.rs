@@ -19,6 +19,7 @@ use linkerd_index::{
     ClusterStore, DiscoveryIndex, Endpoint, EndpointsKey, EndpointsView, LinkedCluster, ObjectRef,
     ServiceInfo, multicluster::Clusters,
 };
+use linkerd_runtime::introspect::LastSent;
 use linkerd2_proxy_api::destination::{
     AddrSet, NoEndpoints, Update, WeightedAddr, WeightedAddrSet, update,
 };
@@ -26,11 +27,15 @@ use prometheus_client::metrics::counter::Counter;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::SocketAddr,
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
+    time::Instant,
 };
 use tokio::sync::watch;
 
-use crate::{endpoints::StreamFilter, translate::EndpointTranslator};
+use crate::{
+    endpoints::{StreamFilter, UPDATE_TYPE},
+    translate::EndpointTranslator,
+};
 
 /// Service label: the linked cluster a remote-discovery mirror Service stands for.
 pub const REMOTE_DISCOVERY_LABEL: &str = "multicluster.linkerd.io/remote-discovery";
@@ -81,6 +86,10 @@ pub struct MulticlusterStream {
     /// The views (shared with the members' topics) and translators of each member, in member
     /// order, that what the client holds was computed from.
     sent_from: Vec<(Member, SentFrom)>,
+    /// The Service's own view the last updates were computed from.
+    own_sent: Option<Arc<EndpointsView>>,
+    /// When the index saw the change behind the last updates (see [`Self::change_seen`]).
+    seen: Option<Instant>,
     /// Addresses of those views that translation left out: not sent. Usually empty.
     omitted: HashSet<SocketAddr>,
     /// The number of addresses the client holds.
@@ -96,6 +105,7 @@ pub struct MulticlusterStream {
 }
 
 /// What one member's part of an update was computed from.
+#[derive(Clone)]
 struct SentFrom {
     view: Arc<EndpointsView>,
     translator: Arc<EndpointTranslator>,
@@ -115,7 +125,9 @@ impl Dispatch {
     /// How `service` is served: federated when either federated annotation is present (even
     /// empty), else remote discovery when the remote-discovery label is, else local
     /// (spec §C.2). Remote members are the annotation's `svc@cluster` entries (split on `,`,
-    /// exactly one `@`, nothing trimmed); invalid entries are skipped.
+    /// exactly one `@`, nothing trimmed); invalid entries are skipped. Invalid entries, and
+    /// entries with whitespace (kept, but never matching), are logged once per annotation value
+    /// of a Service.
     pub fn of(service: &ServiceInfo) -> Self {
         let local = service.annotations.get(LOCAL_DISCOVERY_ANNOTATION);
         let remote = service.annotations.get(REMOTE_DISCOVERY_ANNOTATION);
@@ -127,19 +139,33 @@ impl Dispatch {
                     service: local.clone(),
                 });
             }
-            for entry in remote.map(String::as_str).unwrap_or("").split(',') {
+            let value = remote.map(String::as_str).unwrap_or("");
+            let (mut invalid, mut spaced) = (Vec::new(), Vec::new());
+            for entry in value.split(',') {
                 let mut parts = entry.split('@');
                 match (parts.next(), parts.next(), parts.next()) {
                     (Some(svc), Some(cluster), None) if !svc.is_empty() && !cluster.is_empty() => {
+                        if entry.contains(char::is_whitespace) {
+                            spaced.push(entry);
+                        }
                         members.push(Member {
                             cluster: Some(cluster.to_string()),
                             service: svc.to_string(),
                         });
                     }
                     _ if entry.is_empty() => {}
-                    _ => {
-                        tracing::warn!(service = %format!("{}/{}", service.namespace, service.name), %entry, "ignoring invalid {REMOTE_DISCOVERY_ANNOTATION} entry (want svc@cluster)");
-                    }
+                    _ => invalid.push(entry),
+                }
+            }
+            let name = format!("{}/{}", service.namespace, service.name);
+            if !(invalid.is_empty() && spaced.is_empty()) && first_warning(&name, value) {
+                for entry in invalid {
+                    tracing::warn!(service = %name, %entry, "ignoring invalid {REMOTE_DISCOVERY_ANNOTATION} entry (want svc@cluster)");
+                }
+                // Kept as written, as upstream does (spec §C.8.2), but no Kubernetes name holds
+                // whitespace: such a member never has endpoints, which nothing else would say.
+                for entry in spaced {
+                    tracing::warn!(service = %name, entry = ?entry, "{REMOTE_DISCOVERY_ANNOTATION} entry has whitespace in its service or cluster, which no name can match (entries are not trimmed)");
                 }
             }
             members.sort();
@@ -170,6 +196,23 @@ impl Dispatch {
             Self::Federated(members) => Some(members.clone()),
         }
     }
+}
+
+/// The remote-discovery annotation value last warned about, by Service (`namespace/name`):
+/// [`Dispatch::of`] runs when each stream of the Service opens and on each of its wakes, and a
+/// value's problems are logged once, not that often. Holds only Services whose annotation had
+/// a problem.
+static WARNED: std::sync::LazyLock<Mutex<HashMap<String, String>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// Whether `value` is not the annotation value last warned about for `service`; it is now.
+fn first_warning(service: &str, value: &str) -> bool {
+    let mut warned = WARNED.lock().unwrap_or_else(PoisonError::into_inner);
+    if warned.get(service).is_some_and(|last| last == value) {
+        return false;
+    }
+    warned.insert(service.to_string(), value.to_string());
+    true
 }
 
 // === impl MulticlusterStream ===
@@ -205,6 +248,8 @@ impl MulticlusterStream {
             local_translator,
             members: BTreeMap::new(),
             sent_from: Vec::new(),
+            own_sent: None,
+            seen: None,
             omitted: HashSet::new(),
             held: 0,
             reported: BTreeSet::new(),
@@ -227,6 +272,45 @@ impl MulticlusterStream {
         self.exists
     }
 
+    /// When the index saw the change the last updates come from, for `stream_convergence_seconds`
+    /// as a local stream measures it from its newest view: the newest change among the
+    /// Service's own topic and its members' topics whose views differ from those the updates
+    /// before were computed from. `None` for the first updates (they answer the request), and
+    /// for a change of the links alone or of a member's subscription (a member subscribed anew,
+    /// a link restarted), which no index change stamps.
+    pub fn change_seen(&self) -> Option<Instant> {
+        self.seen
+    }
+
+    /// What the client holds after the last updates, as one `Update` made when asked for (the
+    /// introspection API), as a local stream's ([`crate::endpoints::EndpointsStream::holding`]):
+    /// an `Add` of the union, recomputed from the views it was sent from, or `NoEndpoints`.
+    /// `None` before the first message.
+    ///
+    /// Each member's `Add`s carried its own set labels (a remote member's `target_cluster`);
+    /// a proxy keeps each address's labels as its set's and its own together (its own win), so
+    /// the one `Add` has the set labels its members' sets share, and each address the rest of
+    /// its member's.
+    pub fn holding(&self) -> Option<LastSent> {
+        if !self.started {
+            return None;
+        }
+        let sent_from = self.sent_from.clone();
+        let filter = self.filter.clone();
+        let exists = self.exists;
+        Some(LastSent::lazy(UPDATE_TYPE, move || {
+            let update = held_set(&filter, &sent_from).map_or(
+                Update {
+                    update: Some(update::Update::NoEndpoints(NoEndpoints { exists })),
+                },
+                |set| Update {
+                    update: Some(update::Update::Add(set)),
+                },
+            );
+            prost::Message::encode_to_vec(&update)
+        }))
+    }
+
     /// Waits for a change and returns the updates it causes (the first call returns at once,
     /// with the whole set or `NoEndpoints`). `None` when the stream ends: the Service was
     /// deleted or is no longer multicluster (spec §C.8.2), or the server is going away.
@@ -241,7 +325,7 @@ impl MulticlusterStream {
             let clusters = self.clusters.borrow_and_update().clone();
             self.subscribe(&members, &clusters);
             let remote = matches!(dispatch, Some(Dispatch::Remote { .. }));
-            let updates = self.diff(view.exists(), remote);
+            let updates = self.diff(&view, remote);
             if !self.started || !updates.is_empty() {
                 self.started = true;
                 return Some(updates);
@@ -340,9 +424,10 @@ impl MulticlusterStream {
     /// What was sent is recomputed from the views it was sent from (the same union rule), so
     /// nothing per address is kept between updates; only the addresses of endpoints that
     /// changed, or moved to another member, are translated again.
-    /// `exists`: whether the local Service does; `remote`: it is a remote-discovery Service,
-    /// which exists when its one member does.
-    fn diff(&mut self, exists: bool, remote: bool) -> Vec<Update> {
+    /// `own`: the local Service's view; `remote`: it is a remote-discovery Service, which
+    /// exists when its one member does.
+    fn diff(&mut self, own: &Arc<EndpointsView>, remote: bool) -> Vec<Update> {
+        let exists = own.exists();
         let zone = self.filter.client_zone.clone();
         let current: Vec<(Member, SentFrom)> = self
             .members
@@ -392,20 +477,10 @@ impl MulticlusterStream {
         for (i, mut addrs) in added {
             let (member, from) = &current[i];
             addrs.sort_by_key(|a| a.addr.map(|a| SocketAddr::try_from(a).ok()));
-            let mut metric_labels: HashMap<String, String> = from
-                .view
-                .labels
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            // The cluster the addresses are in, under the label mirrored Services use for it.
-            if let Some(cluster) = &member.cluster {
-                metric_labels.insert(TARGET_CLUSTER_LABEL.to_string(), cluster.clone());
-            }
             updates.push(Update {
                 update: Some(update::Update::Add(WeightedAddrSet {
                     addrs,
-                    metric_labels,
+                    metric_labels: set_labels(member, &from.view),
                 })),
             });
         }
@@ -434,12 +509,88 @@ impl MulticlusterStream {
                 update: Some(update::Update::NoEndpoints(NoEndpoints { exists })),
             });
         }
+        // Read while the views are their topics' current ones, as the index keeps their times
+        // only that long.
+        self.seen = None;
+        if self.started {
+            if self
+                .own_sent
+                .as_ref()
+                .is_some_and(|was| !Arc::ptr_eq(was, own))
+            {
+                self.seen = linkerd_index::change_seen_at(own);
+            }
+            for (member, from) in &current {
+                let changed = self
+                    .sent_from
+                    .iter()
+                    .find(|(was, _)| was == member)
+                    .is_some_and(|(_, was)| !Arc::ptr_eq(&was.view, &from.view));
+                if changed {
+                    self.seen = self.seen.max(linkerd_index::change_seen_at(&from.view));
+                }
+            }
+        }
         self.held = held;
         self.exists = exists;
         self.omitted = omitted;
         self.sent_from = current;
+        self.own_sent = Some(own.clone());
         updates
     }
+}
+
+/// The set labels of `member`'s `Add`s: its view's, and for a remote member the cluster its
+/// addresses are in, under the label mirrored Services use for it.
+fn set_labels(member: &Member, view: &EndpointsView) -> HashMap<String, String> {
+    let mut labels: HashMap<String, String> = view
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Some(cluster) = &member.cluster {
+        labels.insert(TARGET_CLUSTER_LABEL.to_string(), cluster.clone());
+    }
+    labels
+}
+
+/// The whole set a client of `members` holds, as one `Add` in address order (see
+/// [`MulticlusterStream::holding`]); `None` when it holds nothing. Translation depends on the
+/// endpoint and the translator only, so what it left out when sent it leaves out again.
+fn held_set(filter: &StreamFilter, members: &[(Member, SentFrom)]) -> Option<WeightedAddrSet> {
+    let zone = filter.client_zone.as_deref();
+    let mut by_member: BTreeMap<usize, Vec<WeightedAddr>> = BTreeMap::new();
+    for (i, ep) in union(filter, members).into_values() {
+        if let Ok(addr) = members[i].1.translator.weighted_addr(ep, zone) {
+            by_member.entry(i).or_default().push(addr);
+        }
+    }
+    let sets: Vec<(usize, HashMap<String, String>)> = by_member
+        .keys()
+        .map(|&i| (i, set_labels(&members[i].0, &members[i].1.view)))
+        .collect();
+    let (_, first) = sets.first()?;
+    let shared: HashMap<String, String> = first
+        .iter()
+        .filter(|(k, v)| sets.iter().all(|(_, set)| set.get(*k) == Some(*v)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut addrs = Vec::new();
+    for (i, set) in sets {
+        for mut addr in by_member.remove(&i).unwrap_or_default() {
+            for (k, v) in set.iter().filter(|(k, _)| !shared.contains_key(*k)) {
+                addr.metric_labels
+                    .entry(k.clone())
+                    .or_insert_with(|| v.clone());
+            }
+            addrs.push(addr);
+        }
+    }
+    addrs.sort_by_key(|a| a.addr.map(|a| SocketAddr::try_from(a).ok()));
+    Some(WeightedAddrSet {
+        addrs,
+        metric_labels: shared,
+    })
 }
 
 /// The union of `members`' endpoints, filtered for the client, by address: the index of the

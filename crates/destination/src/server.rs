@@ -237,20 +237,17 @@ impl DestinationService {
                 request,
                 self.metrics.unknown_cluster_members.clone(),
             );
-            let updates = futures::stream::unfold(
-                (stream, guard, record),
-                |(mut stream, guard, record)| async move {
-                    let updates = stream.next_updates().await?;
-                    guard.sent(updates.len() as u64);
-                    guard.holds(stream.held(), stream.exists());
-                    record.sent(updates.len() as u64, None);
-                    Some((
-                        futures::stream::iter(updates.into_iter().map(|u| Ok(Shared::new(u)))),
-                        (stream, guard, record),
-                    ))
-                },
-            )
-            .flatten()
+            let state = MulticlusterState {
+                stream,
+                guard,
+                record,
+                pending: VecDeque::new(),
+                seen: None,
+            };
+            let updates = futures::stream::unfold(state, |mut state| async move {
+                let update = state.next().await?;
+                Some((Ok(update), state))
+            })
             .take_until(self.shutdown.clone().signaled());
             return Ok(Box::pin(updates));
         }
@@ -317,6 +314,40 @@ impl GetState {
                 .sent(updates.len() as u64, self.stream.holding());
             self.pending.extend(updates);
         }
+    }
+}
+
+/// One multicluster `Get` stream as served, as [`GetState`]: the updates of its last change
+/// not yet handed to HTTP/2, and when the index saw that change.
+struct MulticlusterState {
+    stream: MulticlusterStream,
+    guard: StreamGuard,
+    record: StreamRecord,
+    pending: VecDeque<Shared<Update>>,
+    /// When the index saw the change behind `pending` (`None`: not one it stamped).
+    seen: Option<Instant>,
+}
+
+impl MulticlusterState {
+    /// The next update to send; `None` once the stream ends. The last of a change's updates
+    /// taken by HTTP/2 is when the change converged, as for a local stream.
+    async fn next(&mut self) -> Option<Shared<Update>> {
+        while self.pending.is_empty() {
+            let updates = self.stream.next_updates().await?;
+            self.guard.sent(updates.len() as u64);
+            self.guard.holds(self.stream.held(), self.stream.exists());
+            self.record
+                .sent(updates.len() as u64, self.stream.holding());
+            self.seen = self.stream.change_seen();
+            self.pending.extend(updates.into_iter().map(Shared::new));
+        }
+        let update = self.pending.pop_front()?;
+        if self.pending.is_empty()
+            && let Some(seen) = self.seen.take()
+        {
+            self.record.observe(seen);
+        }
+        Some(update)
     }
 }
 

@@ -133,8 +133,9 @@ pub fn weighted_addr_json(addr: &WeightedAddr) -> Value {
 /// 10.244.2.19:8080  local    web.emoji...  eu-west-1c  h2    deployment=web,pod=...
 /// ```
 ///
-/// `CLUSTER` is the set's `target_cluster` label (the linked cluster the addresses come
-/// from), else `local`.
+/// `CLUSTER` is the `target_cluster` label (the linked cluster the address comes from): the
+/// address's own (the whole set a federated stream's client holds, as the introspection API
+/// shows it, mixes clusters), else the set's, else `local`.
 ///
 /// `REMOVE n addresses` is followed by an `ADDRESS` column, `NO ENDPOINTS exists=true|false`
 /// stands alone, and an update with nothing set is `EMPTY UPDATE`.
@@ -169,7 +170,8 @@ pub fn addrs_table(addrs: &[WeightedAddr]) -> Table {
     addrs_table_in(addrs, None)
 }
 
-/// [`addrs_table`], with a `CLUSTER` column after `ADDRESS` when `cluster` is given.
+/// [`addrs_table`], with a `CLUSTER` column after `ADDRESS` when `cluster` is given: each
+/// address's own `target_cluster` label, else `cluster`.
 fn addrs_table_in(addrs: &[WeightedAddr], cluster: Option<&str>) -> Table {
     let mut header = vec!["ADDRESS"];
     header.extend(cluster.map(|_| "CLUSTER"));
@@ -180,7 +182,12 @@ fn addrs_table_in(addrs: &[WeightedAddr], cluster: Option<&str>) -> Table {
     };
     for addr in addrs {
         let mut row = vec![tcp_addr(addr.addr.as_ref())];
-        row.extend(cluster.map(str::to_string));
+        row.extend(cluster.map(|set| {
+            addr.metric_labels
+                .get(TARGET_CLUSTER_LABEL)
+                .map_or(set, String::as_str)
+                .to_string()
+        }));
         row.extend([
             identity(addr.tls_identity.as_ref()).unwrap_or_else(|| "-".into()),
             or_dash(addr.metric_labels.get(ZONE_LABEL).cloned()),

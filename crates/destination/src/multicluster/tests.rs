@@ -8,6 +8,10 @@ use linkerd_index::{ClusterStoreConfig, Event, Fed, IndexMetrics, LinkMetrics, W
 use serde_json::{Value, json};
 use std::time::Duration;
 
+#[path = "../../../index/tests/support/logged.rs"]
+mod logged;
+use logged::logged;
+
 fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).unwrap()
 }
@@ -252,6 +256,62 @@ fn dispatch_follows_the_labels_and_annotations() {
     // Either annotation, even empty, makes a Service federated.
     let empty = service("e", json!({}), json!({LOCAL_DISCOVERY_ANNOTATION: ""}));
     assert_eq!(Dispatch::of(&info(&empty)), Dispatch::Federated(vec![]));
+}
+
+/// Tester finding: `" web-svc@east"` was taken as Service `" web-svc"` without a word. Entries
+/// stay untrimmed (upstream parity), but one with whitespace is logged, with the Service and
+/// the entry, once per annotation value, as an invalid entry is.
+#[test]
+fn an_entry_with_whitespace_is_kept_and_logged_once_per_annotation_value() {
+    let annotated = |value: &str| {
+        info(&service(
+            "web-spaced",
+            json!({}),
+            json!({REMOTE_DISCOVERY_ANNOTATION: value}),
+        ))
+    };
+    let spaced = annotated("web-svc@east, web-svc@east,web@we st,bad");
+    let (dispatch, text) = logged(|| Dispatch::of(&spaced));
+    let member = |cluster: &str, service: &str| Member {
+        cluster: Some(cluster.into()),
+        service: service.into(),
+    };
+    assert_eq!(
+        dispatch,
+        Dispatch::Federated(vec![
+            member("east", " web-svc"),
+            member("east", "web-svc"),
+            member("we st", "web"),
+        ])
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].contains("ignoring invalid multicluster.linkerd.io/remote-discovery entry")
+            && lines[0].contains("service=ns/web-spaced entry=bad"),
+        "{text}"
+    );
+    for (line, entry) in lines[1..]
+        .iter()
+        .zip([r#"" web-svc@east""#, r#""web@we st""#])
+    {
+        assert!(
+            line.contains(" WARN ")
+                && line.contains("entry has whitespace in its service or cluster")
+                && line.contains(&format!("service=ns/web-spaced entry={entry}")),
+            "{text}"
+        );
+    }
+
+    // The same value again (another stream, another wake): nothing more.
+    let (again, text) = logged(|| Dispatch::of(&spaced));
+    assert_eq!(again, dispatch);
+    assert_eq!(text, "");
+    // A new value is logged; a value without problems is not.
+    let (_, text) = logged(|| Dispatch::of(&annotated("web@ east")));
+    assert!(text.contains(r#"entry="web@ east""#), "{text}");
+    let (_, text) = logged(|| Dispatch::of(&annotated("web@east")));
+    assert_eq!(text, "");
 }
 
 #[tokio::test]

@@ -236,6 +236,29 @@ fn add_table_shows_the_linked_cluster_of_remote_addresses() {
     assert_eq!(row[..2], ["10.244.2.19:8080", "east"]);
 }
 
+/// The set a federated stream's client holds, as `dst-diag stream ID` gets it, mixes clusters:
+/// each address then carries its own `target_cluster`.
+#[test]
+fn add_table_shows_an_addresss_own_linked_cluster() {
+    let mut remote = mk_mysql();
+    remote
+        .metric_labels
+        .insert("target_cluster".into(), "east".into());
+    let table = update_table(&mk_add(vec![mk_web(), remote]));
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(2)
+        .map(|l| l.split_whitespace().take(2).collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ["10.244.2.19:8080", "local"],
+            ["[fd00:10:244::7]:3306", "east"]
+        ]
+    );
+}
+
 #[test]
 fn remove_and_no_endpoints_table() {
     assert_eq!(

@@ -1,0 +1,463 @@
+//! The introspection API and the stream metrics over real remote-discovery and federated `Get`
+//! streams ([`destination::multicluster`]): what it says such a stream's client holds, and the
+//! convergence histogram, as for local streams (`introspection.rs`).
+
+mod support;
+
+use destination::{
+    DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind,
+};
+use k8s_openapi::api::{
+    core::v1::{Pod, Secret, Service},
+    discovery::v1::EndpointSlice,
+};
+use linkerd_index::{
+    ClusterStore, ClusterStoreConfig, EndpointsKey, Event, IndexMetrics, LinkMetrics, ObjectRef,
+    Watches,
+};
+use linkerd_introspection_api::{
+    GetStreamRequest, ListStreamsRequest, StreamInfo, introspection_client::IntrospectionClient,
+};
+use linkerd_runtime::{introspect::StreamRegistry, shutdown};
+use linkerd2_proxy_api::destination::{
+    GetDestination, Update, destination_client::DestinationClient, update,
+};
+use prometheus_client::registry::Registry;
+use prost::Message;
+use serde_json::{Value, json};
+use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
+use support::*;
+use tonic::transport::Channel;
+
+const NS: &str = "shop";
+/// The mirror Service of east's `web` (remote discovery).
+const REMOTE: &str = "web-east.shop.svc.cluster.local:80";
+/// Local `web` and east's `web` (federated).
+const FEDERATED: &str = "web-federated.shop.svc.cluster.local:80";
+
+fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).unwrap()
+}
+
+/// What a client holds: each address and its labels (its set's and its own, its own winning,
+/// as a proxy combines them).
+type Held = BTreeMap<SocketAddr, BTreeMap<String, String>>;
+
+fn apply(held: &mut Held, update: update::Update) {
+    match update {
+        update::Update::Add(set) => {
+            for addr in &set.addrs {
+                let mut labels = sorted(&set.metric_labels);
+                labels.extend(sorted(&addr.metric_labels));
+                held.insert(addr_of(addr), labels);
+            }
+        }
+        update::Update::Remove(set) => {
+            for a in set.addrs {
+                held.remove(&a.try_into().unwrap());
+            }
+        }
+        update::Update::NoEndpoints(_) => held.clear(),
+    }
+}
+
+/// East's `web` slice with pods `web-0..n`, all ready.
+fn east_slice(east: &StateDir, n: usize) {
+    let pods: Vec<(String, String)> = (0..n)
+        .map(|p| (format!("web-{p}"), format!("10.2.0.{}", p + 1)))
+        .collect();
+    let eps: Vec<(&str, &str, bool)> = pods
+        .iter()
+        .map(|(name, ip)| (name.as_str(), ip.as_str(), true))
+        .collect();
+    east.write(
+        "slice.yaml",
+        &[mk_slice(NS, "web-1", "web", ("http", 8080), &eps)],
+    );
+}
+
+fn link_secret() -> Secret {
+    typed(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": "cluster-credentials-east", "namespace": "linkerd",
+            "labels": {"multicluster.linkerd.io/cluster-name": "east"},
+            "annotations": {
+                "multicluster.linkerd.io/trust-domain": "east.local",
+                "multicluster.linkerd.io/cluster-domain": "cluster.local",
+            },
+        },
+        "type": "mirror.linkerd.io/remote-kubeconfig",
+        "data": {"kubeconfig": "YXBpVmVyc2lvbjogdjEK"},
+    }))
+}
+
+struct Served {
+    addr: SocketAddr,
+    introspection: IntrospectionClient<Channel>,
+    index: linkerd_index::Fed<linkerd_index::DiscoveryIndex>,
+    east: StateDir,
+    metrics: Registry,
+    _watches: Watches,
+    _trigger: shutdown::Trigger,
+}
+
+/// East (linked from a state directory) with `web` on pods `web-0..3`, two of them in its
+/// slice; locally `web` on pod `web-0`, its mirror `web-east` and `web-federated` (local `web`
+/// and `web@east`); a destination server with an introspection server.
+async fn start() -> Served {
+    let east = StateDir::new();
+    east.write("service.yaml", &[mk_service(NS, "web", &[("http", 80)])]);
+    let pods: Vec<Value> = (0..3)
+        .map(|p| mk_pod(NS, &format!("web-{p}"), &format!("10.2.0.{}", p + 1), "web"))
+        .collect();
+    east.write("pods.yaml", &pods);
+    east_slice(&east, 2);
+    let mut watches = Watches::new(IndexMetrics::default());
+    let store = ClusterStore::watch(
+        &mut watches,
+        ClusterStoreConfig {
+            namespace: "linkerd".into(),
+            offline: [("east".to_string(), east.path().to_path_buf())].into(),
+            ..ClusterStoreConfig::default()
+        },
+        IndexMetrics::default(),
+        LinkMetrics::default(),
+    );
+    watches.apply(Event::Apply(link_secret()));
+    let mut clusters = store.clusters();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        clusters.wait_for(|c| c.contains_key("east")),
+    )
+    .await
+    .expect("east linked in time")
+    .unwrap();
+    // East's endpoints are in: the streams' first messages hold them.
+    let east_web = store.get("east").unwrap().index.endpoints(EndpointsKey {
+        service: ObjectRef {
+            namespace: NS.into(),
+            name: "web".into(),
+        },
+        port: 80,
+        hostname: None,
+    });
+    for _ in 0..1000 {
+        if east_web.borrow().endpoints.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(east_web.borrow().endpoints.len(), 2, "east synced in time");
+
+    let index = fed_index();
+    index.apply(Event::Apply(typed::<Service>(mk_service(
+        NS,
+        "web",
+        &[("http", 80)],
+    ))));
+    index.apply(Event::Apply(typed::<Pod>(mk_pod(
+        NS, "web-0", "10.1.0.1", "web",
+    ))));
+    index.apply(Event::Apply(typed::<EndpointSlice>(mk_slice(
+        NS,
+        "web-1",
+        "web",
+        ("http", 8080),
+        &[("web-0", "10.1.0.1", true)],
+    ))));
+    let mut mirror = mk_service(NS, "web-east", &[("http", 80)]);
+    mirror["metadata"]["labels"] = json!({
+        "multicluster.linkerd.io/remote-discovery": "east",
+        "multicluster.linkerd.io/remote-service": "web",
+    });
+    index.apply(Event::Apply(typed::<Service>(mirror)));
+    let mut federated = mk_service(NS, "web-federated", &[("http", 80)]);
+    federated["metadata"]["annotations"] = json!({
+        "multicluster.linkerd.io/local-discovery": "web",
+        "multicluster.linkerd.io/remote-discovery": "web@east",
+    });
+    index.apply(Event::Apply(typed::<Service>(federated)));
+
+    let mut metrics = Registry::default();
+    let streams = StreamRegistry::register(&mut metrics, &["Get", "GetProfile"]);
+    let (trigger, shutdown) = shutdown::channel();
+    let service = DestinationService::new(
+        index.index().clone(),
+        EndpointTranslator::new(chart_config()),
+        "cluster.local".into(),
+        false,
+        DestinationMetrics::default(),
+        shutdown.clone(),
+    )
+    .with_clusters(store)
+    .with_streams(streams.clone());
+    let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    tokio::spawn(serve(listener, service, shutdown.clone()));
+    let introspection_addr =
+        linkerd_runtime::introspect::spawn("127.0.0.1:0".parse().unwrap(), streams, shutdown)
+            .await
+            .expect("introspection bound");
+    let introspection = IntrospectionClient::connect(format!("http://{introspection_addr}"))
+        .await
+        .unwrap();
+    Served {
+        addr,
+        introspection,
+        index,
+        east,
+        metrics,
+        _watches: watches,
+        _trigger: trigger,
+    }
+}
+
+async fn get(addr: SocketAddr, path: &str) -> tonic::Streaming<Update> {
+    DestinationClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .get(GetDestination {
+            scheme: "k8s".into(),
+            path: path.into(),
+            context_token: r#"{"ns":"shop","nodeName":"node-a","pod":"client"}"#.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Reads `stream` into `held` until it holds exactly `want`'s addresses.
+async fn read_until(stream: &mut tonic::Streaming<Update>, held: &mut Held, want: &[&str]) {
+    let want: Vec<SocketAddr> = want.iter().map(|a| a.parse().unwrap()).collect();
+    while held.keys().copied().collect::<Vec<_>>() != want {
+        apply(held, next(stream).await);
+    }
+}
+
+impl Served {
+    /// The one open stream whose target is `path`.
+    async fn stream(&mut self, path: &str) -> StreamInfo {
+        let mut listed = self
+            .introspection
+            .list_streams(ListStreamsRequest {
+                target_contains: path.into(),
+                ..ListStreamsRequest::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .streams;
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        listed.remove(0)
+    }
+
+    /// What stream `path` last sent, as the one `Update` the introspection API makes of it.
+    async fn holding(&mut self, path: &str) -> update::Update {
+        let id = self.stream(path).await.id;
+        let response = self
+            .introspection
+            .get_stream(GetStreamRequest { id })
+            .await
+            .unwrap()
+            .into_inner();
+        let sent = response.last_sent.expect("something sent");
+        assert_eq!(sent.type_name, "io.linkerd.proxy.destination.Update");
+        Update::decode(&sent.value[..]).unwrap().update.unwrap()
+    }
+
+    /// The count of `stream_convergence_seconds{api="Get"}`, checking that its observations
+    /// are times a change can take here (more than nothing, less than 10 s each).
+    fn convergence_count(&self) -> u64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.metrics).unwrap();
+        let value = |series: &str| -> f64 {
+            let prefix = format!("stream_convergence_seconds_{series}{{api=\"Get\"}} ");
+            let line = text.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+            line.unwrap_or_else(|| panic!("no {prefix}: {text}"))
+                .parse()
+                .unwrap()
+        };
+        let (count, sum) = (value("count"), value("sum"));
+        assert!(
+            (count == 0.0 && sum == 0.0) || (sum > 0.0 && sum < 10.0 * count),
+            "{text}"
+        );
+        count as u64
+    }
+
+    /// [`Self::holding`] applied to an empty set.
+    async fn held(&mut self, path: &str) -> Held {
+        let mut held = Held::new();
+        apply(&mut held, self.holding(path).await);
+        held
+    }
+}
+
+/// Tester finding: `dst-diag stream ID` said "(nothing sent yet)" for remote-discovery and
+/// federated streams that had sent several messages. They show the whole set their client
+/// holds, as local streams do: one `Add`, each address with its cluster's `target_cluster` as
+/// it was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multicluster_streams_show_the_set_their_client_holds() {
+    let mut s = start().await;
+    let mut remote = get(s.addr, REMOTE).await;
+    let mut federated = get(s.addr, FEDERATED).await;
+    let (mut remote_held, mut federated_held) = (Held::new(), Held::new());
+    read_until(
+        &mut remote,
+        &mut remote_held,
+        &["10.2.0.1:8080", "10.2.0.2:8080"],
+    )
+    .await;
+    read_until(
+        &mut federated,
+        &mut federated_held,
+        &["10.1.0.1:8080", "10.2.0.1:8080", "10.2.0.2:8080"],
+    )
+    .await;
+
+    // The remote stream's one Add carries its set labels as sent.
+    let update::Update::Add(add) = s.holding(REMOTE).await else {
+        panic!("an Add");
+    };
+    assert_eq!(
+        sorted(&add.metric_labels),
+        labels(&[
+            ("namespace", NS),
+            ("service", "web"),
+            ("target_cluster", "east")
+        ])
+    );
+    assert_eq!(
+        add.addrs.iter().map(addr_of).collect::<Vec<_>>(),
+        [sa("10.2.0.1:8080"), sa("10.2.0.2:8080")]
+    );
+    // The federated stream's members' sets differ in `target_cluster`: it is each address's.
+    let update::Update::Add(add) = s.holding(FEDERATED).await else {
+        panic!("an Add");
+    };
+    assert_eq!(
+        sorted(&add.metric_labels),
+        labels(&[("namespace", NS), ("service", "web")])
+    );
+    let clusters: Vec<(SocketAddr, Option<&str>)> = add
+        .addrs
+        .iter()
+        .map(|a| {
+            let cluster = a.metric_labels.get("target_cluster").map(String::as_str);
+            (addr_of(a), cluster)
+        })
+        .collect();
+    assert_eq!(
+        clusters,
+        [
+            (sa("10.1.0.1:8080"), None),
+            (sa("10.2.0.1:8080"), Some("east")),
+            (sa("10.2.0.2:8080"), Some("east")),
+        ]
+    );
+    assert_eq!(s.held(REMOTE).await, remote_held);
+    assert_eq!(s.held(FEDERATED).await, federated_held);
+
+    // East adds a pod, the local member loses its own: each shows what its client now holds.
+    east_slice(&s.east, 3);
+    let east = ["10.2.0.1:8080", "10.2.0.2:8080", "10.2.0.3:8080"];
+    read_until(&mut remote, &mut remote_held, &east).await;
+    s.index.apply(Event::Apply(typed::<EndpointSlice>(mk_slice(
+        NS,
+        "web-1",
+        "web",
+        ("http", 8080),
+        &[("web-0", "10.1.0.1", false)],
+    ))));
+    read_until(&mut federated, &mut federated_held, &east).await;
+    assert_eq!(s.held(REMOTE).await, remote_held);
+    assert_eq!(s.held(FEDERATED).await, federated_held);
+    assert!(
+        federated_held
+            .values()
+            .all(|labels| labels.get("target_cluster").map(String::as_str) == Some("east")),
+        "{federated_held:?}"
+    );
+    let (remote_info, federated_info) = (s.stream(REMOTE).await, s.stream(FEDERATED).await);
+    assert_eq!(remote_info.messages_sent, 2, "{remote_info:?}");
+    assert!(federated_info.messages_sent >= 4, "{federated_info:?}");
+    for info in [&remote_info, &federated_info] {
+        assert!(
+            info.last_sent_at_unix_ms >= info.opened_at_unix_ms,
+            "{info:?}"
+        );
+        assert!(!info.behind, "{info:?}");
+    }
+
+    // None left: `NoEndpoints`, as told.
+    east_slice(&s.east, 0);
+    read_until(&mut remote, &mut remote_held, &[]).await;
+    assert_eq!(
+        s.holding(REMOTE).await,
+        update::Update::NoEndpoints(linkerd2_proxy_api::destination::NoEndpoints { exists: true })
+    );
+}
+
+/// Tester finding: `stream_convergence_seconds{api="Get"}` stayed at 0 after remote and
+/// federated updates. A multicluster stream observes it once per change it sends, as a local
+/// stream does, from when the index of the member's cluster (or the local one) saw the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multicluster_streams_observe_the_convergence_of_each_change_they_send() {
+    let s = start().await;
+    let mut remote = get(s.addr, REMOTE).await;
+    let mut federated = get(s.addr, FEDERATED).await;
+    let (mut remote_held, mut federated_held) = (Held::new(), Held::new());
+    read_until(
+        &mut remote,
+        &mut remote_held,
+        &["10.2.0.1:8080", "10.2.0.2:8080"],
+    )
+    .await;
+    read_until(
+        &mut federated,
+        &mut federated_held,
+        &["10.1.0.1:8080", "10.2.0.1:8080", "10.2.0.2:8080"],
+    )
+    .await;
+    assert_eq!(s.convergence_count(), 0, "first messages answer requests");
+
+    // A change of east's index: both streams send it.
+    east_slice(&s.east, 3);
+    read_until(
+        &mut remote,
+        &mut remote_held,
+        &["10.2.0.1:8080", "10.2.0.2:8080", "10.2.0.3:8080"],
+    )
+    .await;
+    read_until(
+        &mut federated,
+        &mut federated_held,
+        &[
+            "10.1.0.1:8080",
+            "10.2.0.1:8080",
+            "10.2.0.2:8080",
+            "10.2.0.3:8080",
+        ],
+    )
+    .await;
+    assert_eq!(s.convergence_count(), 2);
+
+    // A change of the local index: the federated stream sends it, the remote one has none.
+    s.index.apply(Event::Apply(typed::<EndpointSlice>(mk_slice(
+        NS,
+        "web-1",
+        "web",
+        ("http", 8080),
+        &[("web-0", "10.1.0.1", false)],
+    ))));
+    read_until(
+        &mut federated,
+        &mut federated_held,
+        &["10.2.0.1:8080", "10.2.0.2:8080", "10.2.0.3:8080"],
+    )
+    .await;
+    assert_eq!(s.convergence_count(), 3);
+    assert_quiet(&mut remote).await;
+    assert_eq!(s.convergence_count(), 3);
+}
