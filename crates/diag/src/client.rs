@@ -33,7 +33,8 @@ pub fn destination_uri(addr: &str) -> Result<String, Error> {
 }
 
 /// The URI for the server address given as `flag` (`--destination`, `--policy`), as
-/// [`destination_uri`] reads it; errors name `flag`.
+/// [`destination_uri`] reads it; errors name `flag`, and what is wrong: another scheme than
+/// `http`, no host, a port out of range, user info, a path or a query.
 pub fn server_uri(flag: &'static str, addr: &str) -> Result<String, Error> {
     let addr = addr.trim();
     let invalid = |reason: &str| Error::InvalidDestination {
@@ -58,6 +59,17 @@ pub fn server_uri(flag: &'static str, addr: &str) -> Result<String, Error> {
         .parse()
         .map_err(|e| invalid(&format!("not a URI: {e}")))?;
     let authority = parsed.authority().map_or("", |a| a.as_str());
+    // The channel would drop them without a word: a server is only a host and a port.
+    if authority.contains('@') {
+        return Err(invalid(
+            "user info is not used (no credentials are sent): give http://host:port",
+        ));
+    }
+    if !matches!(parsed.path(), "" | "/") || parsed.query().is_some() {
+        return Err(invalid(
+            "a path or query is not used (gRPC names its own path): give http://host:port",
+        ));
+    }
     // The text after the host (after `]` for an IPv6 literal) and its last `:`.
     let host_end = authority.rfind(']').unwrap_or(0);
     if let Some((_, port)) = authority[host_end..].rsplit_once(':') {
@@ -237,5 +249,32 @@ mod tests {
             matches!(&error, Error::InvalidDestination { addr, .. } if addr == "http://a b:1"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_server_is_a_host_and_a_port() {
+        for (addr, uri) in [
+            ("127.0.0.1:8086", "http://127.0.0.1:8086"),
+            (" http://[::1]:8086/ ", "http://[::1]:8086/"),
+            ("HTTP://localhost:8086", "HTTP://localhost:8086"),
+        ] {
+            assert_eq!(server_uri("--destination", addr).unwrap(), uri);
+        }
+        // Newcomer finding: user info, a path and a query were accepted and dropped.
+        for (addr, reason) in [
+            (
+                "https://127.0.0.1:8086",
+                "scheme \"https\" is not supported",
+            ),
+            ("127.0.0.1:0", "port 0 cannot be dialled"),
+            ("127.0.0.1:70000", "port 70000 is out of range"),
+            ("http://user:pw@127.0.0.1:8086", "user info is not used"),
+            ("http://127.0.0.1:8086/path", "a path or query is not used"),
+            ("http://127.0.0.1:8086/?x=1", "a path or query is not used"),
+        ] {
+            let error = server_uri("--destination", addr).unwrap_err().to_string();
+            assert!(error.contains(reason), "{addr}: {error}");
+            assert!(error.contains("--destination"), "{addr}: {error}");
+        }
     }
 }
