@@ -567,4 +567,44 @@ mod updates {
         assert!(index.inbound_server(pod("ns", "web-0"), 8080).is_err());
         assert!(index.inbound_server(pod("ns", "unmeshed"), 8080).is_err());
     }
+
+    /// An invalid `config.linkerd.io/default-inbound-policy` leaves the pod on the cluster
+    /// default (spec §2.5), and says so once per version of the pod (newcomer finding: it was
+    /// silent, while an invalid opaque-ports annotation is logged).
+    #[tokio::test]
+    async fn an_invalid_default_policy_annotation_is_logged_once_per_version() {
+        let index = start();
+        let annotated = |policy: &str, app: &str| {
+            let mut pod = mk_pod(meshed(app));
+            pod.metadata.annotations = Some(
+                [(
+                    "config.linkerd.io/default-inbound-policy".to_string(),
+                    policy.to_string(),
+                )]
+                .into(),
+            );
+            pod
+        };
+        let (_, log) = support::logged(|| {
+            index.apply(Event::Apply(annotated("everyone-please", "web")));
+            // The same pod again: not logged again.
+            index.apply(Event::Apply(annotated("everyone-please", "web")));
+        });
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("default-inbound-policy"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{log}");
+        assert!(lines[0].contains("ns/web-0"), "{}", lines[0]);
+        assert!(lines[0].contains("everyone-please"), "{}", lines[0]);
+        let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Default("all-unauthenticated".into())
+        );
+
+        // A valid one is not logged.
+        let (_, log) = support::logged(|| index.apply(Event::Apply(annotated("deny", "web"))));
+        assert!(!log.contains("default-inbound-policy"), "{log}");
+    }
 }

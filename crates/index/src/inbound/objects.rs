@@ -17,8 +17,8 @@ use linkerd_k8s_api::{
 use std::{collections::BTreeSet, sync::Arc};
 
 use super::{
-    ClientAuthentication, ClientAuthorization, IdentityMatch, Inbound, InboundConfig, InboundIndex,
-    Touched,
+    ClientAuthentication, ClientAuthorization, DEFAULT_INBOUND_POLICY_ANNOTATION, DefaultPolicy,
+    IdentityMatch, Inbound, InboundConfig, InboundIndex, Touched,
     policy::{
         AuthenticationRef, AuthorizationPolicyInfo, InboundRouteInfo, MeshTlsAuthenticationInfo,
         NetworkAuthenticationInfo, PolicyTarget, RateLimitPolicyInfo, RouteRules,
@@ -569,6 +569,22 @@ pub(super) fn watch(index: &InboundIndex, watches: &mut Watches) {
         .add::<GrpcRoute>(index.clone());
 }
 
+/// Logs a workload's `config.linkerd.io/default-inbound-policy` that names no default policy:
+/// the workload is served the cluster default (spec/policy.md §2.5). Called for each new
+/// version of a workload, so once per version.
+fn warn_invalid_default_policy(
+    kind: &str,
+    key: &ObjectRef,
+    annotations: &std::collections::BTreeMap<String, String>,
+) {
+    let Some(value) = annotations.get(DEFAULT_INBOUND_POLICY_ANNOTATION) else {
+        return;
+    };
+    if let Err(error) = value.parse::<DefaultPolicy>() {
+        tracing::warn!(kind, object = %format!("{}/{}", key.namespace, key.name), %error, "invalid {DEFAULT_INBOUND_POLICY_ANNOTATION}: the cluster default policy applies");
+    }
+}
+
 impl Sink<Pod> for InboundIndex {
     /// Only meshed pods (label `linkerd.io/control-plane-ns`) are kept: others have no inbound
     /// policy, and a pod that loses the label is removed.
@@ -591,6 +607,7 @@ impl Sink<Pod> for InboundIndex {
                     if s.pods.get(&key).is_some_and(|old| old == pod) {
                         return;
                     }
+                    warn_invalid_default_policy("Pod", &key, &pod.annotations);
                     touched.namespaces.insert(key.namespace.clone());
                     s.pods.insert(key, pod.clone());
                 },
@@ -619,6 +636,7 @@ impl Sink<ExternalWorkload> for InboundIndex {
                     if s.external_workloads.get(&key).is_some_and(|old| old == ew) {
                         return;
                     }
+                    warn_invalid_default_policy("ExternalWorkload", &key, &ew.annotations);
                     touched.namespaces.insert(key.namespace.clone());
                     s.external_workloads.insert(key, ew.clone());
                 },
