@@ -243,10 +243,25 @@ fn port(p: Option<i32>) -> Option<u16> {
 }
 
 /// Parent refs and accepted statuses; the route kinds' generated types differ but share these
-/// fields.
+/// fields. Returns (from the function using it) an [`InvalidObject`] for a parentRef port out
+/// of 1..=65535.
 macro_rules! outbound_parents {
-    ($r:expr, $namespace:expr) => {{
+    ($r:expr, $kind:expr, $namespace:expr, $name:expr) => {{
         let r = $r;
+        // The CRD schema refuses these; offline, nothing does, and no port would attach the
+        // route to every port of its parent.
+        for (i, p) in r.spec.parent_refs.iter().flatten().enumerate() {
+            if let Some(port) = p.port
+                && !(1..=65535).contains(&port)
+            {
+                return Err(invalid(
+                    $kind,
+                    &$namespace,
+                    &$name,
+                    format!("spec.parentRefs[{i}].port {port} out of range"),
+                ));
+            }
+        }
         let refs_of = |group: &str, kind: &str| -> Vec<ServiceParent> {
             r.spec
                 .parent_refs
@@ -571,7 +586,7 @@ pub fn policy_http_route(r: &PolicyHttpRoute) -> Result<OutboundRouteInfo, Inval
     Ok(info(
         key(POLICY_GROUP, "HTTPRoute", &namespace, &name),
         &r.metadata,
-        outbound_parents!(r, namespace),
+        outbound_parents!(r, KIND, namespace, name),
         r.spec.hostnames.as_ref(),
         OutboundRules::Http(rules),
     ))
@@ -622,7 +637,7 @@ pub fn gateway_http_route(r: &GatewayHttpRoute) -> Result<OutboundRouteInfo, Inv
     Ok(info(
         key(GATEWAY_GROUP, "HTTPRoute", &namespace, &name),
         &r.metadata,
-        outbound_parents!(r, namespace),
+        outbound_parents!(r, KIND, namespace, name),
         r.spec.hostnames.as_ref(),
         OutboundRules::Http(rules),
     ))
@@ -673,7 +688,7 @@ pub fn grpc_route(r: &GrpcRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     Ok(info(
         key(GATEWAY_GROUP, "GRPCRoute", &namespace, &name),
         &r.metadata,
-        outbound_parents!(r, namespace),
+        outbound_parents!(r, KIND, namespace, name),
         r.spec.hostnames.as_ref(),
         OutboundRules::Grpc(rules),
     ))
@@ -708,7 +723,7 @@ pub fn tls_route(r: &TlsRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     Ok(info(
         key(GATEWAY_GROUP, "TLSRoute", &namespace, &name),
         &r.metadata,
-        outbound_parents!(r, namespace),
+        outbound_parents!(r, KIND, namespace, name),
         Some(&r.spec.hostnames),
         OutboundRules::Tls(plain_rule(backends)),
     ))
@@ -723,7 +738,7 @@ pub fn tcp_route(r: &TcpRoute) -> Result<OutboundRouteInfo, InvalidObject> {
     Ok(info(
         key(GATEWAY_GROUP, "TCPRoute", &namespace, &name),
         &r.metadata,
-        outbound_parents!(r, namespace),
+        outbound_parents!(r, KIND, namespace, name),
         None,
         OutboundRules::Tcp(plain_rule(backends)),
     ))

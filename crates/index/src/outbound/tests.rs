@@ -630,3 +630,25 @@ fn annotations_that_do_not_parse_are_warned_about_once_per_version() {
     });
     assert_eq!(log, "");
 }
+
+/// A parentRef port out of 1..=65535, which the Gateway API CRD schema refuses, makes the
+/// route invalid (logged, counted, skipped): it was read as no port, attaching the route to
+/// every port of the Service (newcomer finding).
+#[test]
+fn a_parent_port_out_of_range_makes_the_route_invalid() {
+    for port in [0, 70000, -1] {
+        let route: HttpRoute = yaml(&format!(
+            "metadata: {{name: r, namespace: emojivoto}}\nspec:\n  parentRefs: [{{kind: Service, name: web, port: 80}}, {{kind: Service, name: web, port: {port}}}]\n  rules: [{{}}]\n"
+        ));
+        let error = routes::gateway_http_route(&route).unwrap_err();
+        assert_eq!(
+            error.reason,
+            format!("spec.parentRefs[1].port {port} out of range"),
+            "{port}"
+        );
+    }
+    let route: HttpRoute = yaml(
+        "metadata: {name: r, namespace: emojivoto}\nspec:\n  parentRefs: [{kind: Service, name: web, port: 65535}, {kind: Service, name: web}]\n  rules: [{}]\n",
+    );
+    assert!(routes::gateway_http_route(&route).is_ok());
+}
