@@ -981,6 +981,27 @@ async fn admit_gateway_http_route() {
             &route("", "  rules: not-a-list\n"),
         ])
         .await;
+    // Admitted as upstream's webhook does, but the index skips it: said as a warning
+    // (newcomer finding: a silent allow, then a silent drop).
+    let response = webhook
+        .admit(&route(
+            "",
+            &format!("{to_server}  rules:\n  - filters:\n    - type: URLRewrite\n      urlRewrite: {{hostname: example.org}}\n"),
+        ))
+        .await;
+    assert!(response.allowed);
+    assert_eq!(
+        response.warnings.unwrap(),
+        ["HTTPRoute admitted, but the policy controller skips it: unsupported filter URLRewrite"]
+    );
+    let response = webhook
+        .admit(&route(
+            "",
+            &format!("{to_service}  rules:\n  - backendRefs: [{{name: web-svc, port: 80}}]\n"),
+        ))
+        .await;
+    assert!(response.allowed);
+    assert_eq!(response.warnings, None);
     let response = webhook.admit(&route("", "  rules: not-a-list\n")).await;
     let warnings = response.warnings.unwrap();
     assert_eq!(warnings.len(), 1);

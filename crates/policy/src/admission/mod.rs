@@ -254,9 +254,51 @@ pub fn admit_among(
         }
     };
     match verdict {
-        Ok(()) => linkerd_admission::allow(request),
+        Ok(()) => {
+            let mut response = linkerd_admission::allow(request);
+            if let Some(reason) = skipped_by_index(kind, request) {
+                response.warnings = Some(vec![format!(
+                    "{} admitted, but the policy controller skips it: {reason}",
+                    gvk.kind
+                )]);
+            }
+            response
+        }
         Err(message) => deny(request, message),
     }
+}
+
+/// Why the index would skip a Gateway API route this webhook admits (it checks these kinds
+/// only as far as upstream's does, spec/policy.md §6): a filter it does not support
+/// (`URLRewrite`, `RequestMirror`), or anything else the index refuses. `None` for other
+/// kinds, and when the index would serve it.
+fn skipped_by_index(kind: Kind, request: &AdmissionRequest) -> Option<String> {
+    use linkerd_index::outbound::routes;
+    if !kind.is_gateway_api() {
+        return None;
+    }
+    let mut object = request.object.clone()?;
+    // A CREATE may name the object by `generateName` alone; its name is not what is checked.
+    let metadata = object.get_mut("metadata")?.as_object_mut()?;
+    if !metadata
+        .get("name")
+        .is_some_and(serde_json::Value::is_string)
+    {
+        metadata.insert("name".into(), "admission-review".into());
+    }
+    if !metadata
+        .get("namespace")
+        .is_some_and(serde_json::Value::is_string)
+    {
+        metadata.insert("namespace".into(), request.object_namespace().into());
+    }
+    let converted = match kind {
+        Kind::GatewayHttpRoute => routes::gateway_http_route(&serde_json::from_value(object).ok()?),
+        Kind::GrpcRoute => routes::grpc_route(&serde_json::from_value(object).ok()?),
+        Kind::TlsRoute => routes::tls_route(&serde_json::from_value(object).ok()?),
+        _ => routes::tcp_route(&serde_json::from_value(object).ok()?),
+    };
+    converted.err().map(|invalid| invalid.reason)
 }
 
 /// Refuses a Server that claims the same workload ports as another Server of its namespace
