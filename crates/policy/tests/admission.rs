@@ -314,6 +314,26 @@ async fn admit_authorization_policy() {
             ),
         ])
         .await;
+    // No authentication required authorizes everyone: admitted as upstream, with a warning
+    // (newcomer finding: nothing said so).
+    let open = webhook
+        .admit(&authz(
+            "  targetRef: {kind: Namespace, name: emojivoto}\n  requiredAuthenticationRefs: []\n",
+        ))
+        .await;
+    assert!(open.allowed);
+    assert_eq!(
+        open.warnings.unwrap(),
+        [
+            "spec.requiredAuthenticationRefs is empty: this AuthorizationPolicy authorizes every client, authenticated or not"
+        ]
+    );
+    let closed = webhook
+        .admit(&authz(
+            "  targetRef: {kind: Namespace, name: emojivoto}\n  requiredAuthenticationRefs:\n  - {kind: ServiceAccount, name: web}\n",
+        ))
+        .await;
+    assert_eq!(closed.warnings, None);
     webhook
         .assert_denied(&[
             (

@@ -261,11 +261,26 @@ pub fn admit_among(
                     "{} admitted, but the policy controller skips it: {reason}",
                     gvk.kind
                 )]);
+            } else if kind == Kind::AuthorizationPolicy && authorizes_everyone(request) {
+                response.warnings = Some(vec![
+                    "spec.requiredAuthenticationRefs is empty: this AuthorizationPolicy authorizes every client, authenticated or not".into(),
+                ]);
             }
             response
         }
         Err(message) => deny(request, message),
     }
+}
+
+/// Whether an AuthorizationPolicy requires no authentication: it authorizes every client, as
+/// upstream reads it (spec/policy.md §4.5), which is easy to write by mistake.
+fn authorizes_everyone(request: &AdmissionRequest) -> bool {
+    request
+        .object
+        .as_ref()
+        .and_then(|o| o.pointer("/spec/requiredAuthenticationRefs"))
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(Vec::is_empty)
 }
 
 /// Why the index would skip a Gateway API route this webhook admits (it checks these kinds
