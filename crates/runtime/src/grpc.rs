@@ -186,9 +186,9 @@ pub trait StreamingMethod: Clone + Send + Sync + 'static {
     /// (`INTERNAL`), was over [`MAX_REQUEST_BYTES`] (`OUT_OF_RANGE`), did not arrive whole
     /// within [`Http2Settings::request_body_timeout`] (`DEADLINE_EXCEEDED`), or its client
     /// reset the stream or closed its connection before it arrived (`CANCELLED`,
-    /// [`ResetByClient`]). A server counts it
-    /// as started and handled with `code`, as go-grpc-prometheus counts a call whose handler
-    /// failed to receive its request; by default nothing is counted.
+    /// [`ResetByClient`]). A server counts it as started and handled with `code`, as
+    /// go-grpc-prometheus counts a call whose handler failed to receive its request; by
+    /// default nothing is counted.
     fn refused(&self, code: tonic::Code) {
         let _ = code;
     }

@@ -444,8 +444,8 @@ impl<S: GrpcService> Future for RouteOnceReceived<S> {
 /// A request's future as hyper holds it. One dropped before its request arrived whole (its
 /// connection closed, or the server dropped it past the drain timeout) is routed as reset
 /// ([`ResetByClient`]) on the way out, so that the method's server counts it `CANCELLED`, as
-/// grpc-go counts a handler whose receive failed with the transport; hyper gives such a call
-/// no answer, and before it was not counted at all.
+/// grpc-go counts a handler whose receive failed with the transport; hyper drops such a call
+/// without routing it.
 struct CountedIfAbandoned<S: GrpcService>(RouteOnceReceived<S>);
 
 impl<S: GrpcService> Future for CountedIfAbandoned<S> {
