@@ -7,7 +7,9 @@
 //! cluster's from the [`ClusterStore`]), never copied into the local index. The stream follows
 //! the local Service (its labels and annotations, live), the linked clusters (a link that goes
 //! takes its members' endpoints away with a `Remove`; one that comes back brings them back),
-//! and every member's topic, and sends the difference of the union it last sent.
+//! and every member's topic, and sends the difference of the union it last sent. It is behind
+//! (the introspection API, `streams_behind`) while one of those holds a newer view than the
+//! one its client was last handed the updates of ([`MulticlusterStream::behind`]).
 //!
 //! Remote members' identities are in their cluster's trust domain; they get no node or zone
 //! filter (§C.8.1), only the address family; their `Add`s carry the set metric label
@@ -102,6 +104,36 @@ pub struct MulticlusterStream {
     /// Whether the Service exists, as the client was last told: for a remote-discovery
     /// Service, its remote Service (see [`MulticlusterStream::exists`]).
     exists: bool,
+    /// What the client has been handed, shared with the stream's introspection record.
+    handed: Arc<Handed>,
+    /// What the last updates were computed from, until the client is handed them
+    /// ([`MulticlusterStream::handed`]).
+    computed: Option<Views>,
+}
+
+/// What a [`MulticlusterStream`]'s client has been handed, shared by the stream and its
+/// introspection record: how to read the current view of each topic the stream follows
+/// without advancing it, and the views the updates the client was handed were computed from.
+/// The stream is behind when any of those topics' current views is not that view (the same
+/// test as a local stream's, `linkerd_runtime::introspect`).
+struct Handed {
+    own: linkerd_index::topic::Receiver<EndpointsView>,
+    clusters: watch::Receiver<Arc<Clusters>>,
+    /// `None` until the client is handed its first message.
+    views: Mutex<Option<Views>>,
+}
+
+/// The views one change's updates were computed from: the topics' own `Arc`s, never copies
+/// (a stream holds two of these at most, each a few words and two per member). The receivers
+/// keep a member's topic subscribed until views without it are handed.
+struct Views {
+    own: Arc<EndpointsView>,
+    clusters: Arc<Clusters>,
+    /// Each subscribed member's topic, to read its current view, and the view used.
+    members: Vec<(
+        linkerd_index::topic::Receiver<EndpointsView>,
+        Arc<EndpointsView>,
+    )>,
 }
 
 /// What one member's part of an update was computed from.
@@ -237,9 +269,15 @@ impl MulticlusterStream {
         request: Request,
         unknown_cluster: Counter,
     ) -> Self {
+        let clusters = store.clusters();
+        let handed = Arc::new(Handed {
+            own: own.clone(),
+            clusters: clusters.clone(),
+            views: Mutex::new(None),
+        });
         Self {
             own,
-            clusters: store.clusters(),
+            clusters,
             local,
             namespace: request.namespace,
             port: request.port,
@@ -257,6 +295,26 @@ impl MulticlusterStream {
             service_name: request.service,
             started: false,
             exists: false,
+            handed,
+            computed: None,
+        }
+    }
+
+    /// Whether the stream is behind, for its introspection record
+    /// (`StreamRegistry::open_following_several`): its client has been handed nothing yet, or
+    /// not the updates of the current views of the Service's own topic, the linked clusters'
+    /// list and the topics of the members it had then. A member added or linked since comes
+    /// with a newer Service view or cluster list.
+    pub fn behind(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        let handed = self.handed.clone();
+        move || handed.behind()
+    }
+
+    /// The client has been handed the last updates (HTTP/2 took the last of them): it holds
+    /// what they were computed from.
+    pub fn handed(&mut self) {
+        if let Some(views) = self.computed.take() {
+            self.handed.hand(views);
         }
     }
 
@@ -326,9 +384,26 @@ impl MulticlusterStream {
             self.subscribe(&members, &clusters);
             let remote = matches!(dispatch, Some(Dispatch::Remote { .. }));
             let updates = self.diff(&view, remote);
+            // `diff` read the members' views in `members` order into `sent_from`.
+            let views = Views {
+                own: view.clone(),
+                clusters,
+                members: (self.members.values())
+                    .zip(&self.sent_from)
+                    .map(|(subscribed, (_, from))| (subscribed.rx.clone(), from.view.clone()))
+                    .collect(),
+            };
             if !self.started || !updates.is_empty() {
                 self.started = true;
+                self.computed = Some(views);
                 return Some(updates);
+            }
+            // Nothing to send: the client holds what this change makes once it holds the
+            // updates before it (else a change that is not the client's would leave the stream
+            // behind until its next update).
+            match &mut self.computed {
+                Some(computed) => *computed = views,
+                None => self.handed.hand(views),
             }
         }
     }
@@ -537,6 +612,27 @@ impl MulticlusterStream {
         self.sent_from = current;
         self.own_sent = Some(own.clone());
         updates
+    }
+}
+
+// === impl Handed ===
+
+impl Handed {
+    /// The client holds what `views` make.
+    fn hand(&self, views: Views) {
+        *self.views.lock().unwrap_or_else(PoisonError::into_inner) = Some(views);
+    }
+
+    fn behind(&self) -> bool {
+        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(views) = views.as_ref() else {
+            // Before its first message a stream is behind: it has a set to send.
+            return true;
+        };
+        let clusters = self.clusters.borrow().clone();
+        !Arc::ptr_eq(&views.own, &self.own.borrow())
+            || !Arc::ptr_eq(&views.clusters, &clusters)
+            || (views.members.iter()).any(|(rx, view)| !Arc::ptr_eq(view, &rx.borrow()))
     }
 }
 

@@ -228,7 +228,6 @@ impl DestinationService {
             context_token: request_token,
         };
         if let Some(request) = request {
-            let record = self.streams.open(meta);
             let stream = MulticlusterStream::new(
                 rx,
                 &self.clusters,
@@ -237,6 +236,7 @@ impl DestinationService {
                 request,
                 self.metrics.unknown_cluster_members.clone(),
             );
+            let record = self.streams.open_following_several(meta, stream.behind());
             let state = MulticlusterState {
                 stream,
                 guard,
@@ -318,7 +318,8 @@ impl GetState {
 }
 
 /// One multicluster `Get` stream as served, as [`GetState`]: the updates of its last change
-/// not yet handed to HTTP/2, and when the index saw that change.
+/// not yet handed to HTTP/2, when the index saw that change, and its introspection record,
+/// which asks the stream whether it is behind ([`MulticlusterStream::behind`]).
 struct MulticlusterState {
     stream: MulticlusterStream,
     guard: StreamGuard,
@@ -330,7 +331,8 @@ struct MulticlusterState {
 
 impl MulticlusterState {
     /// The next update to send; `None` once the stream ends. The last of a change's updates
-    /// taken by HTTP/2 is when the change converged, as for a local stream.
+    /// taken by HTTP/2 is when the change converged and the client holds what it made, as for
+    /// a local stream.
     async fn next(&mut self) -> Option<Shared<Update>> {
         while self.pending.is_empty() {
             let updates = self.stream.next_updates().await?;
@@ -342,10 +344,11 @@ impl MulticlusterState {
             self.pending.extend(updates.into_iter().map(Shared::new));
         }
         let update = self.pending.pop_front()?;
-        if self.pending.is_empty()
-            && let Some(seen) = self.seen.take()
-        {
-            self.record.observe(seen);
+        if self.pending.is_empty() {
+            self.stream.handed();
+            if let Some(seen) = self.seen.take() {
+                self.record.observe(seen);
+            }
         }
         Some(update)
     }

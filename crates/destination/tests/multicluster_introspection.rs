@@ -27,7 +27,7 @@ use prost::Message;
 use serde_json::{Value, json};
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 use support::*;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
 
 const NS: &str = "shop";
 /// The mirror Service of east's `web` (remote discovery).
@@ -226,6 +226,39 @@ async fn get(addr: SocketAddr, path: &str) -> tonic::Streaming<Update> {
         .into_inner()
 }
 
+/// A `Get` of `path` for client pod `shop/<pod>`, over a connection with a large connection
+/// window and a small stream window, as `introspection.rs`'s: a stream its client stops
+/// reading soon stops the server writing to it, and the connection stays up.
+async fn get_as(addr: SocketAddr, path: &str, pod: &str) -> tonic::Streaming<Update> {
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .initial_connection_window_size(64 << 20)
+        .initial_stream_window_size(1 << 10)
+        .connect()
+        .await
+        .unwrap();
+    DestinationClient::new(channel)
+        .get(GetDestination {
+            scheme: "k8s".into(),
+            path: path.into(),
+            context_token: format!(r#"{{"ns":"shop","nodeName":"node-a","pod":"{pod}"}}"#),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Local `web`'s slice: pod `web-0` (10.1.0.1), ready or not.
+fn local_slice(index: &linkerd_index::Fed<linkerd_index::DiscoveryIndex>, ready: bool) {
+    index.apply(Event::Apply(typed::<EndpointSlice>(mk_slice(
+        NS,
+        "web-1",
+        "web",
+        ("http", 8080),
+        &[("web-0", "10.1.0.1", ready)],
+    ))));
+}
+
 /// Reads `stream` into `held` until it holds exactly `want`'s addresses.
 async fn read_until(stream: &mut tonic::Streaming<Update>, held: &mut Held, want: &[&str]) {
     let want: Vec<SocketAddr> = want.iter().map(|a| a.parse().unwrap()).collect();
@@ -283,6 +316,31 @@ impl Served {
             "{text}"
         );
         count as u64
+    }
+
+    /// The open streams, oldest first; with `behind_only`, only those shown behind.
+    async fn list(&mut self, behind_only: bool) -> Vec<StreamInfo> {
+        self.introspection
+            .list_streams(ListStreamsRequest {
+                behind_only,
+                ..ListStreamsRequest::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .streams
+    }
+
+    /// The `streams_behind{api="Get"}` gauge.
+    fn streams_behind(&self) -> i64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.metrics).unwrap();
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("streams_behind{api=\"Get\"} "));
+        line.unwrap_or_else(|| panic!("no streams_behind: {text}"))
+            .parse()
+            .unwrap()
     }
 
     /// [`Self::holding`] applied to an empty set.
@@ -460,4 +518,107 @@ async fn multicluster_streams_observe_the_convergence_of_each_change_they_send()
     assert_eq!(s.convergence_count(), 3);
     assert_quiet(&mut remote).await;
     assert_eq!(s.convergence_count(), 3);
+}
+
+/// Tester finding: `dst-diag streams --behind`, `streams_behind` and `dst-diag proxy-status`
+/// never showed a remote-discovery or federated stream behind, even one whose client had
+/// stopped reading while its members changed. As `introspection.rs`'s stalled local stream: a
+/// federated stream whose client stops reading while its local member changes is shown behind
+/// until it reads again; a change that sends its client nothing leaves it in sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_federated_stream_that_stops_reading_shows_as_behind_until_it_reads_again() {
+    let mut s = start().await;
+    let east = ["10.2.0.1:8080", "10.2.0.2:8080"];
+    let all = ["10.1.0.1:8080", "10.2.0.1:8080", "10.2.0.2:8080"];
+    let mut stalled = get_as(s.addr, FEDERATED, "stalled").await;
+    let mut stalled_held = Held::new();
+    read_until(&mut stalled, &mut stalled_held, &all).await;
+    let mut reading = get_as(s.addr, FEDERATED, "reading").await;
+    let mut reading_held = Held::new();
+    read_until(&mut reading, &mut reading_held, &all).await;
+    let ids: Vec<u64> = s.list(false).await.iter().map(|i| i.id).collect();
+    assert_eq!(ids.len(), 2);
+
+    // The local member's pod goes and comes back until the stalled stream's unread messages
+    // fill its windows and buffers and the server stops writing to it; the reading one keeps
+    // up with every change.
+    let mut ready = true;
+    let mut changes = 0;
+    loop {
+        ready = !ready;
+        local_slice(&s.index, ready);
+        changes += 1;
+        let want: &[&str] = if ready { &all } else { &east };
+        read_until(&mut reading, &mut reading_held, want).await;
+        let listed = s.list(false).await;
+        assert!(
+            !listed[1].behind,
+            "the reading stream is up to date: {listed:?}"
+        );
+        // Behind only counts once it lasts: until the windows fill, the stalled stream may
+        // still catch up between two looks.
+        if listed[0].behind {
+            let behind = s.list(true).await;
+            if behind.iter().map(|i| i.id).collect::<Vec<_>>() == [ids[0]]
+                && s.streams_behind() == 1
+            {
+                assert_eq!(behind[0].pod, "shop/stalled");
+                break;
+            }
+        }
+        assert!(changes < 20_000, "the stalled stream never fell behind");
+    }
+
+    // It reads again: it catches up, and is shown so once it has the newest set. (The set may
+    // pass through the final one while older messages drain.)
+    let want: &[&str] = if ready { &all } else { &east };
+    let want: Vec<SocketAddr> = want.iter().map(|a| sa(a)).collect();
+    loop {
+        let listed = s.list(false).await;
+        if stalled_held.keys().copied().collect::<Vec<_>>() == want && !listed[0].behind {
+            break;
+        }
+        if let Ok(message) =
+            tokio::time::timeout(Duration::from_millis(50), stalled.message()).await
+        {
+            let update = message.expect("never reset").expect("stream open");
+            apply(&mut stalled_held, update.update.unwrap());
+        }
+    }
+    let listed = s.list(false).await;
+    assert!(listed.iter().all(|i| !i.behind), "{listed:?}");
+    assert_eq!(s.streams_behind(), 0);
+    // What HTTP/2 took before still reaches the client; it ends at the same set.
+    while let Ok(message) =
+        tokio::time::timeout(Duration::from_millis(300), stalled.message()).await
+    {
+        let update = message.expect("never reset").expect("stream open");
+        apply(&mut stalled_held, update.update.unwrap());
+    }
+    assert_eq!(stalled_held.keys().copied().collect::<Vec<_>>(), want);
+
+    // A change of the Service's own labels changes its topic's view and sends nothing: the
+    // streams take it without a message and are not left behind.
+    let mut federated = mk_service(NS, "web-federated", &[("http", 80)]);
+    federated["metadata"]["labels"] = json!({"team": "shop"});
+    federated["metadata"]["annotations"] = json!({
+        "multicluster.linkerd.io/local-discovery": "web",
+        "multicluster.linkerd.io/remote-discovery": "web@east",
+    });
+    s.index.apply(Event::Apply(typed::<Service>(federated)));
+    let own = s.index.endpoints(EndpointsKey {
+        service: ObjectRef {
+            namespace: NS.into(),
+            name: "web-federated".into(),
+        },
+        port: 80,
+        hostname: None,
+    });
+    let own_labels = own.borrow().service.as_ref().unwrap().labels.clone();
+    assert_eq!(own_labels.get("team").map(String::as_str), Some("shop"));
+    assert_quiet(&mut stalled).await;
+    assert_quiet(&mut reading).await;
+    let listed = s.list(false).await;
+    assert!(listed.iter().all(|i| !i.behind), "{listed:?}");
+    assert_eq!(s.streams_behind(), 0);
 }

@@ -52,7 +52,7 @@ pub enum Command {
     #[command(subcommand)]
     Explain(explain::ExplainCommand),
     /// Lists the watch streams a server holds open, from its introspection API: API, client
-    /// pod, target, peer, messages sent, and whether each is behind its topic.
+    /// pod, target, peer, messages sent, and whether each is behind (has not written out the newest view of what it follows).
     Streams(streams::StreamsArgs),
     /// Shows one open stream and what it last sent (for `Get`, the whole set its proxy holds).
     Stream(streams::StreamArgs),

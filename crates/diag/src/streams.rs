@@ -52,7 +52,8 @@ pub struct StreamsArgs {
     #[arg(long)]
     pub target: Option<String>,
 
-    /// Only streams behind their topic: they have not written out the newest view.
+    /// Only streams behind: they have not written out the newest view of what they follow
+    /// (their topic; a multicluster `Get`'s Service, members and linked clusters).
     #[arg(long)]
     pub behind: bool,
 
@@ -275,7 +276,7 @@ fn pod_argument(pod: &str) -> Result<String, String> {
 
 impl ProxyStatusArgs {
     /// Prints every stream the pod's proxy holds on destination and policy-controller, and
-    /// whether each is in sync (has written out its topic's newest view) or behind.
+    /// whether each is in sync (has written out the newest view of what it follows) or behind.
     ///
     /// A server that cannot be reached, does not answer, or is not an introspection API is
     /// left out: the other's streams are printed, then the run fails with [`Error::LeftOut`]
@@ -455,7 +456,8 @@ fn refuses_the_pod(error: &Error) -> bool {
     matches!(error, Error::Status { status, .. } if status.code() == tonic::Code::InvalidArgument)
 }
 
-/// `SYNCED` when the stream has written out its topic's newest view, else `BEHIND`.
+/// `SYNCED` when the stream has written out the newest view of what it follows, else
+/// `BEHIND`.
 pub fn sync_status(stream: &StreamInfo) -> &'static str {
     if stream.behind { "BEHIND" } else { "SYNCED" }
 }

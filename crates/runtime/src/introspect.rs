@@ -3,9 +3,9 @@
 //! streams keep up with the index.
 //!
 //! A server opens a [`StreamRecord`] for each watch stream it serves ([`StreamRegistry::open`]
-//! and its variants for streams that follow a topic) and tells it what it wrote
-//! ([`StreamRecord::sent`]) and which view of its topic it has written out
-//! ([`StreamRecord::caught_up`]). The record goes when the stream ends. From the
+//! and its variants for streams that follow a topic, or several that the stream itself
+//! tracks) and tells it what it wrote ([`StreamRecord::sent`]) and which view of its topic it
+//! has written out ([`StreamRecord::caught_up`]). The record goes when the stream ends. From the
 //! records the registry answers [`StreamRegistry::list`] and [`StreamRegistry::get`], and it
 //! exports:
 //!
@@ -13,8 +13,8 @@
 //!   (a watch event, a state-directory read) to a stream writing the message the change
 //!   causes, one observation per stream per change it sends (buckets 1 ms to 60 s). The
 //!   first message of a stream is not a change and is not observed.
-//! - `streams_behind{api}`: gauge of the open streams whose topic holds a newer view than they
-//!   have written out (computed when scraped).
+//! - `streams_behind{api}`: gauge of the open streams with a topic (their one, or one of those
+//!   they follow) holding a newer view than they have written out (computed when scraped).
 //!
 //! Upstream has neither metric; these names are the project's (README, "Metrics").
 //!
@@ -122,8 +122,8 @@ pub struct StreamFilter {
     pub behind_only: bool,
 }
 
-/// A stream's record, shared by the stream and the registry; `P` is its progress ([`NoTopic`]
-/// or a [`TopicProgress`]), last so that one allocation holds both.
+/// A stream's record, shared by the stream and the registry; `P` is its progress ([`NoTopic`],
+/// a [`TopicProgress`] or a [`SelfJudged`]), last so that one allocation holds both.
 #[derive(Debug)]
 struct Entry<P: ?Sized> {
     meta: PackedMeta,
@@ -197,6 +197,14 @@ trait Follows<V>: Progress {
 /// reported.
 #[derive(Debug, Default)]
 struct NoTopic(Reported);
+
+/// The progress of a stream that follows several topics and tells itself whether it has
+/// written out their newest views: `behind` asks it (a closure over what it shares with the
+/// stream, held inline as [`TopicProgress`]'s); the last message it reported.
+struct SelfJudged<F> {
+    behind: F,
+    last: Reported,
+}
 
 /// How to read the stream's topic without advancing the stream (`current`, a closure over
 /// the topic's shared state), the view the stream last wrote out, and its last message (`E`:
@@ -283,6 +291,25 @@ impl StreamRegistry {
     /// reports its messages ([`StreamRecord::sent`]). Keep the record as long as the stream.
     pub fn open(&self, meta: StreamMeta) -> StreamRecord {
         self.insert(meta, NoTopic::default())
+    }
+
+    /// Records a new stream of `meta` following several topics (a multicluster `Get`: its
+    /// Service's, its members', the linked clusters), which says itself whether it is behind:
+    /// `behind` is true while one of them holds a newer view than the stream has written out,
+    /// and before its first message. It reports its messages ([`StreamRecord::sent`]); its
+    /// [`StreamRecord::caught_up`] keeps no view. Keep the record as long as the stream.
+    pub fn open_following_several(
+        &self,
+        meta: StreamMeta,
+        behind: impl Fn() -> bool + Send + Sync + 'static,
+    ) -> StreamRecord {
+        self.insert(
+            meta,
+            SelfJudged {
+                behind,
+                last: Reported::default(),
+            },
+        )
     }
 
     /// Records a new stream of `meta` following the topic whose current view `current` reads
@@ -437,6 +464,37 @@ impl Progress for NoTopic {
 impl<V> Follows<V> for NoTopic {
     fn written(&self) -> Option<&Mutex<Option<Arc<V>>>> {
         None
+    }
+}
+
+// === impl SelfJudged ===
+
+impl<F: Fn() -> bool + Send + Sync> Progress for SelfJudged<F> {
+    fn behind(&self) -> bool {
+        (self.behind)()
+    }
+
+    fn last_message(&self) -> Option<EncodedMessage> {
+        LastMessage::<()>::last(&self.last, None)
+    }
+
+    fn keep_last(&self, last: LastSent) {
+        LastMessage::<()>::keep(&self.last, last)
+    }
+}
+
+impl<V, F: Fn() -> bool + Send + Sync> Follows<V> for SelfJudged<F> {
+    /// None: the stream keeps what it wrote out itself.
+    fn written(&self) -> Option<&Mutex<Option<Arc<V>>>> {
+        None
+    }
+}
+
+impl<F> std::fmt::Debug for SelfJudged<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SelfJudged")
+            .field("last", &self.last)
+            .finish_non_exhaustive()
     }
 }
 
@@ -747,7 +805,7 @@ impl Collector for BehindCollector {
         let counts = self.0.behind_counts();
         let mut metric = encoder.encode_descriptor(
             "streams_behind",
-            "Open watch streams whose topic holds a newer view than they have written out",
+            "Open watch streams with a topic holding a newer view than they have written out",
             None,
             prometheus_client::metrics::MetricType::Gauge,
         )?;

@@ -527,3 +527,102 @@ async fn a_remote_discovery_service_exists_when_its_remote_service_does() {
     assert_eq!(summary(&created), [("no-endpoints", vec!["true".into()])]);
     assert!(missing.exists());
 }
+
+/// Waits until `behind` says `want` (a link's change reaches the cluster store in a task).
+async fn wait_behind(behind: &impl Fn() -> bool, want: bool) {
+    for _ in 0..1000 {
+        if behind() == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("behind never became {want}");
+}
+
+/// The introspection API's question, asked of the stream ([`MulticlusterStream::behind`]):
+/// behind while its Service's topic, a member's topic or the linked clusters hold a newer view
+/// than the updates its client was handed came from; a change with nothing to send is taken
+/// as handed.
+#[tokio::test]
+async fn a_stream_is_behind_until_its_client_is_handed_each_topics_newest_view() {
+    let East {
+        dir: _dir,
+        watches,
+        store,
+        secret,
+        ..
+    } = link_east(vec![
+        serde_json::to_value(pod("web-0", "10.2.0.1", "web")).unwrap(),
+        serde_json::to_value(service("web", json!({}), json!({}))).unwrap(),
+        serde_json::to_value(slice("web", &[("web-0", "10.2.0.1")])).unwrap(),
+    ])
+    .await;
+    let index = local_index();
+    index.apply(Event::Apply(pod("web-0", "10.1.0.1", "web")));
+    index.apply(Event::Apply(pod("web-1", "10.1.0.2", "web")));
+    index.apply(Event::Apply(service("web", json!({}), json!({}))));
+    index.apply(Event::Apply(slice("web", &[("web-0", "10.1.0.1")])));
+    let federated = |labels: Value| {
+        service(
+            "fed",
+            labels,
+            json!({LOCAL_DISCOVERY_ANNOTATION: "web", REMOTE_DISCOVERY_ANNOTATION: "web@east"}),
+        )
+    };
+    index.apply(Event::Apply(federated(json!({}))));
+
+    let mut s = stream(&index, &store, "fed");
+    let behind = s.behind();
+    assert!(behind(), "nothing sent yet");
+    let first = next(&mut s).await.unwrap();
+    assert_eq!(first.len(), 2);
+    assert!(behind(), "the first updates are not handed yet");
+    s.handed();
+    assert!(!behind());
+
+    // The local member changes: behind at once, until its updates are handed.
+    index.apply(Event::Apply(slice(
+        "web",
+        &[("web-0", "10.1.0.1"), ("web-1", "10.1.0.2")],
+    )));
+    assert!(behind());
+    let added = next(&mut s).await.unwrap();
+    assert_eq!(summary(&added), [("add", vec!["10.1.0.2:8080".into()])]);
+    assert!(behind());
+    s.handed();
+    assert!(!behind());
+
+    // The link goes: the cluster list is newer than what the client holds.
+    watches.apply(Event::<Secret>::Delete(ObjectRef {
+        namespace: "linkerd".into(),
+        name: "east-link".into(),
+    }));
+    wait_behind(&behind, true).await;
+    let unlinked = next(&mut s).await.unwrap();
+    assert_eq!(
+        summary(&unlinked),
+        [("remove", vec!["10.2.0.1:8080".into()])]
+    );
+    s.handed();
+    assert!(!behind());
+
+    // A label of the Service's own changes its topic's view and sends nothing: taken as
+    // handed once the stream sees it (it then waits for the next change).
+    index.apply(Event::Apply(federated(json!({"team": "a"}))));
+    assert!(behind());
+    let quiet = tokio::time::timeout(Duration::from_millis(200), s.next_updates()).await;
+    assert!(quiet.is_err(), "nothing to send: {quiet:?}");
+    assert!(!behind());
+
+    // One while updates are not yet handed leaves the stream behind until they are.
+    watches.apply(Event::Apply(secret));
+    wait_behind(&behind, true).await;
+    let relinked = next(&mut s).await.unwrap();
+    assert_eq!(summary(&relinked), [("add", vec!["10.2.0.1:8080".into()])]);
+    index.apply(Event::Apply(federated(json!({"team": "b"}))));
+    let quiet = tokio::time::timeout(Duration::from_millis(200), s.next_updates()).await;
+    assert!(quiet.is_err(), "nothing to send: {quiet:?}");
+    assert!(behind());
+    s.handed();
+    assert!(!behind());
+}

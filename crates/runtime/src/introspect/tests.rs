@@ -246,6 +246,45 @@ fn a_stream_is_behind_until_it_writes_out_the_topics_newest_view() {
     assert_eq!(<u32 as prost::Message>::decode(&bytes[..]).unwrap(), 1);
 }
 
+/// A stream of several topics (a multicluster `Get`) says itself whether it is behind; the
+/// registry shows what it says, and the last message it reported.
+#[test]
+fn a_stream_of_several_topics_is_behind_when_it_says_so() {
+    use std::sync::atomic::AtomicBool;
+    let registry = StreamRegistry::new();
+    let behind = Arc::new(AtomicBool::new(true));
+    let says = behind.clone();
+    let record = registry
+        .open_following_several(meta("Get", "a:80", None, "127.0.0.1:1"), move || {
+            says.load(Ordering::SeqCst)
+        });
+    assert!(registry.list(&StreamFilter::default())[0].behind);
+    assert_eq!(registry.behind_counts()["Get"], 1);
+
+    record.sent(1, Some(LastSent::message("test.UInt32", 7u32)));
+    behind.store(false, Ordering::SeqCst);
+    let summary = &registry.list(&StreamFilter::default())[0];
+    assert!(!summary.behind);
+    assert_eq!(summary.messages_sent, 1);
+    assert_eq!(registry.behind_counts()["Get"], 0);
+    let behind_only = StreamFilter {
+        behind_only: true,
+        ..StreamFilter::default()
+    };
+    assert!(registry.list(&behind_only).is_empty());
+
+    behind.store(true, Ordering::SeqCst);
+    assert_eq!(ids(&registry.list(&behind_only)), [record.id()]);
+    let (summary, last) = registry.get(record.id()).unwrap();
+    assert!(summary.behind);
+    let (type_name, bytes) = last.unwrap();
+    assert_eq!(type_name, "test.UInt32");
+    assert_eq!(<u32 as prost::Message>::decode(&bytes[..]).unwrap(), 7);
+    // Its record keeps no view: `caught_up` leaves what it says alone.
+    record.caught_up(&Arc::new(()), true, None);
+    assert!(registry.list(&StreamFilter::default())[0].behind);
+}
+
 /// A policy watch's record holds no message: the last one shown is the translation of the
 /// view the stream wrote out, made when the introspection API asks.
 #[test]
