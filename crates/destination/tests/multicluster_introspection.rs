@@ -35,6 +35,11 @@ const REMOTE: &str = "web-east.shop.svc.cluster.local:80";
 /// Local `web` and east's `web` (federated).
 const FEDERATED: &str = "web-federated.shop.svc.cluster.local:80";
 
+/// The address of east's pod `web-{p}`.
+fn east_ip(p: usize) -> String {
+    format!("10.2.0.{}", p + 1)
+}
+
 fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).unwrap()
 }
@@ -61,37 +66,6 @@ fn apply(held: &mut Held, update: update::Update) {
     }
 }
 
-/// East's `web` slice with pods `web-0..n`, all ready.
-fn east_slice(east: &StateDir, n: usize) {
-    let pods: Vec<(String, String)> = (0..n)
-        .map(|p| (format!("web-{p}"), format!("10.2.0.{}", p + 1)))
-        .collect();
-    let eps: Vec<(&str, &str, bool)> = pods
-        .iter()
-        .map(|(name, ip)| (name.as_str(), ip.as_str(), true))
-        .collect();
-    east.write(
-        "slice.yaml",
-        &[mk_slice(NS, "web-1", "web", ("http", 8080), &eps)],
-    );
-}
-
-fn link_secret() -> Secret {
-    typed(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {
-            "name": "cluster-credentials-east", "namespace": "linkerd",
-            "labels": {"multicluster.linkerd.io/cluster-name": "east"},
-            "annotations": {
-                "multicluster.linkerd.io/trust-domain": "east.local",
-                "multicluster.linkerd.io/cluster-domain": "cluster.local",
-            },
-        },
-        "type": "mirror.linkerd.io/remote-kubeconfig",
-        "data": {"kubeconfig": "YXBpVmVyc2lvbjogdjEK"},
-    }))
-}
-
 struct Served {
     addr: SocketAddr,
     introspection: IntrospectionClient<Channel>,
@@ -112,7 +86,7 @@ async fn start() -> Served {
         .map(|p| mk_pod(NS, &format!("web-{p}"), &format!("10.2.0.{}", p + 1), "web"))
         .collect();
     east.write("pods.yaml", &pods);
-    east_slice(&east, 2);
+    write_web_slice(&east, NS, 2, east_ip);
     let mut watches = Watches::new(IndexMetrics::default());
     let store = ClusterStore::watch(
         &mut watches,
@@ -124,7 +98,7 @@ async fn start() -> Served {
         IndexMetrics::default(),
         LinkMetrics::default(),
     );
-    watches.apply(Event::Apply(link_secret()));
+    watches.apply(Event::Apply(typed::<Secret>(mk_east_link_secret())));
     let mut clusters = store.clusters();
     tokio::time::timeout(
         Duration::from_secs(10),
@@ -418,7 +392,7 @@ async fn multicluster_streams_show_the_set_their_client_holds() {
     assert_eq!(s.held(FEDERATED).await, federated_held);
 
     // East adds a pod, the local member loses its own: each shows what its client now holds.
-    east_slice(&s.east, 3);
+    write_web_slice(&s.east, NS, 3, east_ip);
     let east = ["10.2.0.1:8080", "10.2.0.2:8080", "10.2.0.3:8080"];
     read_until(&mut remote, &mut remote_held, &east).await;
     s.index.apply(Event::Apply(typed::<EndpointSlice>(mk_slice(
@@ -449,7 +423,7 @@ async fn multicluster_streams_show_the_set_their_client_holds() {
     }
 
     // None left: `NoEndpoints`, as told.
-    east_slice(&s.east, 0);
+    write_web_slice(&s.east, NS, 0, east_ip);
     read_until(&mut remote, &mut remote_held, &[]).await;
     assert_eq!(
         s.holding(REMOTE).await,
@@ -481,7 +455,7 @@ async fn multicluster_streams_observe_the_convergence_of_each_change_they_send()
     assert_eq!(s.convergence_count(), 0, "first messages answer requests");
 
     // A change of east's index: both streams send it.
-    east_slice(&s.east, 3);
+    write_web_slice(&s.east, NS, 3, east_ip);
     read_until(
         &mut remote,
         &mut remote_held,

@@ -39,35 +39,6 @@ fn pod_ip(p: usize) -> String {
     format!("10.2.{}.{}", p / 200, p % 200 + 1)
 }
 
-/// East's `web` slice with the first `n` pods ready.
-fn write_slice(east: &StateDir, n: usize) {
-    let pods: Vec<(String, String)> = (0..n).map(|p| (format!("web-{p}"), pod_ip(p))).collect();
-    let eps: Vec<(&str, &str, bool)> = pods
-        .iter()
-        .map(|(name, ip)| (name.as_str(), ip.as_str(), true))
-        .collect();
-    east.write(
-        "slice.yaml",
-        &[mk_slice(NS, "web-1", "web", ("http", 8080), &eps)],
-    );
-}
-
-fn link_secret() -> Secret {
-    typed(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {
-            "name": "cluster-credentials-east", "namespace": "linkerd",
-            "labels": {"multicluster.linkerd.io/cluster-name": "east"},
-            "annotations": {
-                "multicluster.linkerd.io/trust-domain": "east.local",
-                "multicluster.linkerd.io/cluster-domain": "cluster.local",
-            },
-        },
-        "type": "mirror.linkerd.io/remote-kubeconfig",
-        "data": {"kubeconfig": "YXBpVmVyc2lvbjogdjEK"},
-    }))
-}
-
 /// A `Get` request as the generated client sends it.
 fn get_request() -> http::Request<Full<Bytes>> {
     let message = GetDestination {
@@ -122,7 +93,7 @@ fn a_remote_discovery_stream_holds_as_much_on_1000_remote_endpoints_as_on_10() {
             .map(|p| mk_pod(NS, &format!("web-{p}"), &pod_ip(p), "web"))
             .collect();
         east.write("pods.yaml", &pods);
-        write_slice(&east, SIZES[0]);
+        write_web_slice(&east, NS, SIZES[0], pod_ip);
 
         let mut watches = Watches::new(IndexMetrics::default());
         let store = ClusterStore::watch(
@@ -135,7 +106,7 @@ fn a_remote_discovery_stream_holds_as_much_on_1000_remote_endpoints_as_on_10() {
             IndexMetrics::default(),
             LinkMetrics::default(),
         );
-        watches.apply(Event::Apply(link_secret()));
+        watches.apply(Event::Apply(typed::<Secret>(mk_east_link_secret())));
         let mut clusters = store.clusters();
         tokio::time::timeout(
             Duration::from_secs(10),
@@ -184,7 +155,7 @@ fn a_remote_discovery_stream_holds_as_much_on_1000_remote_endpoints_as_on_10() {
         let mut size = SIZES[0];
         for next in SIZES {
             if next > size {
-                write_slice(&east, next);
+                write_web_slice(&east, NS, next, pod_ip);
                 for body in &mut bodies {
                     take_added(body, next - size).await;
                 }

@@ -290,6 +290,38 @@ pub fn mk_pod(ns: &str, name: &str, ip: &str, sa: &str) -> Value {
     })
 }
 
+/// The link Secret of cluster `east` (trust domain `east.local`), in namespace `linkerd`; its
+/// kubeconfig (`apiVersion: v1`) is never dialled when `east` is served from a directory.
+pub fn mk_east_link_secret() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": "cluster-credentials-east", "namespace": "linkerd",
+            "labels": {"multicluster.linkerd.io/cluster-name": "east"},
+            "annotations": {
+                "multicluster.linkerd.io/trust-domain": "east.local",
+                "multicluster.linkerd.io/cluster-domain": "cluster.local",
+            },
+        },
+        "type": "mirror.linkerd.io/remote-kubeconfig",
+        "data": {"kubeconfig": "YXBpVmVyc2lvbjogdjEK"},
+    })
+}
+
+/// Writes `slice.yaml` of `dir`: Service `web`'s slice `web-1` in `ns` (port `http` 8080) with
+/// `n` ready pods `web-0..n` at `ip(i)`.
+pub fn write_web_slice(dir: &StateDir, ns: &str, n: usize, ip: impl Fn(usize) -> String) {
+    let pods: Vec<(String, String)> = (0..n).map(|p| (format!("web-{p}"), ip(p))).collect();
+    let eps: Vec<(&str, &str, bool)> = pods
+        .iter()
+        .map(|(name, ip)| (name.as_str(), ip.as_str(), true))
+        .collect();
+    dir.write(
+        "slice.yaml",
+        &[mk_slice(ns, "web-1", "web", ("http", 8080), &eps)],
+    );
+}
+
 /// An IPv4 EndpointSlice of `svc` with one port and endpoints `(pod, ip, ready)`.
 pub fn mk_slice(
     ns: &str,
