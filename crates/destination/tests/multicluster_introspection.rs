@@ -8,13 +8,10 @@ use destination::{
     DestinationMetrics, DestinationService, EndpointTranslator, serve, server::bind,
 };
 use k8s_openapi::api::{
-    core::v1::{Pod, Secret, Service},
+    core::v1::{Pod, Service},
     discovery::v1::EndpointSlice,
 };
-use linkerd_index::{
-    ClusterStore, ClusterStoreConfig, EndpointsKey, Event, IndexMetrics, LinkMetrics, ObjectRef,
-    Watches,
-};
+use linkerd_index::{EndpointsKey, Event, ObjectRef, Watches};
 use linkerd_introspection_api::{
     GetStreamRequest, ListStreamsRequest, StreamInfo, introspection_client::IntrospectionClient,
 };
@@ -87,26 +84,7 @@ async fn start() -> Served {
         .collect();
     east.write("pods.yaml", &pods);
     write_web_slice(&east, NS, 2, east_ip);
-    let mut watches = Watches::new(IndexMetrics::default());
-    let store = ClusterStore::watch(
-        &mut watches,
-        ClusterStoreConfig {
-            namespace: "linkerd".into(),
-            offline: [("east".to_string(), east.path().to_path_buf())].into(),
-            ..ClusterStoreConfig::default()
-        },
-        IndexMetrics::default(),
-        LinkMetrics::default(),
-    );
-    watches.apply(Event::Apply(typed::<Secret>(mk_east_link_secret())));
-    let mut clusters = store.clusters();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        clusters.wait_for(|c| c.contains_key("east")),
-    )
-    .await
-    .expect("east linked in time")
-    .unwrap();
+    let (watches, store) = link_east(east.path()).await;
     // East's endpoints are in: the streams' first messages hold them.
     let east_web = store.get("east").unwrap().index.endpoints(EndpointsKey {
         service: ObjectRef {

@@ -11,9 +11,9 @@ mod support;
 
 use destination::{DestinationMetrics, DestinationService, EndpointTranslator};
 use http_body_util::{BodyExt, Full};
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::Service;
 use linkerd_heap_count::thread_live as live;
-use linkerd_index::{ClusterStore, ClusterStoreConfig, Event, IndexMetrics, LinkMetrics, Watches};
+use linkerd_index::Event;
 use linkerd_runtime::shutdown;
 use linkerd2_proxy_api::destination::{GetDestination, Update, update};
 use prost::Message;
@@ -95,26 +95,7 @@ fn a_remote_discovery_stream_holds_as_much_on_1000_remote_endpoints_as_on_10() {
         east.write("pods.yaml", &pods);
         write_web_slice(&east, NS, SIZES[0], pod_ip);
 
-        let mut watches = Watches::new(IndexMetrics::default());
-        let store = ClusterStore::watch(
-            &mut watches,
-            ClusterStoreConfig {
-                namespace: "linkerd".into(),
-                offline: [("east".to_string(), east.path().to_path_buf())].into(),
-                ..ClusterStoreConfig::default()
-            },
-            IndexMetrics::default(),
-            LinkMetrics::default(),
-        );
-        watches.apply(Event::Apply(typed::<Secret>(mk_east_link_secret())));
-        let mut clusters = store.clusters();
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            clusters.wait_for(|c| c.contains_key("east")),
-        )
-        .await
-        .expect("east linked in time")
-        .unwrap();
+        let (_watches, store) = link_east(east.path()).await;
 
         // Local: the mirror Service.
         let index = fed_index();

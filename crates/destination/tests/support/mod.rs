@@ -308,6 +308,34 @@ pub fn mk_east_link_secret() -> Value {
     })
 }
 
+/// A cluster store linking `east` (its link Secret, [`mk_east_link_secret`]) served from the
+/// state directory `dir`, once it is linked; keep the watches as long as the store.
+pub async fn link_east(dir: &Path) -> (Watches, linkerd_index::ClusterStore) {
+    let mut watches = Watches::new(IndexMetrics::default());
+    let store = linkerd_index::ClusterStore::watch(
+        &mut watches,
+        linkerd_index::ClusterStoreConfig {
+            namespace: "linkerd".into(),
+            offline: [("east".to_string(), dir.to_path_buf())].into(),
+            ..Default::default()
+        },
+        IndexMetrics::default(),
+        linkerd_index::LinkMetrics::default(),
+    );
+    let secret: k8s_openapi::api::core::v1::Secret =
+        serde_json::from_value(mk_east_link_secret()).unwrap();
+    watches.apply(linkerd_index::Event::Apply(secret));
+    let mut clusters = store.clusters();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        clusters.wait_for(|c| c.contains_key("east")),
+    )
+    .await
+    .expect("east linked in time")
+    .unwrap();
+    (watches, store)
+}
+
 /// Writes `slice.yaml` of `dir`: Service `web`'s slice `web-1` in `ns` (port `http` 8080) with
 /// `n` ready pods `web-0..n` at `ip(i)`.
 pub fn write_web_slice(dir: &StateDir, ns: &str, n: usize, ip: impl Fn(usize) -> String) {
