@@ -13,6 +13,9 @@ use crate::{
 /// The scheme proxies put in `GetDestination.scheme`.
 const SCHEME: &str = "k8s";
 
+/// How long the first profile may take before the run says why it may not come.
+const SILENCE_HINT_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The flags of `dst-diag profile`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ProfileArgs {
@@ -69,13 +72,28 @@ impl ProfileArgs {
         )
         .await?
         .into_inner();
-        while let Some(profile) = stream.message().await.map_err(status)? {
+        // A server may stay silent on purpose (spec §D.5: no endpoint profile for a pod whose
+        // proxy has no inbound listen address): say so once, and keep waiting as a proxy does.
+        let first = tokio::select! {
+            first = stream.message() => first,
+            () = tokio::time::sleep(SILENCE_HINT_AFTER) => {
+                eprintln!(
+                    "dst-diag: no profile for {} after {}s; still waiting. The destination sends none until it can answer: for a pod IP:PORT, not while the pod's proxy container lacks LINKERD2_PROXY_INBOUND_LISTEN_ADDR (its log says \"not sending an endpoint profile\")",
+                    self.target,
+                    SILENCE_HINT_AFTER.as_secs()
+                );
+                stream.message().await
+            }
+        };
+        let mut next = first.map_err(status)?;
+        while let Some(profile) = next {
             match output::write_profile(out, self.output, &profile) {
                 Ok(()) => {}
                 // A reader such as `head -5` that has seen enough is not a failure.
                 Err(error) if error.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
                 Err(error) => return Err(Error::Output(error)),
             }
+            next = stream.message().await.map_err(status)?;
         }
         client::report_stream_end("GetProfile", &self.target);
         Ok(())

@@ -150,3 +150,36 @@ async fn unknown_service_is_a_one_line_not_found() {
         "stderr: {stderr}"
     );
 }
+
+/// The destination sends no endpoint profile for a pod whose proxy container has no inbound
+/// listen address (spec §D.5); `dst-diag profile` says so after a while instead of staying
+/// silent (newcomer finding), and keeps waiting.
+#[tokio::test]
+async fn a_silent_profile_is_explained_while_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bare\n  namespace: shop\n  labels: {linkerd.io/control-plane-ns: linkerd}\nspec:\n  containers:\n  - name: linkerd-proxy\n  - name: app\n    ports: [{name: http, containerPort: 8080}]\nstatus: {phase: Running, podIP: 10.9.9.9, podIPs: [{ip: 10.9.9.9}]}\n",
+    )
+    .unwrap();
+    let (addr, _server) = start_server_on(dir.path()).await;
+    let destination = addr.to_string();
+    let mut child = dst_diag(&["profile", "10.9.9.9:8080", "--destination", &destination]);
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+    let line = tokio::time::timeout(std::time::Duration::from_secs(15), lines.next_line())
+        .await
+        .expect("a hint in time")
+        .unwrap()
+        .expect("a line");
+    assert!(
+        line.starts_with("dst-diag: no profile for 10.9.9.9:8080 after 5s; still waiting."),
+        "{line}"
+    );
+    assert!(
+        line.contains("LINKERD2_PROXY_INBOUND_LISTEN_ADDR"),
+        "{line}"
+    );
+    // Still running: a proxy would keep waiting too.
+    assert!(child.try_wait().unwrap().is_none());
+}

@@ -40,12 +40,17 @@ pub fn chart_config() -> TranslatorConfig {
 
 /// A destination server over the emojivoto fixture; it stops when the trigger is dropped.
 pub async fn start_server() -> (SocketAddr, shutdown::Trigger) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/emojivoto");
+    start_server_on(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/emojivoto"))
+        .await
+}
+
+/// A destination server over the state directory `dir`, as [`start_server`].
+pub async fn start_server_on(dir: &Path) -> (SocketAddr, shutdown::Trigger) {
     let metrics = IndexMetrics::default();
     let index = DiscoveryIndex::new();
     let mut watches = Watches::new(metrics.clone());
     index.watch(&mut watches);
-    let source = OfflineSource::new(&dir, metrics).expect("fixture dir");
+    let source = OfflineSource::new(dir, metrics).expect("state dir");
     // Offline mode delivers the whole directory before `start` returns.
     watches.start(&ClusterSource::Offline(source)).await;
     let (trigger, shutdown) = shutdown::channel();
