@@ -422,6 +422,16 @@ async fn admit_mesh_tls_authentication() {
     let dns = "identity must be a valid SPIFFE id or a DNS SAN, matching the regex: ^(\\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
     webhook
         .assert_denied(&[
+            // The index skips one that names no client (newcomer finding: admitted, then an
+            // AuthorizationPolicy requiring it vanished without a word).
+            (
+                &mtls("  {}\n"),
+                "a MeshTLSAuthentication must name at least one identity or identityRef (it would authenticate no client)",
+            ),
+            (
+                &mtls("  identities: []\n  identityRefs: []\n"),
+                "a MeshTLSAuthentication must name at least one identity or identityRef (it would authenticate no client)",
+            ),
             (
                 &mtls("  identities: [a.b.c, 'a.b.*']\n"),
                 &format!("id a.b.* is invalid: {dns}"),

@@ -94,9 +94,20 @@ pub fn authorization_policy(ns: &str, spec: &AuthorizationPolicySpec) -> Result<
     Ok(())
 }
 
-/// MeshTLSAuthentication: identities are SPIFFE ids or DNS-like names (`id <id> is invalid:
-/// <reason>`); identityRefs are ServiceAccounts, or Namespaces without a namespace.
+/// MeshTLSAuthentication: it names some identity or identityRef; identities are SPIFFE ids or
+/// DNS-like names (`id <id> is invalid: <reason>`); identityRefs are ServiceAccounts, or
+/// Namespaces without a namespace.
 pub fn mesh_tls_authentication(spec: &MeshTlsAuthenticationSpec) -> Result<(), String> {
+    // The CRD's description requires one of the two with an item; the index skips one with
+    // neither.
+    if spec.identities.iter().flatten().next().is_none()
+        && spec.identity_refs.iter().flatten().next().is_none()
+    {
+        return Err(
+            "a MeshTLSAuthentication must name at least one identity or identityRef (it would authenticate no client)"
+                .into(),
+        );
+    }
     for id in spec.identities.iter().flatten() {
         validate_identity(id).map_err(|reason| format!("id {id} is invalid: {reason}"))?;
     }
