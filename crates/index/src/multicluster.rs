@@ -371,10 +371,10 @@ struct Links {
     /// are tried again, shown `unreachable`, and logged and counted again only when the error
     /// changes.
     waiting: BTreeMap<String, String>,
-    /// Links whose start failed for good (a kubeconfig that does not parse), by cluster, with
-    /// the error: logged and counted again only when the error changes, not at every
-    /// reconcile of the other links.
-    refused: BTreeMap<String, String>,
+    /// Link Secrets a cluster could not be started from (a kubeconfig that does not parse, or
+    /// runs a command), with the link they held and the error: logged and counted once, and
+    /// not tried again (the next Secret naming the cluster is) until they change.
+    refused: BTreeMap<ObjectRef, (LinkSecret, String)>,
     /// Valid link Secrets ignored because another one, first by namespace/name, names the
     /// same cluster: logged and counted once, when they become so.
     duplicates: BTreeSet<ObjectRef>,
@@ -469,13 +469,25 @@ impl Links {
         if self.secrets.get(&key).is_some_and(|s| **s == *secret) {
             return;
         }
-        match secret.link() {
+        // A kubeconfig that cannot be used is refused here, before the Secrets naming its
+        // cluster are ranked: it must not displace a running link (a cluster served from a
+        // directory does not use it).
+        let link = secret
+            .link()
+            .map_err(|e| (e.to_string(), e.reason()))
+            .and_then(|link| {
+                if !self.config.offline.contains_key(&link.cluster) {
+                    check_kubeconfig(&link.kubeconfig).map_err(|e| (e.to_string(), e.reason()))?;
+                }
+                Ok(link)
+            });
+        match link {
             Ok(link) => {
                 self.valid.insert(key.clone(), link);
             }
-            Err(error) => {
+            Err((error, reason)) => {
                 tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), %error, "ignoring link Secret");
-                self.metrics.error(error.reason());
+                self.metrics.error(reason);
                 self.valid.remove(&key);
             }
         }
@@ -485,29 +497,30 @@ impl Links {
     /// Starts, restarts and stops links to match the valid Secrets.
     async fn reconcile(&mut self) {
         let current = self.clusters.borrow().clone();
-        // Of the Secrets naming one cluster, the first by namespace/name links it, whatever
-        // order they came in: every replica, and a restart, serve the same one (upstream's
-        // cluster store keeps whichever came first, so replicas could serve two trust domains).
-        let mut wanted: BTreeMap<String, (ObjectRef, LinkSecret)> = BTreeMap::new();
-        let mut duplicates = BTreeSet::new();
+        // A Secret refused at its start is tried again once it changes.
+        let valid = &self.valid;
+        self.refused
+            .retain(|key, (link, _)| valid.get(key) == Some(link));
+        // Of the Secrets naming one cluster, the first by namespace/name that can be started
+        // links it, whatever order they came in: every replica, and a restart, serve the same
+        // one (upstream's cluster store keeps whichever came first, so replicas could serve
+        // two trust domains).
+        let mut candidates: BTreeMap<String, Vec<(ObjectRef, LinkSecret)>> = BTreeMap::new();
         for (key, link) in &self.valid {
-            if let Some((first, _)) = wanted.get(&link.cluster) {
-                if !self.duplicates.contains(key) {
-                    tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %link.cluster, first = %format!("{}/{}", first.namespace, first.name), "another link Secret, first by name, names this cluster; ignoring this one");
-                    self.metrics.error("duplicate_cluster");
-                }
-                duplicates.insert(key.clone());
-                continue;
+            if !self.refused.contains_key(key) {
+                candidates
+                    .entry(link.cluster.clone())
+                    .or_default()
+                    .push((key.clone(), link.clone()));
             }
-            wanted.insert(link.cluster.clone(), (key.clone(), link.clone()));
         }
-        self.duplicates = duplicates;
 
         let mut next = Clusters::new();
         let mut changed = false;
         for (name, cluster) in current.iter() {
-            let same = wanted
+            let same = candidates
                 .get(name)
+                .and_then(|c| c.first())
                 .is_some_and(|(key, link)| *key == cluster.secret && *link == cluster.link);
             if same {
                 next.insert(name.clone(), cluster.clone());
@@ -522,51 +535,73 @@ impl Links {
         let gone: Vec<String> = self
             .waiting
             .keys()
-            .filter(|name| !wanted.contains_key(*name))
+            .filter(|name| !candidates.contains_key(*name))
             .cloned()
             .collect();
         for name in gone {
             self.waiting.remove(&name);
             self.metrics.forget(&name);
         }
-        self.refused.retain(|name, _| wanted.contains_key(name));
-        for (name, (key, link)) in wanted {
-            if next.contains_key(&name) {
+        let mut linked_from: BTreeMap<String, ObjectRef> = BTreeMap::new();
+        for (name, secrets) in &candidates {
+            if let Some(cluster) = next.get(name) {
+                linked_from.insert(name.clone(), cluster.secret.clone());
                 continue;
             }
-            match self.start(&key, link).await {
-                Ok(cluster) => {
-                    if self.waiting.remove(&name).is_some() {
-                        tracing::info!(cluster = %name, "linked cluster started after its state directory could be used");
+            for (key, link) in secrets {
+                match self.start(key, link.clone()).await {
+                    Ok(cluster) => {
+                        if self.waiting.remove(name).is_some() {
+                            tracing::info!(cluster = %name, "linked cluster started after its state directory could be used");
+                        }
+                        linked_from.insert(name.clone(), key.clone());
+                        next.insert(name.clone(), Arc::new(cluster));
+                        changed = true;
+                        break;
                     }
-                    self.refused.remove(&name);
-                    next.insert(name, Arc::new(cluster));
-                    changed = true;
-                }
-                Err(error) => {
-                    let text = error.to_string();
-                    let known = if error.retried() {
-                        self.waiting.get(&name)
-                    } else {
-                        self.refused.get(&name)
-                    };
-                    if known != Some(&text) {
-                        let retrying = if error.retried() { "; retrying" } else { "" };
-                        tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %name, %error, "cannot start linked cluster{retrying}");
+                    // The cluster's directory: another Secret would wait for it the same.
+                    Err(error) if error.retried() => {
+                        let text = error.to_string();
+                        if self.waiting.get(name) != Some(&text) {
+                            tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %name, %error, "cannot start linked cluster; retrying");
+                            self.metrics.error(error.reason());
+                        }
+                        self.metrics.set_state(name, "unreachable");
+                        self.waiting.insert(name.clone(), text);
+                        linked_from.insert(name.clone(), key.clone());
+                        break;
+                    }
+                    // This Secret's own problem: the next one naming the cluster is tried.
+                    Err(error) => {
+                        tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %name, %error, "cannot start linked cluster from this Secret");
                         self.metrics.error(error.reason());
-                    }
-                    if error.retried() {
-                        self.metrics.set_state(&name, "unreachable");
-                        self.waiting.insert(name, text);
-                    } else {
-                        self.refused.insert(name.clone(), text);
-                        if self.waiting.remove(&name).is_some() {
-                            self.metrics.forget(&name);
+                        self.refused
+                            .insert(key.clone(), (link.clone(), error.to_string()));
+                        if self.waiting.remove(name).is_some() {
+                            self.metrics.forget(name);
                         }
                     }
                 }
             }
         }
+        // The other Secrets naming a linked cluster are duplicates, logged and counted once.
+        let mut duplicates = BTreeSet::new();
+        for (name, secrets) in &candidates {
+            let Some(first) = linked_from.get(name) else {
+                continue;
+            };
+            for (key, _) in secrets.iter().filter(|(key, _)| key != first) {
+                if self.refused.contains_key(key) {
+                    continue;
+                }
+                if !self.duplicates.contains(key) {
+                    tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %name, first = %format!("{}/{}", first.namespace, first.name), "another link Secret, first by name, names this cluster; ignoring this one");
+                    self.metrics.error("duplicate_cluster");
+                }
+                duplicates.insert(key.clone());
+            }
+        }
+        self.duplicates = duplicates;
         if changed {
             self.metrics.size.set(next.len() as i64);
             self.clusters.send_replace(Arc::new(next));
@@ -639,17 +674,24 @@ impl Links {
 /// (`tokenFile`) sent to a server of their choosing. client-go, upstream's client, follows
 /// them; `linkerd multicluster link` writes a token and certificate data inline.
 async fn kube_client(kubeconfig: &[u8]) -> Result<(kube::Client, String), StartError> {
-    let text =
-        std::str::from_utf8(kubeconfig).map_err(|e| StartError::Kubeconfig(e.to_string()))?;
-    let parsed = kube::config::Kubeconfig::from_yaml(text)
-        .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
-    refuse_unsafe(&parsed)?;
+    let parsed = check_kubeconfig(kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
         .await
         .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
     let url = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))?;
     Ok((client, url))
+}
+
+/// `kubeconfig` parsed, when it is UTF-8 YAML of a kubeconfig that is not unsafe
+/// ([`refuse_unsafe`]).
+fn check_kubeconfig(kubeconfig: &[u8]) -> Result<kube::config::Kubeconfig, StartError> {
+    let text =
+        std::str::from_utf8(kubeconfig).map_err(|e| StartError::Kubeconfig(e.to_string()))?;
+    let parsed = kube::config::Kubeconfig::from_yaml(text)
+        .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
+    refuse_unsafe(&parsed)?;
+    Ok(parsed)
 }
 
 /// Errors naming the first user or cluster of `kubeconfig` that runs a command (`exec`,

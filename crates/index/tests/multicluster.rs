@@ -719,3 +719,83 @@ async fn a_linked_state_dir_no_secret_names_is_warned_about() {
     assert_eq!(warned.len(), 1, "{log}");
     assert!(warned[0].contains("cluster=eats"), "{}", warned[0]);
 }
+
+/// A link Secret that sorts first but cannot be used (an unsafe or malformed kubeconfig, or
+/// one no client can be built from) does not take its cluster from a Secret that links it
+/// (newcomer finding: the cluster was unlinked, live and on a fresh start); the usable one
+/// keeps or takes the cluster, and the refused one is counted once.
+#[tokio::test]
+async fn a_link_secret_that_cannot_be_used_does_not_displace_one_that_can() {
+    let context = "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n";
+    let cluster = "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n";
+    let safe = format!(
+        "apiVersion: v1\nkind: Config\n{cluster}{context}users: [{{name: u, user: {{token: abc}}}}]\n"
+    );
+    let exec = format!(
+        "apiVersion: v1\nkind: Config\n{cluster}{context}users: [{{name: u, user: {{exec: {{apiVersion: client.authentication.k8s.io/v1, command: /bin/true}}}}}}]\n"
+    );
+    // Parses, but names no context: no client can be built from it.
+    let no_context = "apiVersion: v1\nkind: Config\n";
+    let named = |name: &str, kubeconfig: &str| {
+        let mut secret = link("west", kubeconfig);
+        secret.metadata.name = Some(name.into());
+        secret
+    };
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (live, metrics) = store(
+        &mut watches,
+        &mut registry,
+        config(Duration::from_secs(10), &[]),
+    );
+    watches.apply(Event::Apply(named("cluster-credentials-west", &safe)));
+    let west = wait_cluster(&live, "west", None).await;
+
+    watches.apply(Event::Apply(named("aaa-west", &exec)));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="unsafe_kubeconfig"} 1"#,
+    )
+    .await;
+    watches.apply(Event::Apply(named("aab-west", "not: [a kubeconfig")));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="malformed_kubeconfig"} 1"#,
+    )
+    .await;
+    assert!(
+        Arc::ptr_eq(&west, &live.get("west").unwrap()),
+        "the running link was stopped"
+    );
+
+    // One that fails only when its client is built: tried, refused, and the next one links.
+    watches.apply(Event::Apply(named("aac-west", no_context)));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="malformed_kubeconfig"} 2"#,
+    )
+    .await;
+    wait_metric(&registry, "cluster_store_size 1").await;
+    assert_eq!(
+        live.get("west").unwrap().secret.name,
+        "cluster-credentials-west"
+    );
+    assert_eq!(metrics.errors("duplicate_cluster"), 0);
+
+    // A fresh start on the same Secrets links the usable one too.
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (fresh, _) = store(
+        &mut watches,
+        &mut registry,
+        config(Duration::from_secs(10), &[]),
+    );
+    watches.apply(Event::Reset(vec![
+        named("aaa-west", &exec),
+        named("aab-west", "not: [a kubeconfig"),
+        named("aac-west", no_context),
+        named("cluster-credentials-west", &safe),
+    ]));
+    let linked = wait_cluster(&fresh, "west", None).await;
+    assert_eq!(linked.secret.name, "cluster-credentials-west");
+}
