@@ -69,9 +69,10 @@ pub const LINK_STATES: [&str; 3] = ["syncing", "connected", "unreachable"];
 /// built; a state directory that cannot be used), a second
 /// Secret for a linked cluster, and a cluster whose API server does not answer. Each series is
 /// exported at 0 from the start.
-pub const LINK_ERROR_REASONS: [&str; 11] = [
+pub const LINK_ERROR_REASONS: [&str; 12] = [
     "no_cluster_name",
     "reserved_cluster_name",
+    "invalid_cluster_name",
     "missing_annotation",
     "invalid_annotation",
     "no_kubeconfig",
@@ -195,7 +196,8 @@ impl LinkMetrics {
     /// Registers `multicluster_linked_clusters{cluster,state}` (1 for each linked cluster's
     /// state: `syncing`, `connected` or `unreachable`, see [`LINK_STATES`]), `multicluster_link_errors_total{reason}` (link
     /// Secrets or clusters that could not be used: `no_cluster_name`, `reserved_cluster_name`
-    /// (a cluster named `local`, the local cluster's label), `missing_annotation`,
+    /// (a cluster named `local`, the local cluster's label), `invalid_cluster_name` (not a
+    /// DNS label), `missing_annotation`,
     /// `invalid_annotation` (a domain that is not a DNS name),
     /// `no_kubeconfig`, `malformed_kubeconfig`, `unsafe_kubeconfig` (a user that runs a
     /// command, or credentials read from files), `client`, `state_dir`, `duplicate_cluster`,

@@ -57,6 +57,10 @@ pub enum LinkSecretError {
         crate::metrics::LOCAL_CLUSTER
     )]
     ReservedClusterName,
+    #[error(
+        "label {CLUSTER_NAME_LABEL} is {0:?}, not a DNS label (lowercase letters, digits and '-'), which `svc@cluster` entries and --linked-cluster-state name"
+    )]
+    InvalidClusterName(String),
     #[error("annotation {0} is missing or empty")]
     MissingAnnotation(&'static str),
     #[error("annotation {0} is {1:?}, not a DNS name (lowercase letters, digits, '-' and '.')")]
@@ -69,11 +73,13 @@ pub enum LinkSecretError {
 
 impl LinkSecretError {
     /// A short reason for metric labels (`no_cluster_name`, `reserved_cluster_name`,
+    /// `invalid_cluster_name`,
     /// `missing_annotation`, `invalid_annotation`, `no_kubeconfig`, `malformed_kubeconfig`).
     pub fn reason(&self) -> &'static str {
         match self {
             Self::NoClusterName => "no_cluster_name",
             Self::ReservedClusterName => "reserved_cluster_name",
+            Self::InvalidClusterName(_) => "invalid_cluster_name",
             Self::MissingAnnotation(_) => "missing_annotation",
             Self::InvalidAnnotation(..) => "invalid_annotation",
             Self::NoKubeconfig => "no_kubeconfig",
@@ -129,6 +135,9 @@ impl SecretInfo {
         // Its series would be the local cluster's, and unlinking it would remove them.
         if cluster == crate::metrics::LOCAL_CLUSTER {
             return Err(LinkSecretError::ReservedClusterName);
+        }
+        if !linkerd_k8s_api::names::is_dns1123_label(&cluster) {
+            return Err(LinkSecretError::InvalidClusterName(cluster));
         }
         // Both domains end the names sent to proxies: identities and authorities. As Linkerd's
         // own trust domain, each must be a DNS-1123 subdomain.
@@ -221,6 +230,15 @@ mod tests {
                 CLUSTER_DOMAIN_ANNOTATION
             ))
         );
+        // Newcomer finding: a cluster named `we@st` linked, and no `svc@cluster` entry could
+        // name it.
+        for name in ["we@st", "West", "a,b", &"x".repeat(64)] {
+            let mut bad = secret(json!({"kubeconfig": "eA=="}), domains());
+            bad.cluster_name = Some(name.to_string());
+            let err = bad.link().unwrap_err();
+            assert_eq!(err, LinkSecretError::InvalidClusterName(name.to_string()));
+            assert_eq!(err.reason(), "invalid_cluster_name");
+        }
         // Newcomer finding: a trust domain with a space and a slash was sent to proxies in
         // every identity of the cluster.
         for (trust_domain, cluster_domain, key, value) in [
