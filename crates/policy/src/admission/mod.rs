@@ -258,7 +258,7 @@ pub fn admit_among(
             let mut response = linkerd_admission::allow(request);
             if let Some(reason) = skipped_by_index(kind, request) {
                 response.warnings = Some(vec![format!(
-                    "{} admitted, but the policy controller skips it: {reason}",
+                    "{} admitted, but the policy controller does not serve it: {reason}; its status may still accept it on its parents, where it conflicts with the routes it would (GEP-1426, as upstream)",
                     gvk.kind
                 )]);
             } else if kind == Kind::AuthorizationPolicy && authorizes_everyone(request) {
