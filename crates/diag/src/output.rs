@@ -46,7 +46,7 @@ pub(crate) use self::outbound::timeouts_text;
 pub(crate) use self::{
     inbound::{
         authz_name, grpc_filter_text, host_text, http_filter_text, labels_name, network_text,
-        redirect_location_text, route_name,
+        route_name, scheme_text,
     },
     outbound::{grpc_retry_text, grpc_timeouts_text, http_retry_text, http_timeouts_text},
     profile::{duration_text, method_text},

@@ -1022,7 +1022,9 @@ async fn admit_gateway_http_route() {
     assert!(response.allowed);
     assert_eq!(
         response.warnings.unwrap(),
-        ["HTTPRoute admitted, but the policy controller does not serve it: unsupported filter URLRewrite; its status may still accept it on its parents, where it conflicts with the routes it would (GEP-1426, as upstream)"]
+        [
+            "HTTPRoute admitted, but the policy controller does not serve it: unsupported filter URLRewrite; its status may still accept it on its parents, where it conflicts with the routes it would (GEP-1426, as upstream)"
+        ]
     );
     let response = webhook
         .admit(&route(

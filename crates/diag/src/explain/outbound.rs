@@ -29,7 +29,7 @@ use super::{
 };
 use crate::output::{
     grpc_match_text, grpc_retry_text, grpc_timeouts_text, http_match_text, http_retry_text,
-    http_timeouts_text, metadata_text, outbound_policy_json, redirect_location_text,
+    http_timeouts_text, metadata_text, outbound_policy_json, scheme_text,
 };
 
 /// The flags of `dst-diag explain outbound`.
@@ -277,13 +277,10 @@ fn explain_http(
             0 => 302,
             status => status,
         };
-        let location = match redirect_location_text(redirect) {
-            location if location.is_empty() => "the request's own URL".to_string(),
-            location => location,
-        };
         return Decision::Allowed(format!(
-            "redirected by {}: the proxy answers HTTP {status} to {location} (no backend is called)",
-            route_rule(routes_json, i, r)
+            "redirected by {}: the proxy answers HTTP {status} to {} (no backend is called)",
+            route_rule(routes_json, i, r),
+            redirect_target_text(redirect)
         ));
     }
     let failure = rule.filters.iter().find_map(|f| match &f.kind {
@@ -296,6 +293,32 @@ fn explain_http(
         _ => None,
     });
     decide(routes_json, i, r, failure)
+}
+
+/// Where a redirect sends the client, in words: what the filter sets, and what it keeps of
+/// the request (`https://new.example.com:8443, the matched path prefix replaced by /new`).
+fn redirect_target_text(r: &linkerd2_proxy_api::http_route::RequestRedirect) -> String {
+    use linkerd2_proxy_api::http_route::path_modifier::Replace;
+    let mut origin = String::new();
+    if let Some(scheme) = &r.scheme {
+        origin.push_str(&format!("{}://", scheme_text(scheme)));
+    }
+    origin.push_str(if r.host.is_empty() {
+        "<the request's host>"
+    } else {
+        &r.host
+    });
+    if r.port != 0 {
+        origin.push_str(&format!(":{}", r.port));
+    }
+    let path = match r.path.as_ref().and_then(|p| p.replace.as_ref()) {
+        Some(Replace::Full(path)) => format!("path {path}"),
+        Some(Replace::Prefix(prefix)) => {
+            format!("the matched path prefix replaced by {prefix}")
+        }
+        None => "the request's path".to_string(),
+    };
+    format!("{origin}, {path}")
 }
 
 fn explain_grpc(

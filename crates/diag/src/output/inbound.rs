@@ -569,7 +569,7 @@ fn redirect_text(r: &RequestRedirect) -> String {
 
 /// Where a redirect sends the client, as [`redirect_text`] shows it (`https://example.com:8443
 /// path=/new`); empty when the filter sets nothing (the request's own URL).
-pub(crate) fn redirect_location_text(r: &RequestRedirect) -> String {
+fn redirect_location_text(r: &RequestRedirect) -> String {
     let scheme = r.scheme.as_ref().map(scheme_text);
     let mut target = String::new();
     if let Some(scheme) = &scheme {
@@ -591,7 +591,7 @@ pub(crate) fn redirect_location_text(r: &RequestRedirect) -> String {
     target.trim_start().to_string()
 }
 
-fn scheme_text(s: &Scheme) -> String {
+pub(crate) fn scheme_text(s: &Scheme) -> String {
     match &s.r#type {
         Some(scheme::Type::Registered(code)) => scheme::Registered::try_from(*code)
             .map(|r| r.as_str_name().to_lowercase())

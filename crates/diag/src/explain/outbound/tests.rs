@@ -257,7 +257,7 @@ fn redirects_answer_and_backends_that_fail_everything_deny() {
             decision,
             Decision::Allowed(
                 "redirected by route default:redir rule 1: the proxy answers HTTP 301 to \
-                 example.com:8443 path^=/new (no backend is called)"
+                 example.com:8443, the matched path prefix replaced by /new (no backend is called)"
                     .into()
             ),
             "{backends:?}"
