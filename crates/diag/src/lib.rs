@@ -168,11 +168,12 @@ impl Args {
 
 impl Error {
     /// The process's exit status for this error: 2 when `explain` cannot answer or the
-    /// arguments cannot give an answer, 3 when `proxy-status` printed only some servers'
-    /// streams, else 1 (for `explain`, a denial).
+    /// arguments cannot give an answer (a server address that cannot be used, as clap's usage
+    /// errors), 3 when `proxy-status` printed only some servers' streams, else 1 (for
+    /// `explain`, a denial).
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Explain(_) | Self::Usage(_) => 2,
+            Self::Explain(_) | Self::Usage(_) | Self::InvalidDestination { .. } => 2,
             Self::LeftOut { .. } => 3,
             _ => 1,
         }

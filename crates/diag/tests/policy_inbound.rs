@@ -228,7 +228,8 @@ async fn invalid_port_and_address_are_one_line_errors() {
         "https://127.0.0.1:8090",
     ]);
     let (code, _, stderr) = wait_output(child).await;
-    assert_eq!(code, Some(1), "stderr: {stderr}");
+    // A usage error, as clap's (newcomer finding: it was 1, as a server's refusal).
+    assert_eq!(code, Some(2), "stderr: {stderr}");
     assert_eq!(
         stderr,
         "dst-diag: invalid --policy \"https://127.0.0.1:8090\": scheme \"https\" is not supported, use http://host:port (plaintext)\n"
