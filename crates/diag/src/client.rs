@@ -65,9 +65,9 @@ pub fn server_uri(flag: &'static str, addr: &str) -> Result<String, Error> {
             "user info is not used (no credentials are sent): give http://host:port",
         ));
     }
-    if !matches!(parsed.path(), "" | "/") || parsed.query().is_some() {
+    if !matches!(parsed.path(), "" | "/") || parsed.query().is_some() || uri.contains('#') {
         return Err(invalid(
-            "a path or query is not used (gRPC names its own path): give http://host:port",
+            "a path, query or fragment is not used (gRPC names its own path): give http://host:port",
         ));
     }
     // The text after the host (after `]` for an IPv6 literal) and its last `:`.
@@ -269,8 +269,18 @@ mod tests {
             ("127.0.0.1:0", "port 0 cannot be dialled"),
             ("127.0.0.1:70000", "port 70000 is out of range"),
             ("http://user:pw@127.0.0.1:8086", "user info is not used"),
-            ("http://127.0.0.1:8086/path", "a path or query is not used"),
-            ("http://127.0.0.1:8086/?x=1", "a path or query is not used"),
+            (
+                "http://127.0.0.1:8086/path",
+                "a path, query or fragment is not used",
+            ),
+            (
+                "http://127.0.0.1:8086/?x=1",
+                "a path, query or fragment is not used",
+            ),
+            (
+                "http://127.0.0.1:8086/#frag",
+                "a path, query or fragment is not used",
+            ),
         ] {
             let error = server_uri("--destination", addr).unwrap_err().to_string();
             assert!(error.contains(reason), "{addr}: {error}");
