@@ -334,6 +334,7 @@ impl ClusterStore {
             valid: BTreeMap::new(),
             waiting: BTreeMap::new(),
             refused: BTreeMap::new(),
+            clients_checked: BTreeMap::new(),
             duplicates: BTreeSet::new(),
             listed: false,
             clusters: clusters_tx,
@@ -377,6 +378,9 @@ struct Links {
     /// runs a command), with the link they held and the error: logged and counted once, and
     /// not tried again (the next Secret naming the cluster is) until they change.
     refused: BTreeMap<ObjectRef, (LinkSecret, String)>,
+    /// Link Secrets a client could be built from, with the link they held (see
+    /// [`Links::reconcile`]).
+    clients_checked: BTreeMap<ObjectRef, LinkSecret>,
     /// Valid link Secrets ignored because another one, first by namespace/name, names the
     /// same cluster: logged and counted once, when they become so.
     duplicates: BTreeSet<ObjectRef>,
@@ -503,6 +507,32 @@ impl Links {
         let valid = &self.valid;
         self.refused
             .retain(|key, (link, _)| valid.get(key) == Some(link));
+        self.clients_checked
+            .retain(|key, link| valid.get(key) == Some(link));
+        // A kubeconfig no client can be built from is refused before the Secrets are ranked,
+        // so that it displaces no running link (building one dials nothing).
+        let unchecked: Vec<(ObjectRef, LinkSecret)> = self
+            .valid
+            .iter()
+            .filter(|(key, link)| {
+                !self.config.offline.contains_key(&link.cluster)
+                    && !self.refused.contains_key(*key)
+                    && !self.clients_checked.contains_key(*key)
+            })
+            .map(|(key, link)| (key.clone(), link.clone()))
+            .collect();
+        for (key, link) in unchecked {
+            match kube_client(&link.kubeconfig).await {
+                Ok(_) => {
+                    self.clients_checked.insert(key, link);
+                }
+                Err(error) => {
+                    tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %link.cluster, %error, "cannot start linked cluster from this Secret");
+                    self.metrics.error(error.reason());
+                    self.refused.insert(key, (link, error.to_string()));
+                }
+            }
+        }
         // Of the Secrets naming one cluster, the first by namespace/name that can be started
         // links it, whatever order they came in: every replica, and a restart, serve the same
         // one (upstream's cluster store keeps whichever came first, so replicas could serve
