@@ -475,25 +475,13 @@ impl Links {
         if self.secrets.get(&key).is_some_and(|s| **s == *secret) {
             return;
         }
-        // A kubeconfig that cannot be used is refused here, before the Secrets naming its
-        // cluster are ranked: it must not displace a running link (a cluster served from a
-        // directory does not use it).
-        let link = secret
-            .link()
-            .map_err(|e| (e.to_string(), e.reason()))
-            .and_then(|link| {
-                if !self.config.offline.contains_key(&link.cluster) {
-                    check_kubeconfig(&link.kubeconfig).map_err(|e| (e.to_string(), e.reason()))?;
-                }
-                Ok(link)
-            });
-        match link {
+        match secret.link() {
             Ok(link) => {
                 self.valid.insert(key.clone(), link);
             }
-            Err((error, reason)) => {
+            Err(error) => {
                 tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), %error, "ignoring link Secret");
-                self.metrics.error(reason);
+                self.metrics.error(error.reason());
                 self.valid.remove(&key);
             }
         }
@@ -526,11 +514,7 @@ impl Links {
                 Ok(_) => {
                     self.clients_checked.insert(key, link);
                 }
-                Err(error) => {
-                    tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %link.cluster, %error, "cannot start linked cluster from this Secret");
-                    self.metrics.error(error.reason());
-                    self.refused.insert(key, (link, error.to_string()));
-                }
+                Err(error) => self.refuse(key, link, &error),
             }
         }
         // Of the Secrets naming one cluster, the first by namespace/name that can be started
@@ -605,10 +589,7 @@ impl Links {
                     }
                     // This Secret's own problem: the next one naming the cluster is tried.
                     Err(error) => {
-                        tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %name, %error, "cannot start linked cluster from this Secret");
-                        self.metrics.error(error.reason());
-                        self.refused
-                            .insert(key.clone(), (link.clone(), error.to_string()));
+                        self.refuse(key.clone(), link.clone(), &error);
                         if self.waiting.remove(name).is_some() {
                             self.metrics.forget(name);
                         }
@@ -638,6 +619,14 @@ impl Links {
             self.metrics.size.set(next.len() as i64);
             self.clusters.send_replace(Arc::new(next));
         }
+    }
+
+    /// Logs and counts a Secret its cluster cannot be started from, which is not tried again
+    /// until it changes.
+    fn refuse(&mut self, key: ObjectRef, link: LinkSecret, error: &StartError) {
+        tracing::warn!(secret = %format!("{}/{}", key.namespace, key.name), cluster = %link.cluster, %error, "cannot start linked cluster from this Secret");
+        self.metrics.error(error.reason());
+        self.refused.insert(key, (link, error.to_string()));
     }
 
     async fn start(&self, key: &ObjectRef, link: LinkSecret) -> Result<LinkedCluster, StartError> {
@@ -706,24 +695,17 @@ impl Links {
 /// (`tokenFile`) sent to a server of their choosing. client-go, upstream's client, follows
 /// them; `linkerd multicluster link` writes a token and certificate data inline.
 async fn kube_client(kubeconfig: &[u8]) -> Result<(kube::Client, String), StartError> {
-    let parsed = check_kubeconfig(kubeconfig)?;
+    let text =
+        std::str::from_utf8(kubeconfig).map_err(|e| StartError::Kubeconfig(e.to_string()))?;
+    let parsed = kube::config::Kubeconfig::from_yaml(text)
+        .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
+    refuse_unsafe(&parsed)?;
     let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
         .await
         .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
     let url = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))?;
     Ok((client, url))
-}
-
-/// `kubeconfig` parsed, when it is UTF-8 YAML of a kubeconfig that is not unsafe
-/// ([`refuse_unsafe`]).
-fn check_kubeconfig(kubeconfig: &[u8]) -> Result<kube::config::Kubeconfig, StartError> {
-    let text =
-        std::str::from_utf8(kubeconfig).map_err(|e| StartError::Kubeconfig(e.to_string()))?;
-    let parsed = kube::config::Kubeconfig::from_yaml(text)
-        .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
-    refuse_unsafe(&parsed)?;
-    Ok(parsed)
 }
 
 /// Errors naming the first user or cluster of `kubeconfig` that runs a command (`exec`,
