@@ -163,6 +163,8 @@ struct ReasonLabels {
 enum StartError {
     #[error("kubeconfig is not UTF-8 YAML of a kubeconfig: {0}")]
     Kubeconfig(String),
+    #[error("kubeconfig names no cluster to connect to: {0}")]
+    NoContext(String),
     #[error(
         "kubeconfig {0}: a link's kubeconfig must carry its credentials inline, as `linkerd multicluster link` writes them"
     )]
@@ -182,7 +184,7 @@ impl StartError {
 
     fn reason(&self) -> &'static str {
         match self {
-            Self::Kubeconfig(_) => "malformed_kubeconfig",
+            Self::Kubeconfig(_) | Self::NoContext(_) => "malformed_kubeconfig",
             Self::Unsafe(_) => "unsafe_kubeconfig",
             Self::Client(_) => "client",
             Self::Dir(_) => "state_dir",
@@ -334,7 +336,7 @@ impl ClusterStore {
             valid: BTreeMap::new(),
             waiting: BTreeMap::new(),
             refused: BTreeMap::new(),
-            clients_checked: BTreeMap::new(),
+            kubeconfigs_checked: BTreeMap::new(),
             duplicates: BTreeSet::new(),
             listed: false,
             clusters: clusters_tx,
@@ -378,9 +380,10 @@ struct Links {
     /// runs a command), with the link they held and the error: logged and counted once, and
     /// not tried again (the next Secret naming the cluster is) until they change.
     refused: BTreeMap<ObjectRef, (LinkSecret, String)>,
-    /// Link Secrets a client could be built from, with the link they held (see
-    /// [`Links::reconcile`]).
-    clients_checked: BTreeMap<ObjectRef, LinkSecret>,
+    /// Link Secrets whose kubeconfig passed the check before ranking, with the link they held:
+    /// a client could be built from it, or, for a cluster served from a directory, it parses
+    /// and is safe (see [`Links::reconcile`]).
+    kubeconfigs_checked: BTreeMap<ObjectRef, LinkSecret>,
     /// Valid link Secrets ignored because another one, first by namespace/name, names the
     /// same cluster: logged and counted once, when they become so.
     duplicates: BTreeSet<ObjectRef>,
@@ -495,24 +498,29 @@ impl Links {
         let valid = &self.valid;
         self.refused
             .retain(|key, (link, _)| valid.get(key) == Some(link));
-        self.clients_checked
+        self.kubeconfigs_checked
             .retain(|key, link| valid.get(key) == Some(link));
         // A kubeconfig no client can be built from is refused before the Secrets are ranked,
-        // so that it displaces no running link (building one dials nothing).
+        // so that it displaces no running link (building one dials nothing). That of a
+        // cluster served from a directory is not used, but is parsed and checked all the same:
+        // one that would run a command must not take the cluster from a Secret that is safe.
         let unchecked: Vec<(ObjectRef, LinkSecret)> = self
             .valid
             .iter()
-            .filter(|(key, link)| {
-                !self.config.offline.contains_key(&link.cluster)
-                    && !self.refused.contains_key(*key)
-                    && !self.clients_checked.contains_key(*key)
+            .filter(|(key, _)| {
+                !self.refused.contains_key(*key) && !self.kubeconfigs_checked.contains_key(*key)
             })
             .map(|(key, link)| (key.clone(), link.clone()))
             .collect();
         for (key, link) in unchecked {
-            match kube_client(&link.kubeconfig).await {
-                Ok(_) => {
-                    self.clients_checked.insert(key, link);
+            let checked = if self.config.offline.contains_key(&link.cluster) {
+                parse_kubeconfig(&link.kubeconfig).map(drop)
+            } else {
+                kube_client(&link.kubeconfig).await.map(drop)
+            };
+            match checked {
+                Ok(()) => {
+                    self.kubeconfigs_checked.insert(key, link);
                 }
                 Err(error) => self.refuse(key, link, &error),
             }
@@ -695,17 +703,28 @@ impl Links {
 /// (`tokenFile`) sent to a server of their choosing. client-go, upstream's client, follows
 /// them; `linkerd multicluster link` writes a token and certificate data inline.
 async fn kube_client(kubeconfig: &[u8]) -> Result<(kube::Client, String), StartError> {
+    let parsed = parse_kubeconfig(kubeconfig)?;
+    // Names a current context, its cluster and user: what is missing is said as kube says it.
+    let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
+        .await
+        .map_err(|e| StartError::NoContext(e.to_string()))?;
+    let url = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))?;
+    Ok((client, url))
+}
+
+/// A link Secret's `kubeconfig`, parsed and refused if unsafe ([`refuse_unsafe`]); it need not
+/// name a current context (that of a cluster served from a directory is never used).
+///
+/// Errors: [`StartError::Kubeconfig`] for bytes that are not UTF-8 YAML of a kubeconfig,
+/// [`StartError::Unsafe`].
+fn parse_kubeconfig(kubeconfig: &[u8]) -> Result<kube::config::Kubeconfig, StartError> {
     let text =
         std::str::from_utf8(kubeconfig).map_err(|e| StartError::Kubeconfig(e.to_string()))?;
     let parsed = kube::config::Kubeconfig::from_yaml(text)
         .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
     refuse_unsafe(&parsed)?;
-    let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
-        .await
-        .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
-    let url = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))?;
-    Ok((client, url))
+    Ok(parsed)
 }
 
 /// Errors naming the first user or cluster of `kubeconfig` that runs a command (`exec`,

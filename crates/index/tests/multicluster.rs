@@ -741,6 +741,7 @@ async fn a_link_secret_that_cannot_be_used_does_not_displace_one_that_can() {
         secret.metadata.name = Some(name.into());
         secret
     };
+    let (_capture, lines) = capture_thread();
     let mut watches = Watches::new(IndexMetrics::default());
     let mut registry = Registry::default();
     let (live, metrics) = store(
@@ -782,6 +783,16 @@ async fn a_link_secret_that_cannot_be_used_does_not_displace_one_that_can() {
         "the running link was restarted"
     );
     assert_eq!(metrics.errors("duplicate_cluster"), 0);
+    // Said as what it is, not as a kubeconfig that does not parse.
+    let log = lines.text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("aac-west"))
+        .unwrap_or_else(|| panic!("nothing logged about aac-west:\n{log}"));
+    assert!(
+        line.contains("kubeconfig names no cluster to connect to") && !line.contains("UTF-8"),
+        "{line}"
+    );
 
     // A fresh start on the same Secrets links the usable one too.
     let mut watches = Watches::new(IndexMetrics::default());
@@ -799,4 +810,67 @@ async fn a_link_secret_that_cannot_be_used_does_not_displace_one_that_can() {
     ]));
     let linked = wait_cluster(&fresh, "west", None).await;
     assert_eq!(linked.secret.name, "cluster-credentials-west");
+}
+
+/// The kubeconfig of a cluster served from `--linked-cluster-state` is not used, but it is
+/// checked as any other: a Secret whose kubeconfig runs a command, or does not parse, is
+/// refused, so that sorting first it does not take the cluster, with its own trust domain,
+/// from the Secret in use (newcomer finding). One naming no current context is linked: only
+/// connecting needs one.
+#[tokio::test]
+async fn a_directory_served_link_secret_with_an_unsafe_kubeconfig_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write_state(dir.path(), vec![mk_service()]);
+    let EastLink {
+        watches,
+        registry,
+        store: live,
+        metrics,
+    } = link_east_dir(dir.path(), Duration::from_secs(10));
+    let east = wait_cluster(&live, "east", None).await;
+    let named = |name: &str, kubeconfig: &str| {
+        let mut secret = link("east", kubeconfig);
+        secret.metadata.name = Some(name.into());
+        secret.metadata.annotations.as_mut().unwrap().insert(
+            "multicluster.linkerd.io/trust-domain".into(),
+            "attacker.local".into(),
+        );
+        secret
+    };
+    let exec = "apiVersion: v1\nkind: Config\nusers: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/true}}}]\n";
+    watches.apply(Event::Apply(named("aaa-east", exec)));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="unsafe_kubeconfig"} 1"#,
+    )
+    .await;
+    watches.apply(Event::Apply(named("aab-east", "not: [a kubeconfig")));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="malformed_kubeconfig"} 1"#,
+    )
+    .await;
+    assert!(
+        Arc::ptr_eq(&east, &live.get("east").unwrap()),
+        "a refused Secret relinked the cluster"
+    );
+    assert_eq!(live.get("east").unwrap().trust_domain, "east.local");
+    assert_eq!(metrics.errors("duplicate_cluster"), 0);
+
+    // A fresh start on the same Secrets links the safe one.
+    let mut watches = Watches::new(IndexMetrics::default());
+    let mut registry = Registry::default();
+    let (fresh, _) = store(
+        &mut watches,
+        &mut registry,
+        config(Duration::from_secs(10), &[("east", dir.path())]),
+    );
+    watches.apply(Event::Reset(vec![
+        named("aaa-east", exec),
+        named("aab-east", "not: [a kubeconfig"),
+        link("east", "apiVersion: v1\n"),
+    ]));
+    let linked = wait_cluster(&fresh, "east", None).await;
+    assert_eq!(linked.secret.name, "cluster-credentials-east");
+    assert_eq!(linked.trust_domain, "east.local");
 }
