@@ -63,7 +63,13 @@ pub enum DecodeError {
 }
 
 /// Decodes one document, as a JSON value, into `K`'s object.
+///
+/// A `null` label or annotation value reads as `""`, as the API server stores it (Go's JSON
+/// decoding leaves the zero value) and kubectl sends it (kubernetes#129257): a manifest's
+/// `tier:` with no value must not cost the whole object.
 pub fn decode_value<K: Kind>(document: &serde_json::Value) -> Result<K::Object, DecodeError> {
+    let coerced = null_metadata_values_as_empty(document);
+    let document = coerced.as_ref().unwrap_or(document);
     let wire = if K::HAS_DEFAULTS {
         let mut document = document.clone();
         K::fill_defaults(&mut document);
@@ -96,12 +102,46 @@ pub fn decode_json<K: Kind>(document: &str) -> Result<K::Object, DecodeError> {
                 .map_err(|e| DecodeError::Malformed(e.to_string()))?;
             return decode_value::<K>(&value);
         }
-        Err(_) => serde_path_to_error::deserialize::<_, K::Wire>(
-            &mut serde_json::Deserializer::from_str(document),
-        )
-        .map_err(malformed)?,
+        Err(_) => {
+            // Rare: a `null` label or annotation value, which the fast path refuses.
+            if let Ok(value) = serde_json::from_str::<serde_json::Value>(document)
+                && null_metadata_values_as_empty(&value).is_some()
+            {
+                return decode_value::<K>(&value);
+            }
+            serde_path_to_error::deserialize::<_, K::Wire>(&mut serde_json::Deserializer::from_str(
+                document,
+            ))
+            .map_err(malformed)?
+        }
     };
     K::from_wire(wire).map_err(DecodeError::Invalid)
+}
+
+/// `document` with its `null` values of `metadata.labels` and `metadata.annotations` made
+/// `""`; `None` when it has none (the usual case: nothing is copied).
+fn null_metadata_values_as_empty(document: &serde_json::Value) -> Option<serde_json::Value> {
+    let has_null = |field: &str| {
+        document
+            .pointer(&format!("/metadata/{field}"))
+            .and_then(serde_json::Value::as_object)
+            .is_some_and(|map| map.values().any(serde_json::Value::is_null))
+    };
+    if !has_null("labels") && !has_null("annotations") {
+        return None;
+    }
+    let mut document = document.clone();
+    for field in ["labels", "annotations"] {
+        if let Some(map) = document
+            .pointer_mut(&format!("/metadata/{field}"))
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            for value in map.values_mut().filter(|v| v.is_null()) {
+                *value = serde_json::Value::String(String::new());
+            }
+        }
+    }
+    Some(document)
 }
 
 /// The field's path and what is wrong with it, without serde_json's `at line L column C`: the
@@ -150,6 +190,48 @@ mod tests {
             "spec":{"ports":[{"port":80}],"ports":[{"port":"x"}]}}"#;
         let error = decode_json::<Service>(bad).unwrap_err().to_string();
         assert!(error.contains("spec.ports[0].port"), "{error}");
+    }
+
+    /// A label or annotation with no value (`tier:` in YAML, `null`) is `""`, as the API
+    /// server stores it, for the numerous kinds' compact decoding and the typed kinds alike
+    /// (newcomer finding: offline mode skipped the whole object).
+    #[test]
+    fn a_null_label_or_annotation_value_is_empty() {
+        use k8s_openapi::api::core::v1::Pod;
+        use linkerd_k8s_api::Server;
+        let pod = r#"{"apiVersion":"v1","kind":"Pod",
+            "metadata":{"name":"web-0","namespace":"shop","labels":{"app":"web","tier":null},
+                "annotations":{"config.linkerd.io/default-inbound-policy":null,"note":null}},
+            "spec":{"containers":[{"name":"web"}]}}"#;
+        let pod = decode_json::<Pod>(pod).unwrap();
+        assert_eq!(pod.labels.get("tier"), Some(""));
+        assert_eq!(pod.labels.get("app"), Some("web"));
+        assert_eq!(
+            pod.annotations
+                .get("config.linkerd.io/default-inbound-policy"),
+            Some(&String::new())
+        );
+        let value: serde_json::Value = serde_json::from_str(
+            r#"{"apiVersion":"policy.linkerd.io/v1beta3","kind":"Server",
+            "metadata":{"name":"web-http","namespace":"shop","labels":{"tier":null}},
+            "spec":{"podSelector":{"matchLabels":{"app":"web"}},"port":8080}}"#,
+        )
+        .unwrap();
+        let server = decode_json::<Server>(&value.to_string()).unwrap();
+        assert_eq!(server.labels.get("tier"), Some(""));
+        assert_eq!(
+            decode_value::<Server>(&value).unwrap().labels.get("tier"),
+            Some("")
+        );
+        // Elsewhere `null` is what it was: a label selector's value must be a string.
+        let bad = r#"{"apiVersion":"policy.linkerd.io/v1beta3","kind":"Server",
+            "metadata":{"name":"web-http","namespace":"shop"},
+            "spec":{"podSelector":{"matchLabels":{"app":null}},"port":8080}}"#;
+        let error = decode_json::<Server>(bad).unwrap_err().to_string();
+        assert!(
+            error.contains("spec.podSelector.matchLabels.app"),
+            "{error}"
+        );
     }
 
     #[test]

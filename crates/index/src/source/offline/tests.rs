@@ -744,6 +744,28 @@ async fn objects_that_do_not_decode_are_skipped_and_counted() {
     );
 }
 
+/// A label or annotation written with no value (`tier:`, YAML's null) is `""`, as
+/// `kubectl apply` and the API server store it: the object is served, in YAML and in a JSON
+/// List alike (newcomer finding: it was skipped).
+#[tokio::test]
+async fn a_label_with_no_value_is_empty_and_the_object_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: ns\n  labels:\n    app: web\n    tier:\n  annotations:\n    note:\nspec:\n  ports:\n  - port: 80\n";
+    let json = r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service",
+        "metadata":{"name":"api","namespace":"ns","labels":{"tier":null}},"spec":{"ports":[{"port":81}]}}]}"#;
+    write(dir.path(), "a.yaml", yaml);
+    write(dir.path(), "b.json", json);
+    let metrics = IndexMetrics::default();
+    let mut services = services(dir.path(), &metrics).await;
+    let Event::Reset(objs) = next(&mut services).await else {
+        panic!("expected Reset")
+    };
+    assert_eq!(names(&objs), ["api", "web"]);
+    for svc in &objs {
+        assert_eq!(svc.labels.get("tier"), Some(&String::new()), "{}", svc.name);
+    }
+}
+
 /// A nameless object of a served kind is skipped and counted as invalid, whether on its own or
 /// in a List, in YAML or JSON; one of a kind not served, or with no kind, is only logged.
 #[tokio::test]
