@@ -194,7 +194,7 @@ mod tests {
 
     /// A label or annotation with no value (`tier:` in YAML, `null`) is `""`, as the API
     /// server stores it, for the numerous kinds' compact decoding and the typed kinds alike
-    /// (newcomer finding: offline mode skipped the whole object).
+    /// (offline mode skipped the whole object, which `kubectl apply` takes).
     #[test]
     fn a_null_label_or_annotation_value_is_empty() {
         use k8s_openapi::api::core::v1::Pod;

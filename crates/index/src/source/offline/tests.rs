@@ -746,7 +746,7 @@ async fn objects_that_do_not_decode_are_skipped_and_counted() {
 
 /// A label or annotation written with no value (`tier:`, YAML's null) is `""`, as
 /// `kubectl apply` and the API server store it: the object is served, in YAML and in a JSON
-/// List alike (newcomer finding: it was skipped).
+/// List alike (it was skipped).
 #[tokio::test]
 async fn a_label_with_no_value_is_empty_and_the_object_served() {
     let dir = tempfile::tempdir().unwrap();
