@@ -123,7 +123,8 @@ pub fn decode_json<K: Kind>(document: &str) -> Result<K::Object, DecodeError> {
 fn null_metadata_values_as_empty(document: &serde_json::Value) -> Option<serde_json::Value> {
     let has_null = |field: &str| {
         document
-            .pointer(&format!("/metadata/{field}"))
+            .get("metadata")
+            .and_then(|metadata| metadata.get(field))
             .and_then(serde_json::Value::as_object)
             .is_some_and(|map| map.values().any(serde_json::Value::is_null))
     };
@@ -133,7 +134,8 @@ fn null_metadata_values_as_empty(document: &serde_json::Value) -> Option<serde_j
     let mut document = document.clone();
     for field in ["labels", "annotations"] {
         if let Some(map) = document
-            .pointer_mut(&format!("/metadata/{field}"))
+            .get_mut("metadata")
+            .and_then(|metadata| metadata.get_mut(field))
             .and_then(serde_json::Value::as_object_mut)
         {
             for value in map.values_mut().filter(|v| v.is_null()) {
