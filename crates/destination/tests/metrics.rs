@@ -61,6 +61,7 @@ async fn subscribers_follow_streams_and_series_go_with_the_last_one() {
         "offline_invalid_files_total{cluster=\"local\"} 0\n",
         "offline_conflicting_objects_total{cluster=\"local\"} 0\n",
         "offline_reloads_total{cluster=\"local\"} 0\n",
+        "offline_stale_files{cluster=\"local\"} 0\n",
         "index_invalid_objects_total{cluster=\"local\",kind=\"Pod\"} 0\n",
         "index_invalid_objects_total{cluster=\"local\",kind=\"EndpointSlice\"} 0\n",
     ] {

@@ -89,6 +89,8 @@ pub struct IndexMetrics {
     pub(crate) invalid_files: ClusterCounter,
     pub(crate) conflicting_objects: ClusterCounter,
     pub(crate) offline_reloads: ClusterCounter,
+    /// `offline_stale_files{cluster}`: see [`IndexMetrics::register`].
+    stale_files: Family<ClusterLabels, Gauge>,
     /// Relists after a kind's initial list, by kind.
     pub(crate) watch_restarts: Family<KindLabels, Counter>,
     /// Whether the API server answers this cluster's watches: the last watch event was a
@@ -152,6 +154,7 @@ impl Default for IndexMetrics {
             invalid_files: counter(),
             conflicting_objects: counter(),
             offline_reloads: counter(),
+            stale_files: Family::default(),
             watch_restarts: Family::default(),
             api_reachable: None,
             skipped: Arc::default(),
@@ -173,7 +176,10 @@ impl IndexMetrics {
     /// `index_invalid_objects_total{cluster,kind}` (objects that could not be decoded or
     /// indexed, by the cluster that sent them), `offline_invalid_files_total{cluster}`,
     /// `offline_reloads_total{cluster}` and `offline_conflicting_objects_total{cluster}`
-    /// (offline source). `cluster` is `local`, or a linked cluster's name
+    /// (offline source), and the gauge `offline_stale_files{cluster}`: files whose objects are
+    /// served from an earlier read because their contents now cannot be used (they do not
+    /// parse, are empty, or cannot be read), which a fresh start would not serve.
+    /// `cluster` is `local`, or a linked cluster's name
     /// ([`IndexMetrics::for_cluster`]).
     /// `index_watch_restarts_total{kind}` (relists after a kind's initial list: its watch
     /// started over after an error or an expired resourceVersion; upstream has no such metric).
@@ -217,6 +223,11 @@ impl IndexMetrics {
             "offline_reloads",
             "Times the state directory was re-read after a change (not counting retries that could not list it)",
             metrics.offline_reloads.family.clone(),
+        );
+        registry.register(
+            "offline_stale_files",
+            "State-directory files whose objects are served from an earlier read because their contents cannot be used now; a restart would not serve them",
+            metrics.stale_files.clone(),
         );
         registry.register(
             "offline_conflicting_objects",
@@ -268,12 +279,26 @@ impl IndexMetrics {
         }
     }
 
-    /// Removes the cache-size series of this metrics' cluster (a linked cluster unlinked).
-    /// Its counters stay: a counter that vanished and came back would read as a reset.
+    /// Removes the cache-size and stale-file series of this metrics' cluster (a linked
+    /// cluster unlinked): gauges of what it no longer serves. Its counters stay: a counter
+    /// that vanished and came back would read as a reset.
     pub(crate) fn forget_cache_sizes(&self) {
         for (_, family) in &self.cache_size {
             family.remove(&self.cluster);
         }
+        self.stale_files.remove(&self.cluster);
+    }
+
+    /// Sets `offline_stale_files` of this metrics' cluster.
+    pub(crate) fn set_stale_files(&self, files: usize) {
+        self.stale_files
+            .get_or_create(&self.cluster)
+            .set(files as i64);
+    }
+
+    /// `offline_stale_files` of this metrics' cluster (tests, diagnostics).
+    pub fn stale_files(&self) -> i64 {
+        self.stale_files.get_or_create(&self.cluster).get()
     }
 
     /// Sets the cache-size gauge of the kind labelled `kind`, if it has one.
@@ -315,6 +340,7 @@ impl IndexMetrics {
         ] {
             drop(counter.family.get_or_create(&counter.labels));
         }
+        drop(self.stale_files.get_or_create(&self.cluster));
     }
 
     pub(crate) fn watch_restarted(&self, kind: &str) {

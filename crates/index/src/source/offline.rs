@@ -561,6 +561,7 @@ impl StateDir {
             .filter_map(|p| Some((p.clone(), link_hops(p)?)))
             .collect();
         self.report_conflicts();
+        self.report_stale_files();
         (self.changes(changes), decoded)
     }
 
@@ -610,6 +611,7 @@ impl StateDir {
             }
         }
         self.report_conflicts();
+        self.report_stale_files();
         (self.changes(changes), decoded)
     }
 
@@ -966,6 +968,19 @@ impl StateDir {
             );
             self.metrics.conflicting_objects.inc();
         }
+    }
+
+    /// Sets `offline_stale_files`: the files whose objects are served from an earlier read
+    /// because what they hold now was refused (does not parse, is empty) or cannot be read.
+    /// A fresh start would not serve those objects, so an operator must see them.
+    fn report_stale_files(&self) {
+        let stale: BTreeSet<&PathBuf> = self
+            .rejected
+            .keys()
+            .chain(&self.retry)
+            .filter(|path| self.files.get(*path).is_some_and(|f| !f.objects.is_empty()))
+            .collect();
+        self.metrics.set_stale_files(stale.len());
     }
 
     fn file_error(&self, path: &Path, error: FileError) {

@@ -1335,6 +1335,50 @@ fn a_file_broken_again_the_same_way_is_reported_again() {
     }
 }
 
+/// A file whose objects are served from an earlier read, because what it holds now does not
+/// parse, is empty, or cannot be read, is shown by `offline_stale_files`: a fresh start would
+/// not serve those objects (newcomer finding: nothing said so while `/ready` answered ok).
+#[test]
+fn files_served_from_an_earlier_read_are_counted_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(dir.path(), &metrics);
+    write(dir.path(), "a.yaml", &svc_yaml("a", 80));
+    write(dir.path(), "b.yaml", &svc_yaml("b", 80));
+    assert_eq!(rescanned(&mut state), 2);
+    assert_eq!(metrics.stale_files(), 0);
+
+    write(
+        dir.path(),
+        "a.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: [",
+    );
+    refresh(&mut state, dir.path(), &["a.yaml"]);
+    assert_eq!(service_count(&state), 2, "the last good contents are kept");
+    assert_eq!(metrics.stale_files(), 1);
+    write(dir.path(), "b.yaml", "");
+    refresh(&mut state, dir.path(), &["b.yaml"]);
+    assert_eq!(metrics.stale_files(), 2);
+
+    // Fixed, or removed: nothing stale is left.
+    write(dir.path(), "a.yaml", &svc_yaml("a", 81));
+    refresh(&mut state, dir.path(), &["a.yaml"]);
+    assert_eq!(metrics.stale_files(), 1);
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    refresh(&mut state, dir.path(), &["b.yaml"]);
+    assert_eq!(metrics.stale_files(), 0);
+    assert_eq!(service_count(&state), 1);
+
+    // A file that never parsed serves nothing: not stale.
+    write(
+        dir.path(),
+        "c.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: [",
+    );
+    refresh(&mut state, dir.path(), &["c.yaml"]);
+    assert_eq!(metrics.stale_files(), 0);
+}
+
 #[test]
 fn deeply_nested_files_are_refused_before_parsing() {
     // Regression: 100,000 levels of `[` kept the YAML parser busy for minutes (its work grows
