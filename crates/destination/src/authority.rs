@@ -102,9 +102,10 @@ pub(crate) const MAX_LABEL: usize = 63;
 
 /// Parses a `Get` path against the cluster domain.
 ///
-/// Errors: [`AuthorityError::Invalid`] for a malformed port or a name longer than DNS allows
-/// (253 bytes, or 63 in one label: such names cannot exist, and each distinct name a client
-/// asks for costs a topic and metric series while its stream lasts);
+/// Errors: [`AuthorityError::Invalid`] for a malformed port, a name longer than DNS allows
+/// (253 bytes, or 63 in one label) or with a character other than ASCII letters, digits, `-`
+/// and `.` (such names cannot exist, and each distinct name a client asks for costs a topic
+/// and metric series while its stream lasts);
 /// [`AuthorityError::IpQuery`] for an IP; [`AuthorityError::NotAService`] for a name that is
 /// not `<service>.<namespace>.svc.<cluster-domain>` (with an optional instance label).
 pub fn parse_service_name(path: &str, cluster_domain: &str) -> Result<ServiceName, AuthorityError> {
@@ -116,6 +117,18 @@ pub fn parse_service_name(path: &str, cluster_domain: &str) -> Result<ServiceNam
         return Err(AuthorityError::Invalid {
             path: echo(path),
             reason: "name longer than DNS allows (253 bytes, 63 per label)",
+        });
+    }
+    // No Service, namespace or pod hostname holds another character (Kubernetes names are
+    // DNS labels): such a name could never be served, and would only cost a topic and
+    // metric series with odd labels while its stream lasts. Case is left to the lookup.
+    if !host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    {
+        return Err(AuthorityError::Invalid {
+            path: echo(path),
+            reason: "a character no DNS name holds (only letters, digits, `-` and `.`)",
         });
     }
     let not_a_service = || AuthorityError::NotAService {
@@ -270,6 +283,37 @@ mod tests {
         // Another cluster domain.
         let name = parse_service_name("a.b.svc.example.org:1", "example.org").unwrap();
         assert_eq!(name.service, "a");
+    }
+
+    /// A name with a character no Kubernetes name holds is malformed, not an unknown Service
+    /// (newcomer finding: `web_svc` or a quote and newline opened a stream, a topic and metric
+    /// series that could never be served).
+    #[test]
+    fn names_with_characters_dns_names_lack_are_refused() {
+        for path in [
+            "web_svc.emojivoto.svc.cluster.local:80",
+            "w\u{e9}b.emojivoto.svc.cluster.local:80",
+            "we\"b\nnl.emojivoto.svc.cluster.local:80",
+            "web.emoji voto.svc.cluster.local:80",
+            "web-0.web\u{0}.ns.svc.cluster.local:80",
+        ] {
+            for parsed in [
+                parse_service_name(path, DOMAIN).map(|_| ()),
+                parse_profile_target(path, DOMAIN).map(|_| ()),
+            ] {
+                assert!(
+                    matches!(&parsed, Err(AuthorityError::Invalid { reason, .. }) if reason.contains("character")),
+                    "{path:?}: {parsed:?}"
+                );
+            }
+        }
+        // Case is not the parser's to judge: an upper-case name is an unknown Service.
+        assert_eq!(
+            parse_service_name("Web-Svc.emojivoto.svc.cluster.local:80", DOMAIN)
+                .unwrap()
+                .service,
+            "Web-Svc"
+        );
     }
 
     #[test]
