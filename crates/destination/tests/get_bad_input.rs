@@ -23,7 +23,10 @@ async fn malformed_paths_are_invalid_arguments_that_name_the_problem() {
         ("a.b.c.d.svc.cluster.local:80", "invalid service"),
         ("web-svc.emojivoto.svc.cluster.local.:80", "invalid service"),
         ("\u{0}\u{ffff}:80", "a character no DNS name holds"),
-        ("web_svc.emojivoto.svc.cluster.local:80", "a character no DNS name holds"),
+        (
+            "web_svc.emojivoto.svc.cluster.local:80",
+            "a character no DNS name holds",
+        ),
     ];
     // Names no Kubernetes object can have: a 64-byte label, a 254-byte name, 60 KB.
     let long_label = format!("{}.emojivoto.svc.cluster.local:80", "a".repeat(64));

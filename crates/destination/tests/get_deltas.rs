@@ -194,6 +194,37 @@ async fn delete_and_recreate_the_service() {
     assert_quiet(&mut stream).await;
 }
 
+/// A file that holds a Service with its slice and Pods, removed, reaches the stream as one
+/// `NoEndpoints{exists: false}`, and written back as one `Add` (newcomer finding: the removal
+/// sent `exists: true` first, the Pods withdrawn before the slice naming them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_of_a_whole_service_removed_and_written_back() {
+    let dir = StateDir::new();
+    let web = || {
+        [
+            mk_service(NS, "web", &[("http", 80)]),
+            mk_slice(
+                NS,
+                "web-1",
+                "web",
+                ("http", 8080),
+                &[("web-a", "10.1.0.1", true)],
+            ),
+            mk_pod(NS, "web-a", "10.1.0.1", "web"),
+        ]
+    };
+    dir.write("web.yaml", &web());
+    let mut h = Harness::start(dir.path()).await;
+    let mut stream = h.get(PATH, "").await.unwrap();
+    assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.1:8080")]);
+    dir.remove("web.yaml");
+    assert!(matches!(next(&mut stream).await, Update::NoEndpoints(ne) if !ne.exists));
+    assert_quiet(&mut stream).await;
+    dir.write("web.yaml", &web());
+    assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.1:8080")]);
+    assert_quiet(&mut stream).await;
+}
+
 #[tokio::test]
 async fn service_created_after_the_stream_opened() {
     let dir = StateDir::new();

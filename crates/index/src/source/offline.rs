@@ -1085,7 +1085,17 @@ impl StateDir {
                 events.entry(key.0.clone()).or_default().push(event);
             }
         }
-        for (type_key, events) in events {
+        // Kinds that add or change objects go first, those that others refer to before those
+        // that refer to them (a Pod before the EndpointSlice naming it, before its Service);
+        // kinds that only lose objects go last, in the reverse order (the Service first). A
+        // file removed or added then reaches a stream as one change of its Service, never
+        // through a moment where a slice names Pods already gone or not there yet.
+        let (mut deleting, mut applying): (Vec<_>, Vec<_>) = events
+            .into_iter()
+            .partition(|(_, events)| events.iter().all(|e| matches!(e, Event::Delete(_))));
+        applying.sort_by_key(|(type_key, _)| reference_rank(&type_key.1));
+        deleting.sort_by_key(|(type_key, _)| std::cmp::Reverse(reference_rank(&type_key.1)));
+        for (type_key, events) in applying.into_iter().chain(deleting) {
             let Some(feed) = self.feeds.get(&type_key) else {
                 continue;
             };
@@ -1421,6 +1431,18 @@ fn manifest_paths(dir: &Path) -> std::io::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     paths.sort();
     unreadable.sort();
     Ok((paths, unreadable))
+}
+
+/// Where a kind's objects stand among those that refer to one another, for the order of a
+/// read's deliveries: Nodes and workloads are named by Pods, Pods and ExternalWorkloads by
+/// EndpointSlices, EndpointSlices belong to Services (and the other kinds select by label).
+fn reference_rank(kind: &str) -> u8 {
+    match kind {
+        "Node" | "ReplicaSet" | "Job" => 0,
+        "Pod" | "ExternalWorkload" => 1,
+        "EndpointSlice" => 2,
+        _ => 3,
+    }
 }
 
 /// Whether `path` is named like a manifest: `*.yaml`, `*.yml` or `*.json`, not hidden (editor

@@ -1379,6 +1379,59 @@ fn files_served_from_an_earlier_read_are_counted_stale() {
     assert_eq!(metrics.stale_files(), 0);
 }
 
+/// Records which kind each delivered batch was of, and whether it only deleted.
+struct KindLog(&'static str, Arc<std::sync::Mutex<Vec<String>>>);
+
+impl<K: crate::model::Kind> crate::watches::Sink<K> for KindLog {
+    fn apply(&self, events: &[Event<Arc<K::Object>>]) -> usize {
+        let deletes = events.iter().all(|e| matches!(e, Event::Delete(_)));
+        let what = if deletes { "delete" } else { "apply" };
+        self.1.lock().unwrap().push(format!("{what} {}", self.0));
+        0
+    }
+}
+
+/// A file added or removed reaches the indexes Pods, then EndpointSlices, then the Service
+/// when added, and the Service first when removed: a stream sees its Service appear with its
+/// endpoints, or go, never a slice naming Pods not there (newcomer finding: removing a file
+/// sent `NoEndpoints{exists: true}`, then `exists: false`, and warned of unindexed Pods).
+#[test]
+fn a_file_is_delivered_referenced_kinds_first_and_withdrawn_in_reverse() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = IndexMetrics::default();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let feeds = vec![
+        feed::<Service>(KindLog("Service", log.clone()), metrics.clone()),
+        feed::<EndpointSlice>(KindLog("EndpointSlice", log.clone()), metrics.clone()),
+        feed::<Pod>(KindLog("Pod", log.clone()), metrics.clone()),
+    ];
+    let mut state = StateDir::new(dir.path().to_path_buf(), feeds, metrics);
+    let (changes, decoded) = state.rescan();
+    state.deliver_initial(changes, decoded);
+    log.lock().unwrap().clear();
+
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: web-0, namespace: ns, labels: {app: web}}\nstatus: {podIP: 10.0.0.1}\n";
+    let slice = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: ns, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: [10.0.0.1], targetRef: {kind: Pod, name: web-0, namespace: ns}}]\nports: [{port: 8080}]\n";
+    let text = format!("{}---\n{slice}---\n{pod}", svc_yaml("web", 80));
+    write(dir.path(), "web.yaml", &text);
+    let (changes, decoded) = state.refresh(&[dir.path().join("web.yaml")].into());
+    state.deliver_changes(changes, decoded);
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["apply Pod", "apply EndpointSlice", "apply Service"]
+    );
+    log.lock().unwrap().clear();
+
+    std::fs::remove_file(dir.path().join("web.yaml")).unwrap();
+    let (changes, decoded) = state.refresh(&[dir.path().join("web.yaml")].into());
+    state.deliver_changes(changes, decoded);
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["delete Service", "delete EndpointSlice", "delete Pod"]
+    );
+}
+
 #[test]
 fn deeply_nested_files_are_refused_before_parsing() {
     // Regression: 100,000 levels of `[` kept the YAML parser busy for minutes (its work grows
