@@ -163,7 +163,7 @@ struct ReasonLabels {
 enum StartError {
     #[error("kubeconfig is not UTF-8 YAML of a kubeconfig: {0}")]
     Kubeconfig(String),
-    #[error("kubeconfig names no cluster to connect to: {0}")]
+    #[error("kubeconfig cannot be used to connect: {0}")]
     NoContext(String),
     #[error(
         "kubeconfig {0}: a link's kubeconfig must carry its credentials inline, as `linkerd multicluster link` writes them"
@@ -713,14 +713,38 @@ async fn kube_client(kubeconfig: &[u8]) -> Result<(kube::Client, String), StartE
     Ok((client, url))
 }
 
+/// The top-level keys of a kubeconfig (client-go's `Config`), of which a link's must have one.
+const KUBECONFIG_KEYS: [&str; 7] = [
+    "apiVersion",
+    "kind",
+    "clusters",
+    "contexts",
+    "users",
+    "current-context",
+    "preferences",
+];
+
 /// A link Secret's `kubeconfig`, parsed and refused if unsafe ([`refuse_unsafe`]); it need not
 /// name a current context (that of a cluster served from a directory is never used).
 ///
-/// Errors: [`StartError::Kubeconfig`] for bytes that are not UTF-8 YAML of a kubeconfig,
-/// [`StartError::Unsafe`].
+/// Errors: [`StartError::Kubeconfig`] for bytes that are not UTF-8 YAML of a kubeconfig (one
+/// mapping with at least one of [`KUBECONFIG_KEYS`]), [`StartError::Unsafe`].
 fn parse_kubeconfig(kubeconfig: &[u8]) -> Result<kube::config::Kubeconfig, StartError> {
     let text =
         std::str::from_utf8(kubeconfig).map_err(|e| StartError::Kubeconfig(e.to_string()))?;
+    // kube reads a text of only comments, or a mapping of unknown keys, as an empty
+    // kubeconfig: one of its own keys is required of a mapping that is one.
+    let document: serde_json::Value =
+        linkerd_k8s_api::yaml::from_str(text).map_err(|e| StartError::Kubeconfig(e.to_string()))?;
+    let is_kubeconfig = document
+        .as_object()
+        .is_some_and(|map| KUBECONFIG_KEYS.iter().any(|key| map.contains_key(*key)));
+    if !is_kubeconfig {
+        return Err(StartError::Kubeconfig(format!(
+            "no document with any of {}",
+            KUBECONFIG_KEYS.join(", ")
+        )));
+    }
     let parsed = kube::config::Kubeconfig::from_yaml(text)
         .map_err(|e| StartError::Kubeconfig(e.to_string()))?;
     refuse_unsafe(&parsed)?;

@@ -790,7 +790,8 @@ async fn a_link_secret_that_cannot_be_used_does_not_displace_one_that_can() {
         .find(|l| l.contains("aac-west"))
         .unwrap_or_else(|| panic!("nothing logged about aac-west:\n{log}"));
     assert!(
-        line.contains("kubeconfig names no cluster to connect to") && !line.contains("UTF-8"),
+        line.contains("kubeconfig cannot be used to connect: failed to determine current context")
+            && !line.contains("UTF-8"),
         "{line}"
     );
 
@@ -850,6 +851,21 @@ async fn a_directory_served_link_secret_with_an_unsafe_kubeconfig_is_refused() {
         r#"multicluster_link_errors_total{reason="malformed_kubeconfig"} 1"#,
     )
     .await;
+    // Nothing kube would read as a kubeconfig of its own: blank, only comments, other keys
+    // (newcomer finding: kube reads them as an empty kubeconfig, and they linked the cluster).
+    watches.apply(Event::Apply(named("aac-east", "\n  \n")));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="no_kubeconfig"} 1"#,
+    )
+    .await;
+    watches.apply(Event::Apply(named("aad-east", "# just a comment\n")));
+    watches.apply(Event::Apply(named("aae-east", "hello: world\n")));
+    wait_metric(
+        &registry,
+        r#"multicluster_link_errors_total{reason="malformed_kubeconfig"} 3"#,
+    )
+    .await;
     assert!(
         Arc::ptr_eq(&east, &live.get("east").unwrap()),
         "a refused Secret relinked the cluster"
@@ -868,6 +884,9 @@ async fn a_directory_served_link_secret_with_an_unsafe_kubeconfig_is_refused() {
     watches.apply(Event::Reset(vec![
         named("aaa-east", exec),
         named("aab-east", "not: [a kubeconfig"),
+        named("aac-east", "\n  \n"),
+        named("aad-east", "# just a comment\n"),
+        named("aae-east", "hello: world\n"),
         link("east", "apiVersion: v1\n"),
     ]));
     let linked = wait_cluster(&fresh, "east", None).await;

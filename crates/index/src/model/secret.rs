@@ -65,7 +65,7 @@ pub enum LinkSecretError {
     MissingAnnotation(&'static str),
     #[error("annotation {0} is {1:?}, not a DNS name (lowercase letters, digits, '-' and '.')")]
     InvalidAnnotation(&'static str, String),
-    #[error("data key kubeconfig is missing or empty")]
+    #[error("data key kubeconfig is missing, empty or blank")]
     NoKubeconfig,
     #[error("data key kubeconfig is not base64: {0}")]
     KubeconfigNotBase64(String),
@@ -155,7 +155,10 @@ impl SecretInfo {
         let cluster_domain = annotation(&self.cluster_domain, CLUSTER_DOMAIN_ANNOTATION)?;
         let kubeconfig = match &self.kubeconfig {
             None => return Err(LinkSecretError::NoKubeconfig),
-            Some(Ok(data)) if data.is_empty() => return Err(LinkSecretError::NoKubeconfig),
+            // Blank (whitespace only) is as empty: kube reads it as a kubeconfig of nothing.
+            Some(Ok(data)) if data.iter().all(u8::is_ascii_whitespace) => {
+                return Err(LinkSecretError::NoKubeconfig);
+            }
             Some(Err(e)) => return Err(LinkSecretError::KubeconfigNotBase64(e.clone())),
             Some(Ok(data)) => data.clone(),
         };
@@ -217,6 +220,9 @@ mod tests {
         assert!(err.to_string().contains("\"local\""), "{err}");
         let no_kubeconfig = secret(json!({"other": "eA=="}), domains());
         assert_eq!(no_kubeconfig.link(), Err(LinkSecretError::NoKubeconfig));
+        // Blank: "\n \t\n" (newcomer finding: it linked a directory-served cluster).
+        let blank = secret(json!({"kubeconfig": "CiAJCg=="}), domains());
+        assert_eq!(blank.link(), Err(LinkSecretError::NoKubeconfig));
         let not_base64 = secret(json!({"kubeconfig": "%%%"}), domains());
         let err = not_base64.link().unwrap_err();
         assert_eq!(err.reason(), "malformed_kubeconfig");
