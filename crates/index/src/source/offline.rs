@@ -136,6 +136,9 @@ struct StateDir {
     unreadable: BTreeSet<PathBuf>,
     /// Files whose last read failed for a reason other than their contents: read again later.
     retry: BTreeSet<PathBuf>,
+    /// Files whose last read could not be used (it failed, or found the file empty), so that
+    /// what is served of them comes from an earlier read: `offline_stale_files`.
+    stale: BTreeSet<PathBuf>,
     /// The last listing of the directory failed: list it again later.
     relist: bool,
     /// The directory's inode when it was last listed.
@@ -496,6 +499,7 @@ impl StateDir {
             rejected: BTreeMap::new(),
             unreadable: BTreeSet::new(),
             retry: BTreeSet::new(),
+            stale: BTreeSet::new(),
             relist: false,
             inode: None,
             links: BTreeMap::new(),
@@ -524,6 +528,7 @@ impl StateDir {
                 self.relist = true;
                 // A linked cluster's directory plays its API server: shown unreachable.
                 self.metrics.api_answered(false);
+                self.report_stale_files();
                 return (Changes::new(), decoded);
             }
         };
@@ -826,6 +831,7 @@ impl StateDir {
                 if retry {
                     self.retry.insert(path.to_path_buf());
                 }
+                self.stale.insert(path.to_path_buf());
                 self.file_error(path, error);
                 if let Some(hash) = content_hash {
                     self.rejected.insert(path.to_path_buf(), hash);
@@ -835,10 +841,12 @@ impl StateDir {
                 if let Some(file) = self.files.get_mut(path) {
                     file.stamp = stamp;
                 }
+                self.stale.remove(path);
                 // Back to the contents served: a bad version seen meanwhile is news again.
                 self.rejected.remove(path);
             }
             Loaded::EmptyKept { content_hash } => {
+                self.stale.insert(path.to_path_buf());
                 // `kubectl get -o yaml > file` and `cp` truncate, then write: an empty file
                 // is most likely mid-write, and withdrawing its objects would tell every proxy
                 // that their services are gone. Removing the file is how they are withdrawn.
@@ -848,6 +856,7 @@ impl StateDir {
             }
             Loaded::Parsed { file, fresh } => {
                 self.rejected.remove(path);
+                self.stale.remove(path);
                 decoded.extend(fresh);
                 self.replace(path, Some(file), changes);
             }
@@ -865,12 +874,14 @@ impl StateDir {
         self.rejected.remove(path);
         self.unreadable.remove(path);
         self.retry.remove(path);
+        self.stale.remove(path);
         self.replace(path, None, changes);
     }
 
     fn mark_unreadable(&mut self, path: &Path, changes: &mut Touched) {
         self.rejected.remove(path);
         self.retry.remove(path);
+        self.stale.remove(path);
         self.replace(path, None, changes);
         if self.unreadable.insert(path.to_path_buf()) {
             tracing::warn!(file = %path.display(), "skipping cluster state entry that is not a regular file (a directory, a FIFO or socket, a dangling or looping symlink)");
@@ -971,16 +982,17 @@ impl StateDir {
     }
 
     /// Sets `offline_stale_files`: the files whose objects are served from an earlier read
-    /// because what they hold now was refused (does not parse, is empty) or cannot be read.
-    /// A fresh start would not serve those objects, so an operator must see them.
+    /// because what they hold now was refused (does not parse, is empty, too large) or cannot
+    /// be read, and every file while the directory cannot be listed. A fresh start would not
+    /// serve those objects, so an operator must see them.
     fn report_stale_files(&self) {
-        let stale: BTreeSet<&PathBuf> = self
-            .rejected
-            .keys()
-            .chain(&self.retry)
-            .filter(|path| self.files.get(*path).is_some_and(|f| !f.objects.is_empty()))
-            .collect();
-        self.metrics.set_stale_files(stale.len());
+        let serves = |path: &PathBuf| self.files.get(path).is_some_and(|f| !f.objects.is_empty());
+        let stale = if self.relist {
+            self.files.keys().filter(|path| serves(path)).count()
+        } else {
+            self.stale.iter().filter(|path| serves(path)).count()
+        };
+        self.metrics.set_stale_files(stale);
     }
 
     fn file_error(&self, path: &Path, error: FileError) {

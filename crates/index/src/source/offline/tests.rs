@@ -1377,6 +1377,39 @@ fn files_served_from_an_earlier_read_are_counted_stale() {
     );
     refresh(&mut state, dir.path(), &["c.yaml"]);
     assert_eq!(metrics.stale_files(), 0);
+
+    // Grown past the size limit (newcomer finding: not counted).
+    let big = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("a.yaml"))
+        .unwrap();
+    big.set_len(MAX_FILE_BYTES + 1).unwrap();
+    refresh(&mut state, dir.path(), &["a.yaml"]);
+    assert_eq!(service_count(&state), 1, "the last good contents are kept");
+    assert_eq!(metrics.stale_files(), 1);
+    write(dir.path(), "a.yaml", &svc_yaml("a", 81));
+    refresh(&mut state, dir.path(), &["a.yaml"]);
+    assert_eq!(metrics.stale_files(), 0);
+}
+
+/// While the directory cannot be listed, every file it served is stale: a fresh start would
+/// serve none of them (newcomer finding: the gauge stayed 0).
+#[test]
+fn files_of_a_directory_moved_away_are_stale_until_it_is_back() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("state");
+    std::fs::create_dir(&dir).unwrap();
+    write(&dir, "a.yaml", &svc_yaml("a", 80));
+    write(&dir, "b.yaml", &svc_yaml("b", 80));
+    let metrics = IndexMetrics::default();
+    let mut state = state_dir(&dir, &metrics);
+    assert_eq!(rescanned(&mut state), 2);
+    std::fs::rename(&dir, root.path().join("away")).unwrap();
+    assert_eq!(rescanned(&mut state), 2);
+    assert_eq!(metrics.stale_files(), 2);
+    std::fs::rename(root.path().join("away"), &dir).unwrap();
+    assert_eq!(rescanned(&mut state), 2);
+    assert_eq!(metrics.stale_files(), 0);
 }
 
 /// Records which kind each delivered batch was of, and whether it only deleted.
