@@ -103,9 +103,9 @@ pub(crate) const MAX_LABEL: usize = 63;
 /// Parses a `Get` path against the cluster domain.
 ///
 /// Errors: [`AuthorityError::Invalid`] for a malformed port, a name longer than DNS allows
-/// (253 bytes, or 63 in one label) or with a character other than ASCII letters, digits, `-`
-/// and `.` (such names cannot exist, and each distinct name a client asks for costs a topic
-/// and metric series while its stream lasts);
+/// (253 bytes, or 63 in one label), with a character other than ASCII letters, digits, `-`
+/// and `.`, or with a label that starts or ends with `-` (such names cannot exist, and each
+/// distinct name a client asks for costs a topic and metric series while its stream lasts);
 /// [`AuthorityError::IpQuery`] for an IP; [`AuthorityError::NotAService`] for a name that is
 /// not `<service>.<namespace>.svc.<cluster-domain>` (with an optional instance label).
 pub fn parse_service_name(path: &str, cluster_domain: &str) -> Result<ServiceName, AuthorityError> {
@@ -129,6 +129,15 @@ pub fn parse_service_name(path: &str, cluster_domain: &str) -> Result<ServiceNam
         return Err(AuthorityError::Invalid {
             path: echo(path),
             reason: "a character no DNS name holds (only letters, digits, `-` and `.`)",
+        });
+    }
+    if host
+        .split('.')
+        .any(|label| label.starts_with('-') || label.ends_with('-'))
+    {
+        return Err(AuthorityError::Invalid {
+            path: echo(path),
+            reason: "a DNS label that starts or ends with `-`",
         });
     }
     let not_a_service = || AuthorityError::NotAService {
@@ -306,6 +315,18 @@ mod tests {
                     "{path:?}: {parsed:?}"
                 );
             }
+        }
+        // A label starting or ending with `-` is no DNS label either.
+        for path in [
+            "-web.emojivoto.svc.cluster.local:80",
+            "web-.emojivoto.svc.cluster.local:80",
+            "web-0.web.-ns.svc.cluster.local:80",
+        ] {
+            let parsed = parse_service_name(path, DOMAIN);
+            assert!(
+                matches!(&parsed, Err(AuthorityError::Invalid { reason, .. }) if reason.contains("starts or ends")),
+                "{path:?}: {parsed:?}"
+            );
         }
         // Case is not the parser's to judge: an upper-case name is an unknown Service.
         assert_eq!(
