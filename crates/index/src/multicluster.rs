@@ -164,7 +164,7 @@ enum StartError {
     #[error("kubeconfig is not UTF-8 YAML of a kubeconfig: {0}")]
     Kubeconfig(String),
     #[error("kubeconfig cannot be used to connect: {0}")]
-    NoContext(String),
+    CannotConnect(String),
     #[error(
         "kubeconfig {0}: a link's kubeconfig must carry its credentials inline, as `linkerd multicluster link` writes them"
     )]
@@ -184,7 +184,7 @@ impl StartError {
 
     fn reason(&self) -> &'static str {
         match self {
-            Self::Kubeconfig(_) | Self::NoContext(_) => "malformed_kubeconfig",
+            Self::Kubeconfig(_) | Self::CannotConnect(_) => "malformed_kubeconfig",
             Self::Unsafe(_) => "unsafe_kubeconfig",
             Self::Client(_) => "client",
             Self::Dir(_) => "state_dir",
@@ -707,7 +707,7 @@ async fn kube_client(kubeconfig: &[u8]) -> Result<(kube::Client, String), StartE
     // Names a current context, its cluster and user: what is missing is said as kube says it.
     let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
         .await
-        .map_err(|e| StartError::NoContext(e.to_string()))?;
+        .map_err(|e| StartError::CannotConnect(e.to_string()))?;
     let url = config.cluster_url.to_string();
     let client = kube::Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))?;
     Ok((client, url))
