@@ -3,14 +3,14 @@
 //!
 //! A JSON file is compacted (its blanks between tokens dropped), then split into its objects in
 //! place: each object's text is a slice of the compacted file.
-//! A YAML document is built one `items` entry at a time and each object re-encoded as JSON
-//! text, so a `kind: List` of thousands of pods never exists as one tree (which, freed, would
-//! leave the heap fragmented around the decoded objects). Either way, the kinds decode from
+//! A YAML document is written as JSON text as it is parsed, one `items` entry after another, so
+//! no document tree is built: not of a `kind: List` of thousands of pods (which, freed, would
+//! leave the heap fragmented around the decoded objects), not of one pod. Either way, the kinds decode from
 //! that text ([`crate::source::KindFeed::decode_json`]), and one digest algorithm serves both
 //! formats, so an object defined identically in a YAML and a JSON file is one object.
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::{Value, value::RawValue};
+use serde_json::value::RawValue;
 use std::{
     borrow::Cow,
     fmt,
@@ -36,8 +36,8 @@ pub struct Manifest<'a> {
 #[cfg(test)]
 impl Manifest<'_> {
     /// The object as a document tree, for tests: the kinds decode from the text.
-    pub fn value(&self) -> Value {
-        serde_json::from_str(&self.json).unwrap_or(Value::Null)
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.json).unwrap_or_default()
     }
 }
 
@@ -689,11 +689,148 @@ impl<'de> Visitor<'de> for ItemsSeed {
 
 // === YAML ===
 
-/// The documents of a multi-document YAML text. Each List item is re-encoded as JSON as soon as
-/// it is read, so that only one item's tree exists at a time.
+/// The documents of a multi-document YAML text, each object written as JSON text as it is read
+/// ([`JsonText`]): no document tree is built, of a List or of one of its items.
 fn yaml_documents(text: &str) -> Result<Vec<Document<'static>>, FileError> {
     let documents: Vec<YamlDocument> = linkerd_k8s_api::yaml::from_documents(text)?;
     Ok(documents.into_iter().map(|d| d.0).collect())
+}
+
+/// Writes the value it reads as JSON at the end of its buffer, without building a tree of it:
+/// YAML is written straight into the text the kinds decode from. Keys are read as strings, as
+/// a `serde_json::Value` reads them (YAML's `1:` is the key `"1"`), and an error is the
+/// parser's own, with its line and column.
+struct JsonText<'o>(&'o mut Vec<u8>);
+
+impl JsonText<'_> {
+    fn write<E: de::Error>(self, value: impl serde::Serialize) -> Result<(), E> {
+        serde_json::to_writer(self.0, &value).map_err(E::custom)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for JsonText<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for JsonText<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a YAML value")
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.0.extend_from_slice(b"null");
+        Ok(())
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        self.0.extend_from_slice(b"null");
+        Ok(())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.write(v)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.write(v)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.write(v)
+    }
+
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<(), E> {
+        self.write(v)
+    }
+
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<(), E> {
+        self.write(v)
+    }
+
+    /// A `.nan` or `.inf` is written `null`, as serde_json writes any number JSON cannot hold.
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.write(v)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.write(v)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.0.push(b'[');
+        let mut first = true;
+        loop {
+            // The separator goes before each element but the first; taken back at the end.
+            let mark = self.0.len();
+            if !first {
+                self.0.push(b',');
+            }
+            if seq.next_element_seed(JsonText(self.0))?.is_none() {
+                self.0.truncate(mark);
+                break;
+            }
+            first = false;
+        }
+        self.0.push(b']');
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.0.push(b'{');
+        let mut first = true;
+        loop {
+            let mark = self.0.len();
+            if !first {
+                self.0.push(b',');
+            }
+            if map.next_key_seed(JsonKey(self.0))?.is_none() {
+                self.0.truncate(mark);
+                break;
+            }
+            self.0.push(b':');
+            map.next_value_seed(JsonText(self.0))?;
+            first = false;
+        }
+        self.0.push(b'}');
+        Ok(())
+    }
+}
+
+/// Writes a map key as a JSON string ([`JsonText`]).
+struct JsonKey<'o>(&'o mut Vec<u8>);
+
+impl<'de> DeserializeSeed<'de> for JsonKey<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for JsonKey<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        JsonText(self.0).write(v)
+    }
 }
 
 struct YamlDocument(Document<'static>);
@@ -749,25 +886,33 @@ impl<'de> Visitor<'de> for YamlDocumentVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut fields = serde_json::Map::new();
+        // The fields but `items`, as the text of a JSON object still open; `items` waits for
+        // `kind`, which may come after it, to tell whether this is a List.
+        let mut object = vec![b'{'];
+        let mut keys: Vec<String> = Vec::new();
+        let mut kind = None;
         let mut items = None;
         while let Some(key) = map.next_key::<String>()? {
+            if keys.contains(&key) {
+                return Err(de::Error::custom(format_args!("duplicate key `{key}`")));
+            }
             if key == "items" {
-                if items.is_some() {
-                    return Err(de::Error::duplicate_field("items"));
-                }
                 items = Some(map.next_value::<YamlItems>()?);
             } else {
-                let value = map.next_value::<Value>()?;
-                if fields.insert(key.clone(), value).is_some() {
-                    return Err(de::Error::custom(format_args!("duplicate key `{key}`")));
+                if object.len() > 1 {
+                    object.push(b',');
+                }
+                serde_json::to_writer(&mut object, &key).map_err(de::Error::custom)?;
+                object.push(b':');
+                let value = object.len();
+                map.next_value_seed(JsonText(&mut object))?;
+                if key == "kind" {
+                    kind = serde_json::from_slice::<String>(&object[value..]).ok();
                 }
             }
+            keys.push(key);
         }
-        let list = fields
-            .get("kind")
-            .and_then(Value::as_str)
-            .is_some_and(is_list_kind);
+        let list = kind.as_deref().is_some_and(is_list_kind);
         Ok(match items {
             Some(YamlItems::Json { text, ends }) if list => Document::Buffer { text, ends },
             Some(YamlItems::Null) if list => Document::List(Vec::new()),
@@ -775,9 +920,15 @@ impl<'de> Visitor<'de> for YamlDocumentVisitor {
             // An object with a field named `items`: put it back as it was.
             items => {
                 if let Some(items) = items {
-                    fields.insert("items".into(), items.into_value());
+                    if object.len() > 1 {
+                        object.push(b',');
+                    }
+                    object.extend_from_slice(b"\"items\":");
+                    items.write_json(&mut object);
                 }
-                Document::Object(Cow::Owned(Value::Object(fields).to_string()))
+                object.push(b'}');
+                let object = String::from_utf8(object).map_err(de::Error::custom)?;
+                Document::Object(Cow::Owned(object))
             }
         })
     }
@@ -785,23 +936,32 @@ impl<'de> Visitor<'de> for YamlDocumentVisitor {
 
 /// A document's `items`: the entries as JSON texts, one after another, when it is a sequence.
 enum YamlItems {
-    Json { text: String, ends: Vec<usize> },
+    Json {
+        text: String,
+        ends: Vec<usize>,
+    },
     Null,
-    Other(Value),
+    /// Not a sequence: the value as JSON text.
+    Other(Vec<u8>),
 }
 
 impl YamlItems {
-    fn into_value(self) -> Value {
+    /// Writes `items` as JSON at the end of `out`.
+    fn write_json(self, out: &mut Vec<u8>) {
         match self {
-            YamlItems::Json { text, ends } => Value::Array(
-                std::iter::once(0)
-                    .chain(ends.iter().copied())
-                    .zip(ends.iter().copied())
-                    .map(|(start, end)| serde_json::from_str(&text[start..end]).unwrap_or_default())
-                    .collect(),
-            ),
-            YamlItems::Null => Value::Null,
-            YamlItems::Other(value) => value,
+            YamlItems::Json { text, ends } => {
+                out.push(b'[');
+                let starts = std::iter::once(0).chain(ends.iter().copied());
+                for (i, (start, end)) in starts.zip(ends.iter().copied()).enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(&text.as_bytes()[start..end]);
+                }
+                out.push(b']');
+            }
+            YamlItems::Null => out.extend_from_slice(b"null"),
+            YamlItems::Other(json) => out.extend_from_slice(&json),
         }
     }
 }
@@ -809,6 +969,13 @@ impl YamlItems {
 impl<'de> serde::Deserialize<'de> for YamlItems {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct ItemsVisitor;
+        impl ItemsVisitor {
+            fn other<E: de::Error>(value: impl serde::Serialize) -> Result<YamlItems, E> {
+                serde_json::to_vec(&value)
+                    .map(YamlItems::Other)
+                    .map_err(E::custom)
+            }
+        }
         impl<'de> Visitor<'de> for ItemsVisitor {
             type Value = YamlItems;
 
@@ -819,8 +986,7 @@ impl<'de> serde::Deserialize<'de> for YamlItems {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<YamlItems, A::Error> {
                 let mut text = Vec::new();
                 let mut ends = Vec::new();
-                while let Some(item) = seq.next_element::<Value>()? {
-                    serde_json::to_writer(&mut text, &item).map_err(de::Error::custom)?;
+                while seq.next_element_seed(JsonText(&mut text))?.is_some() {
                     ends.push(text.len());
                 }
                 let text = String::from_utf8(text).map_err(de::Error::custom)?;
@@ -836,31 +1002,31 @@ impl<'de> serde::Deserialize<'de> for YamlItems {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<YamlItems, A::Error> {
-                let value = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(YamlItems::Other(value))
+                let mut json = Vec::new();
+                JsonText(&mut json).deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(YamlItems::Other(json))
             }
 
-            fn visit_bool<E>(self, v: bool) -> Result<YamlItems, E> {
-                Ok(YamlItems::Other(Value::Bool(v)))
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<YamlItems, E> {
+                Self::other(v)
             }
 
-            fn visit_i64<E>(self, v: i64) -> Result<YamlItems, E> {
-                Ok(YamlItems::Other(v.into()))
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<YamlItems, E> {
+                Self::other(v)
             }
 
-            fn visit_u64<E>(self, v: u64) -> Result<YamlItems, E> {
-                Ok(YamlItems::Other(v.into()))
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<YamlItems, E> {
+                Self::other(v)
             }
 
-            fn visit_f64<E>(self, v: f64) -> Result<YamlItems, E> {
-                Ok(YamlItems::Other(v.into()))
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<YamlItems, E> {
+                Self::other(v)
             }
 
-            fn visit_str<E>(self, v: &str) -> Result<YamlItems, E> {
-                Ok(YamlItems::Other(v.into()))
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<YamlItems, E> {
+                Self::other(v)
             }
         }
-        use serde::Deserialize;
         deserializer.deserialize_any(ItemsVisitor)
     }
 }
@@ -1226,6 +1392,7 @@ pub(super) fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     type Read = Vec<(TypeKey, ObjectKey, Digest, String)>;
 

@@ -2005,3 +2005,46 @@ fn an_invalid_edit_withdraws_the_object_as_a_fresh_read_would() {
     let mut fresh = state_dir(dir.path(), &IndexMetrics::default());
     assert!(rescan(&mut fresh).is_empty());
 }
+
+/// YAML is written as JSON as it is read, without a document tree: the objects are those a
+/// tree gave (keys as strings, `~` as `null`, `.nan` a string), and an error inside a List's
+/// item is the parser's, naming its line and column once.
+#[test]
+fn yaml_is_read_into_the_json_a_document_tree_gave() {
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n    labels: {1: b, true: c, 1.5: d}\n  spec: {x: .nan, y: [1, -2, 3.5, ~, \"s\", {}], z: 18446744073709551615}\n";
+    let objs = parse_manifests(Path::new("x.yaml"), list.as_bytes()).unwrap();
+    assert_eq!(objs.len(), 1);
+    assert_eq!(
+        objs[0].value(),
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "a", "labels": {"1": "b", "true": "c", "1.5": "d"}},
+            "spec": {"x": ".nan", "y": [1, -2, 3.5, null, "s", {}], "z": 18446744073709551615u64},
+        })
+    );
+    // A document that is one object, with a field named `items` (not a List): kept whole.
+    let object = "apiVersion: v1\nkind: Thing\nitems: [1, {a: b}]\nmetadata: {name: t}\n";
+    let objs = parse_manifests(Path::new("x.yaml"), object.as_bytes()).unwrap();
+    assert_eq!(
+        objs[0].value(),
+        serde_json::json!({"apiVersion": "v1", "kind": "Thing", "items": [1, {"a": "b"}], "metadata": {"name": "t"}})
+    );
+    for (text, message) in [
+        (
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: a\n",
+            "invalid YAML: unclosed bracket '{' at line 6, column 13",
+        ),
+        (
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n    name: b\n",
+            "invalid YAML: duplicate mapping key: name at line 8, column 5",
+        ),
+        (
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\n  labels:\n    x: 1\n    x: 2\n",
+            "invalid YAML: duplicate mapping key: x at line 7, column 5",
+        ),
+    ] {
+        let error = parse_manifests(Path::new("x.yaml"), text.as_bytes()).unwrap_err();
+        assert_eq!(error.to_string(), message, "{text}");
+    }
+}
