@@ -639,10 +639,10 @@ impl StateDir {
             .map_or(1, std::num::NonZero::get)
             .min(paths.len());
         if threads <= 1 {
-            let mut buffers = ReadBuffers::default();
+            let mut buffer = Vec::new();
             return paths
                 .iter()
-                .map(|p| self.load(p, trust_stamp, &mut buffers))
+                .map(|p| self.load(p, trust_stamp, &mut buffer))
                 .collect();
         }
         let next = std::sync::atomic::AtomicUsize::new(0);
@@ -657,11 +657,11 @@ impl StateDir {
                     scope.spawn(|| {
                         let _logs = tracing::dispatcher::set_default(&dispatch);
                         let _span = span.enter();
-                        let (mut done, mut buffers) = (Vec::new(), ReadBuffers::default());
+                        let (mut done, mut buffer) = (Vec::new(), Vec::new());
                         loop {
                             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             let Some(path) = paths.get(i) else { break };
-                            done.push((i, self.load(path, trust_stamp, &mut buffers)));
+                            done.push((i, self.load(path, trust_stamp, &mut buffer)));
                         }
                         done
                     })
@@ -684,8 +684,9 @@ impl StateDir {
     /// watched kinds that it did not define before. Changes nothing: [`Self::apply`] does.
     /// `trust_stamp`: an unchanged size, modification time and inode mean unchanged contents (on
     /// a re-list; a file named by a notification is read, as its time may not have ticked).
-    /// The file is read into `buffers`, which the caller reuses for the next file.
-    fn load(&self, path: &Path, trust_stamp: bool, buffers: &mut ReadBuffers) -> Loaded {
+    /// The file is read into `buffer`, which the caller reuses for the next file: a fresh
+    /// allocation per file of tens of MiB costs a page fault per page.
+    fn load(&self, path: &Path, trust_stamp: bool, buffer: &mut Vec<u8>) -> Loaded {
         let stamp = std::fs::metadata(path)
             .and_then(|m| {
                 use std::os::unix::fs::MetadataExt;
@@ -696,7 +697,7 @@ impl StateDir {
         if trust_stamp && stamp.is_some() && served.is_some_and(|f| f.stamp == stamp) {
             return Loaded::Unchanged;
         }
-        let bytes = match read_limited_into(path, &mut buffers.file) {
+        let bytes = match read_limited_into(path, buffer) {
             Ok(bytes) => bytes,
             // Removed between listing and reading: it is simply gone.
             Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -720,7 +721,7 @@ impl StateDir {
         if self.rejected.get(path) == Some(&content_hash) {
             return Loaded::Unchanged;
         }
-        let documents = match Documents::parse(path, bytes, &mut buffers.compact) {
+        let documents = match Documents::parse(path, buffer) {
             Ok(documents) => documents,
             Err(error) => {
                 return Loaded::Failed {
@@ -1205,9 +1206,9 @@ fn decode_from_file(
     key: &(TypeKey, ObjectKey),
     digest: Digest,
 ) -> Option<Result<AnyObject, DecodeError>> {
-    let mut buffers = ReadBuffers::default();
-    let bytes = read_limited_into(path, &mut buffers.file).ok()?;
-    let documents = Documents::parse(path, bytes, &mut buffers.compact).ok()?;
+    let mut bytes = Vec::new();
+    read_limited_into(path, &mut bytes).ok()?;
+    let documents = Documents::parse(path, &mut bytes).ok()?;
     documents
         .manifests(path)
         .ok()?
@@ -1221,16 +1222,6 @@ fn object_ref((namespace, name): &ObjectKey) -> ObjectRef {
         namespace: namespace.clone(),
         name: name.clone(),
     }
-}
-
-/// What a thread reading state files reuses from one file to the next: a fresh allocation per
-/// file of tens of MiB costs a page fault per page.
-#[derive(Default)]
-struct ReadBuffers {
-    /// The file's bytes ([`read_limited_into`]).
-    file: Vec<u8>,
-    /// A JSON file's text without its blanks ([`Documents::parse`]).
-    compact: String,
 }
 
 /// Reads at most [`MAX_FILE_BYTES`] of `path` into `buffer` (cleared first) and returns what

@@ -44,8 +44,8 @@ impl Manifest<'_> {
 /// Parses one file into its objects ([`Documents::parse`], then [`Documents::manifests`]),
 /// each owning its text.
 pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Manifest<'static>>, FileError> {
-    let mut compact = String::new();
-    let documents = Documents::parse(path, bytes, &mut compact)?;
+    let mut bytes = bytes.to_vec();
+    let documents = Documents::parse(path, &mut bytes)?;
     Ok(documents
         .manifests(path)?
         .into_iter()
@@ -56,31 +56,48 @@ pub fn parse_manifests(path: &Path, bytes: &[u8]) -> Result<Vec<Manifest<'static
         .collect())
 }
 
-/// The documents of one file, each object's text a slice of the compacted file (JSON) or of the text its
-/// YAML document was re-encoded into.
+/// `bytes` as text, past the byte order mark that editors on Windows start UTF-8 files with
+/// (kubectl reads past it).
+fn utf8_text(bytes: &[u8]) -> Result<&str, FileError> {
+    let text = std::str::from_utf8(bytes).map_err(FileError::NotUtf8)?;
+    Ok(text.strip_prefix('\u{feff}').unwrap_or(text))
+}
+
+/// Why the JSON file at `path`, read again as written, is refused: an error whose line, column
+/// or byte index the user can find in it. `None` when it cannot be read or now parses (it
+/// changed since, and a notification is on its way).
+fn json_error_as_written(path: &Path) -> Option<FileError> {
+    let mut bytes = Vec::new();
+    let bytes = super::read_limited_into(path, &mut bytes).ok()?;
+    utf8_text(bytes).and_then(json_documents).err()
+}
+
+/// The documents of one file, each object's text a slice of the compacted file (JSON) or of
+/// the text its YAML document was written into.
 pub struct Documents<'a>(Vec<Document<'a>>);
 
 impl<'a> Documents<'a> {
-    /// Parses one file: YAML documents or JSON values. A JSON file is read from its text
-    /// without blanks, written into `compact` ([`compact_json`]), which the objects' texts are
-    /// slices of.
+    /// Parses one file: YAML documents or JSON values. A JSON file is compacted in `bytes` first
+    /// ([`compact_json`]); the objects' texts are slices of what is left.
     ///
     /// Any syntax error rejects the whole file, so a file is never half-applied; so does
-    /// YAML nesting deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any parsing.
-    pub fn parse(path: &Path, bytes: &'a [u8], compact: &'a mut String) -> Result<Self, FileError> {
-        let text = std::str::from_utf8(bytes).map_err(FileError::NotUtf8)?;
-        // Editors on Windows start UTF-8 files with a byte order mark; kubectl reads past it.
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    /// YAML nesting deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any
+    /// parsing. A JSON syntax error names its line and column in the file as written, read
+    /// again from `path` (in the compacted text, when that cannot be).
+    pub fn parse(path: &Path, bytes: &'a mut Vec<u8>) -> Result<Self, FileError> {
         if path.extension().and_then(|e| e.to_str()) == Some("json") {
-            // No scan first: splitting a JSON text into its objects is iterative at any
-            // depth, and decoding an object stops at serde_json's recursion limit (128).
-            return match json_documents(compact_json(text, compact)) {
-                Ok(documents) => Ok(Self(documents)),
-                // Compacting keeps what is not JSON so: the file as written fails alike, and
-                // says at which line.
-                Err(error) => Err(json_documents(text).err().unwrap_or(error)),
-            };
+            // Compacting keeps UTF-8 so and what is not so: the compacted text, two fifths of
+            // the file, is the one validated.
+            compact_json(bytes);
+            let documents = utf8_text(bytes).and_then(|text| {
+                // No scan first: splitting a JSON text into its objects is iterative at any
+                // depth, and decoding an object stops at serde_json's recursion limit (128).
+                Ok(Self(json_documents(text)?))
+            });
+            return documents.map_err(|error| json_error_as_written(path).unwrap_or(error));
         }
+        let bytes: &'a [u8] = bytes;
+        let text = utf8_text(bytes)?;
         if nesting_exceeds(bytes, MAX_NESTING) {
             return Err(FileError::TooDeep { limit: MAX_NESTING });
         }
@@ -258,16 +275,17 @@ fn json_documents(text: &str) -> Result<Vec<Document<'_>>, FileError> {
     }
 }
 
-/// `text`, a JSON text, without the blanks between its tokens, written into `out` (cleared
-/// first, so that its allocation serves file after file).
+/// Drops the blanks between the tokens of the JSON text in `bytes`, in place.
 ///
 /// `kubectl get -o json` indents by 4 spaces: in a List of injected pods, three bytes in five
 /// are blanks, which serde_json skips one byte at a time, in each of the two passes over a
 /// file (summarizing it, then decoding its objects). Dropping them in one tight pass first makes
-/// both passes shorter. Strings are copied as they are (a quote inside one is escaped), and
-/// blanks between two tokens that are neither strings nor punctuation (`1 2`, `true false`)
-/// are kept: a text that is not JSON stays not JSON, and one that is reads as the same values.
-fn compact_json<'b>(text: &str, out: &'b mut String) -> &'b str {
+/// both passes shorter, and doing it in place costs no second buffer. Strings are kept as they
+/// are (a quote inside one is escaped), and blanks between two tokens that are neither strings
+/// nor punctuation (`1 2`, `true false`) are kept: a text that is not JSON stays not JSON, and
+/// one that is reads as the same values. Only ASCII blanks next to ASCII punctuation are
+/// dropped, so UTF-8 stays UTF-8 and what is not stays not.
+fn compact_json(bytes: &mut Vec<u8>) {
     const fn is_blank(b: u8) -> bool {
         matches!(b, b' ' | b'\t' | b'\n' | b'\r')
     }
@@ -275,11 +293,8 @@ fn compact_json<'b>(text: &str, out: &'b mut String) -> &'b str {
     const fn is_word(b: u8) -> bool {
         !matches!(b, b'{' | b'}' | b'[' | b']' | b':' | b',' | b'"') && !is_blank(b)
     }
-    out.clear();
-    let bytes = text.as_bytes();
-    // `bytes[copied..at]` is still to be copied; ASCII bytes never fall inside a UTF-8
-    // sequence, so both ends are always character boundaries.
-    let (mut copied, mut at) = (0, 0);
+    // `bytes[..kept]` is compacted; `bytes[copied..at]` is still to be moved after it.
+    let (mut kept, mut copied, mut at) = (0, 0, 0);
     while let Some(&b) = bytes.get(at) {
         if b == b'"' {
             at += 1;
@@ -302,7 +317,8 @@ fn compact_json<'b>(text: &str, out: &'b mut String) -> &'b str {
                 }
             }
         } else if is_blank(b) {
-            out.push_str(&text[copied..at]);
+            bytes.copy_within(copied..at, kept);
+            kept += at - copied;
             let blanks = at;
             at += 1;
             // Indentation is spaces: 8 bytes at a time, as one word; other blanks one by one.
@@ -324,17 +340,19 @@ fn compact_json<'b>(text: &str, out: &'b mut String) -> &'b str {
                 }
                 at += 1;
             }
-            let after_word = out.as_bytes().last().is_some_and(|&b| is_word(b));
+            let after_word = kept > 0 && is_word(bytes[kept - 1]);
             if after_word && bytes.get(at).is_some_and(|&b| is_word(b)) {
-                out.push_str(&text[blanks..at]);
+                bytes.copy_within(blanks..at, kept);
+                kept += at - blanks;
             }
             copied = at;
         } else {
             at += 1;
         }
     }
-    out.push_str(&text[copied..]);
-    out
+    let end = bytes.len();
+    bytes.copy_within(copied..end, kept);
+    bytes.truncate(kept + end - copied);
 }
 
 /// [`json_documents`]' single pass; `None` when its result would not be exact.
@@ -1484,7 +1502,9 @@ mod tests {
     }
 
     fn compacted(text: &str) -> String {
-        compact_json(text, &mut String::from("left over")).to_owned()
+        let mut bytes = text.as_bytes().to_vec();
+        compact_json(&mut bytes);
+        String::from_utf8(bytes).unwrap()
     }
 
     /// Blanks between tokens go; strings, escapes included, stay as written.
@@ -1541,15 +1561,68 @@ mod tests {
         }
     }
 
-    /// A syntax error names its place in the file as written, not in the compacted text.
+    /// Every text of up to 5 bytes over JSON's punctuation, blanks, a quote, an escape, a digit
+    /// and a letter: it reads as the same values compacted, or fails either way.
     #[test]
-    fn a_json_error_names_the_line_of_the_file() {
-        let text = "{\n    \"kind\": \"List\",\n    \"items\": [\n        {\"a\": 1,}\n    ]\n}\n";
-        let mut compact = String::new();
-        let Err(error) = Documents::parse(Path::new("x.json"), text.as_bytes(), &mut compact)
-        else {
-            panic!("a trailing comma is not JSON");
-        };
-        assert!(error.to_string().contains("line 4 column 17"), "{error}");
+    fn compacting_changes_no_short_text_s_reading() {
+        fn read(text: &[u8]) -> Option<Vec<Value>> {
+            let values = serde_json::Deserializer::from_slice(text).into_iter::<Value>();
+            values.collect::<Result<_, _>>().ok()
+        }
+        let alphabet = b" \n\"\\1e{}[]:,";
+        let mut texts: Vec<Vec<u8>> = vec![Vec::new()];
+        let mut checked = 0;
+        for _ in 0..5 {
+            texts = texts
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |&b| [&t[..], &[b]].concat()))
+                .collect();
+            for text in &texts {
+                let mut compact = text.clone();
+                compact_json(&mut compact);
+                assert_eq!(
+                    read(&compact),
+                    read(text),
+                    "{:?}",
+                    String::from_utf8_lossy(text)
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(
+            checked,
+            (1..=5).map(|n| alphabet.len().pow(n)).sum::<usize>()
+        );
+    }
+
+    /// A syntax error names its place in the file as written, not in the compacted text: the
+    /// line and column of JSON, the byte index of what is not UTF-8. Without the file, the
+    /// error is still one, with its place in the compacted text.
+    #[test]
+    fn an_error_names_its_place_in_the_file_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.json");
+        for (text, written, compact) in [
+            (
+                &b"{\n    \"kind\": \"List\",\n    \"items\": [\n        {\"a\": 1,}\n    ]\n}\n"[..],
+                "invalid JSON: key must be a string at line 4 column 17",
+                "invalid JSON: key must be a string at line 1 column 32",
+            ),
+            (
+                &b"{\n    \"kind\": \"caf\xe9\"\n}\n"[..],
+                "not UTF-8: invalid utf-8 sequence of 1 bytes from index 18",
+                "not UTF-8: invalid utf-8 sequence of 1 bytes from index 12",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let Err(error) = Documents::parse(&path, &mut text.to_vec()) else {
+                panic!("not JSON");
+            };
+            assert_eq!(error.to_string(), written);
+            let Err(error) = Documents::parse(Path::new("gone.json"), &mut text.to_vec()) else {
+                panic!("not JSON");
+            };
+            assert_eq!(error.to_string(), compact);
+        }
     }
 }
