@@ -92,10 +92,16 @@ pub enum FileError {
 /// without the excerpt of the file it draws under them, and without its advice to the program
 /// (an option of the decoder, which the user of a state directory cannot set).
 fn yaml_message(error: &serde_saphyr::Error) -> String {
-    error
-        .without_snippet()
-        .to_string()
-        .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
+    const ADVICE: [&str; 3] = [
+        ", set DuplicateKeyPolicy in Options if acceptable",
+        "; use Option<String>",
+        ". If you just use !!binary for documentation/annotation, set \
+         ignore_binary_tag_for_string in Options",
+    ];
+    let message = error.without_snippet().to_string();
+    ADVICE
+        .iter()
+        .fold(message, |message, advice| message.replace(advice, ""))
 }
 
 /// `(group, kind)` of an object, e.g. `("discovery.k8s.io", "EndpointSlice")`; the version is not

@@ -63,13 +63,26 @@ fn utf8_text(bytes: &[u8]) -> Result<&str, FileError> {
     Ok(text.strip_prefix('\u{feff}').unwrap_or(text))
 }
 
+/// Whether the file at `path` is read as JSON (else as YAML).
+fn is_json(path: &Path) -> bool {
+    path.extension().and_then(|e| e.to_str()) == Some("json")
+}
+
 /// Why the JSON file at `path`, read again as written, is refused: an error whose line, column
-/// or byte index the user can find in it. `None` when it cannot be read or now parses (it
+/// or byte index the user can find in it. `None` when it cannot be read or now reads (it
 /// changed since, and a notification is on its way).
 fn json_error_as_written(path: &Path) -> Option<FileError> {
     let mut bytes = Vec::new();
     let bytes = super::read_limited_into(path, &mut bytes).ok()?;
-    utf8_text(bytes).and_then(json_documents).err()
+    match utf8_text(bytes).and_then(json_documents) {
+        Err(error) => Some(error),
+        // What reading it logs was logged by the first reading.
+        Ok(documents) => {
+            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+                Documents(documents).read_manifests(path, &mut |_| {}).err()
+            })
+        }
+    }
 }
 
 /// The documents of one file, each object's text a slice of the compacted file (JSON) or of
@@ -85,7 +98,7 @@ impl<'a> Documents<'a> {
     /// parsing. A JSON syntax error names its line and column in the file as written, read
     /// again from `path` (in the compacted text, when that cannot be).
     pub fn parse(path: &Path, bytes: &'a mut Vec<u8>) -> Result<Self, FileError> {
-        if path.extension().and_then(|e| e.to_str()) == Some("json") {
+        if is_json(path) {
             // Compacting keeps UTF-8 so and what is not so: the compacted text, two fifths of
             // the file, is the one validated.
             compact_json(bytes);
@@ -117,7 +130,23 @@ impl<'a> Documents<'a> {
     /// [`Self::manifests`], calling `nameless` with the `(group, kind)` of each object skipped
     /// because it has `apiVersion` and `kind` but no `metadata.name` string, so that the
     /// caller can count those of the kinds it serves.
+    ///
+    /// An error of a JSON file names its place in the file as written, as [`Self::parse`]'s do.
     pub fn manifests_with(
+        &self,
+        path: &Path,
+        nameless: &mut dyn FnMut(&TypeKey),
+    ) -> Result<Vec<Manifest<'_>>, FileError> {
+        self.read_manifests(path, nameless).map_err(|error| {
+            if is_json(path) {
+                json_error_as_written(path).unwrap_or(error)
+            } else {
+                error
+            }
+        })
+    }
+
+    fn read_manifests(
         &self,
         path: &Path,
         nameless: &mut dyn FnMut(&TypeKey),
@@ -907,7 +936,8 @@ impl<'de> Visitor<'de> for YamlDocumentVisitor {
         // The fields but `items`, as the text of a JSON object still open; `items` waits for
         // `kind`, which may come after it, to tell whether this is a List.
         let mut object = vec![b'{'];
-        let mut keys: Vec<String> = Vec::new();
+        // A set: a document may have any number of fields.
+        let mut keys = std::collections::HashSet::new();
         let mut kind = None;
         let mut items = None;
         while let Some(key) = map.next_key::<String>()? {
@@ -928,7 +958,7 @@ impl<'de> Visitor<'de> for YamlDocumentVisitor {
                     kind = serde_json::from_slice::<String>(&object[value..]).ok();
                 }
             }
-            keys.push(key);
+            keys.insert(key);
         }
         let list = kind.as_deref().is_some_and(is_list_kind);
         Ok(match items {
@@ -1623,6 +1653,36 @@ mod tests {
                 panic!("not JSON");
             };
             assert_eq!(error.to_string(), compact);
+        }
+        // What only reading an object finds: a number out of range, a lone surrogate, nesting
+        // deeper than serde_json reads.
+        let object = |field: &str| {
+            format!(
+                "{{\n    \"apiVersion\": \"v1\",\n    \"kind\": \"Service\",\n    \"metadata\": {{\n        \
+                 \"name\": \"a\"\n    }},\n    \"spec\": {{\n        \"x\": {field}\n    }}\n}}\n"
+            )
+        };
+        let deep = format!("{}1{}", "[".repeat(140), "]".repeat(140));
+        for (field, written) in [
+            (
+                "1e400",
+                "invalid JSON: number out of range at line 8 column 18",
+            ),
+            (
+                r#""\udc00""#,
+                "invalid JSON: lone leading surrogate in hex escape at line 8 column 20",
+            ),
+            (
+                &deep,
+                "invalid JSON: recursion limit exceeded at line 8 column 139",
+            ),
+        ] {
+            let text = object(field);
+            std::fs::write(&path, &text).unwrap();
+            let mut bytes = text.clone().into_bytes();
+            let documents = Documents::parse(&path, &mut bytes).unwrap();
+            let error = documents.manifests(&path).unwrap_err();
+            assert_eq!(error.to_string(), written, "{text}");
         }
     }
 }

@@ -123,6 +123,25 @@ fn malformed_files_are_errors_naming_the_problem() {
     assert!(err.starts_with("invalid YAML: "), "{err}");
     assert!(err.contains("line 5, column 11"), "{err}");
     assert!(err.contains("unclosed bracket"), "{err}");
+    // serde-saphyr's advice to the program (an option of its decoder) is not the user's.
+    for (text, message) in [
+        (
+            "kind: Service\nmetadata:\n  labels:\n    ~: a\n",
+            "invalid YAML: cannot deserialize null into string at line 4, column 5",
+        ),
+        (
+            "kind: Service\nmetadata:\n  labels:\n    x: !!binary /w==\n",
+            "invalid YAML: !!binary scalar is not valid UTF-8 so cannot be stored into string at \
+             line 4, column 17",
+        ),
+        (
+            "kind: Service\nkind: Pod\n",
+            "invalid YAML: duplicate mapping key: kind at line 2, column 1",
+        ),
+    ] {
+        let err = parse_manifests(Path::new("x.yaml"), text.as_bytes()).unwrap_err();
+        assert_eq!(err.to_string(), message);
+    }
     let err = parse_manifests(Path::new("x.yaml"), b"kind: caf\xe9\n").unwrap_err();
     assert!(matches!(err, FileError::NotUtf8(_)), "{err}");
     assert!(err.to_string().starts_with("not UTF-8: "), "{err}");
