@@ -5,9 +5,9 @@
 //! place: each object's text is a slice of the compacted file.
 //! A YAML document is written as JSON text as it is parsed, one `items` entry after another, so
 //! no document tree is built: not of a `kind: List` of thousands of pods (which, freed, would
-//! leave the heap fragmented around the decoded objects), not of one pod. Either way, the kinds decode from
-//! that text ([`crate::source::KindFeed::decode_json`]), and one digest algorithm serves both
-//! formats, so an object defined identically in a YAML and a JSON file is one object.
+//! leave the heap fragmented around the decoded objects), not of one pod. Either way, the kinds
+//! decode from that text ([`crate::source::KindFeed::decode_json`]), and one digest algorithm
+//! serves both formats, so an object defined identically in a YAML and a JSON file is one object.
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
