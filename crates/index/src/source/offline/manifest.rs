@@ -91,7 +91,7 @@ pub struct Documents<'a>(Vec<Document<'a>>);
 
 impl<'a> Documents<'a> {
     /// Parses one file: YAML documents or JSON values. A JSON file is compacted in `bytes` first
-    /// ([`compact_json`]); the objects' texts are slices of what is left.
+    /// (its blanks between tokens dropped); the objects' texts are slices of what is left.
     ///
     /// Any syntax error rejects the whole file, so a file is never half-applied; so does
     /// YAML nesting deeper than [`MAX_NESTING`] ([`FileError::TooDeep`]), checked before any
