@@ -74,14 +74,68 @@ fn is_json(path: &Path) -> bool {
 fn json_error_as_written(path: &Path) -> Option<FileError> {
     let mut bytes = Vec::new();
     let bytes = super::read_limited_into(path, &mut bytes).ok()?;
-    match utf8_text(bytes).and_then(json_documents) {
-        Err(error) => Some(error),
-        // What reading it logs was logged by the first reading.
-        Ok(documents) => {
-            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
-                Documents(documents).read_manifests(path, &mut |_| {}).err()
-            })
-        }
+    let text = match utf8_text(bytes) {
+        Ok(text) => text,
+        Err(error) => return Some(error),
+    };
+    if let Err(error) = json_documents(text) {
+        return Some(error);
+    }
+    // What only reading an object finds (a number out of range, a lone surrogate, nesting past
+    // 128), found reading the whole text, so that its line counts from the top of the file.
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<Checked>();
+    values.find_map(Result::err).map(FileError::Json)
+}
+
+/// A JSON value read as the kinds read it (numbers parsed, strings unescaped, nesting counted),
+/// and dropped.
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Checked)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
     }
 }
 
@@ -1663,26 +1717,33 @@ mod tests {
             )
         };
         let deep = format!("{}1{}", "[".repeat(140), "]".repeat(140));
-        for (field, written) in [
-            (
-                "1e400",
-                "invalid JSON: number out of range at line 8 column 18",
-            ),
-            (
-                r#""\udc00""#,
-                "invalid JSON: lone leading surrogate in hex escape at line 8 column 20",
-            ),
-            (
-                &deep,
-                "invalid JSON: recursion limit exceeded at line 8 column 139",
-            ),
+        for (field, message, column) in [
+            ("1e400", "number out of range", 18),
+            (r#""\udc00""#, "lone leading surrogate in hex escape", 20),
+            (&deep, "recursion limit exceeded", 139),
         ] {
             let text = object(field);
-            std::fs::write(&path, &text).unwrap();
-            let mut bytes = text.clone().into_bytes();
-            let documents = Documents::parse(&path, &mut bytes).unwrap();
-            let error = documents.manifests(&path).unwrap_err();
-            assert_eq!(error.to_string(), written, "{text}");
+            // Alone, as the second document three lines down, as an item of a List four lines
+            // down: the line counts from the top of the file.
+            let second = format!(
+                "{{\"apiVersion\":\"v1\",\"kind\":\"Service\",\"metadata\":{{\"name\":\"b\"}}}}\n\n{text}"
+            );
+            let item = format!("{{\n\"kind\": \"List\",\n\"items\": [\n{text}]}}");
+            // Nesting is counted from the top of the file: in a List, two levels sooner.
+            let item_column = if field == deep { column - 2 } else { column };
+            for (text, line, column) in [
+                (text, 8, column),
+                (second, 10, column),
+                (item, 11, item_column),
+            ] {
+                std::fs::write(&path, &text).unwrap();
+                let mut bytes = text.clone().into_bytes();
+                let error = Documents::parse(&path, &mut bytes)
+                    .and_then(|documents| documents.manifests(&path).map(|_| ()))
+                    .unwrap_err();
+                let written = format!("invalid JSON: {message} at line {line} column {column}");
+                assert_eq!(error.to_string(), written, "{text}");
+            }
         }
     }
 }
