@@ -68,21 +68,22 @@ fn is_json(path: &Path) -> bool {
     path.extension().and_then(|e| e.to_str()) == Some("json")
 }
 
-/// Why the JSON file at `path`, read again as written, is refused: an error whose line, column
-/// or byte index the user can find in it. `None` when it cannot be read or now reads (it
-/// changed since, and a notification is on its way).
-fn json_error_as_written(path: &Path) -> Option<FileError> {
+/// Why the JSON file at `path`, read again as written and given to `read`, is refused: an
+/// error whose line, column or byte index the user can find in it. `None` when it cannot be
+/// read or now reads (it changed since, and a notification is on its way).
+fn json_error_as_written(
+    path: &Path,
+    read: impl FnOnce(&str) -> Option<FileError>,
+) -> Option<FileError> {
     let mut bytes = Vec::new();
     let bytes = super::read_limited_into(path, &mut bytes).ok()?;
-    let text = match utf8_text(bytes) {
-        Ok(text) => text,
-        Err(error) => return Some(error),
-    };
-    if let Err(error) = json_documents(text) {
-        return Some(error);
-    }
-    // What only reading an object finds (a number out of range, a lone surrogate, nesting past
-    // 128), found reading the whole text, so that its line counts from the top of the file.
+    utf8_text(bytes).map_or_else(Some, read)
+}
+
+/// The first error found reading every value of `text` as the kinds read them: what only
+/// reading an object finds (a number out of range, a lone surrogate, nesting past 128), with
+/// its line counted from the top of the file.
+fn first_value_error(text: &str) -> Option<FileError> {
     let mut values = serde_json::Deserializer::from_str(text).into_iter::<Checked>();
     values.find_map(Result::err).map(FileError::Json)
 }
@@ -161,7 +162,9 @@ impl<'a> Documents<'a> {
                 // depth, and decoding an object stops at serde_json's recursion limit (128).
                 Ok(Self(json_documents(text)?))
             });
-            return documents.map_err(|error| json_error_as_written(path).unwrap_or(error));
+            return documents.map_err(|error| {
+                json_error_as_written(path, |text| json_documents(text).err()).unwrap_or(error)
+            });
         }
         let bytes: &'a [u8] = bytes;
         let text = utf8_text(bytes)?;
@@ -193,7 +196,7 @@ impl<'a> Documents<'a> {
     ) -> Result<Vec<Manifest<'_>>, FileError> {
         self.read_manifests(path, nameless).map_err(|error| {
             if is_json(path) {
-                json_error_as_written(path).unwrap_or(error)
+                json_error_as_written(path, first_value_error).unwrap_or(error)
             } else {
                 error
             }
