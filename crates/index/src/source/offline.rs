@@ -1103,26 +1103,33 @@ impl StateDir {
                 events.entry(key.0.clone()).or_default().push(event);
             }
         }
-        // Kinds that add or change objects go first, those that others refer to before those
-        // that refer to them (a Pod before the EndpointSlice naming it, before its Service);
-        // kinds that only lose objects go last, in the reverse order (the Service first). A
-        // file removed or added then reaches a stream as one change of its Service, never
-        // through a moment where a slice names Pods already gone or not there yet.
-        let (mut deleting, mut applying): (Vec<_>, Vec<_>) = events
-            .into_iter()
-            .partition(|(_, events)| events.iter().all(|e| matches!(e, Event::Delete(_))));
+        // Objects added or changed go first, kind by kind, those that others refer to before
+        // those that refer to them (a Pod before the EndpointSlice naming it, before its
+        // Service); then objects removed, kind by kind in the reverse order (the Service
+        // first). A file removed or added then reaches a stream as one change of its Service,
+        // never through a moment where a slice names Pods already gone or not there yet; nor
+        // does a rewrite that drops a Pod and its endpoint while changing another Pod (newcomer
+        // finding: the Pods' batch, applied whole, removed the Pod under the old slice).
+        // Within a kind, an object moved between keys is so never missing in between.
+        let (mut applying, mut deleting) = (Vec::new(), Vec::new());
+        for (type_key, events) in events {
+            let (deletes, applies): (Vec<_>, Vec<_>) = events
+                .into_iter()
+                .partition(|e| matches!(e, Event::Delete(_)));
+            if !applies.is_empty() {
+                applying.push((type_key.clone(), applies));
+            }
+            if !deletes.is_empty() {
+                deleting.push((type_key, deletes));
+            }
+        }
         applying.sort_by_key(|(type_key, _)| reference_rank(&type_key.1));
         deleting.sort_by_key(|(type_key, _)| std::cmp::Reverse(reference_rank(&type_key.1)));
         for (type_key, events) in applying.into_iter().chain(deleting) {
             let Some(feed) = self.feeds.get(&type_key) else {
                 continue;
             };
-            // Applies first, then deletes: an object moved between keys is never missing in
-            // between. The kind's indexes apply the whole batch at once.
-            let (deletes, applies): (Vec<_>, Vec<_>) = events
-                .into_iter()
-                .partition(|e| matches!(e, Event::Delete(_)));
-            let events = applies.into_iter().chain(deletes).collect();
+            // The kind's indexes apply the whole batch at once.
             let skipped = deferring_skips(|| feed.deliver(events));
             self.log_skipped(skipped);
         }
