@@ -157,7 +157,16 @@ impl StreamsArgs {
     /// Errors: the connection ([`Error::Connect`]), a refused filter ([`Error::Status`]), or
     /// `out` failing otherwise ([`Error::Output`]).
     pub async fn run(&self, out: &mut impl Write) -> Result<(), Error> {
-        let streams = list("--introspection", &self.introspection, self.request()).await?;
+        let streams = match list("--introspection", &self.introspection, self.request()).await {
+            // The other container's API: say where that one is.
+            Err(Error::Status { status, .. })
+                if status.code() == tonic::Code::FailedPrecondition
+                    && let Some(hint) = self.api.as_deref().and_then(served_by) =>
+            {
+                return Err(Error::Usage(format!("{}; {hint}", status.message())));
+            }
+            listed => listed?,
+        };
         let now = SystemTime::now();
         match self.output {
             OutputFormat::Json => {
@@ -169,34 +178,23 @@ impl StreamsArgs {
             }
             OutputFormat::Table => {
                 emit(out, &streams_table(&streams, now).render())?;
-                if streams.is_empty()
-                    && let Some(hint) = self
-                        .api
-                        .as_deref()
-                        .and_then(|api| served_by(api, &self.introspection))
-                {
-                    emit(out, &hint)?;
-                }
             }
         }
         Ok(())
     }
 }
 
-/// Where the streams of `api` are, for a listing of them from `asked` that came back empty: the
+/// Where the streams of `api` are, for a server that refused to list them as another's: the
 /// API of the other container is a common mistake (`--api WatchPort` on destination's port).
-/// `None` for a name that is not one of the four, or when `asked` is that container's address.
-fn served_by(api: &str, asked: &str) -> Option<String> {
+/// `None` for a name that is not one of the four.
+fn served_by(api: &str) -> Option<String> {
     let (binary, default) = match server_of(api)? {
         "destination" => ("destination", DEFAULT_DESTINATION_INTROSPECTION),
         _ => ("policy-controller", DEFAULT_POLICY_INTROSPECTION),
     };
-    if address(asked) == address(default) {
-        return None;
-    }
     Some(format!(
-        "no open {api} streams here; {api} streams are {binary}'s, whose introspection API the \
-         pod serves on {} (--introspection)",
+        "{api} streams are {binary}'s, whose introspection API the pod serves on {} \
+         (--introspection)",
         address(default)
     ))
 }
@@ -600,17 +598,14 @@ mod tests {
     /// Newcomer finding: asking the policy controller itself for `Watch` streams, and finding
     /// none, pointed at the policy controller.
     #[test]
-    fn an_empty_listing_points_elsewhere_only_when_another_server_was_asked() {
-        for asked in ["http://127.0.0.1:9980", "127.0.0.1:9980", "127.0.0.1:9980/"] {
-            assert_eq!(served_by("Watch", asked), None, "{asked}");
-        }
-        assert_eq!(served_by("Get", "127.0.0.1:9986"), None);
-        assert_eq!(served_by("Other", "127.0.0.1:9986"), None);
-        let hint = served_by("WatchPort", "127.0.0.1:9986").expect("a hint");
+    fn the_other_server_is_named_with_its_default_address() {
+        assert_eq!(served_by("Other"), None);
+        let hint = served_by("WatchPort").expect("a hint");
         assert!(hint.contains("policy-controller's"), "{hint}");
         assert!(hint.contains("127.0.0.1:9980"), "{hint}");
-        let hint = served_by("GetProfile", "http://127.0.0.1:9980").expect("a hint");
+        let hint = served_by("GetProfile").expect("a hint");
         assert!(hint.contains("destination's"), "{hint}");
+        assert!(hint.contains("127.0.0.1:9986"), "{hint}");
     }
 
     #[test]

@@ -44,7 +44,7 @@ async fn start() -> Servers {
     index.watch(&mut watches);
     let source = OfflineSource::new(fixture(), metrics).expect("fixture dir");
     watches.start(&ClusterSource::Offline(source)).await;
-    let streams = StreamRegistry::new();
+    let streams = StreamRegistry::serving(&["Get", "GetProfile"]);
     let service = DestinationService::new(
         index,
         EndpointTranslator::new(chart_config()),
@@ -85,7 +85,7 @@ async fn start() -> Servers {
     index.watch(&mut watches);
     let source = OfflineSource::new(fixture(), metrics).expect("fixture dir");
     watches.start(&ClusterSource::Offline(source)).await;
-    let streams = StreamRegistry::new();
+    let streams = StreamRegistry::serving(&["WatchPort", "Watch"]);
     let service = InboundPolicyService::new(
         index,
         translator,
@@ -194,8 +194,8 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
         "{stdout}"
     );
 
-    // `WatchPort` streams asked of destination: none, and where they are.
-    let (code, stdout, _) = wait_output(dst_diag(&[
+    // `WatchPort` streams asked of destination: refused, and where they are.
+    let (code, stdout, stderr) = wait_output(dst_diag(&[
         "streams",
         "--introspection",
         &s.destination_introspection,
@@ -203,13 +203,28 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
         "WatchPort",
     ]))
     .await;
-    assert_eq!(code, Some(0));
+    assert_eq!(code, Some(2), "{stdout}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains("WatchPort streams are another server's: this one serves Get and GetProfile streams; WatchPort streams are policy-controller's, whose introspection API the pod serves on 127.0.0.1:9980 (--introspection)"),
+        "{stderr}"
+    );
+    // Destination's own API with a filter that leaves nothing: an empty table, no hint that
+    // this is the wrong server (newcomer finding: it was said whenever the address was not
+    // the default one).
+    let (code, stdout, stderr) = wait_output(dst_diag(&[
+        "streams",
+        "--introspection",
+        &s.destination_introspection,
+        "--api",
+        "GetProfile",
+        "--behind",
+    ]))
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
-        [
-            "ID  API  POD  TARGET  PEER  SENT  LAST SENT  OPENED  BEHIND",
-            "no open WatchPort streams here; WatchPort streams are policy-controller's, whose introspection API the pod serves on 127.0.0.1:9980 (--introspection)"
-        ],
+        ["ID  API  POD  TARGET  PEER  SENT  LAST SENT  OPENED  BEHIND"],
         "{stdout}"
     );
 

@@ -254,12 +254,14 @@ fn convergence_histogram() -> Histogram {
 }
 
 impl StreamRegistry {
-    /// A registry whose metrics are registered nowhere (tests, tools).
+    /// A registry of a server of every API, whose metrics are registered nowhere (tests, tools).
     pub fn new() -> Self {
         Self::serving(&APIS)
     }
 
-    fn serving(apis: &[&'static str]) -> Self {
+    /// A registry of a server of `apis` (of [`APIS`]), whose metrics are registered nowhere
+    /// (tests): a listing of another API's streams is refused, as [`Self::serves`] says.
+    pub fn serving(apis: &[&'static str]) -> Self {
         Self {
             inner: Arc::new(Inner {
                 apis: apis.to_vec(),
@@ -268,6 +270,18 @@ impl StreamRegistry {
                 convergence: Family::new_with_constructor(convergence_histogram),
             }),
         }
+    }
+
+    /// Whether this server serves streams of `api`: a `ListStreams` of another API's streams
+    /// asked the wrong server (destination serves `Get` and `GetProfile`, policy-controller
+    /// `WatchPort` and `Watch`), which an empty listing would not say.
+    pub fn serves(&self, api: &str) -> bool {
+        self.inner.apis.contains(&api)
+    }
+
+    /// The APIs whose streams this server serves, in the order given.
+    pub fn apis(&self) -> &[&'static str] {
+        &self.inner.apis
     }
 
     /// A registry whose `stream_convergence_seconds` and `streams_behind` are in `registry`,

@@ -121,6 +121,14 @@ impl Introspection for IntrospectionService {
         request: Request<ListStreamsRequest>,
     ) -> Result<Response<ListStreamsResponse>, Status> {
         let filter = filter(request.get_ref())?;
+        if let Some(api) = &filter.api
+            && !self.registry.serves(api)
+        {
+            return Err(Status::failed_precondition(format!(
+                "{api} streams are another server's: this one serves {} streams",
+                self.registry.apis().join(" and ")
+            )));
+        }
         let streams = self
             .registry
             .list(&filter)

@@ -435,6 +435,43 @@ fn filters_that_cannot_match_are_refused_with_the_field_named() {
     assert_eq!(ok.peer_ip, Some("::1".parse().unwrap()));
 }
 
+/// Asked for the other server's API, a server says so rather than listing nothing (newcomer
+/// finding: dst-diag guessed the server from its address, and a listing left empty by another
+/// filter on a port other than the default was said to be the wrong server).
+#[tokio::test]
+async fn an_api_the_server_does_not_serve_is_refused_naming_those_it_does() {
+    use linkerd_introspection_api::introspection_server::Introspection;
+    let list = |registry: StreamRegistry, api: &str| {
+        let request = tonic::Request::new(ListStreamsRequest {
+            api: api.into(),
+            ..ListStreamsRequest::default()
+        });
+        async move {
+            service::IntrospectionService::new(registry)
+                .list_streams(request)
+                .await
+        }
+    };
+    let destination = StreamRegistry::serving(&["Get", "GetProfile"]);
+    let status = list(destination.clone(), "WatchPort").await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(
+        status.message(),
+        "WatchPort streams are another server's: this one serves Get and GetProfile streams"
+    );
+    let listed = list(destination, "GetProfile").await.unwrap();
+    assert!(listed.into_inner().streams.is_empty());
+    let policy = StreamRegistry::serving(&["WatchPort", "Watch"]);
+    let status = list(policy.clone(), "Get").await.unwrap_err();
+    assert_eq!(
+        status.message(),
+        "Get streams are another server's: this one serves WatchPort and Watch streams"
+    );
+    assert!(list(policy, "").await.is_ok());
+    // A tool's registry serves them all.
+    assert!(list(StreamRegistry::new(), "Watch").await.is_ok());
+}
+
 #[test]
 fn a_packed_peer_gives_back_the_address_and_port() {
     for peer in [
