@@ -80,7 +80,7 @@ pub struct DestinationMetrics {
     pub(crate) service_subscribers: Family<ServiceLabels, Gauge>,
     pub(crate) workload_subscribers: Gauge,
     pub(crate) workload_updates: Counter,
-    /// Federated members naming a cluster that is not linked (multicluster).
+    /// Members of federated or remote-discovery Services naming a cluster that is not linked.
     pub(crate) unknown_cluster_members: Counter,
 }
 
@@ -123,7 +123,7 @@ impl DestinationMetrics {
         let m = Self::default();
         registry.register(
             "multicluster_unknown_cluster_members",
-            "Federated Service members naming a cluster that is not linked, as Get streams met them",
+            "Members of federated or remote-discovery Services naming a cluster that is not linked, as Get streams met them",
             m.unknown_cluster_members.clone(),
         );
         registry.register(
