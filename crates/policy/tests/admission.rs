@@ -1741,3 +1741,45 @@ fn the_readmes_example_review_is_denied() {
         "Invalid 'accessPolicy' field: invalid mode: \"nobody\""
     );
 }
+
+/// A review whose regexes take long to compile is judged off the runtime: the server answers
+/// other requests meanwhile (newcomer finding: two reviews of 1,000 regexes like `\w{20}0`
+/// each stalled the policy controller's runtime for 20 s, and its gRPC streams and `/ready`
+/// with it). The test's runtime has one thread, which the server shares: a `404` for another
+/// path is answered while the review is still being judged.
+#[tokio::test]
+async fn a_review_slow_to_judge_holds_up_no_other_request() {
+    let webhook = Arc::new(mk_webhook().await);
+    // Short patterns that compile large: seconds of judging in a debug build.
+    let matches: Vec<Value> = (0..150)
+        .map(|i| json!({"path": {"type": "RegularExpression", "value": format!("/\\w{{20}}{i}")}}))
+        .collect();
+    let route = json!({
+        "apiVersion": "policy.linkerd.io/v1beta3",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "slow", "namespace": "emojivoto"},
+        "spec": {
+            "parentRefs": [{"group": "policy.linkerd.io", "kind": "Server", "name": "web-http"}],
+            "rules": [{"matches": matches}],
+        },
+    });
+    let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let review = {
+        let (webhook, answered) = (webhook.clone(), answered.clone());
+        tokio::spawn(async move {
+            let response = webhook.admit_object(route).await;
+            answered.store(true, std::sync::atomic::Ordering::SeqCst);
+            response
+        })
+    };
+    // Until the review's body is in and its judging has begun.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let other = webhook.send("GET", "/elsewhere", b"").await;
+    assert_eq!(other.status, 404);
+    assert!(
+        !answered.load(std::sync::atomic::Ordering::SeqCst),
+        "the review was answered before the 404: its judging held up the server"
+    );
+    let response = review.await.unwrap();
+    assert!(response.allowed, "{:?}", response.message());
+}

@@ -138,6 +138,62 @@ pub struct BodyBudget {
     decoded_total: usize,
 }
 
+/// Where a webhook judges its reviews: on tokio's blocking threads, at most a fixed number at
+/// once (one per core but one, [`ReviewWorkers::per_core`]), never on the runtime's workers.
+/// Judging can take seconds of CPU: a review of 1,000 short regexes that compile large
+/// (`\w{20}0`, `\w{20}1`, ...) takes 4.6 s to judge in a release build. On a runtime worker
+/// it stalled all the process served for that long: the policy controller's gRPC streams and
+/// both admin ports' probes (newcomer finding: `/ready` answered after 20 s, in a debug
+/// build). Work holds its slot until it ends, even when its client has gone, so clients that
+/// leave cannot pile up work; reviews waiting for a slot wait without a thread. Cheap to
+/// clone; clones share the slots.
+#[derive(Clone, Debug)]
+pub struct ReviewWorkers {
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl ReviewWorkers {
+    /// At most `slots` reviews judged at once (at least one).
+    pub fn new(slots: usize) -> Self {
+        Self {
+            slots: Arc::new(tokio::sync::Semaphore::new(slots.max(1))),
+        }
+    }
+
+    /// One slot per core but one, and at least one: a webhook busy judging leaves a core to
+    /// the rest of the process (gRPC streams, probes, the index).
+    pub fn per_core() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        Self::new(cores.saturating_sub(1))
+    }
+
+    /// Runs `judge` on a blocking thread once a slot is free, and returns what it returns.
+    ///
+    /// Errors: `judge` panicked (the panic is caught by tokio and returned here, so the
+    /// caller answers the review with an error instead of losing the connection's task).
+    pub async fn run<T: Send + 'static>(
+        &self,
+        judge: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        let slot = self
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the review slots' semaphore is never closed");
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            judge()
+        })
+        .await
+    }
+
+    /// How many slots are free now (tests, diagnostics).
+    pub fn available(&self) -> usize {
+        self.slots.available_permits()
+    }
+}
+
 /// A request body read through a [`BodyBudget`], holding its share until dropped.
 #[derive(Debug)]
 pub struct HeldBody {

@@ -33,7 +33,7 @@ use axum::{
 use linkerd_admission::{
     AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, ReviewBody, ReviewMetrics,
 };
-use linkerd_runtime::tls::{BodyBudget, BodyError};
+use linkerd_runtime::tls::{BodyBudget, BodyError, ReviewWorkers};
 
 pub use linkerd_admission::{MAX_BODY_BYTES, ReviewError};
 
@@ -53,7 +53,9 @@ pub fn router(metrics: ReviewMetrics) -> Router {
         linkerd_admission::SMALL_BODY_BYTES,
         linkerd_admission::SMALL_BODY_BYTES_AT_ONCE,
     );
-    Router::new().fallback(handle).with_state((metrics, budget))
+    Router::new()
+        .fallback(handle)
+        .with_state((metrics, budget, ReviewWorkers::per_core()))
 }
 
 /// Answers a non-empty review body (see the module docs).
@@ -126,7 +128,7 @@ fn is_service_profile(request: &AdmissionRequest) -> bool {
 }
 
 async fn handle(
-    State((metrics, budget)): State<(ReviewMetrics, BodyBudget)>,
+    State((metrics, budget, workers)): State<(ReviewMetrics, BodyBudget, ReviewWorkers)>,
     request: Request,
 ) -> Response {
     let text = |status: StatusCode, text: String| {
@@ -155,14 +157,28 @@ async fn handle(
     }
     // Decoding can take many times the body's size: it waits for room in the budget too (a
     // review too complex for it has its object denied without being decoded).
-    let reviewed = ReviewBody::new(&body);
-    let _decoding = budget.decoding(reviewed.memory()).await;
-    let answer = match reviewed.review(admit) {
-        Ok(answer) => answer,
-        Err(error) => {
+    let decoding = budget.decoding(ReviewBody::new(&body).memory()).await;
+    // Judged off the runtime: compiling a profile's regexes can take seconds.
+    let judged = workers
+        .run(move || {
+            let _decoding = decoding;
+            ReviewBody::new(&body).review(admit)
+        })
+        .await;
+    let answer = match judged {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(error)) => {
             tracing::info!(%error, "bad admission review");
             metrics.invalid();
             return text(StatusCode::BAD_REQUEST, error.to_string());
+        }
+        Err(error) => {
+            tracing::error!(%error, "judging an admission review failed");
+            metrics.invalid();
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "judging the admission review failed".into(),
+            );
         }
     };
     metrics.answered(&answer);

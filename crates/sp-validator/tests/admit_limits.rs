@@ -236,3 +236,36 @@ async fn send_chunked(webhook: &Webhook, body: &[u8]) -> (u16, String) {
     // `connection: close` answers are not chunked by the server; a 200 may be.
     (status, body.to_string())
 }
+
+/// A profile whose regexes take long to compile is judged off the runtime: the server answers
+/// other requests meanwhile (newcomer finding: two reviews of 1,000 `pathRegex` like `/\w{20}0`
+/// stalled the sp-validator's runtime for 20 s, its `/ready` with it). The test's runtime has
+/// one thread, which the server shares: an empty request is answered while the review is
+/// still being judged.
+#[tokio::test]
+async fn a_review_slow_to_judge_holds_up_no_other_request() {
+    let webhook = std::sync::Arc::new(mk_webhook().await);
+    let routes: Vec<Value> = (0..150)
+        .map(|i| json!({"name": format!("r{i}"), "condition": {"pathRegex": format!("/\\w{{20}}{i}")}}))
+        .collect();
+    let mut profile = mk_profile(json!({"method": "GET"}));
+    profile["spec"]["routes"] = Value::Array(routes);
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let review = {
+        let (webhook, answered) = (webhook.clone(), answered.clone());
+        tokio::spawn(async move {
+            let response = webhook.admit_object(profile).await;
+            answered.store(true, std::sync::atomic::Ordering::SeqCst);
+            response
+        })
+    };
+    // Until the review's body is in and its judging has begun.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let other = webhook.send("POST", "/", b"").await;
+    assert_eq!((other.status, other.body.as_str()), (200, ""));
+    assert!(
+        !answered.load(std::sync::atomic::Ordering::SeqCst),
+        "the review was answered before the empty request: its judging held up the server"
+    );
+    assert_allowed(&review.await.unwrap(), "150 slow regexes");
+}

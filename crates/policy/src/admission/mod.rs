@@ -80,7 +80,7 @@ use linkerd_index::{
     inbound::InboundIndex,
     model::{ServerInfo, ServerOverlap},
 };
-use linkerd_runtime::tls::{BodyBudget, BodyError};
+use linkerd_runtime::tls::{BodyBudget, BodyError, ReviewWorkers};
 use std::sync::Arc;
 
 pub use linkerd_admission::{
@@ -131,7 +131,7 @@ pub fn router(existing: impl ExistingServers, metrics: ReviewMetrics) -> Router 
     Router::new()
         .route("/", post(handle).fallback(not_found))
         .fallback(not_found)
-        .with_state((budget, existing, metrics))
+        .with_state((budget, ReviewWorkers::per_core(), existing, metrics))
 }
 
 /// Answers a review body (see the module docs for the protocol), with no existing Servers.
@@ -358,8 +358,9 @@ fn deny(request: &AdmissionRequest, message: String) -> AdmissionResponse {
 }
 
 async fn handle(
-    State((budget, existing, metrics)): State<(
+    State((budget, workers, existing, metrics)): State<(
         BodyBudget,
+        ReviewWorkers,
         Arc<dyn ExistingServers>,
         ReviewMetrics,
     )>,
@@ -386,14 +387,28 @@ async fn handle(
     };
     // Decoding can take many times the body's size: it waits for room in the budget too (a
     // review too complex for it has its object denied without being decoded).
-    let reviewed = ReviewBody::new(&body);
-    let _decoding = budget.decoding(reviewed.memory()).await;
-    let answer = reviewed
-        .review(|request| admit_among(request, &*existing))
-        .map_err(|error| {
+    let decoding = budget.decoding(ReviewBody::new(&body).memory()).await;
+    // Judged off the runtime: compiling a review's regexes can take seconds.
+    let judged = workers
+        .run(move || {
+            let _decoding = decoding;
+            ReviewBody::new(&body).review(|request| admit_among(request, &*existing))
+        })
+        .await;
+    let answer = match judged {
+        Ok(answer) => answer.map_err(|error| {
             tracing::info!(%error, "bad admission review");
             error
-        });
+        }),
+        Err(error) => {
+            tracing::error!(%error, "judging an admission review failed");
+            metrics.invalid();
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "judging the admission review failed".into(),
+            );
+        }
+    };
     match &answer {
         Ok(answer) => metrics.answered(answer),
         Err(_) => metrics.invalid(),

@@ -713,3 +713,41 @@ async fn a_body_that_stalls_frees_its_share_after_its_hold_time() {
     );
     drop(tx);
 }
+
+/// A review's work holds its slot until it ends, even when its caller has gone (the client
+/// hung up): clients that leave cannot pile up work beyond the slots.
+#[tokio::test]
+async fn review_work_holds_its_slot_until_it_ends() {
+    let workers = ReviewWorkers::new(1);
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let (started, mut running) = tokio::sync::oneshot::channel::<()>();
+    let caller = tokio::spawn({
+        let workers = workers.clone();
+        async move {
+            workers
+                .run(move || {
+                    let _ = started.send(());
+                    wait.recv().ok()
+                })
+                .await
+        }
+    });
+    (&mut running).await.unwrap();
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    assert_eq!(workers.available(), 0, "the work still runs");
+    release.send(()).unwrap();
+    // The next review runs once the first ends.
+    assert_eq!(workers.run(|| 7).await.unwrap(), 7);
+    assert_eq!(workers.available(), 1);
+    // A panic in the work is an error for its caller, and frees the slot.
+    assert!(
+        workers
+            .run(|| panic!("judge"))
+            .await
+            .unwrap_err()
+            .is_panic()
+    );
+    assert_eq!(workers.available(), 1);
+    assert_eq!(ReviewWorkers::new(0).available(), 1);
+}
