@@ -2,14 +2,17 @@
 //! that this shim stands in for (spec/sp-validator-and-pod.md §d.3): `/live` is always
 //! `200 live`, `/ready` is `503 not ready` until [`Shim::ready`](crate::Shim::ready) turns true
 //! and `200 ready` after, `/metrics` is the Prometheus text of the registry (500 if it cannot be
-//! encoded); anything else is 404.
+//! encoded); `POST /shutdown` is the proxy's answer when its shutdown endpoint is not enabled
+//! (`404 shutdown endpoint is not enabled`: the shim has none, and a client such as
+//! `linkerd-await --shutdown` reads that answer as the proxy's), another method on it `405`;
+//! anything else is 404.
 
 use axum::{
     Router,
     extract::State,
     http::{StatusCode, header},
     response::IntoResponse,
-    routing::get,
+    routing::{get, post},
 };
 use linkerd_runtime::shutdown::Shutdown;
 use prometheus_client::registry::Registry;
@@ -37,6 +40,10 @@ impl AdminState {
             .route("/live", get(|| async { "live\n" }))
             .route("/ready", get(ready))
             .route("/metrics", get(metrics))
+            .route(
+                "/shutdown",
+                post(|| async { (StatusCode::NOT_FOUND, "shutdown endpoint is not enabled\n") }),
+            )
             .with_state(self)
     }
 

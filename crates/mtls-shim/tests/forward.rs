@@ -104,6 +104,12 @@ async fn ready_once_every_upstream_accepts_connections() {
     let shim = Harness::start(&pki, &[echo.addr, later_addr], ClientAuth::Required).await;
     assert_eq!(http_get(shim.admin, "/live").await, (200, "live\n".into()));
     assert_eq!(http_get(shim.admin, "/nope").await.0, 404);
+    // The proxy's answers when its shutdown endpoint is not enabled (spec §d.3).
+    assert_eq!(
+        http_request(shim.admin, "POST", "/shutdown").await,
+        (404, "shutdown endpoint is not enabled\n".into())
+    );
+    assert_eq!(http_get(shim.admin, "/shutdown").await.0, 405);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         http_get(shim.admin, "/ready").await,

@@ -309,8 +309,15 @@ pub fn write_config(dir: &Path, pki: &Pki, leaf: &Leaf, upstreams: &[SocketAddr]
 
 /// `GET path` over HTTP/1.1; the status and body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    http_request(addr, "GET", path).await
+}
+
+/// `method` of `path` (no body) on the plain HTTP server at `addr`: the status and the body.
+pub async fn http_request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
     let mut tcp = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: admin\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    );
     tcp.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     tcp.read_to_string(&mut response).await.unwrap();
