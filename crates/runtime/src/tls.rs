@@ -139,7 +139,8 @@ pub struct BodyBudget {
 }
 
 /// Where a webhook judges its reviews: on tokio's blocking threads, at most a fixed number at
-/// once (one per core but one, [`ReviewWorkers::per_core`]), never on the runtime's workers.
+/// once (one per core, at least two: [`ReviewWorkers::per_core`]), never on the runtime's
+/// workers.
 /// Judging can take seconds of CPU: a review of 1,000 short regexes that compile large
 /// (`\w{20}0`, `\w{20}1`, ...) takes 4.6 s to judge in a release build. On a runtime worker
 /// it stalled all the process served for that long: the policy controller's gRPC streams and
@@ -160,11 +161,13 @@ impl ReviewWorkers {
         }
     }
 
-    /// One slot per core but one, and at least one: a webhook busy judging leaves a core to
-    /// the rest of the process (gRPC streams, probes, the index).
+    /// One slot per core, and at least two: one slow review does not hold up the others
+    /// (newcomer finding: with one slot on 2 cores, every review waited for it). The rest of
+    /// the process (gRPC streams, probes, the index) runs on other threads, which the OS
+    /// gives their share of the cores.
     pub fn per_core() -> Self {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        Self::new(cores.saturating_sub(1))
+        Self::new(cores.max(2))
     }
 
     /// Runs `judge` on a blocking thread once a slot is free, and returns what it returns.

@@ -33,6 +33,7 @@ use axum::{
 use linkerd_admission::{
     AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, ReviewBody, ReviewMetrics,
 };
+use linkerd_index::model::regex::with_time_budget;
 use linkerd_runtime::tls::{BodyBudget, BodyError, ReviewWorkers};
 
 pub use linkerd_admission::{MAX_BODY_BYTES, ReviewError};
@@ -162,7 +163,9 @@ async fn handle(
     let judged = workers
         .run(move || {
             let _decoding = decoding;
-            ReviewBody::new(&body).review(admit)
+            with_time_budget(linkerd_admission::JUDGING_TIME_BUDGET, || {
+                ReviewBody::new(&body).review(admit)
+            })
         })
         .await;
     let answer = match judged {

@@ -4,6 +4,11 @@
 //! 240,000 times (1.4 MiB) took a validator to 320 MB. The proxy compiles the same patterns,
 //! and real ones are a few hundred bytes.
 
+use std::{
+    cell::Cell,
+    time::{Duration, Instant},
+};
+
 /// The longest pattern compiled, in bytes: 8 KiB.
 pub const MAX_REGEX_BYTES: usize = 8 * 1024;
 
@@ -13,10 +18,46 @@ const NEST_LIMIT: u32 = 64;
 /// The most memory the compiled program may take, in bytes (the regex crate allows 10 MiB).
 const SIZE_LIMIT: usize = 1024 * 1024;
 
+thread_local! {
+    /// When [`compile_regex`] stops compiling on this thread, and the budget it was given
+    /// ([`with_time_budget`]); `None`: it never does.
+    static DEADLINE: Cell<Option<(Instant, Duration)>> = const { Cell::new(None) };
+}
+
+/// Runs `judge` with the regexes [`compile_regex`] compiles for it on this thread refused once
+/// `budget` has passed since the start, and returns what `judge` returns.
+///
+/// The webhooks judge each review within such a budget: each pattern's compilation is
+/// bounded, but not how many an object holds, and short patterns can compile large (1,000
+/// patterns like `/\w{20}0` took 4.6 s to compile in a release build, 84 s for 15,000 in a
+/// 953 KB ServiceProfile), which held up every review behind it past the API server's
+/// timeout, after which `failurePolicy: Ignore` admits objects unvalidated. A real object
+/// compiles its regexes in milliseconds. The index does not use a budget: whether it serves
+/// an object must not depend on the machine's speed.
+pub fn with_time_budget<T>(budget: Duration, judge: impl FnOnce() -> T) -> T {
+    /// Puts back the deadline it replaced, also when `judge` panics.
+    struct Restore(Option<(Instant, Duration)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEADLINE.set(self.0);
+        }
+    }
+    let _restore = Restore(DEADLINE.replace(Some((Instant::now() + budget, budget))));
+    judge()
+}
+
 /// `pattern` compiled, or why not in one line (the regex crate's own error renders the
-/// pattern over several lines): too long, nested too deep, too large once compiled, or
-/// invalid.
+/// pattern over several lines): too long, nested too deep, too large once compiled, invalid,
+/// or not compiled because the time budget of the caller's [`with_time_budget`] has passed.
 pub fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
+    if let Some((deadline, budget)) = DEADLINE.get()
+        && Instant::now() >= deadline
+    {
+        return Err(format!(
+            "not compiled: the object's regular expressions took more than {} s to compile",
+            budget.as_secs_f32()
+        ));
+    }
     if pattern.len() > MAX_REGEX_BYTES {
         return Err(format!(
             "the pattern is {} bytes long, more than the {MAX_REGEX_BYTES} allowed",
@@ -58,5 +99,26 @@ mod tests {
         // Short, but large once compiled.
         assert!(compile_regex(r"\w{1000}\w{1000}").is_err());
         assert_eq!(compile_regex("(").unwrap_err(), "unclosed group");
+    }
+
+    #[test]
+    fn a_time_budget_refuses_what_comes_after_it() {
+        let compiled = with_time_budget(Duration::from_secs(60), || compile_regex("/a+").is_ok());
+        assert!(compiled);
+        let refused = with_time_budget(Duration::ZERO, || compile_regex("/a+").unwrap_err());
+        assert_eq!(
+            refused,
+            "not compiled: the object's regular expressions took more than 0 s to compile"
+        );
+        // Budgets nest, and the outer one is back afterwards, also after a panic.
+        with_time_budget(Duration::ZERO, || {
+            assert!(with_time_budget(Duration::from_secs(60), || compile_regex("a")).is_ok());
+            assert!(compile_regex("a").is_err());
+        });
+        let panicked = std::panic::catch_unwind(|| {
+            with_time_budget(Duration::ZERO, || panic!("judge"));
+        });
+        assert!(panicked.is_err());
+        assert!(compile_regex("a").is_ok(), "no budget outside");
     }
 }

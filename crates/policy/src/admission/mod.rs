@@ -78,7 +78,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use linkerd_admission::{ReviewBody, ReviewMetrics};
 use linkerd_index::{
     inbound::InboundIndex,
-    model::{ServerInfo, ServerOverlap},
+    model::{ServerInfo, ServerOverlap, regex::with_time_budget},
 };
 use linkerd_runtime::tls::{BodyBudget, BodyError, ReviewWorkers};
 use std::sync::Arc;
@@ -392,7 +392,9 @@ async fn handle(
     let judged = workers
         .run(move || {
             let _decoding = decoding;
-            ReviewBody::new(&body).review(|request| admit_among(request, &*existing))
+            with_time_budget(linkerd_admission::JUDGING_TIME_BUDGET, || {
+                ReviewBody::new(&body).review(|request| admit_among(request, &*existing))
+            })
         })
         .await;
     let answer = match judged {
