@@ -188,13 +188,13 @@ impl StreamsArgs {
 /// API of the other container is a common mistake (`--api WatchPort` on destination's port).
 /// `None` for a name that is not one of the four.
 fn served_by(api: &str) -> Option<String> {
-    let (binary, default) = match server_of(api)? {
+    let (binary, default) = match server_of(api.trim())? {
         "destination" => ("destination", DEFAULT_DESTINATION_INTROSPECTION),
         _ => ("policy-controller", DEFAULT_POLICY_INTROSPECTION),
     };
     Some(format!(
-        "{api} streams are {binary}'s, whose introspection API the pod serves on {} \
-         (--introspection)",
+        "ask {binary}'s introspection API (--introspection; the pod serves it on {} unless \
+         --introspection-addr says otherwise)",
         address(default)
     ))
 }
@@ -600,6 +600,8 @@ mod tests {
     #[test]
     fn the_other_server_is_named_with_its_default_address() {
         assert_eq!(served_by("Other"), None);
+        // The server trims the name it is given; so does the hint.
+        assert_eq!(served_by(" WatchPort "), served_by("WatchPort"));
         let hint = served_by("WatchPort").expect("a hint");
         assert!(hint.contains("policy-controller's"), "{hint}");
         assert!(hint.contains("127.0.0.1:9980"), "{hint}");

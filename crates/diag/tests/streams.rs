@@ -206,7 +206,7 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
     assert_eq!(code, Some(2), "{stdout}");
     assert_eq!(stdout, "");
     assert!(
-        stderr.contains("WatchPort streams are another server's: this one serves Get and GetProfile streams; WatchPort streams are policy-controller's, whose introspection API the pod serves on 127.0.0.1:9980 (--introspection)"),
+        stderr.contains("WatchPort streams are another server's: this one serves Get and GetProfile streams; ask policy-controller's introspection API (--introspection; the pod serves it on 127.0.0.1:9980 unless --introspection-addr says otherwise)"),
         "{stderr}"
     );
     // Destination's own API with a filter that leaves nothing: an empty table, no hint that
