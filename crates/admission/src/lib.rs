@@ -95,6 +95,21 @@ pub const JUDGING_TIME_BUDGET: std::time::Duration = std::time::Duration::from_s
 /// 18,000 of the smallest routes (760 KB of JSON), where a real one has tens.
 pub const MAX_DECODED_BYTES: usize = 64 * 1024 * 1024;
 
+/// Reviews whose [`decode_cost`] is at most this many bytes (1 MiB) are cheap: decoded from a
+/// pool of their own ([`CHEAP_REVIEW_COSTS_AT_ONCE`]) and judged in slots of their own
+/// (`linkerd_runtime::tls::BodyBudget::with_cheap_decoding`,
+/// `linkerd_runtime::tls::ReviewWorkers::with_cheap_lane`), so that costly reviews, however
+/// many wait, never hold them up. What the API server sends is cheap: an `UPDATE` of a
+/// ServiceProfile of 50 routes with response classes, applied by kubectl, costs about
+/// 680 KiB (measured in the tests). A cheap review holds at most about 680 JSON objects, so
+/// at most about 340 regexes (a route is two objects at least), which compile in under 2 s
+/// even when each is as slow as `/\w{20}0` (and [`JUDGING_TIME_BUDGET`] bounds the rest).
+pub const CHEAP_REVIEW_COST: usize = 1024 * 1024;
+
+/// The cheap reviews' decoding pool: 16 MiB (16 of the costliest cheap reviews at once,
+/// dozens of the API server's), on top of [`MAX_DECODED_BYTES`].
+pub const CHEAP_REVIEW_COSTS_AT_ONCE: usize = 16 * 1024 * 1024;
+
 /// What decoding and judging one JSON object of a review costs, beyond its text, in bytes: its
 /// map, and the typed copy the validators make (measured: about 3.2 KB per route of
 /// `{"name":"r","condition":{"method":"GET"}}`, two objects and five values).

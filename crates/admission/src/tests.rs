@@ -552,3 +552,68 @@ fn review_metrics_are_registered_with_every_result_at_zero() {
     assert_eq!(metrics.count_of("invalid"), 1);
     assert_eq!(metrics.count_of("other"), 0);
 }
+
+/// What the API server sends is cheap (`CHEAP_REVIEW_COST`): an `UPDATE` of a ServiceProfile
+/// of 50 routes with response classes and timeouts, applied by kubectl (its last-applied
+/// annotation and `managedFields`), with `oldObject`. One of 1,000 routes is not.
+#[test]
+fn a_review_the_api_server_sends_is_cheap() {
+    let profile = |routes: usize| {
+        let routes: Vec<Value> = (0..routes)
+            .map(|i| {
+                json!({
+                    "name": format!("GET /api/v1/things/{{id}}/part{i}"),
+                    "condition": {"method": "GET", "pathRegex": format!("/api/v1/things/[^/]*/part{i}")},
+                    "responseClasses": [{"condition": {"status": {"min": 500, "max": 599}}, "isFailure": true}],
+                    "isRetryable": true,
+                    "timeout": "300ms",
+                })
+            })
+            .collect();
+        let spec = json!({"routes": routes, "retryBudget": {"retryRatio": 0.2, "minRetriesPerSecond": 10, "ttl": "10s"}});
+        json!({
+            "apiVersion": "linkerd.io/v1alpha2",
+            "kind": "ServiceProfile",
+            "metadata": {
+                "name": "web-svc.emojivoto.svc.cluster.local",
+                "namespace": "emojivoto",
+                "uid": "0d3c0e9a-8f4e-4a55-9c1b-0e6f3f2b9d11",
+                "resourceVersion": "812345",
+                "generation": 3,
+                "creationTimestamp": "2026-11-30T10:00:00Z",
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": json!({"apiVersion": "linkerd.io/v1alpha2", "kind": "ServiceProfile", "spec": spec}).to_string(),
+                },
+                "managedFields": [{
+                    "manager": "kubectl-client-side-apply",
+                    "operation": "Update",
+                    "apiVersion": "linkerd.io/v1alpha2",
+                    "time": "2026-11-30T10:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}}},
+                        "f:spec": {".": {}, "f:retryBudget": {".": {}, "f:minRetriesPerSecond": {}, "f:retryRatio": {}, "f:ttl": {}}, "f:routes": {}},
+                    },
+                }],
+            },
+            "spec": spec,
+        })
+    };
+    let review = |routes: usize| {
+        let mut review = mk_review("admission.k8s.io/v1");
+        review["request"]["operation"] = json!("UPDATE");
+        review["request"]["object"] = profile(routes);
+        review["request"]["oldObject"] = profile(routes);
+        serde_json::to_vec(&review).unwrap()
+    };
+    let ordinary = decode_cost(&review(50));
+    assert!(ordinary <= CHEAP_REVIEW_COST, "{ordinary}");
+    assert!((600 * 1024..760 * 1024).contains(&ordinary), "{ordinary}");
+    assert!(decode_cost(&review(1_000)) > CHEAP_REVIEW_COST);
+    // The slow regexes of the webhooks' tests: 1,000 short routes.
+    let mut review = mk_review("admission.k8s.io/v1");
+    review["request"]["object"]["spec"]["routes"] = (0..1_000)
+        .map(|i| json!({"name": format!("r{i}"), "condition": {"pathRegex": format!("/\\w{{20}}{i}")}}))
+        .collect();
+    assert!(decode_cost(&serde_json::to_vec(&review).unwrap()) > CHEAP_REVIEW_COST);
+}

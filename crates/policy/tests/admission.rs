@@ -1742,15 +1742,16 @@ fn the_readmes_example_review_is_denied() {
     );
 }
 
-/// A review whose regexes take long to compile is judged off the runtime, within a time
+/// Reviews whose regexes take long to compile are judged off the runtime, within a time
 /// budget: the server answers other requests meanwhile (newcomer finding: two reviews of 1,000
 /// regexes like `\w{20}0` each stalled the policy controller's runtime for 20 s, and its gRPC
-/// streams and `/ready` with it), and the review is denied once its regexes have taken
-/// [`linkerd_admission::JUDGING_TIME_BUDGET`] (a newcomer's 15,000 took 84 s, every review
-/// behind it past the API server's timeout). The test's runtime has one thread, which the
-/// server shares: a `404` for another path is answered while the review is still judged.
+/// streams and `/ready` with it), an ordinary review is judged beside them however many wait
+/// for a slot (eight at once kept one waiting 11.6 s), and each is denied once its regexes
+/// have taken [`linkerd_admission::JUDGING_TIME_BUDGET`] (a newcomer's 15,000 took 84 s, every
+/// review behind it past the API server's timeout). More slow reviews are sent than there are
+/// slots; the test's runtime has one thread, which the server shares.
 #[tokio::test]
-async fn a_review_slow_to_judge_holds_up_no_other_request_and_is_cut_short() {
+async fn slow_reviews_hold_up_no_other_request_and_are_cut_short() {
     let webhook = Arc::new(mk_webhook().await);
     // Short patterns that compile large: 4.6 s of judging in a release build, 20 s in debug.
     let matches: Vec<Value> = (0..1000)
@@ -1765,30 +1766,48 @@ async fn a_review_slow_to_judge_holds_up_no_other_request_and_is_cut_short() {
             "rules": [{"matches": matches}],
         },
     });
-    let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let review = {
-        let (webhook, answered) = (webhook.clone(), answered.clone());
-        tokio::spawn(async move {
-            let response = webhook.admit_object(route).await;
-            answered.store(true, std::sync::atomic::Ordering::SeqCst);
-            response
+    // One per slot (`ReviewWorkers::per_core`), and two that wait for a slot.
+    let slots = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .max(2);
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let reviews: Vec<_> = (0..slots + 2)
+        .map(|_| {
+            let (webhook, answered, route) = (webhook.clone(), answered.clone(), route.clone());
+            tokio::spawn(async move {
+                let response = webhook.admit_object(route).await;
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                response
+            })
         })
-    };
-    // Until the review's body is in and its judging has begun.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        .collect();
+    // Until the reviews' bodies are in and their judging has begun.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let other = webhook.send("GET", "/elsewhere", b"").await;
     assert_eq!(other.status, 404);
-    assert!(
-        !answered.load(std::sync::atomic::Ordering::SeqCst),
-        "the review was answered before the 404: its judging held up the server"
+    let ordinary = webhook
+        .admit_object(json!({
+            "apiVersion": "policy.linkerd.io/v1beta3",
+            "kind": "Server",
+            "metadata": {"name": "web-http", "namespace": "emojivoto"},
+            "spec": {"podSelector": {"matchLabels": {"app": "web-svc"}}, "port": 8080},
+        }))
+        .await;
+    assert!(ordinary.allowed, "{:?}", ordinary.message());
+    assert_eq!(
+        answered.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a slow review was answered before the 404 and the ordinary review: it held them up"
     );
-    let response = review.await.unwrap();
-    assert!(!response.allowed);
-    let message = response.message().unwrap();
-    assert!(
-        message.contains(
-            "not compiled: the object's regular expressions took more than 3 s to compile"
-        ),
-        "{message}"
-    );
+    for review in reviews {
+        let response = review.await.unwrap();
+        assert!(!response.allowed);
+        let message = response.message().unwrap();
+        assert!(
+            message.contains(
+                "not compiled: the object's regular expressions took more than 3 s to compile"
+            ),
+            "{message}"
+        );
+    }
 }

@@ -136,6 +136,8 @@ pub struct BodyBudget {
     peers: Arc<Mutex<HashMap<IpAddr, Arc<tokio::sync::Semaphore>>>>,
     decoded: Arc<tokio::sync::Semaphore>,
     decoded_total: usize,
+    /// Decodings of at most `.0` bytes take their share from `.1` rather than from `decoded`.
+    cheap_decoded: Option<(usize, Arc<tokio::sync::Semaphore>)>,
 }
 
 /// Where a webhook judges its reviews: on tokio's blocking threads, at most a fixed number at
@@ -146,19 +148,40 @@ pub struct BodyBudget {
 /// it stalled all the process served for that long: the policy controller's gRPC streams and
 /// both admin ports' probes (newcomer finding: `/ready` answered after 20 s, in a debug
 /// build). Work holds its slot until it ends, even when its client has gone, so clients that
-/// leave cannot pile up work; reviews waiting for a slot wait without a thread. Cheap to
-/// clone; clones share the slots.
+/// leave cannot pile up work; reviews waiting for a slot wait without a thread. Cheap reviews
+/// may have slots of their own ([`ReviewWorkers::with_cheap_lane`]). Cheap to clone; clones
+/// share the slots.
 #[derive(Clone, Debug)]
 pub struct ReviewWorkers {
     slots: Arc<tokio::sync::Semaphore>,
+    slot_count: usize,
+    /// Reviews that cost at most `.0` take their slot from `.1` rather than from `slots`.
+    cheap: Option<(usize, Arc<tokio::sync::Semaphore>)>,
 }
 
 impl ReviewWorkers {
     /// At most `slots` reviews judged at once (at least one).
     pub fn new(slots: usize) -> Self {
+        let slot_count = slots.max(1);
         Self {
-            slots: Arc::new(tokio::sync::Semaphore::new(slots.max(1))),
+            slots: Arc::new(tokio::sync::Semaphore::new(slot_count)),
+            slot_count,
+            cheap: None,
         }
+    }
+
+    /// The same workers, with reviews whose cost (as the webhook estimates it before decoding,
+    /// `linkerd_admission::decode_cost`) is at most `max_cost` judged in as many slots again,
+    /// of their own: a review of a few KiB is then never queued behind costly ones, however
+    /// many of them wait. Without it, eight ServiceProfiles of 1,000 slow regexes sent at once
+    /// kept an ordinary review waiting 11.6 s (newcomer finding), past the API server's 10 s
+    /// timeout. A cheap review's regexes are few (its JSON objects are), so it is judged fast.
+    pub fn with_cheap_lane(mut self, max_cost: usize) -> Self {
+        self.cheap = Some((
+            max_cost,
+            Arc::new(tokio::sync::Semaphore::new(self.slot_count)),
+        ));
+        self
     }
 
     /// One slot per core, and at least two: one slow review does not hold up the others
@@ -170,16 +193,21 @@ impl ReviewWorkers {
         Self::new(cores.max(2))
     }
 
-    /// Runs `judge` on a blocking thread once a slot is free, and returns what it returns.
+    /// Runs `judge`, the work of a review that costs `cost` (the cheap lane's unit), on a
+    /// blocking thread once a slot of its lane is free, and returns what it returns.
     ///
     /// Errors: `judge` panicked (the panic is caught by tokio and returned here, so the
     /// caller answers the review with an error instead of losing the connection's task).
     pub async fn run<T: Send + 'static>(
         &self,
+        cost: usize,
         judge: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, tokio::task::JoinError> {
-        let slot = self
-            .slots
+        let lane = match &self.cheap {
+            Some((max_cost, cheap)) if cost <= *max_cost => cheap,
+            _ => &self.slots,
+        };
+        let slot = lane
             .clone()
             .acquire_owned()
             .await
@@ -191,9 +219,16 @@ impl ReviewWorkers {
         .await
     }
 
-    /// How many slots are free now (tests, diagnostics).
+    /// How many slots are free now, not counting the cheap lane's (tests, diagnostics).
     pub fn available(&self) -> usize {
         self.slots.available_permits()
+    }
+
+    /// How many of the cheap lane's slots are free now; 0 without one.
+    pub fn cheap_available(&self) -> usize {
+        self.cheap
+            .as_ref()
+            .map_or(0, |(_, s)| s.available_permits())
     }
 }
 
@@ -668,7 +703,23 @@ impl BodyBudget {
             peers: Arc::default(),
             decoded: Arc::new(tokio::sync::Semaphore::new(decoded)),
             decoded_total: decoded,
+            cheap_decoded: None,
         }
+    }
+
+    /// The same budget, with decodings of at most `max` bytes taking their share from a pool
+    /// of their own of `total` bytes (at least `max`) rather than from the decoding budget:
+    /// a review of a few KiB then never waits behind a costly review's share. Without it, the
+    /// shares are handed out first come, first served, and an ordinary review waited 2.5 s
+    /// behind a 953 KB ServiceProfile that waited for room (newcomer finding).
+    pub fn with_cheap_decoding(mut self, max: usize, total: usize) -> Self {
+        let max = max.min(self.decoded_total);
+        let total = total.max(max).clamp(
+            1,
+            (u32::MAX as usize).min(tokio::sync::Semaphore::MAX_PERMITS),
+        );
+        self.cheap_decoded = Some((max, Arc::new(tokio::sync::Semaphore::new(total))));
+        self
     }
 
     /// The same budget, with the bodies that declare at most `max` bytes taking their share
@@ -773,11 +824,15 @@ impl BodyBudget {
 
     /// Waits until `cost` bytes of decoding (at most the whole decoding budget) fit beside the
     /// bodies being decoded, and holds them until the share drops: decoding a body can take
-    /// many times its size (see `linkerd_admission::decode_cost`).
+    /// many times its size (see `linkerd_admission::decode_cost`). A cost of at most the cheap
+    /// pool's limit ([`Self::with_cheap_decoding`]) is taken from that pool.
     pub async fn decoding(&self, cost: usize) -> DecodingShare {
+        let pool = match &self.cheap_decoded {
+            Some((max, cheap)) if cost <= *max => cheap,
+            _ => &self.decoded,
+        };
         let cost = cost.clamp(1, self.decoded_total) as u32;
-        let share = self
-            .decoded
+        let share = pool
             .clone()
             .acquire_many_owned(cost)
             .await
@@ -798,9 +853,17 @@ impl BodyBudget {
             .map_or(0, |(_, s)| s.available_permits())
     }
 
-    /// Bytes of the decoding budget no decoding holds now.
+    /// Bytes of the decoding budget no decoding holds now (not counting the cheap pool).
     pub fn decoding_available(&self) -> usize {
         self.decoded.available_permits()
+    }
+
+    /// Bytes of the cheap decodings' pool ([`Self::with_cheap_decoding`]) no decoding holds
+    /// now; 0 without one.
+    pub fn cheap_decoding_available(&self) -> usize {
+        self.cheap_decoded
+            .as_ref()
+            .map_or(0, |(_, s)| s.available_permits())
     }
 }
 

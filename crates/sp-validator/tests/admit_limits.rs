@@ -237,47 +237,58 @@ async fn send_chunked(webhook: &Webhook, body: &[u8]) -> (u16, String) {
     (status, body.to_string())
 }
 
-/// A profile whose regexes take long to compile is judged off the runtime, beside other
+/// Profiles whose regexes take long to compile are judged off the runtime, beside other
 /// reviews, within a time budget (newcomer findings: two reviews of 1,000 `pathRegex` like
 /// `/\w{20}0` stalled the sp-validator's runtime for 20 s, `/ready` with it; judged off it in
 /// one slot, one such review held up every other review; 15,000 of them took 84 s, past the
-/// API server's timeout). The test's runtime has one thread, which the server shares: a
-/// review of an ordinary profile is answered while the slow one is still judged, and the slow
-/// one is denied once its regexes have taken [`linkerd_admission::JUDGING_TIME_BUDGET`].
+/// API server's timeout; eight at once, two slots, kept an ordinary review waiting 11.6 s).
+/// More slow reviews are sent than there are slots, so some wait for one; the test's runtime
+/// has one thread, which the server shares. A review of an ordinary profile is answered before
+/// any slow one, and each slow one is denied once its regexes have taken
+/// [`linkerd_admission::JUDGING_TIME_BUDGET`].
 #[tokio::test]
-async fn a_review_slow_to_judge_holds_up_no_other_review_and_is_cut_short() {
+async fn slow_reviews_hold_up_no_other_review_and_are_cut_short() {
     let webhook = std::sync::Arc::new(mk_webhook().await);
     let routes: Vec<Value> = (0..1000)
         .map(|i| json!({"name": format!("r{i}"), "condition": {"pathRegex": format!("/\\w{{20}}{i}")}}))
         .collect();
     let mut profile = mk_profile(json!({"method": "GET"}));
     profile["spec"]["routes"] = Value::Array(routes);
-    let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let review = {
-        let (webhook, answered) = (webhook.clone(), answered.clone());
-        tokio::spawn(async move {
-            let response = webhook.admit_object(profile).await;
-            answered.store(true, std::sync::atomic::Ordering::SeqCst);
-            response
+    // One per slot (`ReviewWorkers::per_core`), and two that wait for a slot.
+    let slots = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .max(2);
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let reviews: Vec<_> = (0..slots + 2)
+        .map(|_| {
+            let (webhook, answered, profile) = (webhook.clone(), answered.clone(), profile.clone());
+            tokio::spawn(async move {
+                let response = webhook.admit_object(profile).await;
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                response
+            })
         })
-    };
-    // Until the review's body is in and its judging has begun.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        .collect();
+    // Until the reviews' bodies are in and their judging has begun.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let other = webhook
         .admit_object(mk_profile(json!({"method": "GET"})))
         .await;
     assert_allowed(&other, "an ordinary profile");
-    assert!(
-        !answered.load(std::sync::atomic::Ordering::SeqCst),
-        "the slow review was answered before the ordinary one: it held it up"
+    assert_eq!(
+        answered.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a slow review was answered before the ordinary one: it held it up"
     );
-    let response = review.await.unwrap();
-    assert!(!response.allowed);
-    let message = response.message().unwrap();
-    assert!(
-        message.contains(
-            "not compiled: the object's regular expressions took more than 3 s to compile"
-        ),
-        "{message}"
-    );
+    for review in reviews {
+        let response = review.await.unwrap();
+        assert!(!response.allowed);
+        let message = response.message().unwrap();
+        assert!(
+            message.contains(
+                "not compiled: the object's regular expressions took more than 3 s to compile"
+            ),
+            "{message}"
+        );
+    }
 }

@@ -126,12 +126,21 @@ pub fn router(existing: impl ExistingServers, metrics: ReviewMetrics) -> Router 
     .with_small_bodies(
         linkerd_admission::SMALL_BODY_BYTES,
         linkerd_admission::SMALL_BODY_BYTES_AT_ONCE,
+    )
+    .with_cheap_decoding(
+        linkerd_admission::CHEAP_REVIEW_COST,
+        linkerd_admission::CHEAP_REVIEW_COSTS_AT_ONCE,
     );
     let existing: Arc<dyn ExistingServers> = Arc::new(existing);
     Router::new()
         .route("/", post(handle).fallback(not_found))
         .fallback(not_found)
-        .with_state((budget, ReviewWorkers::per_core(), existing, metrics))
+        .with_state((
+            budget,
+            ReviewWorkers::per_core().with_cheap_lane(linkerd_admission::CHEAP_REVIEW_COST),
+            existing,
+            metrics,
+        ))
 }
 
 /// Answers a review body (see the module docs for the protocol), with no existing Servers.
@@ -387,10 +396,11 @@ async fn handle(
     };
     // Decoding can take many times the body's size: it waits for room in the budget too (a
     // review too complex for it has its object denied without being decoded).
-    let decoding = budget.decoding(ReviewBody::new(&body).memory()).await;
+    let reviewed = ReviewBody::new(&body);
+    let decoding = budget.decoding(reviewed.memory()).await;
     // Judged off the runtime: compiling a review's regexes can take seconds.
     let judged = workers
-        .run(move || {
+        .run(reviewed.cost(), move || {
             let _decoding = decoding;
             with_time_budget(linkerd_admission::JUDGING_TIME_BUDGET, || {
                 ReviewBody::new(&body).review(|request| admit_among(request, &*existing))

@@ -651,6 +651,46 @@ async fn decoding_shares_wait_for_room() {
     assert_eq!(budget.decoding_available(), 0);
 }
 
+/// Cheap decodings take their share from their own pool: one waits for nothing while a costly
+/// share waits for room (shares are handed out in turn, so without the pool it waited behind
+/// it), and a cheap one that does not fit its pool waits there.
+#[tokio::test]
+async fn cheap_decodings_do_not_wait_behind_costly_ones() {
+    use futures::FutureExt;
+    let budget = BodyBudget::new(10, 8, 100).with_cheap_decoding(5, 12);
+    let costly = budget.decoding(80).await;
+    let mut waiting = Box::pin(budget.decoding(50));
+    assert!((&mut waiting).now_or_never().is_none());
+    let cheap = budget
+        .decoding(5)
+        .now_or_never()
+        .expect("a cheap decoding waits behind no costly one");
+    // The waiting share holds what is left of the costly pool until it fits.
+    assert_eq!(
+        (
+            budget.decoding_available(),
+            budget.cheap_decoding_available()
+        ),
+        (0, 7)
+    );
+    let second = budget.decoding(5).await;
+    let mut third = Box::pin(budget.decoding(5));
+    assert!(
+        (&mut third).now_or_never().is_none(),
+        "the cheap pool is full"
+    );
+    drop(cheap);
+    let _third = third.await;
+    // A cost of 6 is not cheap: it waits in the costly queue.
+    let mut six = Box::pin(budget.decoding(6));
+    assert!((&mut six).now_or_never().is_none());
+    drop((costly, second));
+    let _waiting = waiting.await;
+    let _six = six.await;
+    assert_eq!(budget.decoding_available(), 44);
+    assert_eq!(BodyBudget::new(10, 8, 100).cheap_decoding_available(), 0);
+}
+
 /// A body that never starts holds nothing, and is given up after `BODY_READ_TIMEOUT`.
 #[tokio::test(start_paused = true)]
 async fn a_body_that_does_not_arrive_times_out() {
@@ -725,7 +765,7 @@ async fn review_work_holds_its_slot_until_it_ends() {
         let workers = workers.clone();
         async move {
             workers
-                .run(move || {
+                .run(0, move || {
                     let _ = started.send(());
                     wait.recv().ok()
                 })
@@ -738,16 +778,53 @@ async fn review_work_holds_its_slot_until_it_ends() {
     assert_eq!(workers.available(), 0, "the work still runs");
     release.send(()).unwrap();
     // The next review runs once the first ends.
-    assert_eq!(workers.run(|| 7).await.unwrap(), 7);
+    assert_eq!(workers.run(0, || 7).await.unwrap(), 7);
     assert_eq!(workers.available(), 1);
     // A panic in the work is an error for its caller, and frees the slot.
     assert!(
         workers
-            .run(|| panic!("judge"))
+            .run(0, || panic!("judge"))
             .await
             .unwrap_err()
             .is_panic()
     );
     assert_eq!(workers.available(), 1);
     assert_eq!(ReviewWorkers::new(0).available(), 1);
+}
+
+/// Cheap reviews are judged in slots of their own: while every costly slot is busy and more
+/// costly reviews wait, a cheap one runs at once (newcomer finding: eight slow reviews kept an
+/// ordinary one waiting 11.6 s). Costs above the lane's limit are costly.
+#[tokio::test]
+async fn cheap_reviews_are_judged_beside_costly_ones() {
+    let workers = ReviewWorkers::new(1).with_cheap_lane(100);
+    assert_eq!((workers.available(), workers.cheap_available()), (1, 1));
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let busy = tokio::spawn({
+        let workers = workers.clone();
+        async move {
+            workers
+                .run(101, move || {
+                    let _ = started.send(());
+                    wait.recv().ok()
+                })
+                .await
+        }
+    });
+    running.await.unwrap();
+    let queued = tokio::spawn({
+        let workers = workers.clone();
+        async move { workers.run(5_000, || "costly").await }
+    });
+    let cheap = tokio::time::timeout(Duration::from_secs(10), workers.run(100, || "cheap"))
+        .await
+        .expect("a cheap review waits for no costly one");
+    assert_eq!(cheap.unwrap(), "cheap");
+    assert!(!queued.is_finished());
+    release.send(()).unwrap();
+    assert_eq!(busy.await.unwrap().unwrap(), Some(()));
+    assert_eq!(queued.await.unwrap().unwrap(), "costly");
+    assert_eq!((workers.available(), workers.cheap_available()), (1, 1));
+    assert_eq!(ReviewWorkers::new(3).cheap_available(), 0);
 }
