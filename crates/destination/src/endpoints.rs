@@ -1,5 +1,7 @@
 //! One `Get` stream: filter the shared view for this client, diff against what was sent, and
 //! emit `Add` / `Remove` / `NoEndpoints` (spec/destination.md §C.4–C.5, decisions 1 and 2).
+//! An endpoint is re-sent only when its translation for the client changed: a pod change no
+//! field of the address reads sends nothing.
 //!
 //! A stream holds only its topic's receiver, the view it last sent from, and its filter; the
 //! filtered set it last sent is recomputed from that view when diffing, so nothing per address
@@ -14,7 +16,7 @@
 use linkerd_index::{AddressId, Endpoint, EndpointsView, Workload, model::AddressType};
 use linkerd_runtime::{grpc::Shared, introspect::LastSent};
 use linkerd2_proxy_api::{
-    destination::{AddrSet, NoEndpoints, Update, WeightedAddrSet, update},
+    destination::{AddrSet, NoEndpoints, Update, WeightedAddr, WeightedAddrSet, update},
     net::TcpAddress,
 };
 use std::{
@@ -25,7 +27,7 @@ use std::{
 };
 use thread_local::ThreadLocal;
 
-use crate::translate::EndpointTranslator;
+use crate::translate::{EndpointTranslator, OmittedEndpoint};
 
 /// The protobuf name of `Update`, as the introspection API names what a `Get` stream sent.
 pub const UPDATE_TYPE: &str = "io.linkerd.proxy.destination.Update";
@@ -348,8 +350,9 @@ impl EndpointsStream {
         }
 
         // Both sets are in address-ID order (views are BTreeMaps and filters keep the order), so
-        // one merge pass finds what was added, changed and removed without hashing.
-        let mut added = Vec::new();
+        // one merge pass finds what was added, changed and removed without hashing. Added and
+        // changed endpoints are translated as they are found.
+        let mut added: Vec<Translated> = Vec::new();
         let mut removed: Vec<SocketAddr> = Vec::new();
         let (mut old_iter, mut new_iter) = (old.iter().peekable(), new.iter().peekable());
         loop {
@@ -360,7 +363,7 @@ impl EndpointsStream {
                     old_iter.next();
                 }
                 (None, Some((_, ep))) => {
-                    added.push(*ep);
+                    added.push(self.translate(ep));
                     new_iter.next();
                 }
                 (Some((old_id, prev)), Some((new_id, ep))) => match old_id.cmp(new_id) {
@@ -369,16 +372,22 @@ impl EndpointsStream {
                         old_iter.next();
                     }
                     std::cmp::Ordering::Greater => {
-                        added.push(*ep);
+                        added.push(self.translate(ep));
                         new_iter.next();
                     }
                     std::cmp::Ordering::Equal => {
                         if !Arc::ptr_eq(prev, ep) && ***prev != ***ep {
-                            added.push(*ep);
-                            // Proxies key endpoints by address: a new address (a StatefulSet
-                            // pod recreated with a new IP, a new target port) replaces the old.
+                            let now = self.translate(ep);
                             if prev.addr != ep.addr {
+                                // Proxies key endpoints by address: a new address (a StatefulSet
+                                // pod recreated with a new IP, a new target port) replaces the
+                                // old.
+                                added.push(now);
                                 removed.push(prev.addr);
+                            } else if self.translate(prev).1 != now.1 {
+                                // The client holds `prev`'s translation; a change it does not
+                                // show (a pod label or annotation no field reads) sends nothing.
+                                added.push(now);
                             }
                         }
                         old_iter.next();
@@ -390,7 +399,7 @@ impl EndpointsStream {
 
         let mut updates = Vec::with_capacity(2);
         let mut omitted = Vec::new();
-        let addrs = self.translate(added.into_iter(), &mut omitted);
+        let addrs = sendable(added, &mut omitted);
         if !addrs.is_empty() {
             updates.push(add(addrs, view));
         }
@@ -426,32 +435,39 @@ impl EndpointsStream {
     }
 
     fn add_all(&self, view: &EndpointsView, set: &Filtered<'_>) -> Option<Update> {
-        let addrs = self.translate(set.iter().map(|(_, ep)| *ep), &mut Vec::new());
+        let translated = set.iter().map(|(_, ep)| self.translate(ep)).collect();
+        let addrs = sendable(translated, &mut Vec::new());
         (!addrs.is_empty()).then(|| add(addrs, view))
     }
 
-    /// The `WeightedAddr`s of `endpoints`; the addresses of those the translation leaves out
-    /// (logged) go to `omitted`.
-    fn translate<'a>(
-        &self,
-        endpoints: impl Iterator<Item = &'a Arc<Endpoint>>,
-        omitted: &mut Vec<SocketAddr>,
-    ) -> Vec<linkerd2_proxy_api::destination::WeightedAddr> {
+    /// `ep` as this client receives it (its zone decides `zone_locality` and the weight), or
+    /// why it cannot be sent. The same endpoint translates the same for the stream's life.
+    fn translate(&self, ep: &Endpoint) -> Translated {
         let zone = self.filter.client_zone.as_deref();
-        endpoints
-            .filter_map(|ep| match self.translator.weighted_addr(ep, zone) {
-                Ok(addr) => Some(addr),
-                Err(error) => {
-                    tracing::warn!(%error, addr = %ep.addr, "leaving the address out of the update");
-                    omitted.push(ep.addr);
-                    None
-                }
-            })
-            .collect()
+        (ep.addr, self.translator.weighted_addr(ep, zone))
     }
 }
 
-fn add(addrs: Vec<linkerd2_proxy_api::destination::WeightedAddr>, view: &EndpointsView) -> Update {
+/// An endpoint's address and its translation for one client.
+type Translated = (SocketAddr, Result<WeightedAddr, OmittedEndpoint>);
+
+/// The `WeightedAddr`s of `translated`; the addresses of those the translation leaves out
+/// (logged) go to `omitted`.
+fn sendable(translated: Vec<Translated>, omitted: &mut Vec<SocketAddr>) -> Vec<WeightedAddr> {
+    translated
+        .into_iter()
+        .filter_map(|(addr, result)| match result {
+            Ok(weighted) => Some(weighted),
+            Err(error) => {
+                tracing::warn!(%error, %addr, "leaving the address out of the update");
+                omitted.push(addr);
+                None
+            }
+        })
+        .collect()
+}
+
+fn add(addrs: Vec<WeightedAddr>, view: &EndpointsView) -> Update {
     Update {
         update: Some(update::Update::Add(WeightedAddrSet {
             addrs,

@@ -3,7 +3,10 @@
 
 mod support;
 
+use linkerd_index::{EndpointsKey, EndpointsView, ObjectRef, Workload, topic::Receiver};
 use linkerd2_proxy_api::destination::{tls_identity::Strategy, update::Update};
+use serde_json::{Value, json};
+use std::time::Duration;
 use support::*;
 
 const NS: &str = "shop";
@@ -123,6 +126,97 @@ async fn service_account_change_reaches_the_stream_at_once() {
         "web-v2.shop.serviceaccount.identity.linkerd.cluster.local"
     );
     assert_eq!(set.addrs[0].metric_labels["serviceaccount"], "web-v2");
+    assert_quiet(&mut stream).await;
+}
+
+/// Pod `web-a` of [`two_pods`] changed in every way no field of its address reads: a label
+/// and annotations nothing translates, a readiness probe, status conditions other than
+/// readiness, and its resourceVersion.
+fn web_a_changed_invisibly() -> Value {
+    let mut pod = mk_pod(NS, "web-a", "10.1.0.1", "web");
+    pod["metadata"]["resourceVersion"] = json!("2");
+    pod["metadata"]["labels"]["team"] = json!("payments");
+    pod["metadata"]["annotations"] = json!({
+        "config.linkerd.io/default-inbound-policy": "all-authenticated",
+        "example.com/owner": "ops",
+    });
+    pod["spec"]["containers"][1]["readinessProbe"] =
+        json!({"httpGet": {"path": "/ready", "port": 8080}});
+    pod["status"]["conditions"] = json!([
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "Initialized", "status": "True"},
+    ]);
+    pod
+}
+
+/// Waits until the index's view of Service `web` port 80 holds pod `web-a` with label
+/// `team`: the change was published to the topic the `Get` stream reads.
+async fn wait_for_web_a_team_label(rx: &mut Receiver<EndpointsView>) {
+    let has_label = |view: &EndpointsView| {
+        view.endpoints.values().any(|ep| match &ep.workload {
+            Workload::Pod { pod, .. } => pod.name == "web-a" && pod.labels.get("team").is_some(),
+            _ => false,
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !has_label(&rx.borrow_and_update()) {
+            rx.changed().await.expect("topic open");
+        }
+    })
+    .await
+    .expect("the pod change indexed within 5s");
+}
+
+/// A pod change the proxy cannot see sends nothing, and the next visible change is only the
+/// new endpoint's `Add` (tester finding: every such change re-sent the pod's unchanged `Add`
+/// to every stream of its Service).
+#[tokio::test]
+async fn a_pod_change_no_address_field_reads_sends_nothing() {
+    let dir = two_pods();
+    let (h, mut stream) = open(&dir).await;
+    let mut rx = h.index.endpoints(EndpointsKey {
+        service: ObjectRef {
+            namespace: NS.into(),
+            name: "web".into(),
+        },
+        port: 80,
+        hostname: None,
+    });
+
+    dir.write(
+        "pods.yaml",
+        &[
+            web_a_changed_invisibly(),
+            mk_pod(NS, "web-b", "10.1.0.2", "web"),
+        ],
+    );
+    wait_for_web_a_team_label(&mut rx).await;
+    assert_quiet(&mut stream).await;
+
+    // A visible change after it: the next message is exactly the new endpoint's Add.
+    dir.write(
+        "pods.yaml",
+        &[
+            web_a_changed_invisibly(),
+            mk_pod(NS, "web-b", "10.1.0.2", "web"),
+            mk_pod(NS, "web-c", "10.1.0.3", "web"),
+        ],
+    );
+    write_slice(
+        &dir,
+        8080,
+        &[
+            ("web-a", "10.1.0.1", true),
+            ("web-b", "10.1.0.2", true),
+            ("web-c", "10.1.0.3", true),
+        ],
+    );
+    let Update::Add(set) = next(&mut stream).await else {
+        panic!("expected an Add")
+    };
+    assert_eq!(set.addrs.len(), 1, "{set:?}");
+    assert_eq!(addr_of(&set.addrs[0]), sa("10.1.0.3:8080"));
+    assert_eq!(set.addrs[0].metric_labels["pod"], "web-c");
     assert_quiet(&mut stream).await;
 }
 

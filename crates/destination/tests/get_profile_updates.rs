@@ -292,3 +292,85 @@ async fn h18_external_workload_deleted_under_an_endpoint_profile() {
     let again = h.first_profile("10.20.0.5:8080", "").await;
     assert_eq!(addr_of(&again.endpoint.unwrap()), sa("10.20.0.5:8080"));
 }
+
+/// The identity name of an endpoint profile's address.
+fn identity(p: &linkerd2_proxy_api::destination::DestinationProfile) -> Option<String> {
+    use linkerd2_proxy_api::destination::tls_identity::Strategy;
+    match p
+        .endpoint
+        .as_ref()?
+        .tls_identity
+        .as_ref()?
+        .strategy
+        .as_ref()?
+    {
+        Strategy::DnsLikeIdentity(id) => Some(id.name.clone()),
+        Strategy::UriLikeIdentity(id) => Some(id.uri.clone()),
+    }
+}
+
+/// A pod change no field of the endpoint profile reads (labels and annotations nothing
+/// translates, a probe, status conditions, resourceVersion) sends nothing; the next visible
+/// change (a new service account) is the next profile. Checked with `Get`'s tester finding:
+/// a profile equal to the last sent is not re-sent (§D.5).
+#[tokio::test]
+async fn a_pod_change_no_profile_field_reads_sends_nothing() {
+    let dir = shop();
+    let mut h = Harness::start(dir.path()).await;
+    let mut stream = h.get_profile("10.1.0.1:8080", "").await.unwrap();
+    let first = next_profile(&mut stream).await;
+    assert_eq!(
+        identity(&first).as_deref(),
+        Some("web.shop.serviceaccount.identity.linkerd.cluster.local")
+    );
+    let mut rx = h
+        .index
+        .endpoint_profile(linkerd_index::EndpointProfileKey {
+            ip: "10.1.0.1".parse().unwrap(),
+            port: 8080,
+        })
+        .unwrap();
+
+    let changed = |sa: &str| {
+        let mut pod = mk_pod(NS, "web-a", "10.1.0.1", sa);
+        pod["metadata"]["resourceVersion"] = json!("2");
+        pod["metadata"]["labels"]["team"] = json!("payments");
+        pod["metadata"]["annotations"] = json!({
+            "config.linkerd.io/default-inbound-policy": "all-authenticated",
+            "example.com/owner": "ops",
+        });
+        pod["spec"]["containers"][1]["readinessProbe"] =
+            json!({"httpGet": {"path": "/ready", "port": 8080}});
+        pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"}]);
+        pod
+    };
+    dir.write("pods.yaml", &[changed("web")]);
+    // The change reached the topic the stream reads.
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            let labelled = match &rx.borrow_and_update().endpoint.workload {
+                linkerd_index::Workload::Pod { pod, .. } => pod.labels.get("team").is_some(),
+                _ => false,
+            };
+            if labelled {
+                break;
+            }
+            rx.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the pod change indexed within 5s");
+    assert_no_profile(&mut stream).await;
+
+    dir.write("pods.yaml", &[changed("web-v2")]);
+    let next = next_profile(&mut stream).await;
+    assert_eq!(
+        identity(&next).as_deref(),
+        Some("web-v2.shop.serviceaccount.identity.linkerd.cluster.local")
+    );
+    assert_eq!(
+        next.endpoint.as_ref().unwrap().metric_labels["serviceaccount"],
+        "web-v2"
+    );
+    assert_no_profile(&mut stream).await;
+}
