@@ -374,3 +374,33 @@ async fn a_pod_change_no_profile_field_reads_sends_nothing() {
     );
     assert_no_profile(&mut stream).await;
 }
+
+/// The `pod` metric label of an endpoint profile's address.
+fn pod_label(p: &linkerd2_proxy_api::destination::DestinationProfile) -> Option<String> {
+    p.endpoint.as_ref()?.metric_labels.get("pod").cloned()
+}
+
+/// A pod replaced by a pod of another name on the same IP in one write (the old one deleted,
+/// the new one created): the endpoint profile goes from one pod to the other, never through a
+/// profile without a workload (tester finding: the write's Pods reach the index as the new
+/// pods first, then the deletions, and in between both pods claimed the IP, so none was
+/// attached).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_renamed_on_its_ip_keeps_its_endpoint_profile() {
+    let dir = shop();
+    let mut h = Harness::start(dir.path()).await;
+    let mut stream = h.get_profile("10.1.0.1:8080", "").await.unwrap();
+    assert_eq!(
+        pod_label(&next_profile(&mut stream).await).as_deref(),
+        Some("web-a")
+    );
+
+    dir.write("pods.yaml", &[mk_pod(NS, "web-a2", "10.1.0.1", "web")]);
+    let next = next_profile(&mut stream).await;
+    assert_eq!(pod_label(&next).as_deref(), Some("web-a2"), "{next:?}");
+    assert_eq!(
+        identity(&next).as_deref(),
+        Some("web.shop.serviceaccount.identity.linkerd.cluster.local")
+    );
+    assert_no_profile(&mut stream).await;
+}

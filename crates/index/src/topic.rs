@@ -503,12 +503,19 @@ impl<G: Hash + Eq + Clone, K: Hash + Eq + Clone, V: PartialEq, A: ViewAlloc<V>> 
     /// Recomputes every topic of `group` with `compute(key)`, publishing what changed and
     /// dropping topics nobody listens to any more.
     pub(crate) fn republish(&mut self, group: &G, compute: impl Fn(&K) -> V) {
+        self.republish_from(group, |key, _| compute(key));
+    }
+
+    /// [`Self::republish`] for views that depend on the one they replace: `compute(key,
+    /// current view)`.
+    pub(crate) fn republish_from(&mut self, group: &G, compute: impl Fn(&K, &V) -> V) {
         let Some(topics) = self.groups.get_mut(group) else {
             return;
         };
         topics.retain(|_, t| !t.is_idle());
         for (key, topic) in topics.iter() {
-            topic.publish(compute(key), &mut self.views);
+            let current = topic.shared.state.read().view.clone();
+            topic.publish(compute(key, &current), &mut self.views);
         }
         if topics.is_empty() {
             self.groups.remove(group);

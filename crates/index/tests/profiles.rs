@@ -1,9 +1,17 @@
 //! The index's profile views, driven by events applied directly: which ServiceProfile a client
 //! gets, what an invalid one does, and how often it is reported.
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use linkerd_index::{
-    Event, IndexMetrics, ObjectRef, ServiceProfileKey, discovery::profiles::ServiceProfileView,
+    ClusterSource, DiscoveryIndex, EndpointProfileKey, Event, IndexMetrics, ObjectRef, PodInfo,
+    ServiceProfileKey, Sink, Watches, Workload,
+    discovery::profiles::{EndpointProfileView, ServiceProfileView},
+    source::offline::OfflineSource,
+    topic::Receiver,
+};
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
 };
 
 mod support;
@@ -234,4 +242,96 @@ fn negative_timeouts_ttls_and_weights_are_logged() {
         "{log}"
     );
     assert!(log.contains(&format!("ns/{NAME}")), "{log}");
+}
+
+/// After each batch of Pods the discovery index applies, records which pod the endpoint
+/// profile of `10.1.0.1:8080` holds (`None`: no workload): a Pod sink added after the index's
+/// sees every state a stream could read, where a stream itself may skip one.
+#[derive(Clone, Default)]
+struct AttachedPods(Arc<Mutex<Attached>>);
+
+#[derive(Default)]
+struct Attached {
+    /// The topic to read, once the test subscribed.
+    rx: Option<Receiver<EndpointProfileView>>,
+    /// The pod attached after each batch.
+    seen: Vec<Option<String>>,
+}
+
+impl Sink<Pod> for AttachedPods {
+    fn apply(&self, _: &[Event<Arc<PodInfo>>]) -> usize {
+        let mut state = self.0.lock().unwrap();
+        if let Some(rx) = &state.rx {
+            let pod = match &rx.borrow().endpoint.workload {
+                Workload::Pod { pod, .. } => Some(pod.name.clone()),
+                _ => None,
+            };
+            state.seen.push(pod);
+        }
+        0
+    }
+}
+
+fn pods(names: &[&str]) -> String {
+    let items: Vec<_> = names
+        .iter()
+        .map(|name| {
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"containers": [{"name": "app", "ports": [{"containerPort": 8080}]}]},
+                "status": {"phase": "Running", "podIP": "10.1.0.1", "podIPs": [{"ip": "10.1.0.1"}]},
+            })
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+}
+
+/// A pod replaced on its IP by a pod of another name in one offline write (the old deleted,
+/// the new created) passes from one to the other without a moment where the address has no
+/// workload (tester finding: the write's new Pods reach the index before its deleted ones, so
+/// both claimed the IP in between, and the endpoint profile dropped its pod).
+#[tokio::test]
+async fn a_pod_renamed_on_its_ip_is_never_detached_in_between() {
+    let dir = tempfile::tempdir().unwrap();
+    support::write(dir.path(), "pods.json", &pods(&["web-a"]));
+    let index = DiscoveryIndex::new();
+    let attached = AttachedPods::default();
+    let mut watches = Watches::new(IndexMetrics::default());
+    index.watch(&mut watches);
+    watches.add::<Pod>(attached.clone());
+    let source = OfflineSource::new(dir.path(), IndexMetrics::default()).unwrap();
+    let started = watches.start(&ClusterSource::Offline(source)).await;
+    let mut ready = started.ready();
+    tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
+        .await
+        .unwrap()
+        .unwrap();
+    let key = EndpointProfileKey {
+        ip: "10.1.0.1".parse().unwrap(),
+        port: 8080,
+    };
+    let mut rx = index.endpoint_profile(key.clone()).unwrap();
+    let pod_of = |view: &EndpointProfileView| match &view.endpoint.workload {
+        Workload::Pod { pod, .. } => Some(pod.name.clone()),
+        _ => None,
+    };
+    assert_eq!(pod_of(&rx.borrow_and_update()).as_deref(), Some("web-a"));
+    attached.0.lock().unwrap().rx = Some(index.endpoint_profile(key).unwrap());
+
+    support::write(dir.path(), "pods.json", &pods(&["web-a2"]));
+    let seen = || attached.0.lock().unwrap().seen.clone();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while seen().last() != Some(&Some("web-a2".to_string())) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("web-a2 not attached within 5s: {:?}", seen()));
+    // The new pod's batch, then the old one's deletion.
+    assert_eq!(
+        seen(),
+        [Some("web-a".to_string()), Some("web-a2".to_string())]
+    );
+    assert_eq!(pod_of(&rx.borrow_and_update()).as_deref(), Some("web-a2"));
 }

@@ -282,7 +282,7 @@ impl DiscoveryIndex {
             |d| &mut d.endpoint_profile_topics,
             key.ip,
             key.port,
-            |d| EndpointProfileView::compute(d, &key),
+            |d| EndpointProfileView::compute(d, &key, None),
         ))
     }
 
@@ -576,8 +576,9 @@ impl Discovery {
             touched.ips.iter().copied().collect()
         };
         for ip in ips {
-            topics.republish(&ip, |port| {
-                EndpointProfileView::compute(self, &EndpointProfileKey { ip, port: *port })
+            topics.republish_from(&ip, |port, current| {
+                let key = EndpointProfileKey { ip, port: *port };
+                EndpointProfileView::compute(self, &key, Some(current))
             });
         }
         self.endpoint_profile_topics = topics;

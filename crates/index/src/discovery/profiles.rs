@@ -85,12 +85,30 @@ impl ServiceProfileView {
 impl EndpointProfileView {
     /// Resolves the address as §D.5 does: a pod with that pod IP, else a pod with that host
     /// IP and host port, else an ExternalWorkload with that IP and port. A pod is attached only
-    /// while `Running` (§H.3); with several candidates none is.
-    pub(crate) fn compute(cluster: &Discovery, key: &EndpointProfileKey) -> Self {
+    /// while `Running` (§H.3). With several candidates, the pod of `previous` (the view this
+    /// one replaces; `None` for a new topic) stays attached if it is one of them, as upstream
+    /// keeps its attached pod until that pod's own delete (§D.5); else none is. So a pod
+    /// replaced on its IP in one write, whose new pod the index sees before the old one's
+    /// deletion, never leaves the address without a workload in between.
+    pub(crate) fn compute(
+        cluster: &Discovery,
+        key: &EndpointProfileKey,
+        previous: Option<&Self>,
+    ) -> Self {
         let addr = SocketAddr::new(key.ip, key.port);
-        let running = |pods: Vec<Arc<PodInfo>>| match pods.as_slice() {
-            [pod] if pod.phase.as_deref() == Some("Running") => Some(pod.clone()),
+        let attached = previous.and_then(|view| match &view.endpoint.workload {
+            Workload::Pod { pod, .. } => Some(pod),
             _ => None,
+        });
+        let running = |pods: Vec<Arc<PodInfo>>| {
+            let pod = match pods.as_slice() {
+                [pod] => Some(pod),
+                _ => pods.iter().find(|pod| {
+                    attached.is_some_and(|a| a.namespace == pod.namespace && a.name == pod.name)
+                }),
+            };
+            pod.filter(|pod| pod.phase.as_deref() == Some("Running"))
+                .cloned()
         };
         let by_ip = cluster.live_pods(cluster.pods_by_ip.get(&key.ip));
         let pod = if by_ip.is_empty() {
