@@ -80,8 +80,8 @@ pub const SMALL_BODY_BYTES: usize = 256 * 1024;
 pub const SMALL_BODY_BYTES_AT_ONCE: usize = 4 * 1024 * 1024;
 
 /// How long the regexes of one review may take to compile, in all: 3 s
-/// (`linkerd_index::model::regex::with_time_budget`). A regex compiled after it is invalid,
-/// so the review is denied naming it. Real objects compile theirs in milliseconds; 1,000
+/// (`linkerd_index::model::regex::with_time_budget`). Regexes after it are not compiled, so
+/// the review is denied, naming the route where checking stopped (not its pattern as invalid). Real objects compile theirs in milliseconds; 1,000
 /// patterns like `/\w{20}0` take 4.6 s in a release build. Well under the API server's 10 s
 /// timeout, so that reviews waiting behind one such review are still answered in time.
 pub const JUDGING_TIME_BUDGET: std::time::Duration = std::time::Duration::from_secs(3);

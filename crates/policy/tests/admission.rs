@@ -1809,5 +1809,8 @@ async fn slow_reviews_hold_up_no_other_request_and_are_cut_short() {
             ),
             "{message}"
         );
+        // Where checking stopped, not a pattern called invalid.
+        assert!(message.contains("checked only up to "), "{message}");
+        assert!(!message.contains("invalid"), "{message}");
     }
 }

@@ -25,20 +25,25 @@
 //! crate is refused (upstream admits it and the proxy silently drops the match), with
 //! `ServiceProfile "<N>" has a route "<route>" with an invalid pathRegex "<regex>": <problem>`;
 //! a null dst override is refused with `ServiceProfile "<N>" has a null dstOverride` (upstream
-//! does not look at them). Negative durations (`-1s`) are valid, as in upstream.
+//! does not look at them). Negative durations (`-1s`) are valid, as in upstream. A review whose
+//! regexes take longer than the webhook's time budget to compile is denied at the route where
+//! checking stopped, without calling its pattern invalid: `ServiceProfile "<N>" was checked
+//! only up to route "<route>" (spec.routes[<i>]): not compiled: the object's regular
+//! expressions took more than 3 s to compile`.
 //!
 //! Field names match exactly, where Go's decoder ignores case (`PathRegex`); in a cluster the
 //! CRD schema prunes such keys before the webhook sees them (§a.6).
 
-use linkerd_index::model::profile::{
-    DurationError, QuantityError, parse_go_duration, quantity_decimillis,
+use linkerd_index::model::{
+    profile::{DurationError, QuantityError, parse_go_duration, quantity_decimillis},
+    regex::RegexError,
 };
 use linkerd_k8s_api::service_profile::{
     RequestMatch, ResponseMatch, RouteSpec, v1alpha2::ServiceProfileSpec,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use std::fmt::Write;
+use std::{fmt::Write, time::Duration};
 
 #[cfg(test)]
 mod tests;
@@ -108,6 +113,17 @@ pub enum Problem {
         route: String,
         regex: String,
         reason: String,
+    },
+    /// Not a rule: judging stopped at route `route` (`spec.routes[index]`) because the
+    /// profile's regexes had taken the review's time budget; says no pattern is invalid.
+    #[error(
+        "was checked only up to route \"{route}\" (spec.routes[{index}]): {}",
+        RegexError::OutOfTime(*.budget)
+    )]
+    RegexOutOfTime {
+        route: String,
+        index: usize,
+        budget: Duration,
     },
     #[error("has a null response class")]
     NullResponseClass,
@@ -219,8 +235,8 @@ fn check(name: &str, spec: &ServiceProfileSpec) -> Result<(), Problem> {
     if let Some(message) = dns1123_subdomain(name) {
         return Err(Problem::Name(message));
     }
-    for route in spec.routes.iter().flatten() {
-        check_route(route.as_ref().ok_or(Problem::NullRoute)?)?;
+    for (index, route) in spec.routes.iter().flatten().enumerate() {
+        check_route(index, route.as_ref().ok_or(Problem::NullRoute)?)?;
     }
     if let Some(budget) = &spec.retry_budget {
         if budget.retry_ratio < 0.0 {
@@ -237,7 +253,8 @@ fn check(name: &str, spec: &ServiceProfileSpec) -> Result<(), Problem> {
     Ok(())
 }
 
-fn check_route(route: &RouteSpec) -> Result<(), Problem> {
+/// The route at `spec.routes[index]`.
+fn check_route(index: usize, route: &RouteSpec) -> Result<(), Problem> {
     if route.name.is_empty() {
         return Err(Problem::RouteWithoutName);
     }
@@ -249,13 +266,20 @@ fn check_route(route: &RouteSpec) -> Result<(), Problem> {
         .as_ref()
         .ok_or(Problem::RouteWithoutCondition)?;
     check_request_match(condition).map_err(Problem::RouteCondition)?;
-    if let Some((regex, reason)) = invalid_path_regex(condition) {
+    if let Some((regex, error)) = invalid_path_regex(condition) {
         // Quoted in the message the client reads: control characters shown escaped.
         let escaped = |text: &str| linkerd_runtime::log::escape_controls(text).into_owned();
-        return Err(Problem::PathRegex {
-            route: escaped(&route.name),
-            regex: escaped(regex),
-            reason: escaped(&reason),
+        return Err(match error {
+            RegexError::Invalid(reason) => Problem::PathRegex {
+                route: escaped(&route.name),
+                regex: escaped(regex),
+                reason: escaped(&reason),
+            },
+            RegexError::OutOfTime(budget) => Problem::RegexOutOfTime {
+                route: escaped(&route.name),
+                index,
+                budget,
+            },
         });
     }
     for class in route.response_classes.iter().flatten() {
@@ -330,8 +354,8 @@ fn check_response_match(m: &ResponseMatch) -> Result<(), MatchError> {
 }
 
 /// The first `pathRegex` (in check order) that the `regex` crate, as the destination and the
-/// proxy use it, cannot compile; with the one-line cause (`unclosed group`).
-fn invalid_path_regex(m: &RequestMatch) -> Option<(&str, String)> {
+/// proxy use it, cannot compile, or that the time budget left uncompiled; with why.
+fn invalid_path_regex(m: &RequestMatch) -> Option<(&str, RegexError)> {
     let nested = m.all.iter().chain(&m.any).flatten().flatten();
     if let Some(found) = nested.into_iter().find_map(invalid_path_regex) {
         return Some(found);

@@ -290,5 +290,8 @@ async fn slow_reviews_hold_up_no_other_review_and_are_cut_short() {
             ),
             "{message}"
         );
+        // Where checking stopped, not a pattern called invalid.
+        assert!(message.contains("checked only up to "), "{message}");
+        assert!(!message.contains("invalid"), "{message}");
     }
 }

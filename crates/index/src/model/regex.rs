@@ -46,29 +46,42 @@ pub fn with_time_budget<T>(budget: Duration, judge: impl FnOnce() -> T) -> T {
     judge()
 }
 
+/// Why [`compile_regex`] did not compile a pattern. `Display` is one line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegexError {
+    /// The pattern is refused: too long, nested too deep, too large once compiled, or not a
+    /// regex (`unclosed group`).
+    #[error("{0}")]
+    Invalid(String),
+    /// Not compiled, whatever the pattern: the budget of the caller's [`with_time_budget`] had
+    /// passed. Says nothing of this pattern, only that the object's took too long in all.
+    #[error(
+        "not compiled: the object's regular expressions took more than {} s to compile",
+        .0.as_secs_f32()
+    )]
+    OutOfTime(Duration),
+}
+
 /// `pattern` compiled, or why not in one line (the regex crate's own error renders the
-/// pattern over several lines): too long, nested too deep, too large once compiled, invalid,
-/// or not compiled because the time budget of the caller's [`with_time_budget`] has passed.
-pub fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
+/// pattern over several lines): the pattern is invalid, or it was not compiled because the
+/// time budget of the caller's [`with_time_budget`] has passed.
+pub fn compile_regex(pattern: &str) -> Result<regex::Regex, RegexError> {
     if let Some((deadline, budget)) = DEADLINE.get()
         && Instant::now() >= deadline
     {
-        return Err(format!(
-            "not compiled: the object's regular expressions took more than {} s to compile",
-            budget.as_secs_f32()
-        ));
+        return Err(RegexError::OutOfTime(budget));
     }
     if pattern.len() > MAX_REGEX_BYTES {
-        return Err(format!(
+        return Err(RegexError::Invalid(format!(
             "the pattern is {} bytes long, more than the {MAX_REGEX_BYTES} allowed",
             pattern.len()
-        ));
+        )));
     }
     regex::RegexBuilder::new(pattern)
         .nest_limit(NEST_LIMIT)
         .size_limit(SIZE_LIMIT)
         .build()
-        .map_err(|error| one_line(&error))
+        .map_err(|error| RegexError::Invalid(one_line(&error)))
 }
 
 fn one_line(error: &regex::Error) -> String {
@@ -89,16 +102,27 @@ mod tests {
         assert!(compile_regex("/api/v[0-9]+/users/[^/]+").is_ok());
         assert_eq!(
             compile_regex(&"(a|b)*".repeat(2000)).unwrap_err(),
-            "the pattern is 12000 bytes long, more than the 8192 allowed"
+            RegexError::Invalid(
+                "the pattern is 12000 bytes long, more than the 8192 allowed".into()
+            )
         );
         let deep = format!("{}a{}", "(".repeat(100), ")".repeat(100));
         assert!(
-            compile_regex(&deep).unwrap_err().contains("nest"),
+            compile_regex(&deep)
+                .unwrap_err()
+                .to_string()
+                .contains("nest"),
             "nest limit"
         );
         // Short, but large once compiled.
-        assert!(compile_regex(r"\w{1000}\w{1000}").is_err());
-        assert_eq!(compile_regex("(").unwrap_err(), "unclosed group");
+        assert!(matches!(
+            compile_regex(r"\w{1000}\w{1000}"),
+            Err(RegexError::Invalid(_))
+        ));
+        assert_eq!(
+            compile_regex("(").unwrap_err(),
+            RegexError::Invalid("unclosed group".into())
+        );
     }
 
     #[test]
@@ -106,9 +130,15 @@ mod tests {
         let compiled = with_time_budget(Duration::from_secs(60), || compile_regex("/a+").is_ok());
         assert!(compiled);
         let refused = with_time_budget(Duration::ZERO, || compile_regex("/a+").unwrap_err());
+        assert_eq!(refused, RegexError::OutOfTime(Duration::ZERO));
         assert_eq!(
-            refused,
+            refused.to_string(),
             "not compiled: the object's regular expressions took more than 0 s to compile"
+        );
+        // Out of time says so, also for a pattern that is invalid.
+        assert_eq!(
+            with_time_budget(Duration::ZERO, || compile_regex("(").unwrap_err()),
+            RegexError::OutOfTime(Duration::ZERO)
         );
         // Budgets nest, and the outer one is back afterwards, also after a panic.
         with_time_budget(Duration::ZERO, || {

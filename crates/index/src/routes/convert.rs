@@ -4,6 +4,9 @@
 use gateway_api::{grpcroutes as grpc, httproutes as http_api};
 use linkerd_k8s_api::gateway_api;
 
+use crate::model::regex::{RegexError, compile_regex};
+use std::time::Duration;
+
 use super::{
     Filter, GrpcRouteMatch, HeaderMatch, HeaderModifier, HttpRouteMatch, PathMatch, PathModifier,
     QueryParamMatch, RequestRedirect,
@@ -35,6 +38,10 @@ pub enum RouteError {
     RelativePath(String),
     #[error("invalid regular expression {regex:?}: {reason}")]
     InvalidRegex { regex: String, reason: String },
+    /// Only under a time budget (the webhooks'): a regex was not compiled because the object's
+    /// had taken it all. `field` is where the regex is within its match (`path.value`).
+    #[error("{field}: {}", RegexError::OutOfTime(*.budget))]
+    RegexOutOfTime { field: String, budget: Duration },
     #[error("invalid header name {0:?}")]
     InvalidHeaderName(String),
     #[error("invalid value for header {0:?}")]
@@ -49,13 +56,19 @@ pub enum RouteError {
     UnsupportedFilter(&'static str),
 }
 
-fn regex(value: &str) -> Result<String, RouteError> {
-    crate::model::regex::compile_regex(value)
-        .map(|_| value.to_string())
-        .map_err(|reason| RouteError::InvalidRegex {
+/// `value` if it compiles; `field` names where it is within its match (`headers[1].value`).
+fn regex(value: &str, field: impl FnOnce() -> String) -> Result<String, RouteError> {
+    match compile_regex(value) {
+        Ok(_) => Ok(value.to_string()),
+        Err(RegexError::Invalid(reason)) => Err(RouteError::InvalidRegex {
             regex: value.to_string(),
             reason,
-        })
+        }),
+        Err(RegexError::OutOfTime(budget)) => Err(RouteError::RegexOutOfTime {
+            field: field(),
+            budget,
+        }),
+    }
 }
 
 fn absolute(path: &str) -> Result<String, RouteError> {
@@ -79,11 +92,17 @@ fn header_pair(name: &str, value: &str) -> Result<(String, String), RouteError> 
     Ok((name, value.to_string()))
 }
 
-fn header_match(name: &str, value: &str, is_regex: bool) -> Result<HeaderMatch, RouteError> {
+/// The header match at `headers[index]`.
+fn header_match(
+    index: usize,
+    name: &str,
+    value: &str,
+    is_regex: bool,
+) -> Result<HeaderMatch, RouteError> {
     if is_regex {
         Ok(HeaderMatch::Regex {
             name: header_name(name)?,
-            regex: regex(value)?,
+            regex: regex(value, || format!("headers[{index}].value"))?,
         })
     } else {
         let (name, value) = header_pair(name, value)?;
@@ -104,7 +123,9 @@ pub fn http_match(m: &http_api::HttpRouteRulesMatches) -> Result<HttpRouteMatch,
             Some(match p.r#type {
                 None | Some(P::PathPrefix) => PathMatch::Prefix(absolute(value)?),
                 Some(P::Exact) => PathMatch::Exact(absolute(value)?),
-                Some(P::RegularExpression) => PathMatch::Regex(regex(value)?),
+                Some(P::RegularExpression) => {
+                    PathMatch::Regex(regex(value, || "path.value".to_string())?)
+                }
             })
         }
     };
@@ -112,17 +133,19 @@ pub fn http_match(m: &http_api::HttpRouteRulesMatches) -> Result<HttpRouteMatch,
         .headers
         .iter()
         .flatten()
-        .map(|h| header_match(&h.name, &h.value, h.r#type == Some(H::RegularExpression)))
+        .enumerate()
+        .map(|(i, h)| header_match(i, &h.name, &h.value, h.r#type == Some(H::RegularExpression)))
         .collect::<Result<_, _>>()?;
     let query_params = m
         .query_params
         .iter()
         .flatten()
-        .map(|q| {
+        .enumerate()
+        .map(|(i, q)| {
             Ok(if q.r#type == Some(Q::RegularExpression) {
                 QueryParamMatch::Regex {
                     name: q.name.clone(),
-                    regex: regex(&q.value)?,
+                    regex: regex(&q.value, || format!("queryParams[{i}].value"))?,
                 }
             } else {
                 QueryParamMatch::Exact {
@@ -160,7 +183,8 @@ pub fn grpc_match(m: &grpc::GrpcRouteRulesMatches) -> Result<GrpcRouteMatch, Rou
         .headers
         .iter()
         .flatten()
-        .map(|h| header_match(&h.name, &h.value, h.r#type == Some(H::RegularExpression)))
+        .enumerate()
+        .map(|(i, h)| header_match(i, &h.name, &h.value, h.r#type == Some(H::RegularExpression)))
         .collect::<Result<_, _>>()?;
     Ok(GrpcRouteMatch {
         service,

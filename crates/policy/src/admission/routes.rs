@@ -3,7 +3,10 @@
 //! converting them as the indexes do ([`linkerd_index::routes::convert`], §3.5).
 
 use linkerd_index::{
-    model::profile::{DurationError, parse_go_duration},
+    model::{
+        profile::{DurationError, parse_go_duration},
+        regex::RegexError,
+    },
     routes::convert,
 };
 use linkerd_k8s_api::{
@@ -39,6 +42,18 @@ pub struct TlsRouteSpec {
     pub rules: Vec<TlsRouteRules>,
 }
 
+/// The denial for `error` in `spec.rules[rule].matches[index]`. A review cut short by its
+/// regexes' time budget says where judging stopped, not that a pattern there is invalid.
+fn match_error(rule: usize, index: usize, error: convert::RouteError) -> String {
+    match error {
+        convert::RouteError::RegexOutOfTime { field, budget } => format!(
+            "checked only up to spec.rules[{rule}].matches[{index}].{field}: {}",
+            RegexError::OutOfTime(budget)
+        ),
+        other => other.to_string(),
+    }
+}
+
 /// The part of a parent reference the rules look at.
 struct Parent<'a> {
     group: Option<&'a str>,
@@ -71,9 +86,9 @@ pub fn policy_http_route(
         }),
     )?;
     let rules = spec.rules.as_deref().unwrap_or_default();
-    for rule in rules {
-        for m in rule.matches.iter().flatten() {
-            convert::http_match(m).map_err(|e| e.to_string())?;
+    for (r, rule) in rules.iter().enumerate() {
+        for (m, matched) in rule.matches.iter().flatten().enumerate() {
+            convert::http_match(matched).map_err(|e| match_error(r, m, e))?;
         }
         for filter in rule.filters.iter().flatten() {
             policy_filter(filter)?;
@@ -103,9 +118,9 @@ pub fn gateway_http_route(
         }),
     )?;
     let rules = spec.rules.as_deref().unwrap_or_default();
-    for rule in rules {
-        for m in rule.matches.iter().flatten() {
-            convert::http_match(m).map_err(|e| e.to_string())?;
+    for (r, rule) in rules.iter().enumerate() {
+        for (m, matched) in rule.matches.iter().flatten().enumerate() {
+            convert::http_match(matched).map_err(|e| match_error(r, m, e))?;
         }
         for filter in rule.filters.iter().flatten() {
             if matches!(
@@ -141,9 +156,9 @@ pub fn grpc_route(
         }),
     )?;
     let rules = spec.rules.as_deref().unwrap_or_default();
-    for rule in rules {
-        for m in rule.matches.iter().flatten() {
-            convert::grpc_match(m).map_err(|e| e.to_string())?;
+    for (r, rule) in rules.iter().enumerate() {
+        for (m, matched) in rule.matches.iter().flatten().enumerate() {
+            convert::grpc_match(matched).map_err(|e| match_error(r, m, e))?;
         }
         for filter in rule.filters.iter().flatten() {
             if filter.request_header_modifier.is_some() || filter.response_header_modifier.is_some()
@@ -289,4 +304,43 @@ fn rule_timeouts(timeouts: &HttpRouteTimeouts) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linkerd_index::model::regex::with_time_budget;
+    use serde_json::json;
+
+    /// The policy HTTPRoute denial for `rules`, judged within `budget`.
+    fn policy_denial(rules: serde_json::Value, budget: Duration) -> Option<String> {
+        let spec: HttpRouteSpec = serde_json::from_value(json!({
+            "parentRefs": [{"group": "policy.linkerd.io", "kind": "Server", "name": "web"}],
+            "rules": rules,
+        }))
+        .unwrap();
+        with_time_budget(budget, || policy_http_route(&BTreeMap::new(), &spec)).err()
+    }
+
+    /// A review cut short by its regexes' time budget says where checking stopped and calls
+    /// no pattern invalid (tester finding: `invalid regular expression "/\\w{20}597": not
+    /// compiled: ...` for a valid pattern).
+    #[test]
+    fn regexes_out_of_time_are_not_called_invalid() {
+        let rules = json!([
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}]},
+            {"matches": [
+                {"path": {"type": "Exact", "value": "/a"}},
+                {"headers": [
+                    {"name": "x-a", "value": "b"},
+                    {"type": "RegularExpression", "name": "x-id", "value": r"/\w{20}597"},
+                ]},
+            ]},
+        ]);
+        assert_eq!(
+            policy_denial(rules.clone(), Duration::ZERO).unwrap(),
+            "checked only up to spec.rules[1].matches[1].headers[1].value: not compiled: the object's regular expressions took more than 0 s to compile"
+        );
+        assert_eq!(policy_denial(rules, Duration::from_secs(60)), None);
+    }
 }

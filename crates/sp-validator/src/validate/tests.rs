@@ -184,6 +184,24 @@ fn path_regexes_must_compile() {
     );
 }
 
+/// A review cut short by its regexes' time budget names the route where checking stopped and
+/// calls no pattern invalid (tester finding: `... with an invalid pathRegex "/\w{20}597":
+/// not compiled: ...` for a valid pattern).
+#[test]
+fn regexes_out_of_time_are_not_called_invalid() {
+    let spec = "routes: [{name: first, condition: {method: GET}}, {name: slow, condition: {pathRegex: '/\\w{20}597'}}]";
+    let denied =
+        linkerd_index::model::regex::with_time_budget(std::time::Duration::ZERO, || denial(spec));
+    assert_eq!(
+        denied.unwrap(),
+        format!(
+            "{SP}was checked only up to route \"slow\" (spec.routes[1]): not compiled: the object's regular expressions took more than 0 s to compile"
+        )
+    );
+    // Without the budget, the same profile is admitted.
+    assert_eq!(denial(spec), None);
+}
+
 #[test]
 fn negative_durations_are_valid() {
     assert_eq!(
