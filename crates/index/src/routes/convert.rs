@@ -36,8 +36,13 @@ pub(crate) use modifier_of;
 pub enum RouteError {
     #[error("path {0:?} must be absolute (start with '/')")]
     RelativePath(String),
-    #[error("invalid regular expression {regex:?}: {reason}")]
-    InvalidRegex { regex: String, reason: String },
+    /// `regex`, quoted as written, at `field` within its match (`path.value`).
+    #[error("{field}: invalid regular expression \"{regex}\": {reason}")]
+    InvalidRegex {
+        field: String,
+        regex: String,
+        reason: String,
+    },
     /// Only under a time budget (the webhooks'): a regex was not compiled because the object's
     /// had taken it all. `field` is where the regex is within its match (`path.value`).
     #[error("{field}: {}", RegexError::OutOfTime(*.budget))]
@@ -61,6 +66,7 @@ fn regex(value: &str, field: impl FnOnce() -> String) -> Result<String, RouteErr
     match compile_regex(value) {
         Ok(_) => Ok(value.to_string()),
         Err(RegexError::Invalid(reason)) => Err(RouteError::InvalidRegex {
+            field: field(),
             regex: value.to_string(),
             reason,
         }),

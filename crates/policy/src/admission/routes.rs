@@ -42,10 +42,18 @@ pub struct TlsRouteSpec {
     pub rules: Vec<TlsRouteRules>,
 }
 
-/// The denial for `error` in `spec.rules[rule].matches[index]`. A review cut short by its
-/// regexes' time budget says where judging stopped, not that a pattern there is invalid.
+/// The denial for `error` in `spec.rules[rule].matches[index]`. A regex is named by where it
+/// is and quoted as written (control characters escaped); a review cut short by its regexes'
+/// time budget says where judging stopped, not that a pattern there is invalid.
 fn match_error(rule: usize, index: usize, error: convert::RouteError) -> String {
     match error {
+        convert::RouteError::InvalidRegex {
+            field,
+            regex,
+            reason,
+        } => linkerd_runtime::log::escape_controls_owned(format!(
+            "spec.rules[{rule}].matches[{index}].{field}: invalid regular expression \"{regex}\": {reason}"
+        )),
         convert::RouteError::RegexOutOfTime { field, budget } => format!(
             "checked only up to spec.rules[{rule}].matches[{index}].{field}: {}",
             RegexError::OutOfTime(budget)
@@ -342,5 +350,35 @@ mod tests {
             "checked only up to spec.rules[1].matches[1].headers[1].value: not compiled: the object's regular expressions took more than 0 s to compile"
         );
         assert_eq!(policy_denial(rules, Duration::from_secs(60)), None);
+    }
+
+    /// An invalid regex is named by where it is and quoted as written (tester finding: the
+    /// pattern came `{:?}`-escaped, `"/\\w("`, with no rule or match).
+    #[test]
+    fn invalid_regexes_are_quoted_as_written_where_they_are() {
+        let rules = |matches: serde_json::Value| json!([{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}]}, {"matches": matches}]);
+        let denial = |matches| policy_denial(rules(matches), Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            denial(json!([
+                {"method": "GET"},
+                {"method": "GET"},
+                {"path": {"type": "RegularExpression", "value": r"/\w+("}},
+            ])),
+            r#"spec.rules[1].matches[2].path.value: invalid regular expression "/\w+(": unclosed group"#
+        );
+        assert_eq!(
+            denial(json!([{"queryParams": [
+                {"name": "a", "value": "b"},
+                {"type": "RegularExpression", "name": "q", "value": "[a-"},
+            ]}])),
+            r#"spec.rules[1].matches[0].queryParams[1].value: invalid regular expression "[a-": unclosed character class"#
+        );
+        // Control characters are shown escaped, backslashes as written.
+        assert_eq!(
+            denial(json!([{"headers": [
+                {"type": "RegularExpression", "name": "x-id", "value": "\u{1}\\d("},
+            ]}])),
+            r#"spec.rules[1].matches[0].headers[0].value: invalid regular expression "\u{1}\d(": unclosed group"#
+        );
     }
 }
