@@ -35,8 +35,8 @@ pub const DEFAULT_POLICY_INTROSPECTION: &str = "http://127.0.0.1:9980";
 #[derive(Clone, Debug, clap::Args)]
 pub struct StreamsArgs {
     /// Only streams of this API: `Get`, `GetProfile` (destination), `WatchPort`, `Watch`
-    /// (policy-controller).
-    #[arg(long)]
+    /// (policy-controller), in any case (`getprofile`).
+    #[arg(long, value_parser = api_argument)]
     pub api: Option<String>,
 
     /// Only streams of this client pod (`namespace/name`, or `namespace:name` as a proxy
@@ -248,6 +248,23 @@ impl StreamArgs {
             Err(error) => Err(Error::Output(error)),
         }
     }
+}
+
+/// An API argument, as the introspection API's filter names it (`Get`, `GetProfile`,
+/// `WatchPort`, `Watch`), from any case. The server takes those names only, and an unknown one
+/// is a mistake in the command line: refused here (exit 2), naming those it takes.
+fn api_argument(api: &str) -> Result<String, String> {
+    let api = api.trim();
+    linkerd_runtime::introspect::APIS
+        .iter()
+        .find(|known| known.eq_ignore_ascii_case(api))
+        .map(|known| known.to_string())
+        .ok_or_else(|| {
+            format!(
+                "unknown API {api:?}: expected one of {}",
+                linkerd_runtime::introspect::APIS.join(", ")
+            )
+        })
 }
 
 /// A pod argument, as the introspection API's filter takes it: `namespace/name`.
@@ -594,6 +611,28 @@ impl Sent {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// API names are taken in any case and trimmed; others are refused naming those it takes
+    /// (tester finding: `--api get` exited 1 with the server's refusal).
+    #[test]
+    fn api_names_are_taken_in_any_case() {
+        for (given, taken) in [
+            ("get", "Get"),
+            (" GETPROFILE ", "GetProfile"),
+            ("watchport", "WatchPort"),
+            ("Watch", "Watch"),
+        ] {
+            assert_eq!(api_argument(given).as_deref(), Ok(taken), "{given}");
+        }
+        for unknown in ["Gets", "", "watch-port"] {
+            assert_eq!(
+                api_argument(unknown),
+                Err(format!(
+                    "unknown API {unknown:?}: expected one of Get, GetProfile, WatchPort, Watch"
+                ))
+            );
+        }
+    }
 
     /// Newcomer finding: asking the policy controller itself for `Watch` streams, and finding
     /// none, pointed at the policy controller.

@@ -194,6 +194,40 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
         "{stdout}"
     );
 
+    // API names in any case (tester finding: `--api get` exited 1 with the server's refusal).
+    let (code, stdout, stderr) = wait_output(dst_diag(&[
+        "streams",
+        "--introspection",
+        &s.destination_introspection,
+        "--api",
+        "get",
+        "--pod",
+        "emojivoto/vote-bot-0",
+    ]))
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[1].contains(&format!("Get  emojivoto/vote-bot-0  {WEB}  127.0.0.1:")),
+        "{stdout}"
+    );
+    // An unknown one is a usage error naming those taken.
+    let (code, stdout, stderr) = wait_output(dst_diag(&[
+        "streams",
+        "--introspection",
+        &s.destination_introspection,
+        "--api",
+        "Gets",
+    ]))
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains("unknown API \"Gets\": expected one of Get, GetProfile, WatchPort, Watch"),
+        "{stderr}"
+    );
+
     // `WatchPort` streams asked of destination: refused, and where they are.
     let (code, stdout, stderr) = wait_output(dst_diag(&[
         "streams",
