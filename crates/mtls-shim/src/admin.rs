@@ -4,19 +4,24 @@
 //! and `200 ready` after, `/metrics` is the Prometheus text of the registry (500 if it cannot be
 //! encoded); `POST /shutdown` is the proxy's answer when its shutdown endpoint is not enabled
 //! (`404 shutdown endpoint is not enabled`: the shim has none, and a client such as
-//! `linkerd-await --shutdown` reads that answer as the proxy's), another method on it `405`;
-//! anything else is 404.
+//! `linkerd-await --shutdown` reads that answer as the proxy's), or, as the proxy checks that
+//! first, `403 Requests are only permitted from localhost.` from another address; another
+//! method on it `405`. Anything else, `/shutdown/` too (the proxy matches whole paths), is a
+//! 404 with an empty body, as the proxy's.
 
 use axum::{
     Router,
     extract::State,
-    http::{StatusCode, header},
+    http::{HeaderName, StatusCode, header},
     response::IntoResponse,
     routing::{get, post},
 };
-use linkerd_runtime::shutdown::Shutdown;
+use linkerd_runtime::{shutdown::Shutdown, tls::PeerAddr};
 use prometheus_client::registry::Registry;
-use std::{net::SocketAddr, sync::Arc};
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+};
 use tokio::{net::TcpListener, sync::watch};
 
 /// What the admin endpoints report.
@@ -40,10 +45,7 @@ impl AdminState {
             .route("/live", get(|| async { "live\n" }))
             .route("/ready", get(ready))
             .route("/metrics", get(metrics))
-            .route(
-                "/shutdown",
-                post(|| async { (StatusCode::NOT_FOUND, "shutdown endpoint is not enabled\n") }),
-            )
+            .route("/shutdown", post(shutdown))
             .with_state(self)
     }
 
@@ -75,6 +77,38 @@ async fn ready(State(state): State<AdminState>) -> impl IntoResponse {
     }
 }
 
+async fn shutdown(request: axum::extract::Request) -> impl IntoResponse {
+    shutdown_answer(PeerAddr::ip_of(request.extensions()))
+}
+
+/// The proxy's answer to `POST /shutdown` from `peer`, its shutdown endpoint not enabled: the
+/// loopback check comes first there.
+fn shutdown_answer(
+    peer: Option<IpAddr>,
+) -> (StatusCode, [(HeaderName, &'static str); 1], &'static str) {
+    let loopback = match peer {
+        Some(IpAddr::V6(v6)) => v6
+            .to_ipv4_mapped()
+            .map_or(v6.is_loopback(), |v4| v4.is_loopback()),
+        Some(ip) => ip.is_loopback(),
+        None => false,
+    };
+    let text = [(header::CONTENT_TYPE, "text/plain")];
+    if loopback {
+        (
+            StatusCode::NOT_FOUND,
+            text,
+            "shutdown endpoint is not enabled\n",
+        )
+    } else {
+        (
+            StatusCode::FORBIDDEN,
+            text,
+            "Requests are only permitted from localhost.",
+        )
+    }
+}
+
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
@@ -91,5 +125,60 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
             [(header::CONTENT_TYPE, "text/plain")],
             format!("cannot encode metrics: {error}\n"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::{body::Body, http::Request};
+    use linkerd_runtime::tls::PeerAddr;
+    use std::net::SocketAddr;
+    use tower::ServiceExt;
+
+    /// The admin router's answer to `POST path` from `peer`.
+    async fn post(path: &str, peer: &str) -> (StatusCode, String) {
+        let (_ready, ready) = watch::channel(false);
+        let router = AdminState::new(ready, Arc::new(Registry::default())).router();
+        let mut request = Request::post(path).body(Body::empty()).unwrap();
+        let peer = SocketAddr::new(peer.parse().unwrap(), 40000);
+        request.extensions_mut().insert(PeerAddr(peer));
+        let response = router.oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// As the proxy, whose loopback check comes before its endpoint's (spec §d.3): another
+    /// address is refused (tester finding: every address got the loopback answer).
+    #[tokio::test]
+    async fn shutdown_is_refused_to_other_addresses_first() {
+        for peer in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
+            assert_eq!(
+                post("/shutdown", peer).await,
+                (
+                    StatusCode::NOT_FOUND,
+                    "shutdown endpoint is not enabled\n".into()
+                ),
+                "{peer}"
+            );
+        }
+        for peer in ["10.0.0.7", "fd00::1"] {
+            assert_eq!(
+                post("/shutdown", peer).await,
+                (
+                    StatusCode::FORBIDDEN,
+                    "Requests are only permitted from localhost.".into()
+                ),
+                "{peer}"
+            );
+        }
+        // Whole paths only, as the proxy's.
+        assert_eq!(
+            post("/shutdown/", "10.0.0.7").await,
+            (StatusCode::NOT_FOUND, String::new())
+        );
     }
 }

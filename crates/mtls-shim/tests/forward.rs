@@ -110,6 +110,12 @@ async fn ready_once_every_upstream_accepts_connections() {
         (404, "shutdown endpoint is not enabled\n".into())
     );
     assert_eq!(http_get(shim.admin, "/shutdown").await.0, 405);
+    // Whole paths only, as the proxy's: an empty 404 otherwise.
+    assert_eq!(
+        http_request(shim.admin, "POST", "/shutdown/").await,
+        (404, String::new())
+    );
+    assert_eq!(http_get(shim.admin, "/nope").await, (404, String::new()));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         http_get(shim.admin, "/ready").await,

@@ -30,7 +30,8 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(15);
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves `router` over plain HTTP/1.1 (or HTTP/2 with prior knowledge) on `listener` until `shutdown` resolves, then drains
-/// (see the module docs). A failed connection concerns one client only: it is logged at debug
+/// (see the module docs). Each request carries its client's address
+/// ([`PeerAddr`](crate::tls::PeerAddr)) in its extensions. A failed connection concerns one client only: it is logged at debug
 /// level and the server goes on.
 pub async fn serve(listener: TcpListener, router: Router, shutdown: impl Future<Output = ()>) {
     serve_with(listener, router, HEADER_READ_TIMEOUT, shutdown).await;
@@ -44,7 +45,10 @@ pub(crate) async fn serve_with(
     shutdown: impl Future<Output = ()>,
 ) {
     accept_until(listener, "HTTP", shutdown, |tcp, peer, stop| {
-        let router = router.clone();
+        // Handlers that answer by client address (the shim's loopback-only `/shutdown`).
+        let router = router
+            .clone()
+            .layer(axum::Extension(crate::tls::PeerAddr(peer)));
         async move {
             let mut stopped = stop.clone();
             let http2 = tokio::select! {
@@ -201,7 +205,14 @@ mod tests {
     ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let router = Router::new().route("/ping", get(|| async { "pong\n" }));
+        let router = Router::new()
+            .route("/ping", get(|| async { "pong\n" }))
+            .route(
+                "/peer",
+                get(|request: axum::extract::Request| async move {
+                    format!("{:?}", crate::tls::PeerAddr::ip_of(request.extensions()))
+                }),
+            );
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(serve_with(listener, router, header_read_timeout, async {
             let _ = rx.await;
@@ -239,6 +250,19 @@ mod tests {
         partial.write_all(b"PR").await.unwrap();
         let closed = read_to_close(&mut partial, Duration::from_secs(5)).await;
         assert!(closed.is_some());
+    }
+
+    #[tokio::test]
+    async fn handlers_see_the_client_address() {
+        let (addr, _stop) = start(Duration::from_secs(30)).await;
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut tcp, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(answer.ends_with("\r\n\r\nSome(127.0.0.1)"), "{answer}");
     }
 
     #[tokio::test]
