@@ -5,7 +5,6 @@ mod support;
 
 use linkerd_index::{EndpointsKey, EndpointsView, ObjectRef, Workload, topic::Receiver};
 use linkerd2_proxy_api::destination::{tls_identity::Strategy, update::Update};
-use serde_json::{Value, json};
 use std::time::Duration;
 use support::*;
 
@@ -129,26 +128,6 @@ async fn service_account_change_reaches_the_stream_at_once() {
     assert_quiet(&mut stream).await;
 }
 
-/// Pod `web-a` of [`two_pods`] changed in every way no field of its address reads: a label
-/// and annotations nothing translates, a readiness probe, status conditions other than
-/// readiness, and its resourceVersion.
-fn web_a_changed_invisibly() -> Value {
-    let mut pod = mk_pod(NS, "web-a", "10.1.0.1", "web");
-    pod["metadata"]["resourceVersion"] = json!("2");
-    pod["metadata"]["labels"]["team"] = json!("payments");
-    pod["metadata"]["annotations"] = json!({
-        "config.linkerd.io/default-inbound-policy": "all-authenticated",
-        "example.com/owner": "ops",
-    });
-    pod["spec"]["containers"][1]["readinessProbe"] =
-        json!({"httpGet": {"path": "/ready", "port": 8080}});
-    pod["status"]["conditions"] = json!([
-        {"type": "PodScheduled", "status": "True"},
-        {"type": "Initialized", "status": "True"},
-    ]);
-    pod
-}
-
 /// Waits until the index's view of Service `web` port 80 holds pod `web-a` with label
 /// `team`: the change was published to the topic the `Get` stream reads.
 async fn wait_for_web_a_team_label(rx: &mut Receiver<EndpointsView>) {
@@ -186,7 +165,7 @@ async fn a_pod_change_no_address_field_reads_sends_nothing() {
     dir.write(
         "pods.yaml",
         &[
-            web_a_changed_invisibly(),
+            mk_pod_changed_invisibly(NS, "web-a", "10.1.0.1", "web"),
             mk_pod(NS, "web-b", "10.1.0.2", "web"),
         ],
     );
@@ -197,7 +176,7 @@ async fn a_pod_change_no_address_field_reads_sends_nothing() {
     dir.write(
         "pods.yaml",
         &[
-            web_a_changed_invisibly(),
+            mk_pod_changed_invisibly(NS, "web-a", "10.1.0.1", "web"),
             mk_pod(NS, "web-b", "10.1.0.2", "web"),
             mk_pod(NS, "web-c", "10.1.0.3", "web"),
         ],
@@ -317,6 +296,44 @@ async fn a_file_of_a_whole_service_removed_and_written_back() {
     dir.write("web.yaml", &web());
     assert_eq!(added(&next(&mut stream).await), [sa("10.1.0.1:8080")]);
     assert_quiet(&mut stream).await;
+}
+
+/// A file whose Service, slice and Pods are all renamed in one write (the addresses kept)
+/// reaches a stream of the old name as one `NoEndpoints{exists: false}`, and a stream of the
+/// new name as one `Add`: the old Service is gone, whatever its addresses now belong to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_of_a_whole_service_renamed() {
+    let dir = StateDir::new();
+    let service = |name: &str| {
+        [
+            mk_service(NS, name, &[("http", 80)]),
+            mk_slice(
+                NS,
+                &format!("{name}-1"),
+                name,
+                ("http", 8080),
+                &[(format!("{name}-a").as_str(), "10.1.0.1", true)],
+            ),
+            mk_pod(NS, &format!("{name}-a"), "10.1.0.1", name),
+        ]
+    };
+    dir.write("web.yaml", &service("web"));
+    let mut h = Harness::start(dir.path()).await;
+    let mut old = h.get(PATH, "").await.unwrap();
+    assert_eq!(added(&next(&mut old).await), [sa("10.1.0.1:8080")]);
+    let mut new = h.get("shop.shop.svc.cluster.local:80", "").await.unwrap();
+    assert!(matches!(next(&mut new).await, Update::NoEndpoints(ne) if !ne.exists));
+
+    dir.write("web.yaml", &service("shop"));
+    assert!(matches!(next(&mut old).await, Update::NoEndpoints(ne) if !ne.exists));
+    let Update::Add(set) = next(&mut new).await else {
+        panic!("expected an Add")
+    };
+    assert_eq!(set.addrs.len(), 1, "{set:?}");
+    assert_eq!(addr_of(&set.addrs[0]), sa("10.1.0.1:8080"));
+    assert_eq!(set.addrs[0].metric_labels["pod"], "shop-a");
+    assert_quiet(&mut old).await;
+    assert_quiet(&mut new).await;
 }
 
 #[tokio::test]

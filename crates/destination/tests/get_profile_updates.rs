@@ -331,19 +331,7 @@ async fn a_pod_change_no_profile_field_reads_sends_nothing() {
         })
         .unwrap();
 
-    let changed = |sa: &str| {
-        let mut pod = mk_pod(NS, "web-a", "10.1.0.1", sa);
-        pod["metadata"]["resourceVersion"] = json!("2");
-        pod["metadata"]["labels"]["team"] = json!("payments");
-        pod["metadata"]["annotations"] = json!({
-            "config.linkerd.io/default-inbound-policy": "all-authenticated",
-            "example.com/owner": "ops",
-        });
-        pod["spec"]["containers"][1]["readinessProbe"] =
-            json!({"httpGet": {"path": "/ready", "port": 8080}});
-        pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"}]);
-        pod
-    };
+    let changed = |sa: &str| mk_pod_changed_invisibly(NS, "web-a", "10.1.0.1", sa);
     dir.write("pods.yaml", &[changed("web")]);
     // The change reached the topic the stream reads.
     tokio::time::timeout(std::time::Duration::from_secs(5), async {

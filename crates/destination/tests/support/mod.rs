@@ -290,6 +290,26 @@ pub fn mk_pod(ns: &str, name: &str, ip: &str, sa: &str) -> Value {
     })
 }
 
+/// [`mk_pod`] changed in every way no field of its address or endpoint profile reads: a label
+/// and annotations nothing translates, a readiness probe, status conditions other than
+/// readiness, and its resourceVersion.
+pub fn mk_pod_changed_invisibly(ns: &str, name: &str, ip: &str, sa: &str) -> Value {
+    let mut pod = mk_pod(ns, name, ip, sa);
+    pod["metadata"]["resourceVersion"] = json!("2");
+    pod["metadata"]["labels"]["team"] = json!("payments");
+    pod["metadata"]["annotations"] = json!({
+        "config.linkerd.io/default-inbound-policy": "all-authenticated",
+        "example.com/owner": "ops",
+    });
+    pod["spec"]["containers"][1]["readinessProbe"] =
+        json!({"httpGet": {"path": "/ready", "port": 8080}});
+    pod["status"]["conditions"] = json!([
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "Initialized", "status": "True"},
+    ]);
+    pod
+}
+
 /// The link Secret of cluster `east` (trust domain `east.local`), in namespace `linkerd`; its
 /// kubeconfig (`apiVersion: v1`) is never dialled when `east` is served from a directory.
 pub fn mk_east_link_secret() -> Value {
