@@ -102,9 +102,18 @@ pub const MAX_DECODED_BYTES: usize = 64 * 1024 * 1024;
 /// many wait, never hold them up. What the API server sends is cheap: an `UPDATE` of a
 /// ServiceProfile of 50 routes with response classes, applied by kubectl, costs about
 /// 680 KiB (measured in the tests). A cheap review holds at most about 680 JSON objects, so
-/// at most about 340 regexes (a route is two objects at least), which compile in under 2 s
-/// even when each is as slow as `/\w{20}0` (and [`JUDGING_TIME_BUDGET`] bounds the rest).
+/// at most about 340 regexes (a route is two objects at least), which can take 2 s to compile
+/// when each is as slow as `/\w{20}0`: one that takes longer than [`CHEAP_JUDGING_TIME`] is
+/// judged again among the costly reviews.
 pub const CHEAP_REVIEW_COST: usize = 1024 * 1024;
+
+/// How long a cheap review ([`CHEAP_REVIEW_COST`]) is judged in the cheap lane before it gives
+/// its slot up and is judged again, from the start, among the costly reviews, with
+/// [`JUDGING_TIME_BUDGET`] (`linkerd_runtime::tls::ReviewWorkers::with_cheap_lane`): 100 ms,
+/// when a real object's regexes compile in milliseconds. An ordinary review then waits at most
+/// this long per cheap review ahead of it: ten ServiceProfiles of 250 routes like `/\w{20}0`,
+/// cheap to decode but 3 s each to judge, kept one waiting 15 s before (tester finding).
+pub const CHEAP_JUDGING_TIME: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The cheap reviews' decoding pool: 16 MiB (16 of the costliest cheap reviews at once,
 /// dozens of the API server's), on top of [`MAX_DECODED_BYTES`].

@@ -155,8 +155,37 @@ pub struct BodyBudget {
 pub struct ReviewWorkers {
     slots: Arc<tokio::sync::Semaphore>,
     slot_count: usize,
-    /// Reviews that cost at most `.0` take their slot from `.1` rather than from `slots`.
-    cheap: Option<(usize, Arc<tokio::sync::Semaphore>)>,
+    cheap: Option<CheapLane>,
+}
+
+/// The slots of [`ReviewWorkers::with_cheap_lane`].
+#[derive(Clone, Debug)]
+struct CheapLane {
+    /// Reviews that cost at most this take their slot from `slots`.
+    max_cost: usize,
+    slots: Arc<tokio::sync::Semaphore>,
+    /// The time a review is judged for in this lane before it is judged again in the others.
+    time: Duration,
+}
+
+/// What judging a review gave ([`ReviewWorkers::run`]): its answer, and whether judging
+/// stopped short because its time budget had passed (the answer then says only that).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Judged<T> {
+    /// The review's answer.
+    pub answer: T,
+    /// Judging stopped short for lack of time.
+    pub out_of_time: bool,
+}
+
+impl<T> Judged<T> {
+    /// An answer judging reached within its time.
+    pub fn done(answer: T) -> Self {
+        Self {
+            answer,
+            out_of_time: false,
+        }
+    }
 }
 
 impl ReviewWorkers {
@@ -171,16 +200,20 @@ impl ReviewWorkers {
     }
 
     /// The same workers, with reviews whose cost (as the webhook estimates it before decoding,
-    /// `linkerd_admission::decode_cost`) is at most `max_cost` judged in as many slots again,
-    /// of their own: a review of a few KiB is then never queued behind costly ones, however
-    /// many of them wait. Without it, eight ServiceProfiles of 1,000 slow regexes sent at once
-    /// kept an ordinary review waiting 11.6 s (newcomer finding), past the API server's 10 s
-    /// timeout. A cheap review's regexes are few (its JSON objects are), so it is judged fast.
-    pub fn with_cheap_lane(mut self, max_cost: usize) -> Self {
-        self.cheap = Some((
+    /// `linkerd_admission::decode_cost`) is at most `max_cost` judged first in as many slots
+    /// again, of their own, for at most `time`: one that needs longer gives its cheap slot up
+    /// and is judged again from the start in the costly reviews' slots, with their budget. A
+    /// review of a few KiB then waits for no costly one, however many wait, and at most for
+    /// `time` per cheap review ahead of it. Without a lane of their own, eight ServiceProfiles
+    /// of 1,000 slow regexes sent at once kept an ordinary review waiting 11.6 s (newcomer
+    /// finding), past the API server's 10 s timeout; without the time bound, ten profiles of
+    /// 250 such regexes, cheap to decode but each judged for 3 s, kept it waiting 15 s.
+    pub fn with_cheap_lane(mut self, max_cost: usize, time: Duration) -> Self {
+        self.cheap = Some(CheapLane {
             max_cost,
-            Arc::new(tokio::sync::Semaphore::new(self.slot_count)),
-        ));
+            slots: Arc::new(tokio::sync::Semaphore::new(self.slot_count)),
+            time,
+        });
         self
     }
 
@@ -193,28 +226,54 @@ impl ReviewWorkers {
         Self::new(cores.max(2))
     }
 
-    /// Runs `judge`, the work of a review that costs `cost` (the cheap lane's unit), on a
-    /// blocking thread once a slot of its lane is free, and returns what it returns.
+    /// Judges a review that costs `cost` (the cheap lane's unit) on a blocking thread once a
+    /// slot of its lane is free, by calling `judge` with the time it may take, `budget`, and
+    /// returns its answer. A cheap review is first judged with the cheap lane's time (at most
+    /// `budget`); when that ran out (`out_of_time`), `judge` is called again, in a costly
+    /// slot, with `budget`, and that answer is returned whatever it says.
     ///
     /// Errors: `judge` panicked (the panic is caught by tokio and returned here, so the
     /// caller answers the review with an error instead of losing the connection's task).
     pub async fn run<T: Send + 'static>(
         &self,
         cost: usize,
-        judge: impl FnOnce() -> T + Send + 'static,
+        budget: Duration,
+        judge: impl Fn(Duration) -> Judged<T> + Send + Sync + 'static,
     ) -> Result<T, tokio::task::JoinError> {
-        let lane = match &self.cheap {
-            Some((max_cost, cheap)) if cost <= *max_cost => cheap,
-            _ => &self.slots,
-        };
-        let slot = lane
+        let judge = Arc::new(judge);
+        if let Some(cheap) = self.cheap.as_ref().filter(|lane| cost <= lane.max_cost) {
+            let time = cheap.time.min(budget);
+            let judged = Self::judge_in(&cheap.slots, {
+                let judge = judge.clone();
+                move || judge(time)
+            })
+            .await?;
+            if !judged.out_of_time || time >= budget {
+                return Ok(judged.answer);
+            }
+            tracing::debug!(
+                ?time,
+                "a cheap review took longer than its lane allows; judging it again"
+            );
+        }
+        let judged = Self::judge_in(&self.slots, move || judge(budget)).await?;
+        Ok(judged.answer)
+    }
+
+    /// Runs `work` on a blocking thread once one of `slots` is free; the slot is held until
+    /// the work ends.
+    async fn judge_in<T: Send + 'static>(
+        slots: &Arc<tokio::sync::Semaphore>,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        let slot = slots
             .clone()
             .acquire_owned()
             .await
             .expect("the review slots' semaphore is never closed");
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            judge()
+            work()
         })
         .await
     }
@@ -228,7 +287,7 @@ impl ReviewWorkers {
     pub fn cheap_available(&self) -> usize {
         self.cheap
             .as_ref()
-            .map_or(0, |(_, s)| s.available_permits())
+            .map_or(0, |lane| lane.slots.available_permits())
     }
 }
 
@@ -237,7 +296,6 @@ impl ReviewWorkers {
 pub struct HeldBody {
     bytes: Bytes,
     _share: Option<tokio::sync::OwnedSemaphorePermit>,
-    _turn: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// The address of the client that sent a request to an [`HttpsServer`], in the request's
@@ -737,7 +795,9 @@ impl BodyBudget {
 
     /// Reads a body of at most the per-body limit, as [`read_body`] does, once its size fits in
     /// the budget; one sent from `peer` (the client's address, [`PeerAddr`]) also waits for one
-    /// of that address's [`BODIES_PER_PEER`] turns.
+    /// of that address's [`BODIES_PER_PEER`] turns, which it gives back once read: a review
+    /// being judged holds its share of the budget, not its turn, or slow reviews from the API
+    /// server, every review's one address, would keep its others from being read.
     ///
     /// Errors: those of [`read_body`], [`BodyError::Timeout`] when the body has not arrived
     /// within [`BODY_READ_TIMEOUT`] (waiting for room included), and [`BodyError::TooSlow`]
@@ -764,7 +824,6 @@ impl BodyBudget {
                 return Ok(HeldBody {
                     bytes: Bytes::new(),
                     _share: None,
-                    _turn: None,
                 });
             };
             let turn = match peer {
@@ -798,10 +857,10 @@ impl BodyBudget {
                 tokio::time::timeout(allowed, read_body(headers, Body::from_stream(rest), limit))
                     .await
                     .map_err(|_| BodyError::TooSlow { size, allowed })??;
+            drop(turn);
             Ok(HeldBody {
                 bytes,
                 _share: Some(share),
-                _turn: turn,
             })
         };
         tokio::time::timeout(BODY_READ_TIMEOUT, read)

@@ -33,8 +33,8 @@ use axum::{
 use linkerd_admission::{
     AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, ReviewBody, ReviewMetrics,
 };
-use linkerd_index::model::regex::with_time_budget;
-use linkerd_runtime::tls::{BodyBudget, BodyError, ReviewWorkers};
+use linkerd_index::model::regex::{ran_out_of_time, with_time_budget};
+use linkerd_runtime::tls::{BodyBudget, BodyError, Judged, ReviewWorkers};
 
 pub use linkerd_admission::{MAX_BODY_BYTES, ReviewError};
 
@@ -61,7 +61,10 @@ pub fn router(metrics: ReviewMetrics) -> Router {
     Router::new().fallback(handle).with_state((
         metrics,
         budget,
-        ReviewWorkers::per_core().with_cheap_lane(linkerd_admission::CHEAP_REVIEW_COST),
+        ReviewWorkers::per_core().with_cheap_lane(
+            linkerd_admission::CHEAP_REVIEW_COST,
+            linkerd_admission::CHEAP_JUDGING_TIME,
+        ),
     ))
 }
 
@@ -168,12 +171,18 @@ async fn handle(
     let decoding = budget.decoding(reviewed.memory()).await;
     // Judged off the runtime: compiling a profile's regexes can take seconds.
     let judged = workers
-        .run(reviewed.cost(), move || {
-            let _decoding = decoding;
-            with_time_budget(linkerd_admission::JUDGING_TIME_BUDGET, || {
-                ReviewBody::new(&body).review(admit)
-            })
-        })
+        .run(
+            reviewed.cost(),
+            linkerd_admission::JUDGING_TIME_BUDGET,
+            move |time| {
+                // Held by the work, which runs to its end even when the client has gone.
+                let _decoding = &decoding;
+                with_time_budget(time, || Judged {
+                    answer: ReviewBody::new(&body).review(admit),
+                    out_of_time: ran_out_of_time(),
+                })
+            },
+        )
         .await;
     let answer = match judged {
         Ok(Ok(answer)) => answer,

@@ -22,6 +22,9 @@ thread_local! {
     /// When [`compile_regex`] stops compiling on this thread, and the budget it was given
     /// ([`with_time_budget`]); `None`: it never does.
     static DEADLINE: Cell<Option<(Instant, Duration)>> = const { Cell::new(None) };
+    /// Whether [`compile_regex`] refused a pattern for lack of time within the innermost
+    /// [`with_time_budget`] on this thread.
+    static RAN_OUT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `judge` with the regexes [`compile_regex`] compiles for it on this thread refused once
@@ -36,14 +39,26 @@ thread_local! {
 /// an object must not depend on the machine's speed.
 pub fn with_time_budget<T>(budget: Duration, judge: impl FnOnce() -> T) -> T {
     /// Puts back the deadline it replaced, also when `judge` panics.
-    struct Restore(Option<(Instant, Duration)>);
+    struct Restore(Option<(Instant, Duration)>, bool);
     impl Drop for Restore {
         fn drop(&mut self) {
             DEADLINE.set(self.0);
+            RAN_OUT.set(self.1);
         }
     }
-    let _restore = Restore(DEADLINE.replace(Some((Instant::now() + budget, budget))));
+    let _restore = Restore(
+        DEADLINE.replace(Some((Instant::now() + budget, budget))),
+        RAN_OUT.replace(false),
+    );
     judge()
+}
+
+/// Whether, within the innermost [`with_time_budget`] running on this thread, [`compile_regex`]
+/// has refused a pattern because the budget had passed: what `judge` answered then says only
+/// that the object took too long, and it may be judged again with more time (the webhooks'
+/// cheap lane, `linkerd_runtime::tls::ReviewWorkers`). `false` outside any budget.
+pub fn ran_out_of_time() -> bool {
+    RAN_OUT.get()
 }
 
 /// Why [`compile_regex`] did not compile a pattern. `Display` is one line.
@@ -69,6 +84,7 @@ pub fn compile_regex(pattern: &str) -> Result<regex::Regex, RegexError> {
     if let Some((deadline, budget)) = DEADLINE.get()
         && Instant::now() >= deadline
     {
+        RAN_OUT.set(true);
         return Err(RegexError::OutOfTime(budget));
     }
     if pattern.len() > MAX_REGEX_BYTES {
@@ -129,8 +145,19 @@ mod tests {
     fn a_time_budget_refuses_what_comes_after_it() {
         let compiled = with_time_budget(Duration::from_secs(60), || compile_regex("/a+").is_ok());
         assert!(compiled);
-        let refused = with_time_budget(Duration::ZERO, || compile_regex("/a+").unwrap_err());
+        assert!(!ran_out_of_time());
+        let (refused, ran_out) = with_time_budget(Duration::ZERO, || {
+            assert!(!ran_out_of_time(), "nothing refused yet");
+            (compile_regex("/a+").unwrap_err(), ran_out_of_time())
+        });
         assert_eq!(refused, RegexError::OutOfTime(Duration::ZERO));
+        assert!(ran_out);
+        assert!(!ran_out_of_time(), "no budget outside");
+        // A pattern compiled, or refused as invalid, within the budget is no lack of time.
+        assert!(!with_time_budget(Duration::from_secs(60), || {
+            let _ = (compile_regex("/a+"), compile_regex("("));
+            ran_out_of_time()
+        }));
         assert_eq!(
             refused.to_string(),
             "not compiled: the object's regular expressions took more than 0 s to compile"
@@ -142,8 +169,11 @@ mod tests {
         );
         // Budgets nest, and the outer one is back afterwards, also after a panic.
         with_time_budget(Duration::ZERO, || {
-            assert!(with_time_budget(Duration::from_secs(60), || compile_regex("a")).is_ok());
             assert!(compile_regex("a").is_err());
+            assert!(with_time_budget(Duration::from_secs(60), || {
+                compile_regex("a").is_ok() && !ran_out_of_time()
+            }));
+            assert!(ran_out_of_time(), "the outer budget's lack of time is back");
         });
         let panicked = std::panic::catch_unwind(|| {
             with_time_budget(Duration::ZERO, || panic!("judge"));

@@ -78,9 +78,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use linkerd_admission::{ReviewBody, ReviewMetrics};
 use linkerd_index::{
     inbound::InboundIndex,
-    model::{ServerInfo, ServerOverlap, regex::with_time_budget},
+    model::{
+        ServerInfo, ServerOverlap,
+        regex::{ran_out_of_time, with_time_budget},
+    },
 };
-use linkerd_runtime::tls::{BodyBudget, BodyError, ReviewWorkers};
+use linkerd_runtime::tls::{BodyBudget, BodyError, Judged, ReviewWorkers};
 use std::sync::Arc;
 
 pub use linkerd_admission::{
@@ -137,7 +140,10 @@ pub fn router(existing: impl ExistingServers, metrics: ReviewMetrics) -> Router 
         .fallback(not_found)
         .with_state((
             budget,
-            ReviewWorkers::per_core().with_cheap_lane(linkerd_admission::CHEAP_REVIEW_COST),
+            ReviewWorkers::per_core().with_cheap_lane(
+                linkerd_admission::CHEAP_REVIEW_COST,
+                linkerd_admission::CHEAP_JUDGING_TIME,
+            ),
             existing,
             metrics,
         ))
@@ -400,12 +406,19 @@ async fn handle(
     let decoding = budget.decoding(reviewed.memory()).await;
     // Judged off the runtime: compiling a review's regexes can take seconds.
     let judged = workers
-        .run(reviewed.cost(), move || {
-            let _decoding = decoding;
-            with_time_budget(linkerd_admission::JUDGING_TIME_BUDGET, || {
-                ReviewBody::new(&body).review(|request| admit_among(request, &*existing))
-            })
-        })
+        .run(
+            reviewed.cost(),
+            linkerd_admission::JUDGING_TIME_BUDGET,
+            move |time| {
+                // Held by the work, which runs to its end even when the client has gone.
+                let _decoding = &decoding;
+                with_time_budget(time, || Judged {
+                    answer: ReviewBody::new(&body)
+                        .review(|request| admit_among(request, &*existing)),
+                    out_of_time: ran_out_of_time(),
+                })
+            },
+        )
         .await;
     let answer = match judged {
         Ok(answer) => answer.map_err(|error| {

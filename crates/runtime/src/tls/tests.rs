@@ -3,6 +3,9 @@ use axum::routing::get;
 use rustls::{ClientConfig, RootCertStore, pki_types::ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// A review's time budget in these tests: longer than any of them runs.
+const BUDGET: Duration = Duration::from_secs(3);
+
 /// A self-signed certificate for `localhost` and its key, as PEM.
 struct Cert {
     der: CertificateDer<'static>,
@@ -587,7 +590,7 @@ async fn small_bodies_do_not_wait_behind_large_ones() {
     assert_eq!(&larger.await.unwrap()[..], b"fives");
 }
 
-/// A client address has at most `BODIES_PER_PEER` bodies in the budget at once: its next one
+/// A client address has at most `BODIES_PER_PEER` bodies being read at once: its next one
 /// waits for one of them, outside the budget's queue, so bodies from other addresses (and from
 /// no known address) are read at once, though the small bodies' pool has room for more.
 #[tokio::test]
@@ -622,15 +625,21 @@ async fn a_peer_has_at_most_its_turns_in_the_budget() {
             .unwrap();
         assert_eq!(&read[..], b"four");
     }
-    // One of the stalled bodies ends: the waiting one has its turn.
+    // One of the stalled bodies ends: the waiting one has its turn, while the one read is
+    // still held (judged): a turn is for reading (tester finding: held while judging, eight
+    // slow reviews from the API server's address kept its next review from being read for
+    // 10 s, which was then refused as a body that "did not arrive").
     senders[0]
         .unbounded_send(Bytes::from_static(b"}}}"))
         .unwrap();
     senders.remove(0);
     let done = stalled.remove(0).await.unwrap();
     assert_eq!(&done[..], b"{}}}");
+    let next = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("a body read gives its turn back");
+    assert_eq!(&next.unwrap()[..], b"next");
     drop(done);
-    assert_eq!(&next.await.unwrap()[..], b"next");
 }
 
 /// Decoding shares wait until they fit; one larger than the whole budget takes all of it.
@@ -761,13 +770,15 @@ async fn review_work_holds_its_slot_until_it_ends() {
     let workers = ReviewWorkers::new(1);
     let (release, wait) = std::sync::mpsc::channel::<()>();
     let (started, mut running) = tokio::sync::oneshot::channel::<()>();
+    // `run` calls its judge by reference, from any thread.
+    let (started, wait) = (Mutex::new(Some(started)), Mutex::new(wait));
     let caller = tokio::spawn({
         let workers = workers.clone();
         async move {
             workers
-                .run(0, move || {
-                    let _ = started.send(());
-                    wait.recv().ok()
+                .run(0, BUDGET, move |_| {
+                    started.lock().unwrap().take().map(|s| s.send(()));
+                    Judged::done(wait.lock().unwrap().recv().ok())
                 })
                 .await
         }
@@ -778,12 +789,15 @@ async fn review_work_holds_its_slot_until_it_ends() {
     assert_eq!(workers.available(), 0, "the work still runs");
     release.send(()).unwrap();
     // The next review runs once the first ends.
-    assert_eq!(workers.run(0, || 7).await.unwrap(), 7);
+    assert_eq!(
+        workers.run(0, BUDGET, |_| Judged::done(7)).await.unwrap(),
+        7
+    );
     assert_eq!(workers.available(), 1);
     // A panic in the work is an error for its caller, and frees the slot.
     assert!(
         workers
-            .run(0, || panic!("judge"))
+            .run(0, BUDGET, |_| -> Judged<()> { panic!("judge") })
             .await
             .unwrap_err()
             .is_panic()
@@ -797,17 +811,18 @@ async fn review_work_holds_its_slot_until_it_ends() {
 /// ordinary one waiting 11.6 s). Costs above the lane's limit are costly.
 #[tokio::test]
 async fn cheap_reviews_are_judged_beside_costly_ones() {
-    let workers = ReviewWorkers::new(1).with_cheap_lane(100);
+    let workers = ReviewWorkers::new(1).with_cheap_lane(100, BUDGET);
     assert_eq!((workers.available(), workers.cheap_available()), (1, 1));
     let (release, wait) = std::sync::mpsc::channel::<()>();
     let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let (started, wait) = (Mutex::new(Some(started)), Mutex::new(wait));
     let busy = tokio::spawn({
         let workers = workers.clone();
         async move {
             workers
-                .run(101, move || {
-                    let _ = started.send(());
-                    wait.recv().ok()
+                .run(101, BUDGET, move |_| {
+                    started.lock().unwrap().take().map(|s| s.send(()));
+                    Judged::done(wait.lock().unwrap().recv().ok())
                 })
                 .await
         }
@@ -815,11 +830,14 @@ async fn cheap_reviews_are_judged_beside_costly_ones() {
     running.await.unwrap();
     let queued = tokio::spawn({
         let workers = workers.clone();
-        async move { workers.run(5_000, || "costly").await }
+        async move { workers.run(5_000, BUDGET, |_| Judged::done("costly")).await }
     });
-    let cheap = tokio::time::timeout(Duration::from_secs(10), workers.run(100, || "cheap"))
-        .await
-        .expect("a cheap review waits for no costly one");
+    let cheap = tokio::time::timeout(
+        Duration::from_secs(10),
+        workers.run(100, BUDGET, |_| Judged::done("cheap")),
+    )
+    .await
+    .expect("a cheap review waits for no costly one");
     assert_eq!(cheap.unwrap(), "cheap");
     assert!(!queued.is_finished());
     release.send(()).unwrap();
@@ -827,4 +845,78 @@ async fn cheap_reviews_are_judged_beside_costly_ones() {
     assert_eq!(queued.await.unwrap().unwrap(), "costly");
     assert_eq!((workers.available(), workers.cheap_available()), (1, 1));
     assert_eq!(ReviewWorkers::new(3).cheap_available(), 0);
+}
+
+/// A cheap review that needs more than the cheap lane's time gives its slot up and is judged
+/// again, from the start and with the whole budget, in a costly slot: the cheap lane is held
+/// at most its time per review, so ordinary reviews are not queued for seconds behind cheap
+/// ones that are slow to judge (tester finding: ten ServiceProfiles of 250 slow regexes kept
+/// an ordinary review waiting 15 s).
+#[tokio::test]
+async fn cheap_reviews_slow_to_judge_are_judged_again_among_costly_ones() {
+    let cheap_time = Duration::from_millis(50);
+    let workers = ReviewWorkers::new(1).with_cheap_lane(100, cheap_time);
+    // Judging that needs 1 s: cut short by any shorter time, as a regex budget does.
+    let slow = |time: Duration| {
+        let needed = Duration::from_secs(1);
+        std::thread::sleep(time.min(needed));
+        Judged {
+            answer: if time >= needed {
+                "judged"
+            } else {
+                "cut short"
+            },
+            out_of_time: time < needed,
+        }
+    };
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let slow_review = {
+        let (workers, times) = (workers.clone(), times.clone());
+        tokio::spawn(async move {
+            workers
+                .run(10, BUDGET, move |time| {
+                    times.lock().unwrap().push(time);
+                    slow(time)
+                })
+                .await
+        })
+    };
+    // Once it has left the cheap lane, an ordinary review is judged at once.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while times.lock().unwrap().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("judged again");
+    assert_eq!(workers.available(), 0, "judged again in the costly slot");
+    let ordinary = tokio::time::timeout(
+        Duration::from_millis(500),
+        workers.run(10, BUDGET, |_| Judged::done("ordinary")),
+    )
+    .await
+    .expect("the cheap lane is free");
+    assert_eq!(ordinary.unwrap(), "ordinary");
+    assert_eq!(slow_review.await.unwrap().unwrap(), "judged");
+    assert_eq!(*times.lock().unwrap(), [cheap_time, BUDGET]);
+    // A costly review, and a cheap one that ran out of the whole budget, are answered as cut.
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let judge = {
+        let times = times.clone();
+        move |time: Duration| {
+            times.lock().unwrap().push(time);
+            Judged {
+                answer: time,
+                out_of_time: true,
+            }
+        }
+    };
+    assert_eq!(
+        workers.run(101, BUDGET, judge.clone()).await.unwrap(),
+        BUDGET
+    );
+    let short = Duration::from_millis(20);
+    assert_eq!(workers.run(10, short, judge).await.unwrap(), short);
+    assert_eq!(*times.lock().unwrap(), [BUDGET, short]);
+    assert_eq!((workers.available(), workers.cheap_available()), (1, 1));
 }
