@@ -1,5 +1,6 @@
 //! The admin server (default `0.0.0.0:4191`), with the answers of the proxy's admin endpoints
-//! that this shim stands in for (spec/sp-validator-and-pod.md §d.3): `/live` is always
+//! that this shim stands in for (spec/sp-validator-and-pod.md §d.3), whatever the method
+//! except on `/shutdown` (the proxy checks only that one's): `/live` is always
 //! `200 live`, `/ready` is `503 not ready` until [`Shim::ready`](crate::Shim::ready) turns true
 //! and `200 ready` after, `/metrics` is the Prometheus text of the registry (500 if it cannot be
 //! encoded); `POST /shutdown` is the proxy's answer when its shutdown endpoint is not enabled
@@ -14,7 +15,7 @@ use axum::{
     extract::State,
     http::{HeaderName, StatusCode, header},
     response::IntoResponse,
-    routing::{get, post},
+    routing::{any, post},
 };
 use linkerd_runtime::{shutdown::Shutdown, tls::PeerAddr};
 use prometheus_client::registry::Registry;
@@ -39,12 +40,13 @@ impl AdminState {
         Self { ready, registry }
     }
 
-    /// The routes, for serving or for tests.
+    /// The routes, for serving or for tests. As the proxy's admin server, which checks the
+    /// method of `/shutdown` only, `/live`, `/ready` and `/metrics` answer any method.
     pub fn router(self) -> Router {
         Router::new()
-            .route("/live", get(|| async { "live\n" }))
-            .route("/ready", get(ready))
-            .route("/metrics", get(metrics))
+            .route("/live", any(|| async { "live\n" }))
+            .route("/ready", any(ready))
+            .route("/metrics", any(metrics))
             .route("/shutdown", post(shutdown))
             .with_state(self)
     }
@@ -138,9 +140,18 @@ mod tests {
 
     /// The admin router's answer to `POST path` from `peer`.
     async fn post(path: &str, peer: &str) -> (StatusCode, String) {
+        request("POST", path, peer).await
+    }
+
+    /// The admin router's answer to `method path` from `peer` (not ready yet).
+    async fn request(method: &str, path: &str, peer: &str) -> (StatusCode, String) {
         let (_ready, ready) = watch::channel(false);
         let router = AdminState::new(ready, Arc::new(Registry::default())).router();
-        let mut request = Request::post(path).body(Body::empty()).unwrap();
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap();
         let peer = SocketAddr::new(peer.parse().unwrap(), 40000);
         request.extensions_mut().insert(PeerAddr(peer));
         let response = router.oneshot(request).await.unwrap();
@@ -180,5 +191,37 @@ mod tests {
             post("/shutdown/", "10.0.0.7").await,
             (StatusCode::NOT_FOUND, String::new())
         );
+    }
+
+    /// The proxy checks the method of `/shutdown` only: `/live`, `/ready` and `/metrics`
+    /// answer any method (tester finding: POST/PUT/DELETE got 405 here).
+    #[tokio::test]
+    async fn live_ready_and_metrics_answer_any_method() {
+        for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+            assert_eq!(
+                request(method, "/live", "10.0.0.7").await,
+                (StatusCode::OK, "live\n".into()),
+                "{method}"
+            );
+            assert_eq!(
+                request(method, "/ready", "10.0.0.7").await,
+                (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into()),
+                "{method}"
+            );
+            let (status, body) = request(method, "/metrics", "10.0.0.7").await;
+            assert_eq!(
+                (status, body.ends_with("# EOF\n")),
+                (StatusCode::OK, true),
+                "{method}"
+            );
+        }
+        // /shutdown stays POST-only, as the proxy's.
+        for method in ["GET", "PUT", "DELETE"] {
+            assert_eq!(
+                request(method, "/shutdown", "127.0.0.1").await.0,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method}"
+            );
+        }
     }
 }

@@ -103,6 +103,11 @@ async fn ready_once_every_upstream_accepts_connections() {
 
     let shim = Harness::start(&pki, &[echo.addr, later_addr], ClientAuth::Required).await;
     assert_eq!(http_get(shim.admin, "/live").await, (200, "live\n".into()));
+    // Any method, as the proxy's: only /shutdown checks it.
+    assert_eq!(
+        http_request(shim.admin, "DELETE", "/live").await,
+        (200, "live\n".into())
+    );
     assert_eq!(http_get(shim.admin, "/nope").await.0, 404);
     // The proxy's answers when its shutdown endpoint is not enabled (spec §d.3).
     assert_eq!(
