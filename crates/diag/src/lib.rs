@@ -84,8 +84,16 @@ pub enum Error {
         /// The transport's error.
         source: tonic::transport::Error,
     },
-    /// The server refused the request or ended the stream with an error status.
-    #[error("{rpc} {}: {}", echo(target), status_line(status))]
+    /// The server refused the request or ended the stream with an error status. A `Get` or
+    /// `GetProfile` name refused for being invalid while it holds upper-case letters gets the
+    /// lower-case name as a hint: destination compares names as written, as upstream's does,
+    /// and Kubernetes names are lower case.
+    #[error(
+        "{rpc} {}: {}{}",
+        echo(target),
+        status_line(status),
+        case_hint(rpc, target, status)
+    )]
     Status {
         /// The RPC (`Get`, `GetProfile`, `WatchPort`).
         rpc: &'static str,
@@ -213,6 +221,30 @@ fn echo(target: &str) -> std::borrow::Cow<'_, str> {
     format!("{}...", &target[..target.floor_char_boundary(MAX_ECHO)]).into()
 }
 
+/// ` (Kubernetes names are lower case: did you mean NAME?)` when the server refused a `Get` or
+/// `GetProfile` name with upper-case letters as invalid (not an IP address, whose case does not
+/// matter), else nothing.
+fn case_hint(rpc: &str, target: &str, status: &tonic::Status) -> String {
+    let host = target
+        .rsplit_once(':')
+        .map_or(target, |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let an_ip = |s: &str| s.parse::<std::net::IpAddr>().is_ok();
+    if !matches!(rpc, "Get" | "GetProfile")
+        || status.code() != tonic::Code::InvalidArgument
+        || !target.bytes().any(|b| b.is_ascii_uppercase())
+        || an_ip(host)
+        || an_ip(target)
+    {
+        return String::new();
+    }
+    format!(
+        " (Kubernetes names are lower case: did you mean {}?)",
+        echo(&target.to_ascii_lowercase())
+    )
+}
+
 /// `InvalidArgument: Invalid authority: ...`, or only the code when there is no message, then
 /// the status's causes. An answer that is not gRPC at all (an admin or webhook port given as
 /// the server) or a connection a TLS-only port dropped (the mtls-shim's) gets a hint.
@@ -316,5 +348,29 @@ mod tests {
         // Cut at a character boundary.
         assert_eq!(echo(&"é".repeat(200)), format!("{}...", "é".repeat(128)));
         assert_eq!(echo("web-svc:80"), "web-svc:80");
+    }
+
+    /// Only a refused name with upper-case letters gets the lower-case one as a hint; an IP
+    /// address's case does not matter, and policy's targets are not names.
+    #[test]
+    fn only_a_refused_upper_case_name_gets_a_case_hint() {
+        let invalid = tonic::Status::invalid_argument("invalid service");
+        assert_eq!(
+            case_hint("GetProfile", "Web.NS.svc.cluster.local:80", &invalid),
+            " (Kubernetes names are lower case: did you mean web.ns.svc.cluster.local:80?)"
+        );
+        for (rpc, target) in [
+            ("Get", "web.ns.svc.cluster.local:80"),
+            ("Get", "[FD00::A]:80"),
+            ("Get", "FD00::A"),
+            ("WatchPort", "Web port 80"),
+        ] {
+            assert_eq!(case_hint(rpc, target, &invalid), "", "{rpc} {target}");
+        }
+        let unavailable = tonic::Status::unavailable("down");
+        assert_eq!(
+            case_hint("Get", "WEB.NS.svc.cluster.local:80", &unavailable),
+            ""
+        );
     }
 }

@@ -107,6 +107,28 @@ async fn ip_authority_is_invalid_argument() {
     );
 }
 
+/// Tester finding: an upper-case authority of the right form was refused by the server as not
+/// `<service>.<namespace>.svc.cluster.local`, with nothing saying that only its case is wrong.
+/// The server does not lower-case names (nor does upstream's; Kubernetes names are lower case),
+/// so dst-diag asks as typed and the refusal says so, with the lower-case name.
+#[tokio::test]
+async fn an_upper_case_authority_is_refused_with_the_lower_case_name() {
+    let (addr, _server) = start_server().await;
+    let destination = format!("http://{addr}");
+    let authority = "WEB-SVC.EMOJIVOTO.SVC.CLUSTER.LOCAL:80";
+    let child = dst_diag(&["endpoints", authority, "--destination", &destination]);
+    let (code, stdout, stderr) = wait_output(child).await;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert_eq!(
+        stderr.trim_end(),
+        "dst-diag: Get WEB-SVC.EMOJIVOTO.SVC.CLUSTER.LOCAL:80: InvalidArgument: invalid service \
+         \"WEB-SVC.EMOJIVOTO.SVC.CLUSTER.LOCAL\": expected <service>.<namespace>.svc.cluster.local \
+         or <instance>.<service>.<namespace>.svc.cluster.local (Kubernetes names are lower case: \
+         did you mean web-svc.emojivoto.svc.cluster.local:80?)"
+    );
+}
+
 #[tokio::test]
 async fn unreachable_server_is_a_connect_error() {
     // A port that was just free: nothing listens there any more.
