@@ -35,7 +35,9 @@ pub const DEFAULT_POLICY_INTROSPECTION: &str = "http://127.0.0.1:9980";
 #[derive(Clone, Debug, clap::Args)]
 pub struct StreamsArgs {
     /// Only streams of this API: `Get`, `GetProfile` (destination), `WatchPort`, `Watch`
-    /// (policy-controller), in any case (`getprofile`).
+    /// (policy-controller), in any case (`getprofile`), also qualified by their service
+    /// (`Destination.Get`, `OutboundPolicies.Watch`) or as gRPC paths
+    /// (`io.linkerd.proxy.destination.Destination/Get`).
     #[arg(long, value_parser = api_argument)]
     pub api: Option<String>,
 
@@ -250,19 +252,71 @@ impl StreamArgs {
     }
 }
 
+/// Each API the introspection API's filter names (`Get`, ...), with the gRPC service whose
+/// method it is, in the order of `linkerd_runtime::introspect::APIS`.
+const API_SERVICES: [(&str, &str); 4] = [
+    (
+        linkerd2_proxy_api::destination::destination_server::SERVICE_NAME,
+        "Get",
+    ),
+    (
+        linkerd2_proxy_api::destination::destination_server::SERVICE_NAME,
+        "GetProfile",
+    ),
+    (
+        linkerd2_proxy_api::inbound::inbound_server_policies_server::SERVICE_NAME,
+        "WatchPort",
+    ),
+    (
+        linkerd2_proxy_api::outbound::outbound_policies_server::SERVICE_NAME,
+        "Watch",
+    ),
+];
+
+/// `Destination` of `io.linkerd.proxy.destination.Destination`.
+fn short_service(service: &str) -> &str {
+    service.rsplit('.').next().unwrap_or(service)
+}
+
 /// An API argument, as the introspection API's filter names it (`Get`, `GetProfile`,
-/// `WatchPort`, `Watch`), from any case. The server takes those names only, and an unknown one
-/// is a mistake in the command line: refused here (exit 2), naming those it takes.
+/// `WatchPort`, `Watch`), from any case, bare or qualified by its service as the README writes
+/// them (`Destination.Get`, `io.linkerd.proxy.destination.Destination.Get`) or as its gRPC path
+/// (`io.linkerd.proxy.destination.Destination/Get`, `/` first or not). The server takes the
+/// bare names only, and another name, or a method under another service
+/// (`Destination.Watch`), is a mistake in the command line: refused here (exit 2), naming
+/// those it takes.
 fn api_argument(api: &str) -> Result<String, String> {
     let api = api.trim();
-    linkerd_runtime::introspect::APIS
+    // A gRPC path names the service in full; a dotted name may name it short.
+    let (service, method, short_ok) =
+        if let Some((service, method)) = api.strip_prefix('/').unwrap_or(api).rsplit_once('/') {
+            (Some(service), method, false)
+        } else if let Some((service, method)) = api.rsplit_once('.') {
+            (Some(service), method, true)
+        } else {
+            (None, api, true)
+        };
+    let service_matches = |full: &str| {
+        service.is_none_or(|service| {
+            service.eq_ignore_ascii_case(full)
+                || (short_ok && service.eq_ignore_ascii_case(short_service(full)))
+        })
+    };
+    API_SERVICES
         .iter()
-        .find(|known| known.eq_ignore_ascii_case(api))
-        .map(|known| known.to_string())
+        .find(|(full, known)| known.eq_ignore_ascii_case(method) && service_matches(full))
+        .map(|(_, known)| known.to_string())
         .ok_or_else(|| {
+            let qualified: Vec<String> = API_SERVICES
+                .iter()
+                .map(|(full, method)| format!("{}.{method}", short_service(full)))
+                .collect();
+            let (full, method) = API_SERVICES[0];
             format!(
-                "unknown API {api:?}: expected one of {}",
-                linkerd_runtime::introspect::APIS.join(", ")
+                "unknown API {api:?}: expected one of {}, in any case, or qualified by its \
+                 service: {} (or as a gRPC path, {full}/{method})",
+                linkerd_runtime::introspect::APIS.join(", "),
+                qualified.join(", "),
             )
         })
 }
@@ -625,11 +679,64 @@ mod tests {
             assert_eq!(api_argument(given).as_deref(), Ok(taken), "{given}");
         }
         for unknown in ["Gets", "", "watch-port"] {
+            assert_eq!(api_argument(unknown), Err(unknown_api(unknown)));
+        }
+    }
+
+    /// The expected refusal of `api`.
+    fn unknown_api(api: &str) -> String {
+        format!(
+            "unknown API {api:?}: expected one of Get, GetProfile, WatchPort, Watch, in any case, \
+             or qualified by its service: Destination.Get, Destination.GetProfile, \
+             InboundServerPolicies.WatchPort, OutboundPolicies.Watch (or as a gRPC path, \
+             io.linkerd.proxy.destination.Destination/Get)"
+        )
+    }
+
+    /// The table of services names the APIs the servers record, in their order.
+    #[test]
+    fn every_recorded_api_has_its_service() {
+        let methods: Vec<&str> = API_SERVICES.iter().map(|(_, method)| *method).collect();
+        assert_eq!(methods, linkerd_runtime::introspect::APIS);
+    }
+
+    /// The qualified names the README writes (`Destination.Get`) and the gRPC paths are taken
+    /// too, in any case; a method under another service is refused (tester finding).
+    #[test]
+    fn api_names_qualified_by_their_service_are_taken() {
+        for (given, taken) in [
+            ("Destination.Get", "Get"),
+            ("destination.getprofile", "GetProfile"),
+            (" InboundServerPolicies.WatchPort ", "WatchPort"),
+            ("OutboundPolicies.Watch", "Watch"),
+            ("io.linkerd.proxy.destination.Destination/Get", "Get"),
+            (
+                "/io.linkerd.proxy.destination.Destination/GetProfile",
+                "GetProfile",
+            ),
+            (
+                "IO.LINKERD.PROXY.INBOUND.INBOUNDSERVERPOLICIES/WATCHPORT",
+                "WatchPort",
+            ),
+            ("io.linkerd.proxy.outbound.OutboundPolicies.Watch", "Watch"),
+        ] {
+            assert_eq!(api_argument(given).as_deref(), Ok(taken), "{given}");
+        }
+        for wrong in [
+            "Destination.Watch",
+            "OutboundPolicies.Get",
+            "InboundServerPolicies.Watch",
+            "io.linkerd.proxy.destination.Destination/WatchPort",
+            "Destination/Get",
+            "Destination.",
+            ".Get",
+            "proxy.destination.Destination.Get",
+            "Destination.Get.Get",
+        ] {
             assert_eq!(
-                api_argument(unknown),
-                Err(format!(
-                    "unknown API {unknown:?}: expected one of Get, GetProfile, WatchPort, Watch"
-                ))
+                api_argument(wrong),
+                Err(unknown_api(wrong.trim())),
+                "{wrong}"
             );
         }
     }
