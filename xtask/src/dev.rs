@@ -71,9 +71,8 @@ pub struct DevArgs {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 
-    /// Take the four binaries from DIR (e.g. target/debug after `cargo build`) instead of
-    /// building them.
-    #[arg(long, value_name = "DIR")]
+    // The help names the directory `cargo build` fills, `$CARGO_TARGET_DIR` too.
+    #[arg(long, value_name = "DIR", help = bin_dir_help())]
     bin_dir: Option<PathBuf>,
 
     /// More `destination` flags, after `--` (e.g. `-- --log-level=debug`); one the chart also
@@ -678,7 +677,7 @@ fn print_banner(dir: &Path, info: &PodInfo<'_>, uses_fixture: bool) {
             addr.port(),
         );
     }
-    println!("(the first dst-diag run compiles it, a minute on a small machine)");
+    println!("(the first dst-diag run compiles it, a few minutes on a small machine)");
     println!();
     let hint = if uses_fixture {
         format!(
@@ -693,6 +692,23 @@ fn print_banner(dir: &Path, info: &PodInfo<'_>, uses_fixture: bool) {
         "It follows edits to the files in {}{hint}; Ctrl-C stops it.",
         dir.display()
     );
+}
+
+/// Where `cargo build` puts the debug binaries: `$CARGO_TARGET_DIR/debug` when that is set
+/// (cargo's own rule; empty counts as unset), else `target/debug`.
+fn debug_bin_dir(target_dir: Option<OsString>) -> PathBuf {
+    match target_dir {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("debug"),
+        _ => PathBuf::from("target/debug"),
+    }
+}
+
+/// `--bin-dir`'s help, naming [`debug_bin_dir`] for this environment as the example.
+fn bin_dir_help() -> String {
+    format!(
+        "Take the four binaries from DIR (e.g. {} after `cargo build`) instead of building them",
+        debug_bin_dir(std::env::var_os("CARGO_TARGET_DIR")).display()
+    )
 }
 
 /// The address a local client connects to for a listen address (`0.0.0.0` means loopback here).
@@ -730,6 +746,34 @@ mod tests {
         refuse_pod_addresses(&extra(&["--enable-ipv6=true", "--log-level=debug"])).unwrap();
         // A value that happens to read like one of the names is not a flag.
         refuse_pod_addresses(&extra(&["--log-level", "addr"])).unwrap();
+    }
+
+    /// Tester finding: `--help` suggested `--bin-dir target/debug` while `CARGO_TARGET_DIR`
+    /// put the binaries elsewhere.
+    #[test]
+    fn bin_dir_help_names_the_target_dir_cargo_builds_into() {
+        assert_eq!(debug_bin_dir(None), Path::new("target/debug"));
+        assert_eq!(debug_bin_dir(Some("".into())), Path::new("target/debug"));
+        assert_eq!(
+            debug_bin_dir(Some("/work/t".into())),
+            Path::new("/work/t/debug")
+        );
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            dev: DevArgs,
+        }
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_help()
+            .to_string();
+        let example = debug_bin_dir(std::env::var_os("CARGO_TARGET_DIR"));
+        assert!(
+            help.contains(&format!(
+                "Take the four binaries from DIR (e.g. {} after `cargo build`)",
+                example.display()
+            )),
+            "{help}"
+        );
     }
 
     #[test]
