@@ -54,6 +54,51 @@ fn a_bad_pod_ip_without_pod_ips_names_its_field() {
     );
 }
 
+/// A bad `status.podIP` (or `status.hostIP`) is logged naming its field even when the list
+/// beside it is good, and so not read (tester finding: `podIP` `10.244.0.270` beside a good
+/// `podIPs[0]` was skipped without a line).
+#[test]
+fn a_bad_pod_ip_beside_good_pod_ips_is_logged() {
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-3","namespace":"shop"},
+        "spec":{"containers":[{"name":"app"}]},
+        "status":{"phase":"Running","podIP":"10.244.0.270","podIPs":[{"ip":"10.244.0.27"}],
+            "hostIP":"192.168.1.300","hostIPs":[{"ip":"192.168.1.3"}]}}"#;
+    let (decoded, log) = logged(|| decode_json::<Pod>(pod));
+    let pod = decoded.expect("the pod decodes");
+    assert_eq!(pod.ips, ["10.244.0.27".parse::<IpAddr>().unwrap()]);
+    assert_eq!(pod.host_ips, ["192.168.1.3".parse::<IpAddr>().unwrap()]);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("skipping")).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines[0].contains("object=shop/web-3")
+            && lines[0].contains("field=status.podIP ")
+            && lines[0].contains("address=10.244.0.270")
+            && lines[0].contains("not an IP address"),
+        "{log}"
+    );
+    assert!(
+        lines[1].contains("field=status.hostIP ") && lines[1].contains("address=192.168.1.300"),
+        "{log}"
+    );
+
+    // Both bad: each field is logged with its own value.
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-4","namespace":"shop"},
+        "spec":{"containers":[{"name":"app"}]},
+        "status":{"phase":"Running","podIP":"10.244.0.270","podIPs":[{"ip":"10.244.0.270"}]}}"#;
+    let (decoded, log) = logged(|| decode_json::<Pod>(pod));
+    assert!(decoded.expect("the pod decodes").ips.is_empty());
+    let fields: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("address=10.244.0.270"))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("field=")))
+        .collect();
+    assert_eq!(
+        fields,
+        ["field=status.podIP", "field=status.podIPs"],
+        "{log}"
+    );
+}
+
 #[test]
 fn a_slice_address_that_does_not_parse_is_logged_and_skipped_alone() {
     let slice = r#"{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
@@ -136,10 +181,24 @@ fn a_cluster_ip_that_does_not_parse_is_logged_and_skipped_alone() {
         "{log}"
     );
 
+    // A bad `clusterIP` beside a good `clusterIPs` is logged too, under its own field.
+    let (decoded, log) = logged(|| {
+        decode_json::<Service>(&service(
+            r#""clusterIP":"10.0.0.300","clusterIPs":["10.0.0.13"]"#,
+        ))
+    });
+    let ips = decoded.expect("the service decodes").cluster_ips;
+    assert_eq!(ips, ["10.0.0.13".parse::<IpAddr>().unwrap()]);
+    assert!(
+        log.contains("field=spec.clusterIP ") && log.contains("address=10.0.0.300"),
+        "{log}"
+    );
+
     for spec in [
         r#""clusterIP":"None""#,
         r#""clusterIP":"""#,
         r#""clusterIPs":["None"]"#,
+        r#""clusterIP":"None","clusterIPs":["None"]"#,
     ] {
         let (decoded, log) = logged(|| decode_json::<Service>(&service(spec)));
         assert!(decoded.expect("decodes").cluster_ips.is_empty(), "{spec}");

@@ -127,6 +127,24 @@ pub(crate) fn parse_ips(
     ips
 }
 
+/// [`parse_ips`] of an object's address list (`status.podIPs`, `spec.clusterIPs`), or of its
+/// single address (`status.podIP`, `spec.clusterIP`) when the list is empty, as Kubernetes
+/// reads them (the list, when set, starts with the single address). A single address beside a
+/// list is not used but still checked, so that its typo is logged under its own field rather
+/// than passing unseen (tester finding: a bad `podIP` beside a good `podIPs[0]`).
+pub(crate) fn parse_single_and_list(
+    object: (&str, &str, &str),
+    (single_field, single): (&str, Option<String>),
+    (list_field, list): (&str, Vec<String>),
+) -> Vec<std::net::IpAddr> {
+    let single_ips = parse_ips(object, single_field, single.as_slice(), None);
+    if list.is_empty() {
+        single_ips
+    } else {
+        parse_ips(object, list_field, &list, None)
+    }
+}
+
 /// `(namespace, name)` of an object; namespace is `""` for cluster-scoped kinds.
 pub(crate) fn names(
     kind: &'static str,

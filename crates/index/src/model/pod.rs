@@ -163,18 +163,15 @@ impl PodInfo {
                     control: env(control),
                 }
             });
-        // The field the addresses come from, to name it when one does not parse.
-        let (ips_field, ips) = if status.pod_ips.is_empty() {
-            ("status.podIP", status.pod_ip.into_iter().collect())
-        } else {
+        let ips = (
+            ("status.podIP", status.pod_ip),
             (
                 "status.podIPs",
                 status.pod_ips.into_iter().map(|i| i.ip).collect::<Vec<_>>(),
-            )
-        };
-        let (host_ips_field, host_ips) = if status.host_ips.is_empty() {
-            ("status.hostIP", status.host_ip.into_iter().collect())
-        } else {
+            ),
+        );
+        let host_ips = (
+            ("status.hostIP", status.host_ip),
             (
                 "status.hostIPs",
                 status
@@ -182,8 +179,8 @@ impl PodInfo {
                     .into_iter()
                     .map(|i| i.ip)
                     .collect::<Vec<_>>(),
-            )
-        };
+            ),
+        );
         let owner = single_owner(&metadata);
         let mut annotations = metadata.annotations.0;
         annotations.retain(|key, _| key.starts_with(CONFIG_ANNOTATION_PREFIX));
@@ -205,7 +202,7 @@ impl PodInfo {
             .unwrap_or_default();
         let probe_paths = probe_paths(&containers);
         let object = ("Pod", namespace.as_str(), name.as_str());
-        let mut ips: Vec<IpAddr> = super::parse_ips(object, ips_field, &ips, None);
+        let mut ips: Vec<IpAddr> = super::parse_single_and_list(object, ips.0, ips.1);
         ips.shrink_to_fit();
         Ok(Self {
             probe_paths,
@@ -222,7 +219,7 @@ impl PodInfo {
             phase: status.phase,
             terminating: metadata.deletion_timestamp.is_some(),
             ips,
-            host_ips: super::parse_ips(object, host_ips_field, &host_ips, None),
+            host_ips: super::parse_single_and_list(object, host_ips.0, host_ips.1),
             owner,
             container_ports,
             proxy,

@@ -136,14 +136,15 @@ impl ServiceInfo {
             });
         }
         let headless = spec.cluster_ip.as_deref() == Some("None");
-        let (ips_field, mut ips) = if spec.cluster_ips.is_empty() {
-            ("spec.clusterIP", spec.cluster_ip.into_iter().collect())
-        } else {
-            ("spec.clusterIPs", spec.cluster_ips)
-        };
         // `None` (headless) and `""` (not yet allocated) are no addresses, and no typos.
-        ips.retain(|ip| ip != "None" && !ip.is_empty());
-        let cluster_ips = super::parse_ips(("Service", &namespace, &name), ips_field, &ips, None);
+        let address = |ip: &String| ip != "None" && !ip.is_empty();
+        let mut ips = spec.cluster_ips;
+        ips.retain(address);
+        let cluster_ips = super::parse_single_and_list(
+            ("Service", &namespace, &name),
+            ("spec.clusterIP", spec.cluster_ip.filter(address)),
+            ("spec.clusterIPs", ips),
+        );
         let annotations = svc.metadata.annotations.0;
         let opaque_ports = annotations.get(OPAQUE_PORTS_ANNOTATION).map(|list| {
             PortSet::parse_annotation(list, |n| {
