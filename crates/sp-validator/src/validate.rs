@@ -23,7 +23,9 @@
 //!
 //! Beyond upstream (project decisions): a `pathRegex` that does not compile with the `regex`
 //! crate is refused (upstream admits it and the proxy silently drops the match), with
-//! `ServiceProfile "<N>" has a route "<route>" with an invalid pathRegex "<regex>": <problem>`;
+//! `ServiceProfile "<N>" has a route "<route>" with an invalid pathRegex "<regex>" (<field>):
+//! <problem>`, where `<field>` locates it, `spec.routes[<i>].condition.all[<j>].pathRegex` (route
+//! names need not be unique, and the pattern may be nested in `all`, `any` or `not`);
 //! a null dst override is refused with `ServiceProfile "<N>" has a null dstOverride` (upstream
 //! does not look at them). Negative durations (`-1s`) are valid, as in upstream. A review whose
 //! regexes take longer than the webhook's time budget to compile is denied at the route where
@@ -107,11 +109,13 @@ pub enum Problem {
     RouteWithoutCondition,
     #[error("has a route with an invalid condition: {0}")]
     RouteCondition(MatchError),
-    /// Project rule, beyond upstream.
-    #[error("has a route \"{route}\" with an invalid pathRegex \"{regex}\": {reason}")]
+    /// Project rule, beyond upstream (which does not compile `pathRegex`, §a.5).
+    #[error("has a route \"{route}\" with an invalid pathRegex \"{regex}\" ({field}): {reason}")]
     PathRegex {
         route: String,
         regex: String,
+        /// Where the pattern is: `spec.routes[0].condition.any[1].not.pathRegex`.
+        field: String,
         reason: String,
     },
     /// Not a rule: judging stopped at route `route` (`spec.routes[index]`) because the
@@ -266,13 +270,15 @@ fn check_route(index: usize, route: &RouteSpec) -> Result<(), Problem> {
         .as_ref()
         .ok_or(Problem::RouteWithoutCondition)?;
     check_request_match(condition).map_err(Problem::RouteCondition)?;
-    if let Some((regex, error)) = invalid_path_regex(condition) {
+    let root = format!("spec.routes[{index}].condition");
+    if let Some((regex, field, error)) = invalid_path_regex(condition, &root) {
         // Quoted in the message the client reads: control characters shown escaped.
         let escaped = |text: &str| linkerd_runtime::log::escape_controls(text).into_owned();
         return Err(match error {
             RegexError::Invalid(reason) => Problem::PathRegex {
                 route: escaped(&route.name),
                 regex: escaped(regex),
+                field,
                 reason: escaped(&reason),
             },
             RegexError::OutOfTime(budget) => Problem::RegexOutOfTime {
@@ -354,18 +360,28 @@ fn check_response_match(m: &ResponseMatch) -> Result<(), MatchError> {
 }
 
 /// The first `pathRegex` (in check order) that the `regex` crate, as the destination and the
-/// proxy use it, cannot compile, or that the time budget left uncompiled; with why.
-fn invalid_path_regex(m: &RequestMatch) -> Option<(&str, RegexError)> {
-    let nested = m.all.iter().chain(&m.any).flatten().flatten();
-    if let Some(found) = nested.into_iter().find_map(invalid_path_regex) {
+/// proxy use it, cannot compile, or that the time budget left uncompiled; with its field, under
+/// `path` (the match's own), and why.
+fn invalid_path_regex<'m>(
+    m: &'m RequestMatch,
+    path: &str,
+) -> Option<(&'m str, String, RegexError)> {
+    for (list, name) in [(&m.all, "all"), (&m.any, "any")] {
+        for (i, item) in list.iter().flatten().enumerate() {
+            let Some(item) = item else { continue };
+            if let Some(found) = invalid_path_regex(item, &format!("{path}.{name}[{i}]")) {
+                return Some(found);
+            }
+        }
+    }
+    if let Some(not) = m.not.as_deref()
+        && let Some(found) = invalid_path_regex(not, &format!("{path}.not"))
+    {
         return Some(found);
     }
-    if let Some(found) = m.not.as_deref().and_then(invalid_path_regex) {
-        return Some(found);
-    }
-    let path = m.path_regex.as_deref().filter(|p| !p.is_empty())?;
-    let problem = linkerd_index::model::regex::compile_regex(path).err()?;
-    Some((path, problem))
+    let regex = m.path_regex.as_deref().filter(|p| !p.is_empty())?;
+    let problem = linkerd_index::model::regex::compile_regex(regex).err()?;
+    Some((regex, format!("{path}.pathRegex"), problem))
 }
 
 /// Go's `time.ParseDuration`, under which negative durations are valid.

@@ -27,7 +27,7 @@ async fn fixture_profiles() {
     let invalid = [
         (
             "invalid-01-bad-regex.yaml",
-            r#"ServiceProfile "books.booksapp.svc.cluster.local" has a route "GET /books/{id}.json" with an invalid pathRegex "/books/([0-9]+\.json": unclosed group"#,
+            r#"ServiceProfile "books.booksapp.svc.cluster.local" has a route "GET /books/{id}.json" with an invalid pathRegex "/books/([0-9]+\.json" (spec.routes[0].condition.pathRegex): unclosed group"#,
             "unclosed group",
         ),
         (

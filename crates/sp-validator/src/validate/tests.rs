@@ -164,7 +164,9 @@ fn path_regexes_must_compile() {
             "routes: [{name: r, condition: {all: [{method: GET}, {not: {pathRegex: '/a(b'}}]}}]"
         )
         .unwrap(),
-        format!("{SP}has a route \"r\" with an invalid pathRegex \"/a(b\": unclosed group")
+        format!(
+            "{SP}has a route \"r\" with an invalid pathRegex \"/a(b\" (spec.routes[0].condition.all[1].not.pathRegex): unclosed group"
+        )
     );
     // Upstream's condition check comes first.
     assert_eq!(
@@ -179,7 +181,37 @@ fn path_regexes_must_compile() {
     assert_eq!(
         denial(r#"routes: [{name: "r\u0001", condition: {pathRegex: "\u0001\n(bad"}}]"#).unwrap(),
         format!(
-            "{SP}has a route \"r\\u{{1}}\" with an invalid pathRegex \"\\u{{1}}\\n(bad\": unclosed group"
+            "{SP}has a route \"r\\u{{1}}\" with an invalid pathRegex \"\\u{{1}}\\n(bad\" (spec.routes[0].condition.pathRegex): unclosed group"
+        )
+    );
+}
+
+/// An invalid `pathRegex` is named by its field, so that one of two routes of the same name,
+/// or a pattern nested in `all`/`any`/`not`, can be found (tester finding: neither was
+/// located).
+#[test]
+fn an_invalid_path_regex_is_named_by_its_field() {
+    let same = r#"routes: [{name: same, condition: {pathRegex: '/\w+'}}, {name: same, condition: {pathRegex: '/\w+('}}]"#;
+    assert_eq!(
+        denial(same).unwrap(),
+        format!(
+            "{SP}has a route \"same\" with an invalid pathRegex \"/\\w+(\" (spec.routes[1].condition.pathRegex): unclosed group"
+        )
+    );
+    let nested =
+        "routes: [{name: nested, condition: {all: [{method: GET}, {pathRegex: '[z-a]'}]}}]";
+    assert_eq!(
+        denial(nested).unwrap(),
+        format!(
+            "{SP}has a route \"nested\" with an invalid pathRegex \"[z-a]\" (spec.routes[0].condition.all[1].pathRegex): invalid character class range, the start must be <= the end"
+        )
+    );
+    // Positions count every entry: an `any` after `all`, a `not` inside it.
+    let deep = "routes: [{name: ok, condition: {method: GET}}, {name: deep, condition: {all: [{method: GET}], any: [{method: PUT}, {method: GET}, {not: {pathRegex: '('}}]}}]";
+    assert_eq!(
+        denial(deep).unwrap(),
+        format!(
+            "{SP}has a route \"deep\" with an invalid pathRegex \"(\" (spec.routes[1].condition.any[2].not.pathRegex): unclosed group"
         )
     );
 }
