@@ -157,9 +157,10 @@ impl ProfileInfo {
     /// Fails, with a reason naming the route and the problem, on: a null route, response class
     /// or `all`/`any` entry; an empty route name; a missing route or response-class condition;
     /// a match with no field set; a status bound that is non-zero and outside `100..=599`, or
-    /// `max < min` with both set; a `pathRegex` that does not compile with the `regex` crate
-    /// (project decision: stricter than upstream, whose proxy silently drops such a match, and
-    /// the sp-validator refuses it too); a route timeout or retry-budget TTL that is not a Go
+    /// `max < min` with both set; a `pathRegex` that does not compile with the `regex` crate,
+    /// named by its field (`spec.routes[1].condition.all[0].pathRegex`) (project decision:
+    /// stricter than upstream, whose proxy silently drops such a match, and the sp-validator
+    /// refuses it too); a route timeout or retry-budget TTL that is not a Go
     /// duration (issue decision: the whole profile is skipped, where Go only drops the timeout;
     /// the sp-validator refuses it too); a negative or non-finite `retryRatio`; an empty TTL; a
     /// null dst override or one whose weight is not a quantity. A missing `metadata.name` is an
@@ -274,7 +275,8 @@ impl Route {
             .condition
             .as_ref()
             .ok_or_else(|| ctx("no condition".into()))?;
-        let condition = RequestMatch::from_spec(condition).map_err(ctx)?;
+        let path = format!("spec.routes[{index}].condition");
+        let condition = RequestMatch::from_spec(condition, &path).map_err(ctx)?;
         let response_classes = spec
             .response_classes
             .iter()
@@ -310,25 +312,35 @@ impl Route {
 // === impl RequestMatch ===
 
 impl RequestMatch {
-    fn from_spec(spec: &k8s::RequestMatch) -> Result<Self, String> {
+    /// The match `spec`, found at field `path` (`spec.routes[0].condition.all[1]`), which names
+    /// an invalid `pathRegex` in the reason, as the sp-validator's denial does.
+    fn from_spec(spec: &k8s::RequestMatch, path: &str) -> Result<Self, String> {
         let mut items = Vec::new();
+        let nested = |field: &'static str| {
+            move |i: usize, spec: &k8s::RequestMatch| {
+                Self::from_spec(spec, &format!("{path}.{field}[{i}]"))
+            }
+        };
         if let Some(all) = &spec.all {
-            items.push(Self::All(children(all, "all", Self::from_spec)?));
+            items.push(Self::All(children(all, "all", nested("all"))?));
         }
         if let Some(any) = &spec.any {
-            items.push(Self::Any(children(any, "any", Self::from_spec)?));
+            items.push(Self::Any(children(any, "any", nested("any"))?));
         }
         if let Some(method) = spec.method.as_deref().filter(|m| !m.is_empty()) {
             items.push(Self::Method(method.to_uppercase()));
         }
         if let Some(not) = &spec.not {
-            items.push(Self::Not(Box::new(Self::from_spec(not)?)));
+            let not = Self::from_spec(not, &format!("{path}.not"))?;
+            items.push(Self::Not(Box::new(not)));
         }
-        if let Some(path) = spec.path_regex.as_deref().filter(|p| !p.is_empty()) {
-            if let Err(problem) = super::regex::compile_regex(path) {
-                return Err(format!("invalid pathRegex \"{path}\": {problem}"));
+        if let Some(regex) = spec.path_regex.as_deref().filter(|p| !p.is_empty()) {
+            if let Err(problem) = super::regex::compile_regex(regex) {
+                return Err(format!(
+                    "invalid pathRegex \"{regex}\" ({path}.pathRegex): {problem}"
+                ));
             }
-            items.push(Self::Path(path.to_string()));
+            items.push(Self::Path(regex.to_string()));
         }
         one_or_all(items, Self::All, "A request match must have a field set")
     }
@@ -340,10 +352,10 @@ impl ResponseMatch {
     fn from_spec(spec: &k8s::ResponseMatch) -> Result<Self, String> {
         let mut items = Vec::new();
         if let Some(all) = &spec.all {
-            items.push(Self::All(children(all, "all", Self::from_spec)?));
+            items.push(Self::All(children(all, "all", |_, s| Self::from_spec(s))?));
         }
         if let Some(any) = &spec.any {
-            items.push(Self::Any(children(any, "any", Self::from_spec)?));
+            items.push(Self::Any(children(any, "any", |_, s| Self::from_spec(s))?));
         }
         if let Some(k8s::Range { min, max }) = spec.status {
             let valid = |bound: u32| bound == 0 || (100..=599).contains(&bound);
@@ -369,12 +381,13 @@ impl ResponseMatch {
 fn children<S, T>(
     specs: &[Option<S>],
     field: &str,
-    convert: impl Fn(&S) -> Result<T, String>,
+    convert: impl Fn(usize, &S) -> Result<T, String>,
 ) -> Result<Vec<T>, String> {
     specs
         .iter()
-        .map(|spec| match spec {
-            Some(spec) => convert(spec),
+        .enumerate()
+        .map(|(i, spec)| match spec {
+            Some(spec) => convert(i, spec),
             None => Err(format!("null condition \"{field}\"")),
         })
         .collect()

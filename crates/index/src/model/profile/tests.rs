@@ -233,11 +233,37 @@ fn valid_06_dst_overrides() {
     assert_eq!(profile.routes, vec![mk_route("GET /", get("/"))]);
 }
 
+/// An invalid `pathRegex` is named by its field, as the sp-validator names it: route names
+/// need not be unique, and a pattern may be nested (tester finding on the sp-validator's
+/// message, which this reason shared).
+#[test]
+fn an_invalid_path_regex_is_named_by_its_field() {
+    let sp = |routes: &str| {
+        format!(
+            "apiVersion: linkerd.io/v1alpha2\nkind: ServiceProfile\n\
+             metadata: {{name: web.ns.svc.cluster.local, namespace: ns}}\n\
+             spec: {{routes: {routes}}}\n"
+        )
+    };
+    assert_eq!(
+        reason(&sp(
+            r#"[{name: same, condition: {pathRegex: '/\w+'}}, {name: same, condition: {pathRegex: '/\w+('}}]"#
+        )),
+        r#"route "same": invalid pathRegex "/\w+(" (spec.routes[1].condition.pathRegex): unclosed group"#
+    );
+    assert_eq!(
+        reason(&sp(
+            "[{name: ok, condition: {method: GET}}, {name: deep, condition: {all: [{method: GET}], any: [{method: PUT}, {not: {pathRegex: '('}}]}}]"
+        )),
+        r#"route "deep": invalid pathRegex "(" (spec.routes[1].condition.any[1].not.pathRegex): unclosed group"#
+    );
+}
+
 #[test]
 fn invalid_fixtures_name_the_problem() {
     assert_eq!(
         reason(fixture!("invalid-01-bad-regex.yaml")),
-        r#"route "GET /books/{id}.json": invalid pathRegex "/books/([0-9]+\.json": unclosed group"#
+        r#"route "GET /books/{id}.json": invalid pathRegex "/books/([0-9]+\.json" (spec.routes[0].condition.pathRegex): unclosed group"#
     );
     assert_eq!(
         reason(fixture!("invalid-02-status-min-gt-max.yaml")),
