@@ -115,6 +115,14 @@ pub const CHEAP_REVIEW_COST: usize = 1024 * 1024;
 /// cheap to decode but 3 s each to judge, kept one waiting 15 s before (tester finding).
 pub const CHEAP_JUDGING_TIME: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How long a review waits for a judging slot (`linkerd_runtime::tls::ReviewWorkers::with_max_wait`)
+/// before it is denied unjudged ([`ReviewBody::deny_unjudged`]): 5 s. The API server gives a
+/// webhook 10 s (its default `timeoutSeconds`), and then, with `failurePolicy: Ignore`,
+/// admits the object unvalidated; a review that waited longer could not be read, decoded and
+/// judged within [`JUDGING_TIME_BUDGET`] before that. Real reviews wait for no slot: only
+/// reviews slow to judge, sent faster than they are judged, make others wait this long.
+pub const MAX_JUDGING_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The cheap reviews' decoding pool: 16 MiB (16 of the costliest cheap reviews at once,
 /// dozens of the API server's), on top of [`MAX_DECODED_BYTES`].
 pub const CHEAP_REVIEW_COSTS_AT_ONCE: usize = 16 * 1024 * 1024;
@@ -235,6 +243,23 @@ impl<'a> ReviewBody<'a> {
 
     fn too_complex(&self) -> bool {
         self.cost > MAX_DECODED_BYTES
+    }
+
+    /// Reads `request` of the review and denies it without judging its object: no judging
+    /// slot was free for `waited` ([`MAX_JUDGING_WAIT`]). The message says so and asks to try
+    /// again: `not judged: the webhook was busy judging reviews that are slow to judge for
+    /// 5.0 s; try again`.
+    ///
+    /// Errors: those of [`Self::review`].
+    pub fn deny_unjudged(
+        &self,
+        waited: std::time::Duration,
+    ) -> Result<AdmissionReviewResponse, ReviewError> {
+        let message = format!(
+            "not judged: the webhook was busy judging reviews that are slow to judge for {:.1} s; try again",
+            waited.as_secs_f32()
+        );
+        self.review(|request| deny(request, message))
     }
 
     /// Reads `request` of the review and answers it with `admit`'s response (built by

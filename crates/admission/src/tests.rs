@@ -617,3 +617,21 @@ fn a_review_the_api_server_sends_is_cheap() {
         .collect();
     assert!(decode_cost(&serde_json::to_vec(&review).unwrap()) > CHEAP_REVIEW_COST);
 }
+
+/// A review no judging slot took in time is denied, with its uid, saying it was not judged and
+/// to try again: the API server shows the message to whoever applied the object.
+#[test]
+fn a_review_not_judged_in_time_is_denied_saying_so() {
+    let body = serde_json::to_vec(&mk_review("admission.k8s.io/v1")).unwrap();
+    let answer = ReviewBody::new(&body)
+        .deny_unjudged(std::time::Duration::from_millis(5_012))
+        .unwrap();
+    let response = answer.response.unwrap();
+    assert!(!response.allowed);
+    assert_eq!(response.uid, UID);
+    assert_eq!(response.result.code, 400);
+    assert_eq!(
+        response.result.message,
+        "not judged: the webhook was busy judging reviews that are slow to judge for 5.0 s; try again"
+    );
+}

@@ -156,6 +156,21 @@ pub struct ReviewWorkers {
     slots: Arc<tokio::sync::Semaphore>,
     slot_count: usize,
     cheap: Option<CheapLane>,
+    /// How long a review waits for a slot before it is answered unjudged; `None`: for ever.
+    max_wait: Option<Duration>,
+}
+
+/// What [`ReviewWorkers::run`] asks of a review's judge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Judging {
+    /// Judge the review within this time.
+    Within(Duration),
+    /// No slot was free for this long ([`ReviewWorkers::with_max_wait`]): answer without
+    /// judging.
+    Unjudged {
+        /// How long the review waited for a slot.
+        waited: Duration,
+    },
 }
 
 /// The slots of [`ReviewWorkers::with_cheap_lane`].
@@ -196,7 +211,19 @@ impl ReviewWorkers {
             slots: Arc::new(tokio::sync::Semaphore::new(slot_count)),
             slot_count,
             cheap: None,
+            max_wait: None,
         }
+    }
+
+    /// The same workers, with a review that has waited `max_wait` for a slot of its lane
+    /// answered unjudged ([`Judging::Unjudged`]) at once, on a blocking thread without a slot:
+    /// past some wait, the client (the API server, which gives up after 10 s) would be gone
+    /// before the answer, and slow reviews sent faster than they are judged would queue
+    /// without end (tester finding: of sixteen slow ServiceProfiles sent at once, the last
+    /// were answered after 24 s).
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
     }
 
     /// The same workers, with reviews whose cost (as the webhook estimates it before decoding,
@@ -227,10 +254,12 @@ impl ReviewWorkers {
     }
 
     /// Judges a review that costs `cost` (the cheap lane's unit) on a blocking thread once a
-    /// slot of its lane is free, by calling `judge` with the time it may take, `budget`, and
-    /// returns its answer. A cheap review is first judged with the cheap lane's time (at most
-    /// `budget`); when that ran out (`out_of_time`), `judge` is called again, in a costly
-    /// slot, with `budget`, and that answer is returned whatever it says.
+    /// slot of its lane is free, by calling `judge` with the time it may take
+    /// ([`Judging::Within`] `budget`), and returns its answer. A cheap review is first judged
+    /// with the cheap lane's time (at most `budget`); when that ran out (`out_of_time`),
+    /// `judge` is called again, in a costly slot, with `budget`, and that answer is returned
+    /// whatever it says. A review that waits for a slot longer than
+    /// [`ReviewWorkers::with_max_wait`] allows gets [`Judging::Unjudged`] instead.
     ///
     /// Errors: `judge` panicked (the panic is caught by tokio and returned here, so the
     /// caller answers the review with an error instead of losing the connection's task).
@@ -238,16 +267,15 @@ impl ReviewWorkers {
         &self,
         cost: usize,
         budget: Duration,
-        judge: impl Fn(Duration) -> Judged<T> + Send + Sync + 'static,
+        judge: impl Fn(Judging) -> Judged<T> + Send + Sync + 'static,
     ) -> Result<T, tokio::task::JoinError> {
         let judge = Arc::new(judge);
+        let start = tokio::time::Instant::now();
         if let Some(cheap) = self.cheap.as_ref().filter(|lane| cost <= lane.max_cost) {
             let time = cheap.time.min(budget);
-            let judged = Self::judge_in(&cheap.slots, {
-                let judge = judge.clone();
-                move || judge(time)
-            })
-            .await?;
+            let judged = self
+                .judge_in(&cheap.slots, start, time, judge.clone())
+                .await?;
             if !judged.out_of_time || time >= budget {
                 return Ok(judged.answer);
             }
@@ -256,24 +284,37 @@ impl ReviewWorkers {
                 "a cheap review took longer than its lane allows; judging it again"
             );
         }
-        let judged = Self::judge_in(&self.slots, move || judge(budget)).await?;
+        let judged = self.judge_in(&self.slots, start, budget, judge).await?;
         Ok(judged.answer)
     }
 
-    /// Runs `work` on a blocking thread once one of `slots` is free; the slot is held until
-    /// the work ends.
+    /// Calls `judge` with `time` on a blocking thread once one of `slots` is free, holding
+    /// the slot until it returns, or unjudged once the review, which began waiting at
+    /// `start`, has waited the longest allowed (in all, when it waits for a second lane).
     async fn judge_in<T: Send + 'static>(
+        &self,
         slots: &Arc<tokio::sync::Semaphore>,
-        work: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, tokio::task::JoinError> {
-        let slot = slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the review slots' semaphore is never closed");
+        start: tokio::time::Instant,
+        time: Duration,
+        judge: Arc<impl Fn(Judging) -> Judged<T> + Send + Sync + 'static>,
+    ) -> Result<Judged<T>, tokio::task::JoinError> {
+        let waiting = slots.clone().acquire_owned();
+        let slot = match self.max_wait {
+            Some(max_wait) => match tokio::time::timeout_at(start + max_wait, waiting).await {
+                Ok(slot) => slot,
+                Err(_) => {
+                    let waited = Judging::Unjudged {
+                        waited: start.elapsed(),
+                    };
+                    return tokio::task::spawn_blocking(move || judge(waited)).await;
+                }
+            },
+            None => waiting.await,
+        }
+        .expect("the review slots' semaphore is never closed");
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            work()
+            judge(Judging::Within(time))
         })
         .await
     }

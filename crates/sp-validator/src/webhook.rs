@@ -34,7 +34,7 @@ use linkerd_admission::{
     AdmissionRequest, AdmissionResponse, AdmissionReviewResponse, ReviewBody, ReviewMetrics,
 };
 use linkerd_index::model::regex::{ran_out_of_time, with_time_budget};
-use linkerd_runtime::tls::{BodyBudget, BodyError, Judged, ReviewWorkers};
+use linkerd_runtime::tls::{BodyBudget, BodyError, Judged, Judging, ReviewWorkers};
 
 pub use linkerd_admission::{MAX_BODY_BYTES, ReviewError};
 
@@ -61,10 +61,12 @@ pub fn router(metrics: ReviewMetrics) -> Router {
     Router::new().fallback(handle).with_state((
         metrics,
         budget,
-        ReviewWorkers::per_core().with_cheap_lane(
-            linkerd_admission::CHEAP_REVIEW_COST,
-            linkerd_admission::CHEAP_JUDGING_TIME,
-        ),
+        ReviewWorkers::per_core()
+            .with_cheap_lane(
+                linkerd_admission::CHEAP_REVIEW_COST,
+                linkerd_admission::CHEAP_JUDGING_TIME,
+            )
+            .with_max_wait(linkerd_admission::MAX_JUDGING_WAIT),
     ))
 }
 
@@ -174,13 +176,18 @@ async fn handle(
         .run(
             reviewed.cost(),
             linkerd_admission::JUDGING_TIME_BUDGET,
-            move |time| {
+            move |judging| {
                 // Held by the work, which runs to its end even when the client has gone.
                 let _decoding = &decoding;
-                with_time_budget(time, || Judged {
-                    answer: ReviewBody::new(&body).review(admit),
-                    out_of_time: ran_out_of_time(),
-                })
+                match judging {
+                    Judging::Within(time) => with_time_budget(time, || Judged {
+                        answer: ReviewBody::new(&body).review(admit),
+                        out_of_time: ran_out_of_time(),
+                    }),
+                    Judging::Unjudged { waited } => {
+                        Judged::done(ReviewBody::new(&body).deny_unjudged(waited))
+                    }
+                }
             },
         )
         .await;

@@ -282,10 +282,17 @@ async fn reviews_cheap_to_decode_but_slow_hold_up_no_other_review() {
     assert!(review_cost(&slow) <= linkerd_admission::CHEAP_REVIEW_COST);
     let count = linkerd_runtime::tls::BODIES_PER_PEER + 1;
     for response in ordinary_review_first(slow, count).await {
-        // Denied for lack of time in a debug build, allowed in a release one.
+        // Denied for lack of time in a debug build, allowed in a release one; the last
+        // denied unjudged when they waited 5 s for one of the two costly slots.
         if !response.allowed {
             let message = response.message().unwrap();
-            assert!(message.contains("checked only up to "), "{message}");
+            assert!(
+                message.contains("checked only up to ")
+                    || message.starts_with(
+                        "not judged: the webhook was busy judging reviews that are slow to judge for 5."
+                    ),
+                "{message}"
+            );
         }
     }
 }

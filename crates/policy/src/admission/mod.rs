@@ -83,7 +83,7 @@ use linkerd_index::{
         regex::{ran_out_of_time, with_time_budget},
     },
 };
-use linkerd_runtime::tls::{BodyBudget, BodyError, Judged, ReviewWorkers};
+use linkerd_runtime::tls::{BodyBudget, BodyError, Judged, Judging, ReviewWorkers};
 use std::sync::Arc;
 
 pub use linkerd_admission::{
@@ -140,10 +140,12 @@ pub fn router(existing: impl ExistingServers, metrics: ReviewMetrics) -> Router 
         .fallback(not_found)
         .with_state((
             budget,
-            ReviewWorkers::per_core().with_cheap_lane(
-                linkerd_admission::CHEAP_REVIEW_COST,
-                linkerd_admission::CHEAP_JUDGING_TIME,
-            ),
+            ReviewWorkers::per_core()
+                .with_cheap_lane(
+                    linkerd_admission::CHEAP_REVIEW_COST,
+                    linkerd_admission::CHEAP_JUDGING_TIME,
+                )
+                .with_max_wait(linkerd_admission::MAX_JUDGING_WAIT),
             existing,
             metrics,
         ))
@@ -409,14 +411,19 @@ async fn handle(
         .run(
             reviewed.cost(),
             linkerd_admission::JUDGING_TIME_BUDGET,
-            move |time| {
+            move |judging| {
                 // Held by the work, which runs to its end even when the client has gone.
                 let _decoding = &decoding;
-                with_time_budget(time, || Judged {
-                    answer: ReviewBody::new(&body)
-                        .review(|request| admit_among(request, &*existing)),
-                    out_of_time: ran_out_of_time(),
-                })
+                match judging {
+                    Judging::Within(time) => with_time_budget(time, || Judged {
+                        answer: ReviewBody::new(&body)
+                            .review(|request| admit_among(request, &*existing)),
+                        out_of_time: ran_out_of_time(),
+                    }),
+                    Judging::Unjudged { waited } => {
+                        Judged::done(ReviewBody::new(&body).deny_unjudged(waited))
+                    }
+                }
             },
         )
         .await;
