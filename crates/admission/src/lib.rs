@@ -259,7 +259,8 @@ impl<'a> ReviewBody<'a> {
             "not judged: the webhook was busy judging reviews that are slow to judge for {:.1} s; try again",
             waited.as_secs_f32()
         );
-        self.review(|request| deny(request, message))
+        // Its object is not read: the review holds no share of the decoding budget.
+        self.answer(false, |request| deny(request, message))
     }
 
     /// Reads `request` of the review and answers it with `admit`'s response (built by
@@ -278,13 +279,25 @@ impl<'a> ReviewBody<'a> {
         &self,
         admit: impl FnOnce(&AdmissionRequest) -> AdmissionResponse,
     ) -> Result<AdmissionReviewResponse, ReviewError> {
+        self.answer(true, admit)
+    }
+
+    /// [`Self::review`], reading the object only when `read_object` says so (otherwise
+    /// [`ObjectError::NotRead`]).
+    fn answer(
+        &self,
+        read_object: bool,
+        admit: impl FnOnce(&AdmissionRequest) -> AdmissionResponse,
+    ) -> Result<AdmissionReviewResponse, ReviewError> {
         let body = self.bytes;
         // Before decoding: serde reads a struct from an array too (`[]` is a review without
         // a request).
         if let Some(error) = not_an_object(body) {
             return Err(error);
         }
-        let review = if self.too_complex() {
+        let review = if !read_object {
+            read_without_object(body, ObjectError::NotRead).map_err(ReviewError::Decode)?
+        } else if self.too_complex() {
             read_without_object(body, ObjectError::TooComplex { cost: self.cost })
                 .map_err(ReviewError::Decode)?
         } else {
@@ -388,6 +401,10 @@ pub enum ObjectError {
         /// [`decode_cost`] of the review, in bytes.
         cost: usize,
     },
+    /// The object was not read: the review is answered without judging it
+    /// ([`ReviewBody::deny_unjudged`]).
+    #[error("the object was not read")]
+    NotRead,
 }
 
 impl ObjectError {

@@ -622,8 +622,18 @@ fn a_review_the_api_server_sends_is_cheap() {
 /// to try again: the API server shows the message to whoever applied the object.
 #[test]
 fn a_review_not_judged_in_time_is_denied_saying_so() {
-    let body = serde_json::to_vec(&mk_review("admission.k8s.io/v1")).unwrap();
-    let answer = ReviewBody::new(&body)
+    // Its object is not read: one that does not decode is no error.
+    let body = serde_json::to_string(&mk_review("admission.k8s.io/v1"))
+        .unwrap()
+        .replace(r#""port":80"#, r#""port":1e999"#);
+    assert!(
+        review(body.as_bytes(), |request| {
+            assert!(request.object_error.is_some());
+            allow(request)
+        })
+        .is_ok()
+    );
+    let answer = ReviewBody::new(body.as_bytes())
         .deny_unjudged(std::time::Duration::from_millis(5_012))
         .unwrap();
     let response = answer.response.unwrap();

@@ -280,7 +280,11 @@ async fn slow_reviews_hold_up_no_other_review_and_are_cut_short() {
 async fn reviews_cheap_to_decode_but_slow_hold_up_no_other_review() {
     let slow = slow_profile(250);
     assert!(review_cost(&slow) <= linkerd_admission::CHEAP_REVIEW_COST);
-    let count = linkerd_runtime::tls::BODIES_PER_PEER + 1;
+    // More than its turns, and more than fill the cheap decoding pool (16 MiB) if they held it
+    // while waiting for a costly slot.
+    let count = 20;
+    assert!(count > linkerd_runtime::tls::BODIES_PER_PEER);
+    assert!(count * review_cost(&slow) > linkerd_admission::CHEAP_REVIEW_COSTS_AT_ONCE);
     for response in ordinary_review_first(slow, count).await {
         // Denied for lack of time in a debug build, allowed in a release one; the last
         // denied unjudged when they waited 5 s for one of the two costly slots.

@@ -139,13 +139,14 @@ pub fn router(existing: impl ExistingServers, metrics: ReviewMetrics) -> Router 
         .route("/", post(handle).fallback(not_found))
         .fallback(not_found)
         .with_state((
-            budget,
+            budget.clone(),
             ReviewWorkers::per_core()
                 .with_cheap_lane(
                     linkerd_admission::CHEAP_REVIEW_COST,
                     linkerd_admission::CHEAP_JUDGING_TIME,
                 )
-                .with_max_wait(linkerd_admission::MAX_JUDGING_WAIT),
+                .with_max_wait(linkerd_admission::MAX_JUDGING_WAIT)
+                .with_decoding(budget),
             existing,
             metrics,
         ))
@@ -409,27 +410,24 @@ async fn handle(
             return text(StatusCode::BAD_REQUEST, error.to_string());
         }
     };
-    // Decoding can take many times the body's size: it waits for room in the budget too (a
-    // review too complex for it has its object denied without being decoded).
+    // Decoding can take many times the body's size: the review waits for room in the decoding
+    // budget too, with its judging slot (a review too complex for it has its object denied
+    // without being decoded).
     let reviewed = ReviewBody::new(&body);
-    let decoding = budget.decoding(reviewed.memory()).await;
     // Judged off the runtime: compiling a review's regexes can take seconds.
     let judged = workers
         .run(
             reviewed.cost(),
+            reviewed.memory(),
             linkerd_admission::JUDGING_TIME_BUDGET,
-            move |judging| {
-                // Held by the work, which runs to its end even when the client has gone.
-                let _decoding = &decoding;
-                match judging {
-                    Judging::Within(time) => with_time_budget(time, || Judged {
-                        answer: ReviewBody::new(&body)
-                            .review(|request| admit_among(request, &*existing)),
-                        out_of_time: ran_out_of_time(),
-                    }),
-                    Judging::Unjudged { waited } => {
-                        Judged::done(ReviewBody::new(&body).deny_unjudged(waited))
-                    }
+            move |judging| match judging {
+                Judging::Within(time) => with_time_budget(time, || Judged {
+                    answer: ReviewBody::new(&body)
+                        .review(|request| admit_among(request, &*existing)),
+                    out_of_time: ran_out_of_time(),
+                }),
+                Judging::Unjudged { waited } => {
+                    Judged::done(ReviewBody::new(&body).deny_unjudged(waited))
                 }
             },
         )

@@ -776,7 +776,7 @@ async fn review_work_holds_its_slot_until_it_ends() {
         let workers = workers.clone();
         async move {
             workers
-                .run(0, BUDGET, move |_| {
+                .run(0, 0, BUDGET, move |_| {
                     started.lock().unwrap().take().map(|s| s.send(()));
                     Judged::done(wait.lock().unwrap().recv().ok())
                 })
@@ -790,14 +790,17 @@ async fn review_work_holds_its_slot_until_it_ends() {
     release.send(()).unwrap();
     // The next review runs once the first ends.
     assert_eq!(
-        workers.run(0, BUDGET, |_| Judged::done(7)).await.unwrap(),
+        workers
+            .run(0, 0, BUDGET, |_| Judged::done(7))
+            .await
+            .unwrap(),
         7
     );
     assert_eq!(workers.available(), 1);
     // A panic in the work is an error for its caller, and frees the slot.
     assert!(
         workers
-            .run(0, BUDGET, |_| -> Judged<()> { panic!("judge") })
+            .run(0, 0, BUDGET, |_| -> Judged<()> { panic!("judge") })
             .await
             .unwrap_err()
             .is_panic()
@@ -820,7 +823,7 @@ async fn cheap_reviews_are_judged_beside_costly_ones() {
         let workers = workers.clone();
         async move {
             workers
-                .run(101, BUDGET, move |_| {
+                .run(101, 0, BUDGET, move |_| {
                     started.lock().unwrap().take().map(|s| s.send(()));
                     Judged::done(wait.lock().unwrap().recv().ok())
                 })
@@ -830,11 +833,15 @@ async fn cheap_reviews_are_judged_beside_costly_ones() {
     running.await.unwrap();
     let queued = tokio::spawn({
         let workers = workers.clone();
-        async move { workers.run(5_000, BUDGET, |_| Judged::done("costly")).await }
+        async move {
+            workers
+                .run(5_000, 0, BUDGET, |_| Judged::done("costly"))
+                .await
+        }
     });
     let cheap = tokio::time::timeout(
         Duration::from_secs(10),
-        workers.run(100, BUDGET, |_| Judged::done("cheap")),
+        workers.run(100, 0, BUDGET, |_| Judged::done("cheap")),
     )
     .await
     .expect("a cheap review waits for no costly one");
@@ -877,7 +884,7 @@ async fn cheap_reviews_slow_to_judge_are_judged_again_among_costly_ones() {
         let (workers, times) = (workers.clone(), times.clone());
         tokio::spawn(async move {
             workers
-                .run(10, BUDGET, move |judging| {
+                .run(10, 0, BUDGET, move |judging| {
                     times.lock().unwrap().push(judging);
                     slow(judging)
                 })
@@ -895,7 +902,7 @@ async fn cheap_reviews_slow_to_judge_are_judged_again_among_costly_ones() {
     assert_eq!(workers.available(), 0, "judged again in the costly slot");
     let ordinary = tokio::time::timeout(
         Duration::from_millis(500),
-        workers.run(10, BUDGET, |_| Judged::done("ordinary")),
+        workers.run(10, 0, BUDGET, |_| Judged::done("ordinary")),
     )
     .await
     .expect("the cheap lane is free");
@@ -920,10 +927,13 @@ async fn cheap_reviews_slow_to_judge_are_judged_again_among_costly_ones() {
     let short = Duration::from_millis(20);
     let (budget, short_budget) = (Judging::Within(BUDGET), Judging::Within(short));
     assert_eq!(
-        workers.run(101, BUDGET, judge.clone()).await.unwrap(),
+        workers.run(101, 0, BUDGET, judge.clone()).await.unwrap(),
         budget
     );
-    assert_eq!(workers.run(10, short, judge).await.unwrap(), short_budget);
+    assert_eq!(
+        workers.run(10, 0, short, judge).await.unwrap(),
+        short_budget
+    );
     assert_eq!(*times.lock().unwrap(), [budget, short_budget]);
     assert_eq!((workers.available(), workers.cheap_available()), (1, 1));
 }
@@ -946,7 +956,7 @@ async fn reviews_that_wait_too_long_for_a_slot_are_answered_unjudged() {
         let (lanes, wait) = (workers.clone(), wait.clone());
         busy.push(tokio::spawn(async move {
             lanes
-                .run(cost, BUDGET, move |_| {
+                .run(cost, 0, BUDGET, move |_| {
                     Judged::done(wait.lock().unwrap().recv().ok())
                 })
                 .await
@@ -957,7 +967,8 @@ async fn reviews_that_wait_too_long_for_a_slot_are_answered_unjudged() {
     }
     let answer = |judging: Judging| Judged::done(judging);
     for cost in [5_000, 100] {
-        let Judging::Unjudged { waited } = workers.run(cost, BUDGET, answer).await.unwrap() else {
+        let Judging::Unjudged { waited } = workers.run(cost, 0, BUDGET, answer).await.unwrap()
+        else {
             panic!("judged")
         };
         assert!(waited >= max_wait && waited < max_wait * 10, "{waited:?}");
@@ -968,7 +979,7 @@ async fn reviews_that_wait_too_long_for_a_slot_are_answered_unjudged() {
         assert_eq!(task.await.unwrap().unwrap(), None);
     }
     assert_eq!(
-        workers.run(100, BUDGET, answer).await.unwrap(),
+        workers.run(100, 0, BUDGET, answer).await.unwrap(),
         Judging::Within(Duration::from_millis(10))
     );
     // A cheap review out of its lane's time waits for a costly slot only what is left.
@@ -976,7 +987,7 @@ async fn reviews_that_wait_too_long_for_a_slot_are_answered_unjudged() {
     let (release, wait) = std::sync::mpsc::channel::<()>();
     let wait = Mutex::new(wait);
     let holder = tokio::spawn(async move {
-        hold.run(5_000, BUDGET, move |_| {
+        hold.run(5_000, 0, BUDGET, move |_| {
             Judged::done(wait.lock().unwrap().recv().ok())
         })
         .await
@@ -995,7 +1006,7 @@ async fn reviews_that_wait_too_long_for_a_slot_are_answered_unjudged() {
         _ => Judged::done(judging),
     };
     let started = std::time::Instant::now();
-    let Judging::Unjudged { waited } = workers.run(1, BUDGET, slow_cheap).await.unwrap() else {
+    let Judging::Unjudged { waited } = workers.run(1, 0, BUDGET, slow_cheap).await.unwrap() else {
         panic!("judged")
     };
     // Unjudged 400 ms after it began waiting, not 300 ms in the cheap lane and 400 more.
@@ -1007,4 +1018,85 @@ async fn reviews_that_wait_too_long_for_a_slot_are_answered_unjudged() {
     );
     release.send(()).unwrap();
     assert_eq!(holder.await.unwrap().unwrap(), Some(()));
+}
+
+/// A review takes its decoding share with its slot, and a cheap review judged again among the
+/// costly ones gives its cheap share back and waits for a costly slot holding none: reviews
+/// waiting for a costly slot no longer fill the cheap pool (tester finding: 18 profiles of
+/// 250 slow regexes kept an ordinary review waiting 1.9 s, 32 of them 24 s).
+#[tokio::test]
+async fn a_review_takes_its_decoding_share_with_its_slot() {
+    let budget = BodyBudget::new(10, 8, 100).with_cheap_decoding(5, 5);
+    let workers = ReviewWorkers::new(1)
+        .with_cheap_lane(100, Duration::from_millis(10))
+        .with_decoding(budget.clone());
+    // The costly slot busy, with 50 bytes of decoding.
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let wait = Mutex::new(wait);
+    let holder = tokio::spawn({
+        let workers = workers.clone();
+        async move {
+            workers
+                .run(5_000, 50, BUDGET, move |_| {
+                    Judged::done(wait.lock().unwrap().recv().ok())
+                })
+                .await
+        }
+    });
+    while workers.available() != 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(budget.decoding_available(), 50);
+    // A cheap review slow to judge: out of its lane's time, then waiting for the costly slot.
+    let judged = Arc::new(Mutex::new(Vec::new()));
+    let slow = tokio::spawn({
+        let (workers, judged) = (workers.clone(), judged.clone());
+        async move {
+            workers
+                .run(1, 5, BUDGET, move |judging| {
+                    judged.lock().unwrap().push(judging);
+                    Judged {
+                        answer: judging,
+                        out_of_time: judging != Judging::Within(BUDGET),
+                    }
+                })
+                .await
+        }
+    });
+    while judged.lock().unwrap().is_empty() || workers.cheap_available() != 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        (
+            budget.cheap_decoding_available(),
+            budget.decoding_available()
+        ),
+        (5, 50),
+        "waiting for a slot, it holds no share"
+    );
+    // An ordinary cheap review takes the whole cheap pool at once.
+    let ordinary = tokio::time::timeout(
+        Duration::from_secs(5),
+        workers.run(1, 5, BUDGET, |_| Judged::done("ordinary")),
+    )
+    .await
+    .expect("the cheap pool is free");
+    assert_eq!(ordinary.unwrap(), "ordinary");
+    release.send(()).unwrap();
+    assert_eq!(holder.await.unwrap().unwrap(), Some(()));
+    assert_eq!(slow.await.unwrap().unwrap(), Judging::Within(BUDGET));
+    assert_eq!(
+        *judged.lock().unwrap(),
+        [
+            Judging::Within(Duration::from_millis(10)),
+            Judging::Within(BUDGET)
+        ]
+    );
+    assert_eq!(
+        (
+            budget.cheap_decoding_available(),
+            budget.decoding_available()
+        ),
+        (5, 100)
+    );
 }
