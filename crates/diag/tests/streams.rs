@@ -194,77 +194,53 @@ async fn streams_stream_and_proxy_status_show_what_a_proxy_was_sent() {
         "{stdout}"
     );
 
-    // API names in any case (tester finding: `--api get` exited 1 with the server's refusal).
-    let (code, stdout, stderr) = wait_output(dst_diag(&[
-        "streams",
-        "--introspection",
-        &s.destination_introspection,
-        "--api",
-        "get",
-        "--pod",
-        "emojivoto/vote-bot-0",
-    ]))
-    .await;
-    assert_eq!(code, Some(0), "{stderr}");
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{stdout}");
-    assert!(
-        lines[1].contains(&format!("Get  emojivoto/vote-bot-0  {WEB}  127.0.0.1:")),
-        "{stdout}"
-    );
-    // An unknown one is a usage error naming those taken.
-    let (code, stdout, stderr) = wait_output(dst_diag(&[
-        "streams",
-        "--introspection",
-        &s.destination_introspection,
-        "--api",
-        "Gets",
-    ]))
-    .await;
-    assert_eq!(code, Some(2), "{stderr}");
-    assert_eq!(stdout, "");
-    assert!(
-        stderr.contains("unknown API \"Gets\": expected one of Get, GetProfile, WatchPort, Watch"),
-        "{stderr}"
-    );
-    // The qualified names the README writes are taken, in any case (tester finding)...
-    let (code, stdout, stderr) = wait_output(dst_diag(&[
-        "streams",
-        "--introspection",
-        &s.destination_introspection,
-        "--api",
-        "destination.GET",
-        "--pod",
-        "emojivoto/vote-bot-0",
-    ]))
-    .await;
-    assert_eq!(code, Some(0), "{stderr}");
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{stdout}");
-    assert!(
-        lines[1].contains(&format!("Get  emojivoto/vote-bot-0  {WEB}  127.0.0.1:")),
-        "{stdout}"
-    );
-    // ... and a method under another service is a usage error naming the names taken.
-    let (code, stdout, stderr) = wait_output(dst_diag(&[
-        "streams",
-        "--introspection",
-        &s.destination_introspection,
-        "--api",
-        "Destination.Watch",
-    ]))
-    .await;
-    assert_eq!(code, Some(2), "{stderr}");
-    assert_eq!(stdout, "");
-    assert!(
-        stderr.contains(
-            "unknown API \"Destination.Watch\": expected one of Get, GetProfile, WatchPort, Watch, \
+    // API names in any case (tester finding: `--api get` exited 1 with the server's refusal),
+    // and qualified by their service, as the README writes them (tester finding).
+    for api in ["get", "destination.GET"] {
+        let (code, stdout, stderr) = wait_output(dst_diag(&[
+            "streams",
+            "--introspection",
+            &s.destination_introspection,
+            "--api",
+            api,
+            "--pod",
+            "emojivoto/vote-bot-0",
+        ]))
+        .await;
+        assert_eq!(code, Some(0), "{api}: {stderr}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "{api}: {stdout}");
+        assert!(
+            lines[1].contains(&format!("Get  emojivoto/vote-bot-0  {WEB}  127.0.0.1:")),
+            "{api}: {stdout}"
+        );
+    }
+    // An unknown name, or a method under another service, is a usage error naming those taken.
+    for (api, names) in [
+        ("Gets", "expected one of Get, GetProfile, WatchPort, Watch"),
+        (
+            "Destination.Watch",
+            "expected one of Get, GetProfile, WatchPort, Watch, \
              in any case, or qualified by its service: Destination.Get, Destination.GetProfile, \
              InboundServerPolicies.WatchPort, OutboundPolicies.Watch (or as a gRPC path, \
-             io.linkerd.proxy.destination.Destination/Get)"
+             io.linkerd.proxy.destination.Destination/Get)",
         ),
-        "{stderr}"
-    );
+    ] {
+        let (code, stdout, stderr) = wait_output(dst_diag(&[
+            "streams",
+            "--introspection",
+            &s.destination_introspection,
+            "--api",
+            api,
+        ]))
+        .await;
+        assert_eq!(code, Some(2), "{api}: {stderr}");
+        assert_eq!(stdout, "");
+        assert!(
+            stderr.contains(&format!("unknown API \"{api}\": {names}")),
+            "{stderr}"
+        );
+    }
 
     // `WatchPort` streams asked of destination: refused, and where they are.
     let (code, stdout, stderr) = wait_output(dst_diag(&[
