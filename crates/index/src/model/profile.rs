@@ -65,8 +65,8 @@ pub enum RequestMatch {
     /// Some item matches; an empty list matches nothing.
     Any(Vec<RequestMatch>),
     Not(Box<RequestMatch>),
-    /// A regular expression as written (it compiles with the `regex` crate); the proxy anchors
-    /// it.
+    /// A regular expression as written (valid `regex` crate syntax, not compiled here); the
+    /// proxy anchors it.
     Path(String),
     /// An HTTP method, upper-cased.
     Method(String),
@@ -157,10 +157,12 @@ impl ProfileInfo {
     /// Fails, with a reason naming the route and the problem, on: a null route, response class
     /// or `all`/`any` entry; an empty route name; a missing route or response-class condition;
     /// a match with no field set; a status bound that is non-zero and outside `100..=599`, or
-    /// `max < min` with both set; a `pathRegex` that does not compile with the `regex` crate,
-    /// named by its field (`spec.routes[1].condition.all[0].pathRegex`) (project decision:
-    /// stricter than upstream, whose proxy silently drops such a match, and the sp-validator
-    /// refuses it too); a route timeout or retry-budget TTL that is not a Go
+    /// `max < min` with both set; a `pathRegex` that is not a regex (`check_regex_syntax`:
+    /// invalid syntax, over 8 KiB or nested over 64 deep), named by its field
+    /// (`spec.routes[1].condition.all[0].pathRegex`) (project decision: stricter than
+    /// upstream, whose proxy silently drops such a match, and the sp-validator refuses it too;
+    /// a pattern only too large once compiled is served, as compiling thousands took seconds,
+    /// and left to the proxy); a route timeout or retry-budget TTL that is not a Go
     /// duration (issue decision: the whole profile is skipped, where Go only drops the timeout;
     /// the sp-validator refuses it too); a negative or non-finite `retryRatio`; an empty TTL; a
     /// null dst override or one whose weight is not a quantity. A missing `metadata.name` is an
@@ -335,7 +337,7 @@ impl RequestMatch {
             items.push(Self::Not(Box::new(not)));
         }
         if let Some(regex) = spec.path_regex.as_deref().filter(|p| !p.is_empty()) {
-            if let Err(problem) = super::regex::compile_regex(regex) {
+            if let Err(problem) = super::regex::check_regex_syntax(regex) {
                 return Err(format!(
                     "invalid pathRegex \"{regex}\" ({path}.pathRegex): {problem}"
                 ));

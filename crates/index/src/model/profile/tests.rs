@@ -259,6 +259,36 @@ fn an_invalid_path_regex_is_named_by_its_field() {
     );
 }
 
+/// The index checks a `pathRegex`'s syntax and size as written but does not compile it: a
+/// pattern only too large once compiled is served (the proxy drops a route it cannot compile,
+/// spec/sp-validator-and-pod.md §a.5), so that thousands of such patterns cost the index
+/// microseconds each, not milliseconds.
+#[test]
+fn a_path_regex_is_checked_without_compiling_it() {
+    let sp = |pattern: &str| {
+        format!(
+            "apiVersion: linkerd.io/v1alpha2\nkind: ServiceProfile\n\
+             metadata: {{name: web.ns.svc.cluster.local, namespace: ns}}\n\
+             spec: {{routes: [{{name: big, condition: {{pathRegex: '{pattern}'}}}}]}}\n"
+        )
+    };
+    let large_compiled = r"/\w{1000}\w{1000}";
+    assert!(crate::model::regex::compile_regex(large_compiled).is_err());
+    let profile = ProfileInfo::from_service_profile(&mk_sp(&sp(large_compiled)))
+        .expect("a valid pattern is served");
+    assert_eq!(
+        profile.routes[0].condition,
+        RequestMatch::Path(large_compiled.to_string())
+    );
+    let long = format!("/{}", "a".repeat(8 * 1024));
+    assert_eq!(
+        reason(&sp(&long)),
+        format!(
+            r#"route "big": invalid pathRegex "{long}" (spec.routes[0].condition.pathRegex): the pattern is 8193 bytes long, more than the 8192 allowed"#
+        )
+    );
+}
+
 #[test]
 fn invalid_fixtures_name_the_problem() {
     assert_eq!(
