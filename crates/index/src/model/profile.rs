@@ -157,7 +157,7 @@ impl ProfileInfo {
     /// Fails, with a reason naming the route and the problem, on: a null route, response class
     /// or `all`/`any` entry; an empty route name; a missing route or response-class condition;
     /// a match with no field set; a status bound that is non-zero and outside `100..=599`, or
-    /// `max < min` with both set; a `pathRegex` that is not a regex (`check_regex_syntax`:
+    /// `max < min` with both set; a `pathRegex` that is not a regex (`check_regex`:
     /// invalid syntax, over 8 KiB or nested over 64 deep), named by its field
     /// (`spec.routes[1].condition.all[0].pathRegex`) (project decision: stricter than
     /// upstream, whose proxy silently drops such a match, and the sp-validator refuses it too;
@@ -337,7 +337,7 @@ impl RequestMatch {
             items.push(Self::Not(Box::new(not)));
         }
         if let Some(regex) = spec.path_regex.as_deref().filter(|p| !p.is_empty()) {
-            if let Err(problem) = super::regex::check_regex_syntax(regex) {
+            if let Err(problem) = super::regex::check_regex(regex) {
                 return Err(format!(
                     "invalid pathRegex \"{regex}\" ({path}.pathRegex): {problem}"
                 ));

@@ -1,8 +1,9 @@
-//! Compiling the regexes that objects carry (a ServiceProfile's `pathRegex`, a route's
-//! `RegularExpression` matches) within bounds: the regex crate limits the compiled program but
-//! not what parsing a pattern takes, and one review whose `pathRegex` was `(a|b)*` repeated
-//! 240,000 times (1.4 MiB) took a validator to 320 MB. The proxy compiles the same patterns,
-//! and real ones are a few hundred bytes.
+//! Checking the regexes that objects carry (a ServiceProfile's `pathRegex`, a route's
+//! `RegularExpression` matches) within bounds: the index checks their syntax, the webhooks
+//! compile them within a time budget ([`check_regex`]). The regex crate limits the compiled
+//! program but not what parsing a pattern takes, and one review whose `pathRegex` was `(a|b)*`
+//! repeated 240,000 times (1.4 MiB) took a validator to 320 MB. The proxy compiles the same
+//! patterns, and real ones are a few hundred bytes.
 
 use std::{
     cell::Cell,
@@ -35,8 +36,9 @@ thread_local! {
 /// patterns like `/\w{20}0` took 4.6 s to compile in a release build, 84 s for 15,000 in a
 /// 953 KB ServiceProfile), which held up every review behind it past the API server's
 /// timeout, after which `failurePolicy: Ignore` admits objects unvalidated. A real object
-/// compiles its regexes in milliseconds. The index does not use a budget: whether it serves
-/// an object must not depend on the machine's speed.
+/// compiles its regexes in milliseconds. Within it, [`check_regex`] compiles. The index does
+/// not use a budget (whether it serves an object must not depend on the machine's speed), and
+/// so does not compile.
 pub fn with_time_budget<T>(budget: Duration, judge: impl FnOnce() -> T) -> T {
     /// Puts back the deadline it replaced, also when `judge` panics.
     struct Restore(Option<(Instant, Duration)>, bool);
@@ -77,16 +79,48 @@ pub enum RegexError {
     OutOfTime(Duration),
 }
 
+/// Checks a regex an object carries as the code running it needs: within a webhook's
+/// [`with_time_budget`], compiled ([`compile_regex`]), so that a pattern the proxy could not
+/// compile is denied; elsewhere, as the index checks it, its syntax only
+/// ([`check_regex_syntax`]).
+///
+/// The index does not compile because it has no budget: an object whose regexes take seconds
+/// to compile would hold up every other update of the index while it is read, and the
+/// webhooks admit up to 3 s of them (a Gateway API HTTPRoute of 500 matches like `/\w{20}0`
+/// took the policy controller's indexes 5.3 s to read, each time it was written).
+pub fn check_regex(pattern: &str) -> Result<(), RegexError> {
+    if DEADLINE.get().is_some() {
+        compile_regex(pattern).map(drop)
+    } else {
+        check_regex_syntax(pattern)
+    }
+}
+
+/// Runs `check` with [`check_regex`] checking as the index does, even within a webhook's
+/// [`with_time_budget`]: what a webhook finds this way is what the index will find (the policy
+/// webhook's warning that the policy controller does not serve a route).
+pub fn as_the_index<T>(check: impl FnOnce() -> T) -> T {
+    struct Restore(Option<(Instant, Duration)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEADLINE.set(self.0);
+        }
+    }
+    let _restore = Restore(DEADLINE.replace(None));
+    check()
+}
+
 /// Whether `pattern` is a regex at all, without compiling it: at most [`MAX_REGEX_BYTES`] long,
 /// nested at most 64 deep, and valid syntax for the regex crate (which the proxy compiles it
 /// with). The refusal reads as [`compile_regex`]'s for the same pattern (`unclosed group`).
 ///
-/// The index checks a ServiceProfile's `pathRegex` with this: the proxy drops a route whose
-/// regex it cannot compile (spec/sp-validator-and-pod.md §a.5), so a pattern only large once
-/// compiled is the proxy's to refuse, and checking it costs microseconds where compiling
-/// costs milliseconds (1,000 patterns like `/\w{20}0` took the index 4.6 s to compile, and
-/// no other ServiceProfile was updated meanwhile). Some valid patterns still take long to parse
-/// (`(?i)\pL` repeated over 8 KiB: about 0.5 s). Not bounded by [`with_time_budget`].
+/// The index checks regexes with this ([`check_regex`]): the proxy drops a ServiceProfile
+/// route whose regex it cannot compile (spec/sp-validator-and-pod.md §a.5), so a pattern only
+/// large once compiled is the proxy's to refuse, and checking it costs microseconds where
+/// compiling costs milliseconds (1,000 patterns like `/\w{20}0` took the index 4.6 s to
+/// compile, and no other ServiceProfile was updated meanwhile). Some valid patterns still take
+/// long to parse (`(?i)\pL` repeated over 8 KiB: about 0.5 s). Not bounded by
+/// [`with_time_budget`].
 pub fn check_regex_syntax(pattern: &str) -> Result<(), RegexError> {
     check_length(pattern)?;
     regex_syntax::ParserBuilder::new()
@@ -195,6 +229,31 @@ mod tests {
             with_time_budget(Duration::ZERO, || check_regex_syntax("/a+")),
             Ok(())
         );
+    }
+
+    #[test]
+    fn the_index_checks_syntax_and_a_webhook_compiles() {
+        let large = r"\w{1000}\w{1000}";
+        assert_eq!(check_regex(large), Ok(()));
+        assert_eq!(check_regex("("), compile_regex("(").map(drop));
+        let judged = with_time_budget(Duration::from_secs(60), || {
+            (
+                check_regex(large),
+                as_the_index(|| check_regex(large)),
+                check_regex(large),
+            )
+        });
+        assert!(
+            matches!(judged.0, Err(RegexError::Invalid(_))),
+            "{judged:?}"
+        );
+        assert_eq!(judged.1, Ok(()));
+        assert_eq!(judged.2, judged.0, "the budget is back after as_the_index");
+        // Out of time within a webhook's budget, but not as the index checks.
+        with_time_budget(Duration::ZERO, || {
+            assert_eq!(check_regex("a"), Err(RegexError::OutOfTime(Duration::ZERO)));
+            assert_eq!(as_the_index(|| check_regex("a")), Ok(()));
+        });
     }
 
     #[test]

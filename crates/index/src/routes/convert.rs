@@ -4,7 +4,7 @@
 use gateway_api::{grpcroutes as grpc, httproutes as http_api};
 use linkerd_k8s_api::gateway_api;
 
-use crate::model::regex::{RegexError, compile_regex};
+use crate::model::regex::{RegexError, check_regex};
 use std::time::Duration;
 
 use super::{
@@ -61,10 +61,11 @@ pub enum RouteError {
     UnsupportedFilter(&'static str),
 }
 
-/// `value` if it compiles; `field` names where it is within its match (`headers[1].value`).
+/// `value` if it is a regex ([`check_regex`]: the index checks its syntax, a webhook compiles
+/// it); `field` names where it is within its match (`headers[1].value`).
 fn regex(value: &str, field: impl FnOnce() -> String) -> Result<String, RouteError> {
-    match compile_regex(value) {
-        Ok(_) => Ok(value.to_string()),
+    match check_regex(value) {
+        Ok(()) => Ok(value.to_string()),
         Err(RegexError::Invalid(reason)) => Err(RouteError::InvalidRegex {
             field: field(),
             regex: value.to_string(),

@@ -53,7 +53,7 @@ pub fn ref_is(ref_group: Option<&str>, ref_kind: &str, group: &str, kind: &str) 
 pub enum PathMatch {
     Exact(String),
     Prefix(String),
-    /// A regular expression known to compile.
+    /// A regular expression of valid syntax (`check_regex`; the webhook compiles it).
     Regex(String),
 }
 

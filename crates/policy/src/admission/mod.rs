@@ -80,7 +80,7 @@ use linkerd_index::{
     inbound::InboundIndex,
     model::{
         ServerInfo, ServerOverlap,
-        regex::{ran_out_of_time, with_time_budget},
+        regex::{as_the_index, ran_out_of_time, with_time_budget},
     },
 };
 use linkerd_runtime::tls::{BodyBudget, BodyError, Judged, Judging, ReviewWorkers};
@@ -325,20 +325,20 @@ fn skipped_by_index(kind: Kind, request: &AdmissionRequest) -> Option<String> {
     {
         metadata.insert("namespace".into(), request.object_namespace().into());
     }
-    let converted = match kind {
-        Kind::GatewayHttpRoute => routes::gateway_http_route(&serde_json::from_value(object).ok()?),
-        Kind::GrpcRoute => routes::grpc_route(&serde_json::from_value(object).ok()?),
-        Kind::TlsRoute => routes::tls_route(&serde_json::from_value(object).ok()?),
-        _ => routes::tcp_route(&serde_json::from_value(object).ok()?),
-    };
-    let reason = converted.err()?.reason;
-    // Out of time in this second pass over the regexes the review has just compiled: a finding
-    // of the judging budget, not of the index, which has none and serves the route (tester
-    // finding: such routes were admitted with a warning that they are not served).
-    if ran_out_of_time() {
-        return None;
-    }
-    Some(reason)
+    // Regexes checked as the index checks them, not compiled again under the review's budget
+    // (tester finding: a route whose second compilation ran out of time was admitted with a
+    // warning that it is not served).
+    let converted = as_the_index(|| {
+        Some(match kind {
+            Kind::GatewayHttpRoute => {
+                routes::gateway_http_route(&serde_json::from_value(object).ok()?)
+            }
+            Kind::GrpcRoute => routes::grpc_route(&serde_json::from_value(object).ok()?),
+            Kind::TlsRoute => routes::tls_route(&serde_json::from_value(object).ok()?),
+            _ => routes::tcp_route(&serde_json::from_value(object).ok()?),
+        })
+    })?;
+    Some(converted.err()?.reason)
 }
 
 /// Refuses a Server that claims the same workload ports as another Server of its namespace
@@ -505,14 +505,18 @@ mod tests {
         skipped
     }
 
-    /// The index's check runs out of the judging budget: the route is not said to be skipped
-    /// (the index has no budget and serves it); what the index refuses is still said.
+    /// The index's check is made as the index makes it, whatever is left of the judging
+    /// budget: a route is not said to be skipped for lack of time (the index has no budget and
+    /// serves it), nor for a regex only too large once compiled (the index does not compile
+    /// it); what the index refuses is still said.
     #[test]
     fn the_index_check_out_of_time_finds_nothing() {
         let regex = serde_json::json!({"type": "RegularExpression", "value": "/api/v[0-9]+"});
         let long = std::time::Duration::from_secs(60);
         assert_eq!(skipped_within(long, regex.clone()), None);
         assert_eq!(skipped_within(std::time::Duration::ZERO, regex), None);
+        let large = serde_json::json!({"type": "RegularExpression", "value": r"/\w{1000}\w{1000}"});
+        assert_eq!(skipped_within(long, large), None);
         let invalid = serde_json::json!({"type": "RegularExpression", "value": "/api/("});
         let reason = skipped_within(long, invalid).expect("skipped");
         assert!(reason.contains("unclosed group"), "{reason}");

@@ -330,6 +330,21 @@ mod tests {
         with_time_budget(budget, || policy_http_route(&BTreeMap::new(), &spec)).err()
     }
 
+    /// The webhook compiles a route's regexes, which the index only checks for syntax: one
+    /// too large once compiled is denied here, and the index's check finds nothing to warn of.
+    #[test]
+    fn regexes_too_large_compiled_are_denied() {
+        let large = r"/\w{1000}\w{1000}";
+        let rules = json!([{"matches": [{"path": {"type": "RegularExpression", "value": large}}]}]);
+        let denial = policy_denial(rules, Duration::from_secs(60)).expect("denied");
+        assert!(
+            denial.starts_with(&format!(
+                r#"spec.rules[0].matches[0].path.value: invalid regular expression "{large}": "#
+            )) && denial.contains("size limit"),
+            "{denial}"
+        );
+    }
+
     /// A review cut short by its regexes' time budget says where checking stopped and calls
     /// no pattern invalid (tester finding: `invalid regular expression "/\\w{20}597": not
     /// compiled: ...` for a valid pattern).
