@@ -111,24 +111,84 @@ pub fn as_the_index<T>(check: impl FnOnce() -> T) -> T {
 }
 
 /// Whether `pattern` is a regex at all, without compiling it: at most [`MAX_REGEX_BYTES`] long,
-/// nested at most 64 deep, and valid syntax for the regex crate (which the proxy compiles it
-/// with). The refusal reads as [`compile_regex`]'s for the same pattern (`unclosed group`).
+/// nested at most 64 deep, valid syntax for the regex crate (which the proxy compiles it with),
+/// and naming only Unicode properties that exist. The refusal reads as [`compile_regex`]'s for
+/// the same pattern (`unclosed group`, `Unicode property not found`).
 ///
 /// The index checks regexes with this ([`check_regex`]): the proxy drops a ServiceProfile
 /// route whose regex it cannot compile (spec/sp-validator-and-pod.md §a.5), so a pattern only
-/// large once compiled is the proxy's to refuse, and checking it costs microseconds where
-/// compiling costs milliseconds (1,000 patterns like `/\w{20}0` took the index 4.6 s to
-/// compile, and no other ServiceProfile was updated meanwhile). Some valid patterns still take
-/// long to parse (`(?i)\pL` repeated over 8 KiB: about 0.5 s). Not bounded by
-/// [`with_time_budget`].
+/// large once compiled is the proxy's to refuse. The pattern is parsed, not translated: its
+/// time grows with its length only (under 1 ms for 8 KiB), where translating or compiling
+/// grows with its classes (1,000 patterns like `/\w{20}0` took the index 4.6 s to compile;
+/// one 8 KiB pattern of `(?i)\p{Any}`, 4.7 s to translate), and no other object of the index
+/// was updated meanwhile. What only translating finds is not found: a pattern that can match
+/// invalid UTF-8 (`(?-u:\xFF)`), which the webhooks deny. Not bounded by [`with_time_budget`].
 pub fn check_regex_syntax(pattern: &str) -> Result<(), RegexError> {
     check_length(pattern)?;
-    regex_syntax::ParserBuilder::new()
+    let invalid = |error: &dyn std::fmt::Display| RegexError::Invalid(one_line(&error.to_string()));
+    let ast = regex_syntax::ast::parse::ParserBuilder::new()
         .nest_limit(NEST_LIMIT)
         .build()
         .parse(pattern)
-        .map(drop)
-        .map_err(|error| RegexError::Invalid(one_line(&error.to_string())))
+        .map_err(|e| invalid(&e))?;
+    let properties = regex_syntax::ast::visit(&ast, UnicodeProperties::default())
+        .map_err(|never| match never {})?;
+    // Each distinct property alone, without the flags around it: case folding a large class
+    // is what makes translating slow.
+    for property in properties.0 {
+        let text = &pattern[property.start.offset..property.end.offset];
+        regex_syntax::Parser::new()
+            .parse(text)
+            .map_err(|e| invalid(&e))?;
+    }
+    Ok(())
+}
+
+/// The spans of a pattern's Unicode property classes (`\pL`, `\p{Greek}`, `\P{sc=Latin}`),
+/// one per distinct text.
+#[derive(Default)]
+struct UnicodeProperties(
+    Vec<regex_syntax::ast::Span>,
+    std::collections::HashSet<String>,
+);
+
+impl UnicodeProperties {
+    fn add(&mut self, class: &regex_syntax::ast::ClassUnicode) {
+        let regex_syntax::ast::ClassUnicode {
+            span,
+            kind,
+            negated,
+        } = class;
+        if self.1.insert(format!("{negated}{kind:?}")) {
+            self.0.push(*span);
+        }
+    }
+}
+
+impl regex_syntax::ast::Visitor for UnicodeProperties {
+    type Output = Self;
+    type Err = std::convert::Infallible;
+
+    fn finish(self) -> Result<Self, Self::Err> {
+        Ok(self)
+    }
+
+    fn visit_pre(&mut self, ast: &regex_syntax::ast::Ast) -> Result<(), Self::Err> {
+        if let regex_syntax::ast::Ast::ClassUnicode(class) = ast {
+            self.add(class);
+        }
+        Ok(())
+    }
+
+    fn visit_class_set_item_pre(
+        &mut self,
+        item: &regex_syntax::ast::ClassSetItem,
+    ) -> Result<(), Self::Err> {
+        if let regex_syntax::ast::ClassSetItem::Unicode(class) = item {
+            self.add(class);
+        }
+        Ok(())
+    }
 }
 
 /// `pattern` compiled, or why not in one line (the regex crate's own error renders the
@@ -224,6 +284,24 @@ mod tests {
         assert_eq!(check_regex_syntax(&long), compile_regex(&long).map(drop));
         let deep = format!("{}a{}", "(".repeat(100), ")".repeat(100));
         assert_eq!(check_regex_syntax(&deep), compile_regex(&deep).map(drop));
+        // Unicode properties are looked up, in classes too, but not case-folded.
+        for pattern in [r"\p{Greek}", r"[\P{sc=Latin}a-z]", r"(?i)\p{Any}{3}"] {
+            assert_eq!(check_regex_syntax(pattern), Ok(()), "{pattern}");
+        }
+        for unknown in [r"\p{Foo}", r"a[b\p{Script=Foo}]", r"\pL\PX"] {
+            assert_eq!(
+                check_regex_syntax(unknown),
+                compile_regex(unknown).map(drop),
+                "{unknown}"
+            );
+        }
+        assert_eq!(
+            check_regex_syntax(r"\p{Foo}"),
+            Err(RegexError::Invalid("Unicode property not found".into()))
+        );
+        // Only translating finds that a pattern can match invalid UTF-8.
+        assert_eq!(check_regex_syntax(r"(?-u:\xFF)"), Ok(()));
+        assert!(compile_regex(r"(?-u:\xFF)").is_err());
         // No budget applies: whether a profile is served does not depend on the machine.
         assert_eq!(
             with_time_budget(Duration::ZERO, || check_regex_syntax("/a+")),
