@@ -127,6 +127,29 @@ pub const MAX_JUDGING_WAIT: std::time::Duration = std::time::Duration::from_secs
 /// dozens of the API server's), on top of [`MAX_DECODED_BYTES`].
 pub const CHEAP_REVIEW_COSTS_AT_ONCE: usize = 16 * 1024 * 1024;
 
+/// The budget both webhooks read and decode reviews through, with the limits above: bodies of
+/// at most [`MAX_BODY_BYTES`], [`MAX_BODY_BYTES_AT_ONCE`] of them at once, and
+/// [`SMALL_BODY_BYTES_AT_ONCE`] more for small ones; [`MAX_DECODED_BYTES`] of decoding, and
+/// [`CHEAP_REVIEW_COSTS_AT_ONCE`] more for cheap reviews. Give a clone to [`review_workers`].
+pub fn body_budget() -> linkerd_runtime::tls::BodyBudget {
+    linkerd_runtime::tls::BodyBudget::new(MAX_BODY_BYTES_AT_ONCE, MAX_BODY_BYTES, MAX_DECODED_BYTES)
+        .with_small_bodies(SMALL_BODY_BYTES, SMALL_BODY_BYTES_AT_ONCE)
+        .with_cheap_decoding(CHEAP_REVIEW_COST, CHEAP_REVIEW_COSTS_AT_ONCE)
+}
+
+/// The judging slots both webhooks judge reviews in: one per core (at least two), as many
+/// again for cheap reviews ([`CHEAP_REVIEW_COST`], judged there for [`CHEAP_JUDGING_TIME`]),
+/// a review denied unjudged after [`MAX_JUDGING_WAIT`], and its decoding share taken from
+/// `budget` ([`body_budget`]) with its slot.
+pub fn review_workers(
+    budget: linkerd_runtime::tls::BodyBudget,
+) -> linkerd_runtime::tls::ReviewWorkers {
+    linkerd_runtime::tls::ReviewWorkers::per_core()
+        .with_cheap_lane(CHEAP_REVIEW_COST, CHEAP_JUDGING_TIME)
+        .with_max_wait(MAX_JUDGING_WAIT)
+        .with_decoding(budget)
+}
+
 /// What decoding and judging one JSON object of a review costs, beyond its text, in bytes: its
 /// map, and the typed copy the validators make (measured: about 3.2 KB per route of
 /// `{"name":"r","condition":{"method":"GET"}}`, two objects and five values).

@@ -45,29 +45,11 @@ pub const REVIEWS_METRIC: &str = "sp_validator_admission_reviews";
 /// router's reviews share one budget of [`linkerd_admission::MAX_BODY_BYTES_AT_ONCE`] bytes of
 /// bodies, and those of at most [`linkerd_admission::SMALL_BODY_BYTES`] one of their own.
 pub fn router(metrics: ReviewMetrics) -> Router {
-    let budget = BodyBudget::new(
-        linkerd_admission::MAX_BODY_BYTES_AT_ONCE,
-        MAX_BODY_BYTES,
-        linkerd_admission::MAX_DECODED_BYTES,
-    )
-    .with_small_bodies(
-        linkerd_admission::SMALL_BODY_BYTES,
-        linkerd_admission::SMALL_BODY_BYTES_AT_ONCE,
-    )
-    .with_cheap_decoding(
-        linkerd_admission::CHEAP_REVIEW_COST,
-        linkerd_admission::CHEAP_REVIEW_COSTS_AT_ONCE,
-    );
+    let budget = linkerd_admission::body_budget();
     Router::new().fallback(handle).with_state((
         metrics,
         budget.clone(),
-        ReviewWorkers::per_core()
-            .with_cheap_lane(
-                linkerd_admission::CHEAP_REVIEW_COST,
-                linkerd_admission::CHEAP_JUDGING_TIME,
-            )
-            .with_max_wait(linkerd_admission::MAX_JUDGING_WAIT)
-            .with_decoding(budget),
+        linkerd_admission::review_workers(budget),
     ))
 }
 

@@ -121,32 +121,14 @@ pub const REVIEWS_METRIC: &str = "policy_admission_reviews";
 /// at most [`linkerd_admission::SMALL_BODY_BYTES`] one of their own), a Server is checked
 /// against the `existing` ones, and each answer is counted in `metrics`.
 pub fn router(existing: impl ExistingServers, metrics: ReviewMetrics) -> Router {
-    let budget = BodyBudget::new(
-        linkerd_admission::MAX_BODY_BYTES_AT_ONCE,
-        MAX_BODY_BYTES,
-        linkerd_admission::MAX_DECODED_BYTES,
-    )
-    .with_small_bodies(
-        linkerd_admission::SMALL_BODY_BYTES,
-        linkerd_admission::SMALL_BODY_BYTES_AT_ONCE,
-    )
-    .with_cheap_decoding(
-        linkerd_admission::CHEAP_REVIEW_COST,
-        linkerd_admission::CHEAP_REVIEW_COSTS_AT_ONCE,
-    );
+    let budget = linkerd_admission::body_budget();
     let existing: Arc<dyn ExistingServers> = Arc::new(existing);
     Router::new()
         .route("/", post(handle).fallback(not_found))
         .fallback(not_found)
         .with_state((
             budget.clone(),
-            ReviewWorkers::per_core()
-                .with_cheap_lane(
-                    linkerd_admission::CHEAP_REVIEW_COST,
-                    linkerd_admission::CHEAP_JUDGING_TIME,
-                )
-                .with_max_wait(linkerd_admission::MAX_JUDGING_WAIT)
-                .with_decoding(budget),
+            linkerd_admission::review_workers(budget),
             existing,
             metrics,
         ))
