@@ -123,6 +123,13 @@ pub const CHEAP_JUDGING_TIME: std::time::Duration = std::time::Duration::from_mi
 /// reviews slow to judge, sent faster than they are judged, make others wait this long.
 pub const MAX_JUDGING_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long past its time a review is judged before it is denied without waiting for the rest
+/// (`linkerd_runtime::tls::ReviewWorkers::with_overrun`, [`ReviewBody::deny_overran`]): 200 ms.
+/// The time is checked between regexes, and one regex can take seconds to compile (an 8 KiB
+/// `(?i)\p{Any}` repeated: 4.7 s); so a review is answered within [`MAX_JUDGING_WAIT`],
+/// [`JUDGING_TIME_BUDGET`] and this, before the API server's 10 s timeout.
+pub const JUDGING_OVERRUN: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The cheap reviews' decoding pool: 16 MiB (16 of the costliest cheap reviews at once,
 /// dozens of the API server's), on top of [`MAX_DECODED_BYTES`].
 pub const CHEAP_REVIEW_COSTS_AT_ONCE: usize = 16 * 1024 * 1024;
@@ -139,7 +146,8 @@ pub fn body_budget() -> linkerd_runtime::tls::BodyBudget {
 
 /// The judging slots both webhooks judge reviews in: one per core (at least two), as many
 /// again for cheap reviews ([`CHEAP_REVIEW_COST`], judged there for [`CHEAP_JUDGING_TIME`]),
-/// a review denied unjudged after [`MAX_JUDGING_WAIT`], and its decoding share taken from
+/// a review denied unjudged after [`MAX_JUDGING_WAIT`] or [`JUDGING_OVERRUN`] past its time,
+/// and its decoding share taken from
 /// `budget` ([`body_budget`]) with its slot.
 pub fn review_workers(
     budget: linkerd_runtime::tls::BodyBudget,
@@ -147,6 +155,7 @@ pub fn review_workers(
     linkerd_runtime::tls::ReviewWorkers::per_core()
         .with_cheap_lane(CHEAP_REVIEW_COST, CHEAP_JUDGING_TIME)
         .with_max_wait(MAX_JUDGING_WAIT)
+        .with_overrun(JUDGING_OVERRUN)
         .with_decoding(budget)
 }
 
@@ -283,6 +292,22 @@ impl<'a> ReviewBody<'a> {
             waited.as_secs_f32()
         );
         // Its object is not read: the review holds no share of the decoding budget.
+        self.answer(false, |request| deny(request, message))
+    }
+
+    /// Reads `request` of the review and denies it without waiting for its judging, which has
+    /// gone on past its `time` by [`JUDGING_OVERRUN`]: `not judged: the object's regular
+    /// expressions took more than 3.0 s to compile`.
+    ///
+    /// Errors: those of [`Self::review`].
+    pub fn deny_overran(
+        &self,
+        time: std::time::Duration,
+    ) -> Result<AdmissionReviewResponse, ReviewError> {
+        let message = format!(
+            "not judged: the object's regular expressions took more than {:.1} s to compile",
+            time.as_secs_f32()
+        );
         self.answer(false, |request| deny(request, message))
     }
 

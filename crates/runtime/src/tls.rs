@@ -160,6 +160,9 @@ pub struct ReviewWorkers {
     max_wait: Option<Duration>,
     /// Where a review takes its decoding share once it has a slot; `None`: it takes none.
     decoding: Option<BodyBudget>,
+    /// How long past its time a review is judged before it is answered [`Judging::Overran`];
+    /// `None`: until judging ends.
+    overrun: Option<Duration>,
 }
 
 /// What [`ReviewWorkers::run`] asks of a review's judge.
@@ -172,6 +175,12 @@ pub enum Judging {
     Unjudged {
         /// How long the review waited for a slot.
         waited: Duration,
+    },
+    /// Judging went on past this time and more ([`ReviewWorkers::with_overrun`]): answer
+    /// without waiting for it to end.
+    Overran {
+        /// The time judging was given.
+        time: Duration,
     },
 }
 
@@ -223,7 +232,21 @@ impl ReviewWorkers {
             cheap: None,
             max_wait: None,
             decoding: None,
+            overrun: None,
         }
+    }
+
+    /// The same workers, with a review still being judged `grace` after its time answered
+    /// [`Judging::Overran`] (on a blocking thread without a slot), as one that ran out of time
+    /// ([`Judged::out_of_time`]: a cheap review is judged again among the costly ones). The
+    /// judging goes on, holding its slot and share, until it ends: only its answer is not
+    /// waited for. A judge checks its time between steps, and one step can take seconds (one
+    /// 8 KiB regex of `(?i)\p{Any}` took 4.7 s to translate), which kept reviews from being
+    /// answered before the API server's 10 s timeout (tester finding: three reviews of two
+    /// such regexes were answered after 12 to 18 s).
+    pub fn with_overrun(mut self, grace: Duration) -> Self {
+        self.overrun = Some(grace);
+        self
     }
 
     /// The same workers, with a review taking its share of `budget`'s decoding budget
@@ -357,11 +380,28 @@ impl ReviewWorkers {
             },
             None => waiting.await,
         };
-        tokio::task::spawn_blocking(move || {
-            let _held = held;
-            judge(Judging::Within(time))
-        })
-        .await
+        let judging = {
+            let judge = judge.clone();
+            tokio::task::spawn_blocking(move || {
+                let _held = held;
+                judge(Judging::Within(time))
+            })
+        };
+        let Some(grace) = self.overrun else {
+            return judging.await;
+        };
+        match tokio::time::timeout(time + grace, judging).await {
+            Ok(judged) => judged,
+            Err(_) => {
+                tracing::debug!(?time, "judging overran its time; answering without it");
+                let overran = Judging::Overran { time };
+                let answer = tokio::task::spawn_blocking(move || judge(overran).answer).await?;
+                Ok(Judged {
+                    answer,
+                    out_of_time: true,
+                })
+            }
+        }
     }
 
     /// How many slots are free now, not counting the cheap lane's (tests, diagnostics).

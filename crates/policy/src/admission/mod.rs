@@ -411,6 +411,9 @@ async fn handle(
                 Judging::Unjudged { waited } => {
                     Judged::done(ReviewBody::new(&body).deny_unjudged(waited))
                 }
+                Judging::Overran { time } => {
+                    Judged::done(ReviewBody::new(&body).deny_overran(time))
+                }
             },
         )
         .await;

@@ -942,6 +942,51 @@ async fn cheap_reviews_slow_to_judge_are_judged_again_among_costly_ones() {
 /// without a slot, whichever lane it waited in, and the wait counts in all when a cheap review
 /// waits again for a costly slot (tester finding: of sixteen slow reviews sent at once, the
 /// last were answered after 24 s, long after the API server had given up on them).
+/// A review still judged its time and the grace after it is answered without waiting
+/// ([`Judging::Overran`]), as one out of time: a cheap one is judged again among the costly
+/// ones, and answered so there. Its judging goes on, holding its slots, until it ends (tester
+/// finding: one regex took seconds to translate, and reviews of two were answered after the
+/// API server had given up on them).
+#[tokio::test]
+async fn reviews_judged_past_their_time_are_answered_without_waiting() {
+    let grace = Duration::from_millis(50);
+    let time = Duration::from_millis(200);
+    let workers = ReviewWorkers::new(1)
+        .with_cheap_lane(100, Duration::from_millis(10))
+        .with_overrun(grace);
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let wait = Arc::new(Mutex::new(wait));
+    let judge = move |judging: Judging| {
+        if let Judging::Within(_) = judging {
+            // A step that does not look at the time: until released.
+            let _ = wait.lock().unwrap().recv();
+        }
+        Judged::done(judging)
+    };
+    let start = std::time::Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(5), workers.run(1, 0, time, judge)).await;
+    let took = start.elapsed();
+    let held = (workers.available(), workers.cheap_available());
+    drop(release);
+    assert_eq!(
+        answer.expect("answered").unwrap(),
+        Judging::Overran { time }
+    );
+    assert!(
+        took >= time + grace && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    // Both judgings went on, in their slots.
+    assert_eq!(held, (0, 0));
+    while (workers.available(), workers.cheap_available()) != (1, 1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "slots not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn reviews_that_wait_too_long_for_a_slot_are_answered_unjudged() {
     let max_wait = Duration::from_millis(400);
