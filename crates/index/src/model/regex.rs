@@ -124,18 +124,10 @@ pub fn as_the_index<T>(check: impl FnOnce() -> T) -> T {
 /// was updated meanwhile. What only translating finds is not found: a pattern that can match
 /// invalid UTF-8 (`(?-u:\xFF)`), which the webhooks deny. Not bounded by [`with_time_budget`].
 pub fn check_regex_syntax(pattern: &str) -> Result<(), RegexError> {
-    check_length(pattern)?;
-    let invalid = |error: &dyn std::fmt::Display| RegexError::Invalid(one_line(&error.to_string()));
-    let ast = regex_syntax::ast::parse::ParserBuilder::new()
-        .nest_limit(NEST_LIMIT)
-        .build()
-        .parse(pattern)
-        .map_err(|e| invalid(&e))?;
-    let properties = regex_syntax::ast::visit(&ast, UnicodeProperties::default())
-        .map_err(|never| match never {})?;
+    let classes = PatternClasses::of(pattern)?;
     // Each distinct property alone, without the flags around it: case folding a large class
     // is what makes translating slow.
-    for property in properties.0 {
+    for property in classes.properties {
         let text = &pattern[property.start.offset..property.end.offset];
         regex_syntax::Parser::new()
             .parse(text)
@@ -144,28 +136,61 @@ pub fn check_regex_syntax(pattern: &str) -> Result<(), RegexError> {
     Ok(())
 }
 
-/// The spans of a pattern's Unicode property classes (`\pL`, `\p{Greek}`, `\P{sc=Latin}`),
-/// one per distinct text.
-#[derive(Default)]
-struct UnicodeProperties(
-    Vec<regex_syntax::ast::Span>,
-    std::collections::HashSet<String>,
-);
+/// The most wide character classes (a Unicode property, `\w`, `\d`, `\s` or their negations,
+/// or a range of more than 256 characters) a pattern that matches case-insensitively
+/// may hold, for [`compile_regex`]: 16. Folding the case of one takes up to 7 ms to compile
+/// (`(?i)\p{Any}`), so that one 8 KiB pattern of them took 4.7 s, in the webhooks and in every
+/// proxy sent it, where real patterns hold a few, if any.
+pub const MAX_FOLDED_WIDE_CLASSES: usize = 16;
 
-impl UnicodeProperties {
-    fn add(&mut self, class: &regex_syntax::ast::ClassUnicode) {
+/// A class range of more characters than this is wide ([`MAX_FOLDED_WIDE_CLASSES`]): 256.
+const WIDE_RANGE: u32 = 256;
+
+/// What [`check_regex_syntax`] and [`compile_regex`] read of a pattern's syntax tree.
+#[derive(Default)]
+struct PatternClasses {
+    /// The spans of its Unicode property classes (`\pL`, `\p{Greek}`, `\P{sc=Latin}`), one per
+    /// distinct text.
+    properties: Vec<regex_syntax::ast::Span>,
+    distinct: std::collections::HashSet<String>,
+    /// Whether it turns case-insensitive matching on anywhere (`(?i)`, `(?i:...)`).
+    case_insensitive: bool,
+    /// Its wide classes ([`MAX_FOLDED_WIDE_CLASSES`]), every occurrence counted.
+    wide: usize,
+}
+
+impl PatternClasses {
+    /// Parses `pattern` (at most [`MAX_REGEX_BYTES`], nested at most 64 deep): time in
+    /// proportion to its length.
+    fn of(pattern: &str) -> Result<Self, RegexError> {
+        check_length(pattern)?;
+        let ast = regex_syntax::ast::parse::ParserBuilder::new()
+            .nest_limit(NEST_LIMIT)
+            .build()
+            .parse(pattern)
+            .map_err(|e| invalid(&e))?;
+        regex_syntax::ast::visit(&ast, Self::default()).map_err(|never| match never {})
+    }
+
+    fn property(&mut self, class: &regex_syntax::ast::ClassUnicode) {
+        self.wide += 1;
         let regex_syntax::ast::ClassUnicode {
             span,
             kind,
             negated,
         } = class;
-        if self.1.insert(format!("{negated}{kind:?}")) {
-            self.0.push(*span);
+        if self.distinct.insert(format!("{negated}{kind:?}")) {
+            self.properties.push(*span);
         }
+    }
+
+    fn flags(&mut self, flags: &regex_syntax::ast::Flags) {
+        let on = flags.flag_state(regex_syntax::ast::Flag::CaseInsensitive) == Some(true);
+        self.case_insensitive |= on;
     }
 }
 
-impl regex_syntax::ast::Visitor for UnicodeProperties {
+impl regex_syntax::ast::Visitor for PatternClasses {
     type Output = Self;
     type Err = std::convert::Infallible;
 
@@ -174,8 +199,17 @@ impl regex_syntax::ast::Visitor for UnicodeProperties {
     }
 
     fn visit_pre(&mut self, ast: &regex_syntax::ast::Ast) -> Result<(), Self::Err> {
-        if let regex_syntax::ast::Ast::ClassUnicode(class) = ast {
-            self.add(class);
+        use regex_syntax::ast::{Ast, GroupKind};
+        match ast {
+            Ast::ClassUnicode(class) => self.property(class),
+            Ast::ClassPerl(_) => self.wide += 1,
+            Ast::Flags(set) => self.flags(&set.flags),
+            Ast::Group(group) => {
+                if let GroupKind::NonCapturing(flags) = &group.kind {
+                    self.flags(flags);
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -184,11 +218,25 @@ impl regex_syntax::ast::Visitor for UnicodeProperties {
         &mut self,
         item: &regex_syntax::ast::ClassSetItem,
     ) -> Result<(), Self::Err> {
-        if let regex_syntax::ast::ClassSetItem::Unicode(class) = item {
-            self.add(class);
+        use regex_syntax::ast::ClassSetItem;
+        match item {
+            ClassSetItem::Unicode(class) => self.property(class),
+            ClassSetItem::Perl(_) => self.wide += 1,
+            ClassSetItem::Range(range)
+                if u32::from(range.end.c).saturating_sub(u32::from(range.start.c))
+                    >= WIDE_RANGE =>
+            {
+                self.wide += 1
+            }
+            _ => {}
         }
         Ok(())
     }
+}
+
+/// A refusal from the regex crate's error (or its syntax crate's), in one line.
+fn invalid(error: &dyn std::fmt::Display) -> RegexError {
+    RegexError::Invalid(one_line(&error.to_string()))
 }
 
 /// `pattern` compiled, or why not in one line (the regex crate's own error renders the
@@ -201,12 +249,18 @@ pub fn compile_regex(pattern: &str) -> Result<regex::Regex, RegexError> {
         RAN_OUT.set(true);
         return Err(RegexError::OutOfTime(budget));
     }
-    check_length(pattern)?;
+    let classes = PatternClasses::of(pattern)?;
+    if classes.case_insensitive && classes.wide > MAX_FOLDED_WIDE_CLASSES {
+        return Err(RegexError::Invalid(format!(
+            "the pattern matches {} wide character classes (Unicode properties, \\w, \\d, \\s, ranges of over {WIDE_RANGE} characters) case-insensitively, more than the {MAX_FOLDED_WIDE_CLASSES} allowed",
+            classes.wide
+        )));
+    }
     regex::RegexBuilder::new(pattern)
         .nest_limit(NEST_LIMIT)
         .size_limit(SIZE_LIMIT)
         .build()
-        .map_err(|error| RegexError::Invalid(one_line(&error.to_string())))
+        .map_err(|error| invalid(&error))
 }
 
 fn check_length(pattern: &str) -> Result<(), RegexError> {
@@ -307,6 +361,34 @@ mod tests {
             with_time_budget(Duration::ZERO, || check_regex_syntax("/a+")),
             Ok(())
         );
+    }
+
+    /// Case folding a wide class is slow to compile (up to 7 ms), so a case-insensitive
+    /// pattern holds at most 16 of them (tester finding: an 8 KiB `(?i)\p{Any}` repeated took
+    /// 4.7 s, holding a webhook's slot); narrow ones, and patterns matching case, are not
+    /// counted, and the index does not count (it does not compile).
+    #[test]
+    fn case_insensitive_patterns_hold_few_wide_classes() {
+        let refused = |pattern: &str| {
+            let Err(RegexError::Invalid(reason)) = compile_regex(pattern) else {
+                panic!("{pattern} compiled");
+            };
+            assert_eq!(check_regex_syntax(pattern), Ok(()), "{pattern}");
+            reason
+        };
+        assert_eq!(
+            refused(&format!("(?i){}", r"\p{Any}".repeat(17))),
+            r"the pattern matches 17 wide character classes (Unicode properties, \w, \d, \s, ranges of over 256 characters) case-insensitively, more than the 16 allowed"
+        );
+        assert!(compile_regex(&format!("(?i){}", r"\p{Any}".repeat(16))).is_ok());
+        for wide in [r"\d", r"\PL", r"[\x{0}-\x{10FFFF}]", r"[a\s]"] {
+            let reason = refused(&format!("/(?i:x)/{}", wide.repeat(17)));
+            assert!(reason.contains("matches 17 wide"), "{wide}: {reason}");
+        }
+        // Narrow classes, and case matched.
+        assert!(compile_regex(&format!("(?i){}", "[a-zA-Z0-9_-]".repeat(40))).is_ok());
+        assert!(compile_regex(&r"\p{Greek}".repeat(17)).is_ok());
+        assert!(compile_regex(&format!("(?-i){}", r"\d".repeat(17))).is_ok());
     }
 
     #[test]
