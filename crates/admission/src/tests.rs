@@ -644,4 +644,15 @@ fn a_review_not_judged_in_time_is_denied_saying_so() {
         response.result.message,
         "not judged: the webhook was busy judging reviews that are slow to judge for 5.0 s; try again"
     );
+    // Judging that went on past its time is not waited for either.
+    let answer = ReviewBody::new(body.as_bytes())
+        .deny_overran(JUDGING_TIME_BUDGET)
+        .unwrap();
+    let response = answer.response.unwrap();
+    assert!(!response.allowed);
+    assert_eq!(response.uid, UID);
+    assert_eq!(
+        response.result.message,
+        "not judged: the object's regular expressions took more than 3.0 s to compile"
+    );
 }

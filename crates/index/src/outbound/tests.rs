@@ -62,6 +62,15 @@ status:
     ))
 }
 
+/// `route` with one rule instead of its own, matching paths by the regex `pattern`.
+fn with_regex_path(mut route: HttpRoute, pattern: &str) -> HttpRoute {
+    let rule: HttpRoute = yaml(&format!(
+        "metadata: {{name: x}}\nspec:\n  rules:\n  - matches: [{{path: {{type: RegularExpression, value: '{pattern}'}}}}]\n"
+    ));
+    route.spec.rules = rule.spec.rules;
+    route
+}
+
 fn policy(index: &Index, ns: &str, port: u16, source: &str) -> OutboundPolicy {
     let target = OutboundTarget::Service {
         service: ObjectRef {
@@ -482,11 +491,10 @@ async fn quirk_invalid_route_update_removes_the_route() {
         "2026-01-01T00:00:00Z",
         "[]",
     )));
-    let mut bad = mk_route("emojivoto", "r", "2026-01-01T00:00:00Z", "[]");
-    let yaml_rule: HttpRoute = yaml(
-        "metadata: {name: x}\nspec:\n  rules:\n  - matches: [{path: {type: RegularExpression, value: '('}}]\n",
+    let bad = with_regex_path(
+        mk_route("emojivoto", "r", "2026-01-01T00:00:00Z", "[]"),
+        "(",
     );
-    bad.spec.rules = yaml_rule.spec.rules;
     index.apply(Event::Apply(bad));
     let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
     let OutboundProtocol::Detect { http_routes, .. } = p.protocol else {
@@ -512,11 +520,10 @@ async fn a_route_regex_is_checked_without_compiling_it() {
     )));
     let large = r"/\w{1000}\w{1000}";
     assert!(crate::model::regex::compile_regex(large).is_err());
-    let mut route = mk_route("emojivoto", "r", "2026-01-01T00:00:00Z", "[]");
-    let yaml_rule: HttpRoute = yaml(&format!(
-        "metadata: {{name: x}}\nspec:\n  rules:\n  - matches: [{{path: {{type: RegularExpression, value: '{large}'}}}}]\n"
-    ));
-    route.spec.rules = yaml_rule.spec.rules;
+    let route = with_regex_path(
+        mk_route("emojivoto", "r", "2026-01-01T00:00:00Z", "[]"),
+        large,
+    );
     index.apply(Event::Apply(route));
     let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
     let OutboundProtocol::Detect { http_routes, .. } = p.protocol else {
@@ -545,11 +552,7 @@ async fn an_invalid_route_is_counted_once_by_the_two_indexes() {
     const ROUTE: &str = "HTTPRoute.gateway.networking.k8s.io";
     let index = index();
     let good = mk_route("emojivoto", "r", "2026-01-01T00:00:00Z", "[]");
-    let mut bad = good.clone();
-    let yaml_rule: HttpRoute = yaml(
-        "metadata: {name: x}\nspec:\n  rules:\n  - matches: [{path: {type: RegularExpression, value: '('}}]\n",
-    );
-    bad.spec.rules = yaml_rule.spec.rules;
+    let bad = with_regex_path(good.clone(), "(");
     index.apply(Event::Apply(bad.clone()));
     assert_eq!(index.metrics.invalid_objects(ROUTE), 1);
     index.apply(Event::Apply(bad.clone()));
