@@ -38,7 +38,7 @@
 
 use linkerd_index::model::{
     profile::{DurationError, QuantityError, parse_go_duration, quantity_decimillis},
-    regex::RegexError,
+    regex::{QuotedPattern, RegexError},
 };
 use linkerd_k8s_api::service_profile::{
     RequestMatch, ResponseMatch, RouteSpec, v1alpha2::ServiceProfileSpec,
@@ -110,7 +110,10 @@ pub enum Problem {
     #[error("has a route with an invalid condition: {0}")]
     RouteCondition(MatchError),
     /// Project rule, beyond upstream (which does not compile `pathRegex`, §a.5).
-    #[error("has a route \"{route}\" with an invalid pathRegex \"{regex}\" ({field}): {reason}")]
+    #[error(
+        "has a route \"{route}\" with an invalid pathRegex {} ({field}): {reason}",
+        QuotedPattern(regex)
+    )]
     PathRegex {
         route: String,
         regex: String,

@@ -434,14 +434,10 @@ fn policy_http_route(
         .rules
         .iter()
         .flatten()
-        .map(|rule| {
+        .enumerate()
+        .map(|(i, rule)| {
             Ok(HttpRule {
-                matches: rule
-                    .matches
-                    .iter()
-                    .flatten()
-                    .map(convert::http_match)
-                    .collect::<Result<_, _>>()?,
+                matches: convert::rule_matches(i, rule.matches.as_ref(), convert::http_match)?,
                 filters: rule
                     .filters
                     .iter()
@@ -486,14 +482,10 @@ fn gateway_http_route(
         .rules
         .iter()
         .flatten()
-        .map(|rule| {
+        .enumerate()
+        .map(|(i, rule)| {
             Ok(HttpRule {
-                matches: rule
-                    .matches
-                    .iter()
-                    .flatten()
-                    .map(convert::http_match)
-                    .collect::<Result<_, _>>()?,
+                matches: convert::rule_matches(i, rule.matches.as_ref(), convert::http_match)?,
                 filters: rule
                     .filters
                     .iter()
@@ -522,14 +514,10 @@ fn grpc_route(_: &InboundConfig, r: &GrpcRoute) -> Result<InboundRouteInfo, Inva
         .rules
         .iter()
         .flatten()
-        .map(|rule| {
+        .enumerate()
+        .map(|(i, rule)| {
             Ok(GrpcRule {
-                matches: rule
-                    .matches
-                    .iter()
-                    .flatten()
-                    .map(convert::grpc_match)
-                    .collect::<Result<_, _>>()?,
+                matches: convert::rule_matches(i, rule.matches.as_ref(), convert::grpc_match)?,
                 filters: rule
                     .filters
                     .iter()

@@ -339,7 +339,8 @@ impl RequestMatch {
         if let Some(regex) = spec.path_regex.as_deref().filter(|p| !p.is_empty()) {
             if let Err(problem) = super::regex::check_regex(regex) {
                 return Err(format!(
-                    "invalid pathRegex \"{regex}\" ({path}.pathRegex): {problem}"
+                    "invalid pathRegex {} ({path}.pathRegex): {problem}",
+                    super::regex::QuotedPattern(regex)
                 ));
             }
             items.push(Self::Path(regex.to_string()));

@@ -354,6 +354,29 @@ pub fn compile_regex(pattern: &str) -> Result<regex::Regex, RegexError> {
         .map_err(|error| invalid(&error))
 }
 
+/// A pattern as a refusal quotes it: in double quotes as written, cut after its first
+/// [`QuotedPattern::SHOWN`] bytes when longer, with its length then given
+/// (`"(a|b)*(a|b)*..." (12000 bytes)`). So a denial or a log line names the pattern, with the
+/// field it is in, without carrying all of an 8 KiB (or, refused for its length, far longer)
+/// one.
+pub struct QuotedPattern<'a>(pub &'a str);
+
+impl QuotedPattern<'_> {
+    /// How much of a pattern is shown, in bytes: 256 (real patterns are shorter).
+    pub const SHOWN: usize = 256;
+}
+
+impl std::fmt::Display for QuotedPattern<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pattern = self.0;
+        if pattern.len() <= Self::SHOWN {
+            return write!(f, "\"{pattern}\"");
+        }
+        let end = pattern.floor_char_boundary(Self::SHOWN);
+        write!(f, "\"{}...\" ({} bytes)", &pattern[..end], pattern.len())
+    }
+}
+
 fn check_length(pattern: &str) -> Result<(), RegexError> {
     if pattern.len() > MAX_REGEX_BYTES {
         return Err(RegexError::Invalid(format!(
@@ -403,6 +426,26 @@ mod tests {
         assert_eq!(
             compile_regex("(").unwrap_err(),
             RegexError::Invalid("unclosed group".into())
+        );
+    }
+
+    #[test]
+    fn long_patterns_are_quoted_in_part() {
+        assert_eq!(QuotedPattern(r"/\w+(").to_string(), r#""/\w+(""#);
+        let long = "(a|b)*".repeat(2000);
+        assert_eq!(
+            QuotedPattern(&long).to_string(),
+            format!("\"{}(a|b...\" (12000 bytes)", "(a|b)*".repeat(42))
+        );
+        // Cut where a character starts.
+        let wide = "é".repeat(200);
+        assert_eq!(
+            QuotedPattern(&wide).to_string(),
+            format!("\"{}...\" (400 bytes)", "é".repeat(128))
+        );
+        assert_eq!(
+            QuotedPattern(&long[..256]).to_string(),
+            format!("\"{}\"", &long[..256])
         );
     }
 

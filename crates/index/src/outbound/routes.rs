@@ -436,15 +436,13 @@ fn route_annotations(
     (timeouts, retry)
 }
 
-/// A rule with no matches matches every request (prefix `/`).
+/// The matches of `spec.rules[rule]`; a rule with no matches matches every request (prefix
+/// `/`).
 fn http_matches(
+    rule: usize,
     matches: Option<&Vec<http_api::HttpRouteRulesMatches>>,
 ) -> Result<Vec<HttpRouteMatch>, RouteError> {
-    let mut out: Vec<HttpRouteMatch> = matches
-        .into_iter()
-        .flatten()
-        .map(convert::http_match)
-        .collect::<Result<_, _>>()?;
+    let mut out = convert::rule_matches(rule, matches, convert::http_match)?;
     if out.is_empty() {
         out.push(HttpRouteMatch {
             path: Some(PathMatch::Prefix("/".into())),
@@ -542,7 +540,8 @@ pub fn policy_http_route(r: &PolicyHttpRoute) -> Result<OutboundRouteInfo, Inval
         .rules
         .iter()
         .flatten()
-        .map(|rule| {
+        .enumerate()
+        .map(|(i, rule)| {
             let filters = rule
                 .filters
                 .iter()
@@ -570,7 +569,7 @@ pub fn policy_http_route(r: &PolicyHttpRoute) -> Result<OutboundRouteInfo, Inval
                 timeouts.request = Some(d).filter(|d| !d.is_zero());
             }
             Ok(RuleSpec {
-                matches: http_matches(rule.matches.as_ref()).map_err(|e| bad(e.to_string()))?,
+                matches: http_matches(i, rule.matches.as_ref()).map_err(|e| bad(e.to_string()))?,
                 filters,
                 backends: backends!(
                     rule.backend_refs.as_ref(),
@@ -620,7 +619,7 @@ pub fn gateway_http_route(r: &GatewayHttpRoute) -> Result<OutboundRouteInfo, Inv
                 }
             }
             Ok(RuleSpec {
-                matches: http_matches(rule.matches.as_ref()).map_err(bad)?,
+                matches: http_matches(i, rule.matches.as_ref()).map_err(bad)?,
                 filters: rule
                     .filters
                     .iter()
@@ -654,13 +653,9 @@ pub fn grpc_route(r: &GrpcRoute) -> Result<OutboundRouteInfo, InvalidObject> {
         .rules
         .iter()
         .flatten()
-        .map(|rule| {
-            let mut matches: Vec<GrpcRouteMatch> = rule
-                .matches
-                .iter()
-                .flatten()
-                .map(convert::grpc_match)
-                .collect::<Result<_, _>>()
+        .enumerate()
+        .map(|(i, rule)| {
+            let mut matches = convert::rule_matches(i, rule.matches.as_ref(), convert::grpc_match)
                 .map_err(bad)?;
             if matches.is_empty() {
                 matches.push(GrpcRouteMatch::default());

@@ -544,6 +544,50 @@ async fn a_route_regex_is_checked_without_compiling_it() {
     );
 }
 
+/// A route skipped for an invalid regex is logged naming the regex's whole path in the route, as
+/// the webhook denies it (tester finding: the log named `headers[1].value` only), and a long
+/// pattern is quoted in part.
+#[test]
+fn a_skipped_route_names_where_its_regex_is() {
+    let route: HttpRoute = yaml(
+        r#"
+metadata: {name: r, namespace: emojivoto}
+spec:
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /}}]
+  - matches:
+    - {method: GET}
+    - headers: [{name: x-a, value: b}, {type: RegularExpression, name: x-id, value: '/\w+('}]
+"#,
+    );
+    assert_eq!(
+        routes::gateway_http_route(&route).unwrap_err().reason,
+        r#"spec.rules[1].matches[1].headers[1].value: invalid regular expression "/\w+(": unclosed group"#
+    );
+    let long = format!("({}", "a".repeat(300));
+    let route = with_regex_path(route, &long);
+    assert_eq!(
+        routes::gateway_http_route(&route).unwrap_err().reason,
+        format!(
+            r#"spec.rules[0].matches[0].path.value: invalid regular expression "({}..." (301 bytes): unclosed group"#,
+            "a".repeat(255)
+        )
+    );
+    let route: GrpcRoute = yaml(
+        r#"
+metadata: {name: g, namespace: emojivoto}
+spec:
+  rules:
+  - {}
+  - matches: [{headers: [{type: RegularExpression, name: x-id, value: "["}]}]
+"#,
+    );
+    assert_eq!(
+        routes::grpc_route(&route).unwrap_err().reason,
+        r#"spec.rules[1].matches[0].headers[0].value: invalid regular expression "[": unclosed character class"#
+    );
+}
+
 /// The inbound and the outbound index both read Gateway API HTTPRoutes: one invalid route is
 /// logged and counted once (`index_invalid_objects_total`), not once per index, and not again
 /// when applied again unchanged; it is counted again when it turns invalid after being valid.

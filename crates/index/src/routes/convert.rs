@@ -4,7 +4,7 @@
 use gateway_api::{grpcroutes as grpc, httproutes as http_api};
 use linkerd_k8s_api::gateway_api;
 
-use crate::model::regex::{RegexError, check_regex};
+use crate::model::regex::{QuotedPattern, RegexError, check_regex};
 use std::time::Duration;
 
 use super::{
@@ -36,15 +36,20 @@ pub(crate) use modifier_of;
 pub enum RouteError {
     #[error("path {0:?} must be absolute (start with '/')")]
     RelativePath(String),
-    /// `regex`, quoted as written, at `field` within its match (`path.value`).
-    #[error("{field}: invalid regular expression \"{regex}\": {reason}")]
+    /// `regex`, quoted as written ([`QuotedPattern`]), at `field`: within its match
+    /// (`path.value`), or in the route once [`rule_matches`] has placed it
+    /// (`spec.rules[1].matches[0].path.value`).
+    #[error(
+        "{field}: invalid regular expression {}: {reason}",
+        QuotedPattern(regex)
+    )]
     InvalidRegex {
         field: String,
         regex: String,
         reason: String,
     },
     /// Only under a time budget (the webhooks'): a regex was not compiled because the object's
-    /// had taken it all. `field` is where the regex is within its match (`path.value`).
+    /// had taken it all. `field` is where the regex is, as in `InvalidRegex`.
     #[error("{field}: {}", RegexError::OutOfTime(*.budget))]
     RegexOutOfTime { field: String, budget: Duration },
     #[error("invalid header name {0:?}")]
@@ -59,6 +64,47 @@ pub enum RouteError {
     InvalidStatus(i64),
     #[error("unsupported filter {0}")]
     UnsupportedFilter(&'static str),
+}
+
+impl RouteError {
+    /// This error of `spec.rules[rule].matches[index]`: a regex's field then names its whole
+    /// path in the route.
+    fn in_match(self, rule: usize, index: usize) -> Self {
+        let place = |field| format!("spec.rules[{rule}].matches[{index}].{field}");
+        match self {
+            Self::InvalidRegex {
+                field,
+                regex,
+                reason,
+            } => Self::InvalidRegex {
+                field: place(field),
+                regex,
+                reason,
+            },
+            Self::RegexOutOfTime { field, budget } => Self::RegexOutOfTime {
+                field: place(field),
+                budget,
+            },
+            other => other,
+        }
+    }
+}
+
+/// The matches of `spec.rules[rule]` (`matches`, absent or a list), each converted by
+/// `convert` ([`http_match`], [`grpc_match`]), in order. An error is the first match's,
+/// with a regex named by its whole path (`spec.rules[1].matches[0].headers[1].value`), as
+/// the webhook denies it and the index logs it.
+pub fn rule_matches<'m, M: 'm, T>(
+    rule: usize,
+    matches: Option<&'m Vec<M>>,
+    convert: impl Fn(&M) -> Result<T, RouteError>,
+) -> Result<Vec<T>, RouteError> {
+    matches
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(index, matched)| convert(matched).map_err(|e| e.in_match(rule, index)))
+        .collect()
 }
 
 /// `value` if it is a regex ([`check_regex`]: the index checks its syntax, a webhook compiles

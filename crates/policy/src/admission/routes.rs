@@ -42,20 +42,16 @@ pub struct TlsRouteSpec {
     pub rules: Vec<TlsRouteRules>,
 }
 
-/// The denial for `error` in `spec.rules[rule].matches[index]`. A regex is named by where it
-/// is and quoted as written (control characters escaped); a review cut short by its regexes'
-/// time budget says where judging stopped, not that a pattern there is invalid.
-fn match_error(rule: usize, index: usize, error: convert::RouteError) -> String {
+/// The denial for `error` in a rule's matches ([`convert::rule_matches`]). A regex is named by
+/// where it is and quoted as written (control characters escaped); a review cut short by its
+/// regexes' time budget says where judging stopped, not that a pattern there is invalid.
+fn match_error(error: convert::RouteError) -> String {
     match error {
-        convert::RouteError::InvalidRegex {
-            field,
-            regex,
-            reason,
-        } => linkerd_runtime::log::escape_controls_owned(format!(
-            "spec.rules[{rule}].matches[{index}].{field}: invalid regular expression \"{regex}\": {reason}"
-        )),
+        invalid @ convert::RouteError::InvalidRegex { .. } => {
+            linkerd_runtime::log::escape_controls_owned(invalid.to_string())
+        }
         convert::RouteError::RegexOutOfTime { field, budget } => format!(
-            "checked only up to spec.rules[{rule}].matches[{index}].{field}: {}",
+            "checked only up to {field}: {}",
             RegexError::OutOfTime(budget)
         ),
         other => other.to_string(),
@@ -95,9 +91,8 @@ pub fn policy_http_route(
     )?;
     let rules = spec.rules.as_deref().unwrap_or_default();
     for (r, rule) in rules.iter().enumerate() {
-        for (m, matched) in rule.matches.iter().flatten().enumerate() {
-            convert::http_match(matched).map_err(|e| match_error(r, m, e))?;
-        }
+        convert::rule_matches(r, rule.matches.as_ref(), convert::http_match)
+            .map_err(match_error)?;
         for filter in rule.filters.iter().flatten() {
             policy_filter(filter)?;
         }
@@ -127,9 +122,8 @@ pub fn gateway_http_route(
     )?;
     let rules = spec.rules.as_deref().unwrap_or_default();
     for (r, rule) in rules.iter().enumerate() {
-        for (m, matched) in rule.matches.iter().flatten().enumerate() {
-            convert::http_match(matched).map_err(|e| match_error(r, m, e))?;
-        }
+        convert::rule_matches(r, rule.matches.as_ref(), convert::http_match)
+            .map_err(match_error)?;
         for filter in rule.filters.iter().flatten() {
             if matches!(
                 filter.r#type,
@@ -165,9 +159,8 @@ pub fn grpc_route(
     )?;
     let rules = spec.rules.as_deref().unwrap_or_default();
     for (r, rule) in rules.iter().enumerate() {
-        for (m, matched) in rule.matches.iter().flatten().enumerate() {
-            convert::grpc_match(matched).map_err(|e| match_error(r, m, e))?;
-        }
+        convert::rule_matches(r, rule.matches.as_ref(), convert::grpc_match)
+            .map_err(match_error)?;
         for filter in rule.filters.iter().flatten() {
             if filter.request_header_modifier.is_some() || filter.response_header_modifier.is_some()
             {
