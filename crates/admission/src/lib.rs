@@ -28,6 +28,7 @@ use kube::core::{
     DynamicObject, ListMeta, TypeMeta,
     admission::{META_API_VERSION_V1, META_KIND},
 };
+use linkerd_runtime::tls::Judged;
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue},
     metrics::{counter::Counter, family::Family},
@@ -292,7 +293,7 @@ impl<'a> ReviewBody<'a> {
             waited.as_secs_f32()
         );
         // Its object is not read: the review holds no share of the decoding budget.
-        self.answer(false, |request| deny(request, message))
+        self.answer(false, |request| deny_not_judged(request, message))
     }
 
     /// Reads `request` of the review and denies it without waiting for its judging, which has
@@ -308,7 +309,37 @@ impl<'a> ReviewBody<'a> {
             "not judged: the object's regular expressions took more than {:.1} s to compile",
             time.as_secs_f32()
         );
-        self.answer(false, |request| deny(request, message))
+        self.answer(false, |request| deny_not_judged(request, message))
+    }
+
+    /// [`Self::review`] of a review judged within a time budget: `ran_out_of_time`, asked once
+    /// `admit` has answered, says whether judging stopped short for lack of it. A denial then
+    /// is marked as not judged whole (reason `Timeout`, code 504), as those of
+    /// [`Self::deny_unjudged`] and [`Self::deny_overran`] are: its message says where judging
+    /// stopped, not that the object broke a rule.
+    ///
+    /// Errors: those of [`Self::review`], in [`Judged::answer`].
+    pub fn review_within(
+        &self,
+        admit: impl FnOnce(&AdmissionRequest) -> AdmissionResponse,
+        ran_out_of_time: impl FnOnce() -> bool,
+    ) -> Judged<Result<AdmissionReviewResponse, ReviewError>> {
+        let answer = self.review(admit);
+        let out_of_time = ran_out_of_time();
+        let answer = answer.map(|mut review| {
+            if let Some(response) = review.response.as_mut()
+                && out_of_time
+                && !response.allowed
+            {
+                response.result.reason = NOT_JUDGED_REASON.to_string();
+                response.result.code = NOT_JUDGED_CODE;
+            }
+            review
+        });
+        Judged {
+            answer,
+            out_of_time,
+        }
     }
 
     /// Reads `request` of the review and answers it with `admit`'s response (built by
@@ -599,8 +630,11 @@ pub fn to_json(answer: &AdmissionReviewResponse) -> serde_json::Result<Vec<u8>> 
 }
 
 /// The reviews one webhook answered, by result: `<name>_total{result}`, `result` being
-/// `allowed`, `denied`, or `invalid` (a request answered with an HTTP error: a body too large,
-/// late, empty, or not an `AdmissionReview`). Cheap to clone; clones count together.
+/// `allowed`, `denied`, `unjudged` (denied without being judged whole, with
+/// [`NOT_JUDGED_REASON`]: no judging slot was free in time, judging overran its time, or the
+/// object's regexes took the review's time budget), or `invalid` (a request answered with an
+/// HTTP error: a body too large, late, empty, or not an `AdmissionReview`). Cheap to clone;
+/// clones count together.
 #[derive(Clone, Debug, Default)]
 pub struct ReviewMetrics {
     reviews: Family<ResultLabels, Counter>,
@@ -617,6 +651,7 @@ struct ResultLabels {
 enum ReviewResult {
     allowed,
     denied,
+    unjudged,
     invalid,
 }
 
@@ -628,6 +663,7 @@ impl ReviewMetrics {
         for result in [
             ReviewResult::allowed,
             ReviewResult::denied,
+            ReviewResult::unjudged,
             ReviewResult::invalid,
         ] {
             let _ = metrics.reviews.get_or_create(&ResultLabels { result });
@@ -640,13 +676,12 @@ impl ReviewMetrics {
         metrics
     }
 
-    /// Counts a review answered: `allowed` or `denied`, as its response says.
+    /// Counts a review answered: `allowed`, `denied` or `unjudged`, as its response says.
     pub fn answered(&self, review: &AdmissionReviewResponse) {
-        let allowed = review.response.as_ref().is_some_and(|r| r.allowed);
-        self.count(if allowed {
-            ReviewResult::allowed
-        } else {
-            ReviewResult::denied
+        self.count(match &review.response {
+            Some(response) if response.allowed => ReviewResult::allowed,
+            Some(response) if response.result.reason == NOT_JUDGED_REASON => ReviewResult::unjudged,
+            _ => ReviewResult::denied,
         });
     }
 
@@ -655,11 +690,13 @@ impl ReviewMetrics {
         self.count(ReviewResult::invalid);
     }
 
-    /// How many reviews had `result` (`allowed`, `denied`, `invalid`; 0 for another name).
+    /// How many reviews had `result` (`allowed`, `denied`, `unjudged`, `invalid`; 0 for another
+    /// name).
     pub fn count_of(&self, result: &str) -> u64 {
         let result = match result {
             "allowed" => ReviewResult::allowed,
             "denied" => ReviewResult::denied,
+            "unjudged" => ReviewResult::unjudged,
             "invalid" => ReviewResult::invalid,
             _ => return 0,
         };
@@ -716,6 +753,24 @@ fn shorten(message: String) -> String {
         tail - head,
         &message[tail..]
     )
+}
+
+/// The `reason` of a denial of an object not judged whole (no judging slot in time, or judging
+/// out of time): Kubernetes' `Timeout`, a request the server understood but could not complete
+/// in time, which the client should retry. The API server passes it, with
+/// [`NOT_JUDGED_CODE`], to the client (`Error from server (Timeout): admission webhook ...
+/// denied the request: not judged: ...`), and [`ReviewMetrics`] counts it `unjudged`.
+pub const NOT_JUDGED_REASON: &str = "Timeout";
+
+/// The `code` of a denial with [`NOT_JUDGED_REASON`]: 504, Kubernetes' code for `Timeout`.
+pub const NOT_JUDGED_CODE: u16 = 504;
+
+/// Refuses `request` without having judged its object whole: as [`deny`], with
+/// [`NOT_JUDGED_REASON`] and [`NOT_JUDGED_CODE`].
+fn deny_not_judged(request: &AdmissionRequest, message: String) -> AdmissionResponse {
+    let mut response = refuse(request, NOT_JUDGED_REASON, message);
+    response.result.code = NOT_JUDGED_CODE;
+    response
 }
 
 fn refuse(request: &AdmissionRequest, reason: &str, message: String) -> AdmissionResponse {

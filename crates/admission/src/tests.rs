@@ -545,6 +545,7 @@ fn review_metrics_are_registered_with_every_result_at_zero() {
     for line in [
         r#"policy_admission_reviews_total{result="allowed"} 0"#,
         r#"policy_admission_reviews_total{result="denied"} 0"#,
+        r#"policy_admission_reviews_total{result="unjudged"} 0"#,
         r#"policy_admission_reviews_total{result="invalid"} 1"#,
     ] {
         assert!(text.contains(line), "{line} missing from:\n{text}");
@@ -636,10 +637,16 @@ fn a_review_not_judged_in_time_is_denied_saying_so() {
     let answer = ReviewBody::new(body.as_bytes())
         .deny_unjudged(std::time::Duration::from_millis(5_012))
         .unwrap();
+    let metrics = ReviewMetrics::default();
+    metrics.answered(&answer);
+    assert_eq!(metrics.count_of("unjudged"), 1);
+    assert_eq!(metrics.count_of("denied"), 0);
     let response = answer.response.unwrap();
     assert!(!response.allowed);
     assert_eq!(response.uid, UID);
-    assert_eq!(response.result.code, 400);
+    // Kubernetes' status for a request not completed in time, which the client should retry.
+    assert_eq!(response.result.code, 504);
+    assert_eq!(response.result.reason, "Timeout");
     assert_eq!(
         response.result.message,
         "not judged: the webhook was busy judging reviews that are slow to judge for 5.0 s; try again"
@@ -654,5 +661,41 @@ fn a_review_not_judged_in_time_is_denied_saying_so() {
     assert_eq!(
         response.result.message,
         "not judged: the object's regular expressions took more than 3.0 s to compile"
+    );
+    assert_eq!(
+        (response.result.reason.as_str(), response.result.code),
+        ("Timeout", 504)
+    );
+}
+
+/// A denial reached when judging ran out of time is marked as not judged whole, and counted
+/// apart from denials of objects that break a rule; one reached in time, and an admission, are
+/// not marked.
+#[test]
+fn a_review_judged_out_of_time_is_marked_unjudged() {
+    let body = serde_json::to_vec(&mk_review("admission.k8s.io/v1")).unwrap();
+    let judge = |ran_out: bool, admit: fn(&AdmissionRequest) -> AdmissionResponse| {
+        let judged = ReviewBody::new(&body).review_within(admit, || ran_out);
+        assert_eq!(judged.out_of_time, ran_out);
+        judged.answer.unwrap()
+    };
+    let metrics = ReviewMetrics::default();
+    let cut = judge(true, |request| {
+        deny(request, "checked only up to spec.routes[3]")
+    });
+    metrics.answered(&cut);
+    let status = cut.response.unwrap().result;
+    assert_eq!((status.reason.as_str(), status.code), ("Timeout", 504));
+    assert_eq!(status.message, "checked only up to spec.routes[3]");
+    let denied = judge(false, |request| deny(request, "bad port"));
+    metrics.answered(&denied);
+    let status = denied.response.unwrap().result;
+    assert_eq!((status.reason.as_str(), status.code), ("BadRequest", 400));
+    let allowed = judge(true, allow);
+    metrics.answered(&allowed);
+    assert!(allowed.response.unwrap().allowed);
+    assert_eq!(
+        ["allowed", "denied", "unjudged"].map(|r| metrics.count_of(r)),
+        [1, 1, 1]
     );
 }

@@ -161,9 +161,8 @@ async fn handle(
             reviewed.memory(),
             linkerd_admission::JUDGING_TIME_BUDGET,
             move |judging| match judging {
-                Judging::Within(time) => with_time_budget(time, || Judged {
-                    answer: ReviewBody::new(&body).review(admit),
-                    out_of_time: ran_out_of_time(),
+                Judging::Within(time) => with_time_budget(time, || {
+                    ReviewBody::new(&body).review_within(admit, ran_out_of_time)
                 }),
                 Judging::Unjudged { waited } => {
                     Judged::done(ReviewBody::new(&body).deny_unjudged(waited))

@@ -266,6 +266,9 @@ async fn slow_reviews_hold_up_no_other_review_and_are_cut_short() {
         // Where checking stopped, not a pattern called invalid.
         assert!(message.contains("checked only up to "), "{message}");
         assert!(!message.contains("invalid"), "{message}");
+        // Marked as not judged whole, which clients may retry.
+        let status = response.status.as_ref().unwrap();
+        assert_eq!((status.reason.as_str(), status.code), ("Timeout", 504));
     }
 }
 
