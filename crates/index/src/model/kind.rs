@@ -283,4 +283,37 @@ mod tests {
             assert!(error.contains(reason), "{given}: {error}");
         }
     }
+
+    /// Two ports of one number and protocol, or of one name, make a Service invalid, as the
+    /// API server refuses it (newcomer finding: an offline Service of two ports 80 was served
+    /// silently, the first one only); one number over two protocols is a valid Service (DNS).
+    #[test]
+    fn repeated_service_ports_make_the_service_invalid() {
+        let service = |ports: &str| {
+            decode_json::<Service>(&format!(
+                r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"web","namespace":"shop"}},
+                "spec":{{"ports":{ports}}}}}"#
+            ))
+        };
+        let dns = service(
+            r#"[{"name":"dns","port":53,"protocol":"UDP"},{"name":"dns-tcp","port":53}]"#,
+        )
+        .expect("one number over two protocols");
+        assert_eq!(dns.ports.len(), 2);
+        for (ports, reason) in [
+            (
+                r#"[{"name":"a","port":80},{"name":"b","port":8080},{"name":"c","port":80,"protocol":"TCP"}]"#,
+                "spec.ports[2] repeats port 80/TCP of spec.ports[0]",
+            ),
+            (
+                r#"[{"name":"http","port":80},{"name":"http","port":8080}]"#,
+                r#"spec.ports[1] repeats the name "http" of spec.ports[0]"#,
+            ),
+        ] {
+            let error = service(ports).unwrap_err().to_string();
+            assert!(error.ends_with(reason), "{ports}: {error}");
+        }
+        // Unnamed ports repeat no name.
+        assert!(service(r#"[{"port":80},{"port":81}]"#).is_ok());
+    }
 }

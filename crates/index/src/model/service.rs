@@ -1,7 +1,10 @@
 //! Service, as discovery and outbound policy read it (spec/destination.md §B.2, spec/policy.md
 //! §5.3).
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+};
 
 use super::{
     AddressType, InvalidObject, Kind, Labels, OPAQUE_PORTS_ANNOTATION, ObjectRef, invalid, names,
@@ -78,12 +81,15 @@ impl Kind for k8s_openapi::api::core::v1::Service {
 }
 
 impl ServiceInfo {
-    /// Builds the domain form of a Service. Errors when it has no name or a port outside
-    /// 1..=65535.
+    /// Builds the domain form of a Service. Errors when it has no name, a port outside
+    /// 1..=65535, or two ports of one number and protocol, or of one name
+    /// (`spec.ports[1] repeats port 80/TCP of spec.ports[0]`), as the API server refuses it.
     pub fn from_wire(svc: wire::Service) -> Result<Self, InvalidObject> {
         let (namespace, name) = names("Service", &svc.metadata)?;
         let spec = svc.spec;
         let mut ports = Vec::with_capacity(spec.ports.len());
+        let mut numbers = HashMap::new();
+        let mut names = HashMap::new();
         for p in spec.ports {
             let port = u16::try_from(p.port)
                 .ok()
@@ -127,13 +133,32 @@ impl ServiceInfo {
                     TargetPort::Name(port_name)
                 }
             };
-            ports.push(ServicePort {
+            let port = ServicePort {
                 port,
                 name: p.name.unwrap_or_default(),
                 app_protocol: p.app_protocol,
                 protocol: p.protocol.unwrap_or_else(|| "TCP".to_string()),
                 target_port,
-            });
+            };
+            // As the API server refuses them: discovery would serve the first of two ports of
+            // one number, or of one name, without a word (only offline files hold such).
+            let index = ports.len();
+            let repeated = match numbers.insert((port.port, port.protocol.clone()), index) {
+                Some(i) => Some((format!("port {}/{}", port.port, port.protocol), i)),
+                None if port.name.is_empty() => None,
+                None => names
+                    .insert(port.name.clone(), index)
+                    .map(|i| (format!("the name {:?}", port.name), i)),
+            };
+            if let Some((what, i)) = repeated {
+                return Err(invalid(
+                    "Service",
+                    &namespace,
+                    &name,
+                    format!("spec.ports[{index}] repeats {what} of spec.ports[{i}]"),
+                ));
+            }
+            ports.push(port);
         }
         let headless = spec.cluster_ip.as_deref() == Some("None");
         // `None` (headless) and `""` (not yet allocated) are no addresses, and no typos.
