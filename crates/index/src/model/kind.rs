@@ -295,10 +295,9 @@ mod tests {
                 "spec":{{"ports":{ports}}}}}"#
             ))
         };
-        let dns = service(
-            r#"[{"name":"dns","port":53,"protocol":"UDP"},{"name":"dns-tcp","port":53}]"#,
-        )
-        .expect("one number over two protocols");
+        let dns =
+            service(r#"[{"name":"dns","port":53,"protocol":"UDP"},{"name":"dns-tcp","port":53}]"#)
+                .expect("one number over two protocols");
         assert_eq!(dns.ports.len(), 2);
         for (ports, reason) in [
             (

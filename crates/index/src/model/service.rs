@@ -80,6 +80,25 @@ impl Kind for k8s_openapi::api::core::v1::Service {
     }
 }
 
+/// Why a Service of `ports` is invalid, if it is, as the API server refuses it: one port
+/// repeats the number and protocol, or the name, of one before it (`spec.ports[1] repeats port
+/// 80/TCP of spec.ports[0]`). Discovery would serve the first of the two, without a word; only
+/// offline files hold such a Service.
+fn repeated_port(ports: &[ServicePort]) -> Option<String> {
+    let mut numbers = HashMap::new();
+    let mut names = HashMap::new();
+    ports.iter().enumerate().find_map(|(index, port)| {
+        let repeated = match numbers.insert((port.port, port.protocol.as_str()), index) {
+            Some(i) => Some((format!("port {}/{}", port.port, port.protocol), i)),
+            None if port.name.is_empty() => None,
+            None => names
+                .insert(port.name.as_str(), index)
+                .map(|i| (format!("the name {:?}", port.name), i)),
+        };
+        repeated.map(|(what, i)| format!("spec.ports[{index}] repeats {what} of spec.ports[{i}]"))
+    })
+}
+
 impl ServiceInfo {
     /// Builds the domain form of a Service. Errors when it has no name, a port outside
     /// 1..=65535, or two ports of one number and protocol, or of one name
@@ -88,8 +107,6 @@ impl ServiceInfo {
         let (namespace, name) = names("Service", &svc.metadata)?;
         let spec = svc.spec;
         let mut ports = Vec::with_capacity(spec.ports.len());
-        let mut numbers = HashMap::new();
-        let mut names = HashMap::new();
         for p in spec.ports {
             let port = u16::try_from(p.port)
                 .ok()
@@ -140,25 +157,10 @@ impl ServiceInfo {
                 protocol: p.protocol.unwrap_or_else(|| "TCP".to_string()),
                 target_port,
             };
-            // As the API server refuses them: discovery would serve the first of two ports of
-            // one number, or of one name, without a word (only offline files hold such).
-            let index = ports.len();
-            let repeated = match numbers.insert((port.port, port.protocol.clone()), index) {
-                Some(i) => Some((format!("port {}/{}", port.port, port.protocol), i)),
-                None if port.name.is_empty() => None,
-                None => names
-                    .insert(port.name.clone(), index)
-                    .map(|i| (format!("the name {:?}", port.name), i)),
-            };
-            if let Some((what, i)) = repeated {
-                return Err(invalid(
-                    "Service",
-                    &namespace,
-                    &name,
-                    format!("spec.ports[{index}] repeats {what} of spec.ports[{i}]"),
-                ));
-            }
             ports.push(port);
+        }
+        if let Some(repeated) = repeated_port(&ports) {
+            return Err(invalid("Service", &namespace, &name, repeated));
         }
         let headless = spec.cluster_ip.as_deref() == Some("None");
         // `None` (headless) and `""` (not yet allocated) are no addresses, and no typos.
