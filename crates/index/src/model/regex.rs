@@ -175,8 +175,8 @@ impl KnownProperties {
 }
 
 /// The most wide character classes (a Unicode property such as `\pL` or `\p{Greek}`, or a
-/// range of more than 256 characters) a pattern that matches case-insensitively anywhere may
-/// hold, for [`compile_regex`]: 8. Folding the case of one takes up to 7 ms to compile
+/// range of more than 256 characters) a pattern may match case-insensitively, where `(?i)` or
+/// `(?i:...)` turns that on, for [`compile_regex`]: 8. Folding the case of one takes up to 7 ms to compile
 /// (`(?i)\p{Any}`), so that one 8 KiB pattern of them took 4.7 s, in the webhooks and in every
 /// proxy sent it, where real patterns hold a few, if any; at 16, admissible reviews of one such
 /// pattern each (0.13 s) sent 30 a second kept ordinary reviews waiting 5 s (tester finding).
@@ -193,10 +193,15 @@ struct PatternClasses {
     /// spelling of each is, one per property however spelled ([`PropertyName`]).
     properties: Vec<(PropertyName, regex_syntax::ast::Span)>,
     distinct: HashSet<PropertyName>,
-    /// Whether it turns case-insensitive matching on anywhere (`(?i)`, `(?i:...)`).
-    case_insensitive: bool,
-    /// Its wide classes ([`MAX_FOLDED_WIDE_CLASSES`]), every occurrence counted.
-    wide: usize,
+    /// Whether case-insensitive matching is on where the visit is, as the regex crate reads
+    /// the flags: `(?i)` turns it on to the end of its group, `(?i:...)` within that group,
+    /// `(?-i)` off.
+    folding: bool,
+    /// Whether it was on before each group the visit is in, to be restored at its end.
+    outer_folding: Vec<bool>,
+    /// Its wide classes matched case-insensitively ([`MAX_FOLDED_WIDE_CLASSES`]), every
+    /// occurrence counted.
+    folded_wide: usize,
 }
 
 impl PatternClasses {
@@ -213,16 +218,23 @@ impl PatternClasses {
     }
 
     fn property(&mut self, class: &regex_syntax::ast::ClassUnicode) {
-        self.wide += 1;
+        self.wide();
         let name = PropertyName::of(&class.kind);
         if self.distinct.insert(name.clone()) {
             self.properties.push((name, class.span));
         }
     }
 
+    fn wide(&mut self) {
+        if self.folding {
+            self.folded_wide += 1;
+        }
+    }
+
     fn flags(&mut self, flags: &regex_syntax::ast::Flags) {
-        let on = flags.flag_state(regex_syntax::ast::Flag::CaseInsensitive) == Some(true);
-        self.case_insensitive |= on;
+        if let Some(on) = flags.flag_state(regex_syntax::ast::Flag::CaseInsensitive) {
+            self.folding = on;
+        }
     }
 }
 
@@ -297,11 +309,19 @@ impl regex_syntax::ast::Visitor for PatternClasses {
             Ast::ClassUnicode(class) => self.property(class),
             Ast::Flags(set) => self.flags(&set.flags),
             Ast::Group(group) => {
+                self.outer_folding.push(self.folding);
                 if let GroupKind::NonCapturing(flags) = &group.kind {
                     self.flags(flags);
                 }
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    fn visit_post(&mut self, ast: &regex_syntax::ast::Ast) -> Result<(), Self::Err> {
+        if let regex_syntax::ast::Ast::Group(_) = ast {
+            self.folding = self.outer_folding.pop().unwrap_or_default();
         }
         Ok(())
     }
@@ -317,7 +337,7 @@ impl regex_syntax::ast::Visitor for PatternClasses {
                 if u32::from(range.end.c).saturating_sub(u32::from(range.start.c))
                     >= WIDE_RANGE =>
             {
-                self.wide += 1
+                self.wide()
             }
             _ => {}
         }
@@ -341,10 +361,10 @@ pub fn compile_regex(pattern: &str) -> Result<regex::Regex, RegexError> {
         return Err(RegexError::OutOfTime(budget));
     }
     let classes = PatternClasses::of(pattern)?;
-    if classes.case_insensitive && classes.wide > MAX_FOLDED_WIDE_CLASSES {
+    if classes.folded_wide > MAX_FOLDED_WIDE_CLASSES {
         return Err(RegexError::Invalid(format!(
             "the pattern matches {} wide character classes (Unicode properties, ranges of over {WIDE_RANGE} characters) case-insensitively, more than the {MAX_FOLDED_WIDE_CLASSES} allowed",
-            classes.wide
+            classes.folded_wide
         )));
     }
     regex::RegexBuilder::new(pattern)
@@ -577,9 +597,34 @@ mod tests {
         );
         assert!(compile_regex(&format!("(?i){}", r"\p{Any}".repeat(8))).is_ok());
         for wide in [r"\PL", r"[\x{0}-\x{10FFFF}]", r"[a\p{Greek}]"] {
-            let reason = refused(&format!("/(?i:x)/{}", wide.repeat(9)));
+            let reason = refused(&format!("/(?i:x/{})", wide.repeat(9)));
             assert!(reason.contains("matches 9 wide"), "{wide}: {reason}");
         }
+        // Only where case-insensitive matching is on, as the regex crate reads the flags
+        // (tester finding: a pattern was refused for classes outside its `(?i:...)`).
+        let nine = r"\p{Greek}".repeat(9);
+        for (pattern, folded) in [
+            (format!("(?i:/api)/{nine}"), 0),
+            (format!("(?i)/api/(?-i:{nine})"), 0),
+            (format!("(?i)/(?-i)api/{nine}"), 0),
+            (format!("/(a(?i)b)/{nine}"), 0),
+            (format!("/a(?i)b|{nine}"), 9),
+            (format!("/(?i)(x|{nine})"), 9),
+            (format!("/(?i)x(?-i:y){nine}"), 9),
+            (format!("(?i:(?-i:{nine}){nine})"), 9),
+        ] {
+            let classes = PatternClasses::of(&pattern).unwrap();
+            assert_eq!(classes.folded_wide, folded, "{pattern}");
+            assert_eq!(compile_regex(&pattern).is_ok(), folded <= 8, "{pattern}");
+        }
+        // The regex crate's reading of the flags, which the count follows.
+        let matches = |pattern: &str, text: &str| compile_regex(pattern).unwrap().is_match(text);
+        assert!(
+            matches("^(?:a(?i)b|x)$", "X"),
+            "to the end of the group, past `|`"
+        );
+        assert!(!matches("^(a(?i)b)x$", "abX"), "not past the group's end");
+        assert!(matches("^(?i)x(?-i:y)z$", "XyZ") && !matches("^(?i)x(?-i:y)z$", "XYZ"));
         // Narrow classes, Perl classes, and case matched.
         assert!(compile_regex(&format!("(?i){}", "[a-zA-Z0-9_-]".repeat(40))).is_ok());
         let timestamp = r"(?i)/reports/\d\d\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\d/\w+\s*";
