@@ -85,6 +85,9 @@ impl Kind for k8s_openapi::api::core::v1::Service {
 /// 80/TCP of spec.ports[0]`). Discovery would serve the first of the two, without a word; only
 /// offline files hold such a Service.
 fn repeated_port(ports: &[ServicePort]) -> Option<String> {
+    if ports.len() < 2 {
+        return None;
+    }
     let mut numbers = HashMap::new();
     let mut names = HashMap::new();
     ports.iter().enumerate().find_map(|(index, port)| {
