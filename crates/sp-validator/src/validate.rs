@@ -31,14 +31,15 @@
 //! regexes take longer than the webhook's time budget to compile is denied at the route where
 //! checking stopped, without calling its pattern invalid: `ServiceProfile "<N>" was checked
 //! only up to route "<route>" (spec.routes[<i>]): not compiled: the object's regular
-//! expressions took more than 3 s to compile`.
+//! expressions took more than 3 s to compile`. Every rule is checked first with the patterns
+//! parsed only, so a rule broken after patterns slow to compile is what the denial names.
 //!
 //! Field names match exactly, where Go's decoder ignores case (`PathRegex`); in a cluster the
 //! CRD schema prunes such keys before the webhook sees them (§a.6).
 
 use linkerd_index::model::{
     profile::{DurationError, QuantityError, parse_go_duration, quantity_decimillis},
-    regex::{QuotedPattern, RegexError},
+    regex::{QuotedPattern, RegexError, check_regex_syntax, compile_regex},
 };
 use linkerd_k8s_api::service_profile::{
     RequestMatch, ResponseMatch, RouteSpec, v1alpha2::ServiceProfileSpec,
@@ -237,13 +238,34 @@ fn decode(object: Option<&Value>) -> Result<(String, ServiceProfileSpec), Decode
     Ok((name, spec))
 }
 
-/// Steps 2 to 5.
+/// How a `pathRegex` is checked: parsed only, or compiled.
+type RegexCheck = fn(&str) -> Result<(), RegexError>;
+
+/// Steps 2 to 5: first with each `pathRegex` parsed only ([`check_regex_syntax`], time in
+/// proportion to its length), then compiled ([`compile_regex`], within the review's time
+/// budget). So a rule broken after patterns slow to compile (a route with no condition after
+/// 200 of them) is denied for itself, not as a review that ran out of time, which clients may
+/// retry (tester finding); the first broken rule found when parsing is the denial.
 fn check(name: &str, spec: &ServiceProfileSpec) -> Result<(), Problem> {
+    check_with(name, spec, check_regex_syntax)?;
+    check_with(name, spec, |regex| compile_regex(regex).map(drop))
+}
+
+/// Steps 2 to 5, with `regexes` checked by `check_regex`.
+fn check_with(
+    name: &str,
+    spec: &ServiceProfileSpec,
+    check_regex: RegexCheck,
+) -> Result<(), Problem> {
     if let Some(message) = dns1123_subdomain(name) {
         return Err(Problem::Name(message));
     }
     for (index, route) in spec.routes.iter().flatten().enumerate() {
-        check_route(index, route.as_ref().ok_or(Problem::NullRoute)?)?;
+        check_route(
+            index,
+            route.as_ref().ok_or(Problem::NullRoute)?,
+            check_regex,
+        )?;
     }
     if let Some(budget) = &spec.retry_budget {
         if budget.retry_ratio < 0.0 {
@@ -261,7 +283,7 @@ fn check(name: &str, spec: &ServiceProfileSpec) -> Result<(), Problem> {
 }
 
 /// The route at `spec.routes[index]`.
-fn check_route(index: usize, route: &RouteSpec) -> Result<(), Problem> {
+fn check_route(index: usize, route: &RouteSpec, check_regex: RegexCheck) -> Result<(), Problem> {
     if route.name.is_empty() {
         return Err(Problem::RouteWithoutName);
     }
@@ -274,7 +296,7 @@ fn check_route(index: usize, route: &RouteSpec) -> Result<(), Problem> {
         .ok_or(Problem::RouteWithoutCondition)?;
     check_request_match(condition).map_err(Problem::RouteCondition)?;
     let root = format!("spec.routes[{index}].condition");
-    if let Some((regex, field, error)) = invalid_path_regex(condition, &root) {
+    if let Some((regex, field, error)) = invalid_path_regex(condition, &root, check_regex) {
         // Quoted in the message the client reads: control characters shown escaped.
         let escaped = |text: &str| linkerd_runtime::log::escape_controls(text).into_owned();
         return Err(match error {
@@ -362,28 +384,31 @@ fn check_response_match(m: &ResponseMatch) -> Result<(), MatchError> {
     }
 }
 
-/// The first `pathRegex` (in check order) that the `regex` crate, as the destination and the
-/// proxy use it, cannot compile, or that the time budget left uncompiled; with its field, under
-/// `path` (the match's own), and why.
+/// The first `pathRegex` (in check order) that `check_regex` refuses (the `regex` crate, as
+/// the destination and the proxy use it, cannot parse or compile it, or the time budget left it
+/// uncompiled); with its field, under `path` (the match's own), and why.
 fn invalid_path_regex<'m>(
     m: &'m RequestMatch,
     path: &str,
+    check_regex: RegexCheck,
 ) -> Option<(&'m str, String, RegexError)> {
     for (list, name) in [(&m.all, "all"), (&m.any, "any")] {
         for (i, item) in list.iter().flatten().enumerate() {
             let Some(item) = item else { continue };
-            if let Some(found) = invalid_path_regex(item, &format!("{path}.{name}[{i}]")) {
+            if let Some(found) =
+                invalid_path_regex(item, &format!("{path}.{name}[{i}]"), check_regex)
+            {
                 return Some(found);
             }
         }
     }
     if let Some(not) = m.not.as_deref()
-        && let Some(found) = invalid_path_regex(not, &format!("{path}.not"))
+        && let Some(found) = invalid_path_regex(not, &format!("{path}.not"), check_regex)
     {
         return Some(found);
     }
     let regex = m.path_regex.as_deref().filter(|p| !p.is_empty())?;
-    let problem = linkerd_index::model::regex::compile_regex(regex).err()?;
+    let problem = check_regex(regex).err()?;
     Some((regex, format!("{path}.pathRegex"), problem))
 }
 

@@ -234,6 +234,41 @@ fn regexes_out_of_time_are_not_called_invalid() {
     assert_eq!(denial(spec), None);
 }
 
+/// A rule broken after patterns slow to compile is denied for itself, not as a review out of
+/// time (tester finding: 200 slow routes and then a route with no condition, or an invalid
+/// timeout, were denied `Timeout` "checked only up to route r65", which clients may retry
+/// forever, where upstream names the broken rule); so is an invalid pattern after them.
+#[test]
+fn rules_broken_after_slow_patterns_are_named() {
+    let slow: String = (0..3)
+        .map(|i| format!("{{name: r{i}, condition: {{pathRegex: '/\\w{{20}}{i}'}}}}, "))
+        .collect();
+    let out_of_time = |last: &str| {
+        let spec = format!("routes: [{slow}{last}]");
+        linkerd_index::model::regex::with_time_budget(std::time::Duration::ZERO, || denial(&spec))
+            .unwrap()
+    };
+    assert_eq!(
+        out_of_time("{name: last}"),
+        format!("{SP}has a route with no condition")
+    );
+    assert!(
+        out_of_time("{name: last, condition: {method: GET}, timeout: banana}")
+            .starts_with(&format!("{SP}has a route with an invalid timeout")),
+    );
+    assert_eq!(
+        out_of_time("{name: last, condition: {pathRegex: '/a('}}"),
+        format!(
+            "{SP}has a route \"last\" with an invalid pathRegex \"/a(\" (spec.routes[3].condition.pathRegex): unclosed group"
+        )
+    );
+    // Nothing broken: cut short where compiling stopped.
+    assert!(
+        out_of_time("{name: last, condition: {method: GET}}")
+            .contains("was checked only up to route \"r0\" (spec.routes[0])")
+    );
+}
+
 #[test]
 fn negative_durations_are_valid() {
     assert_eq!(
