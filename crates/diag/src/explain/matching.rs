@@ -17,7 +17,7 @@
 //! - The best route wins, then its best rule; the earliest wins every tie (routes are sent
 //!   oldest first, spec/policy.md §4.8).
 
-use linkerd_index::model::regex::compile_regex;
+use linkerd_index::model::regex::compile_regex_as_the_proxy;
 use linkerd2_proxy_api::{
     grpc_route::GrpcRouteMatch,
     http_route::{
@@ -495,10 +495,11 @@ fn path_length(kind: Option<&path_match::Kind>, path: &str) -> Result<usize, Str
 
 /// Whether `re` matches all of `value`: the proxy takes the leftmost match and requires it to
 /// span the value, which is not quite a full match for alternations (`a|ab` on `ab`).
-/// The regex is compiled within the controllers' bounds (`compile_regex`): a policy from
-/// elsewhere must not take this tool to gigabytes either.
+/// The regex is compiled as the proxy compiles it, within the index's bounds of length and
+/// nesting (`compile_regex_as_the_proxy`): a policy from elsewhere must not take this tool to
+/// gigabytes either.
 fn anchored_match(re: &str, value: &str) -> Result<bool, String> {
-    let regex = compile_regex(re).map_err(|e| {
+    let regex = compile_regex_as_the_proxy(re).map_err(|e| {
         // A pattern refused for its length is not printed whole.
         let shown: String = re.chars().take(100).collect();
         let more = if shown.len() < re.len() { "..." } else { "" };

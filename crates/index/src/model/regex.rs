@@ -374,6 +374,20 @@ pub fn compile_regex(pattern: &str) -> Result<regex::Regex, RegexError> {
         .map_err(|error| invalid(&error))
 }
 
+/// `pattern` compiled as the proxy compiles a route's regex (the regex crate's default limits:
+/// 10 MiB compiled, no bound on case-folded classes), after the index's checks of length and
+/// nesting, which bound what parsing takes and which no pattern the controllers serve breaks.
+/// For tools that predict what the proxy does (`dst-diag explain`): [`compile_regex`]'s 1 MiB
+/// made one say the proxy fails a policy with `/\p{L}{200}`, which it compiles (tester
+/// finding). Not bounded by [`with_time_budget`]: compiling may take seconds, as in the proxy.
+pub fn compile_regex_as_the_proxy(pattern: &str) -> Result<regex::Regex, RegexError> {
+    check_length(pattern)?;
+    regex::RegexBuilder::new(pattern)
+        .nest_limit(NEST_LIMIT)
+        .build()
+        .map_err(|error| invalid(&error))
+}
+
 /// A pattern as a refusal quotes it: in double quotes as written, cut after its first
 /// [`QuotedPattern::SHOWN`] bytes when longer, with its length then given
 /// (`"(a|b)*(a|b)*..." (12000 bytes)`). So a denial or a log line names the pattern, with the
@@ -630,6 +644,33 @@ mod tests {
         let timestamp = r"(?i)/reports/\d\d\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\d/\w+\s*";
         assert!(compile_regex(timestamp).is_ok());
         assert!(compile_regex(&r"\p{Greek}".repeat(17)).is_ok());
+    }
+
+    /// What the proxy compiles, past the webhooks' bounds, is compiled; the length and nesting
+    /// bounds still apply.
+    #[test]
+    fn patterns_compile_as_the_proxy_compiles_them() {
+        let large = r"/\p{L}{200}";
+        assert!(compile_regex(large).is_err());
+        assert!(regex::Regex::new(large).is_ok());
+        assert!(
+            compile_regex_as_the_proxy(large)
+                .unwrap()
+                .is_match(&format!("/{}", "é".repeat(200)))
+        );
+        let folded = format!("(?i){}", r"\p{Greek}".repeat(9));
+        assert!(compile_regex(&folded).is_err());
+        assert!(compile_regex_as_the_proxy(&folded).is_ok());
+        assert_eq!(
+            compile_regex_as_the_proxy("(").unwrap_err(),
+            RegexError::Invalid("unclosed group".into())
+        );
+        let long = "a".repeat(MAX_REGEX_BYTES + 1);
+        assert_eq!(
+            compile_regex_as_the_proxy(&long).map(drop),
+            compile_regex(&long).map(drop)
+        );
+        assert!(compile_regex_as_the_proxy(r"\w{1000}\w{1000}\w{1000}").is_err());
     }
 
     #[test]

@@ -114,6 +114,19 @@ fn regexes_are_compiled_within_bounds() {
     );
 }
 
+/// A regex the proxy compiles is evaluated, though past the webhooks' 1 MiB once compiled
+/// (tester finding: `/\p{L}{200}` was called invalid, the policy failed by the proxy).
+#[test]
+fn regexes_are_compiled_as_the_proxy_compiles_them() {
+    let m = path(path_match::Kind::Regex(r"/\p{L}{200}".into()));
+    let letters = format!("/{}", "é".repeat(200));
+    assert_eq!(
+        http_score(&m, &get(&letters)).map(|s| s.path),
+        Ok(letters.len())
+    );
+    assert!(http_score(&m, &get("/abc")).is_err());
+}
+
 #[test]
 fn method_headers_and_query_parameters() {
     let m = HttpRouteMatch {
