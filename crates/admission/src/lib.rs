@@ -740,21 +740,6 @@ pub fn invalid(request: &AdmissionRequest, message: impl Into<String>) -> Admiss
 /// boundaries, and says how much was left out between them.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 
-/// `message`, cut as [`MAX_MESSAGE_BYTES`] says when it is longer.
-fn shorten(message: String) -> String {
-    if message.len() <= MAX_MESSAGE_BYTES {
-        return message;
-    }
-    let head = message.floor_char_boundary(MAX_MESSAGE_BYTES * 3 / 4);
-    let tail = message.ceil_char_boundary(message.len() - MAX_MESSAGE_BYTES / 4);
-    format!(
-        "{}… ({} bytes left out) …{}",
-        &message[..head],
-        tail - head,
-        &message[tail..]
-    )
-}
-
 /// The `reason` of a denial of an object not judged whole (no judging slot in time, or judging
 /// out of time): Kubernetes' `Timeout`, a request the server understood but could not complete
 /// in time, which the client should retry. The API server passes it, with
@@ -774,7 +759,7 @@ fn deny_not_judged(request: &AdmissionRequest, message: String) -> AdmissionResp
 }
 
 fn refuse(request: &AdmissionRequest, reason: &str, message: String) -> AdmissionResponse {
-    let message = shorten(message);
+    let message = linkerd_runtime::log::cut_middle(message, MAX_MESSAGE_BYTES);
     let mut response = AdmissionResponse::invalid(&message);
     response.uid = request.uid.clone();
     response.result = Status {

@@ -402,6 +402,24 @@ pub(crate) struct SkippedObject {
     pub(crate) reason: String,
 }
 
+impl SkippedObject {
+    /// Logs the object as skipped, with its kind, namespace and name as fields (as the sources
+    /// log the objects they cannot decode), and `file`, the one that defines it, when known.
+    pub(crate) fn log(&self, file: Option<&std::path::Path>) {
+        let (namespace, name) = self
+            .key
+            .as_ref()
+            .map_or(("", ""), |key| (key.namespace.as_str(), key.name.as_str()));
+        let (kind, error) = (self.kind, &self.reason);
+        match file {
+            Some(file) => tracing::warn!(
+                file = %file.display(), %kind, %namespace, %name, %error, "skipping object"
+            ),
+            None => tracing::warn!(%kind, %namespace, %name, %error, "skipping object"),
+        }
+    }
+}
+
 thread_local! {
     /// The objects skipped on this thread while a source runs [`deferring_skips`].
     static DEFERRED_SKIPS: std::cell::RefCell<Option<Vec<SkippedObject>>> =
@@ -484,7 +502,7 @@ impl IndexMetrics {
                 reason,
             };
             if let Some(skipped) = defer_skip(skipped) {
-                tracing::warn!(error = %skipped.reason, "skipping object");
+                skipped.log(None);
             }
         }
     }

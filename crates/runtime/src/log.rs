@@ -103,9 +103,15 @@ impl LogArgs {
 /// (`\n`, `\r`, `\t`, `\u{1b}`, ...): names and paths from requests, files and the cluster
 /// are logged, and one holding a line break or a terminal escape would otherwise forge a log
 /// line or recolour a terminal. The JSON format escapes them already. Field names are not
-/// styled, even on a terminal.
+/// styled, even on a terminal. Fields longer than [`MAX_LOG_FIELDS_BYTES`] are cut in the
+/// middle ([`cut_middle`]).
 #[derive(Debug, Default)]
 pub struct EscapedFields(DefaultFields);
+
+/// The most of a plain log line's fields written, in bytes: 8 KiB. An object's name or route
+/// name may be megabytes (a tester's 100,000-character route name made a 100 KB log line), and
+/// log collectors split or drop long lines (Docker's at 16 KiB).
+pub const MAX_LOG_FIELDS_BYTES: usize = 8192;
 
 impl<'writer> FormatFields<'writer> for EscapedFields {
     fn format_fields<R: RecordFields>(
@@ -115,8 +121,28 @@ impl<'writer> FormatFields<'writer> for EscapedFields {
     ) -> std::fmt::Result {
         let mut text = String::new();
         self.0.format_fields(Writer::new(&mut text), fields)?;
-        writer.write_str(&escape_controls(&text))
+        let text = escape_controls_owned(text);
+        writer.write_str(&cut_middle(text, MAX_LOG_FIELDS_BYTES))
     }
+}
+
+/// `text` if it is at most `max` bytes long; else its first three quarters of `max` and its
+/// last quarter (where a reason usually is: `...: more than the 8192 allowed`), cut at
+/// character boundaries, and how much was left out between them: `<head>… (N bytes left out)
+/// …<tail>`. Used where text the cluster or a client chose is written whole otherwise: log
+/// lines ([`EscapedFields`]), webhook denials.
+pub fn cut_middle(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let head = text.floor_char_boundary(max * 3 / 4);
+    let tail = text.ceil_char_boundary(text.len() - max / 4);
+    format!(
+        "{}… ({} bytes left out) …{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
 }
 
 /// `text` with each control character written as its Rust escape (`\n`, `\r`, `\t`,
@@ -220,6 +246,49 @@ mod tests {
             "{text:?}"
         );
         assert!(text.contains(r"denied x\x7f\r name="), "{text:?}");
+
+        // A field of 100,000 characters is cut in the middle (tester finding: a route name
+        // that long made a 100 KB line); the end of the line, and the line, stay.
+        let long_lines = Lines::default();
+        let writer = long_lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(EscapedFields::default())
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        let long = "r".repeat(100_000);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(error = %format!("route \"{long}\": invalid"), "skipping object");
+        });
+        let text = String::from_utf8(long_lines.0.lock().unwrap().clone()).unwrap();
+        assert!(text.len() < MAX_LOG_FIELDS_BYTES + 100, "{}", text.len());
+        assert!(
+            text.ends_with("\": invalid\n"),
+            "{}",
+            &text[text.len() - 40..]
+        );
+        assert!(text.contains(" bytes left out) …"), "{text}");
+    }
+
+    #[test]
+    fn long_text_is_cut_in_the_middle() {
+        assert_eq!(cut_middle("short".into(), 8), "short");
+        let text = format!("{}{}", "a".repeat(100), "z".repeat(100));
+        assert_eq!(
+            cut_middle(text, 40),
+            format!(
+                "{}… (160 bytes left out) …{}",
+                "a".repeat(30),
+                "z".repeat(10)
+            )
+        );
+        // At character boundaries.
+        let cut = cut_middle("é".repeat(100), 41);
+        assert!(
+            cut.starts_with(&"é".repeat(15)) && cut.ends_with(&"é".repeat(5)),
+            "{cut}"
+        );
     }
 
     #[test]

@@ -1040,13 +1040,9 @@ impl StateDir {
     /// of it is served (an HTTPRoute whose regex does not compile is refused by the index, after
     /// the source decoded it).
     fn log_skipped(&self, skipped: Vec<SkippedObject>) {
-        for SkippedObject { kind, key, reason } in skipped {
-            match key.and_then(|key| self.served_file(kind, &key)) {
-                Some(file) => {
-                    tracing::warn!(file = %file.display(), error = %reason, "skipping object")
-                }
-                None => tracing::warn!(error = %reason, "skipping object"),
-            }
+        for object in skipped {
+            let file = (object.key.as_ref()).and_then(|key| self.served_file(object.kind, key));
+            object.log(file.map(|file| &**file));
         }
     }
 

@@ -2042,6 +2042,11 @@ fn an_object_the_index_refuses_is_logged_with_its_file() {
         line.contains("invalid Service ns/bad: refused by the test's index"),
         "{line}"
     );
+    // As fields too, as the sources log what they cannot decode (tester finding).
+    assert!(
+        line.contains("kind=Service namespace=ns name=bad"),
+        "{line}"
+    );
     assert_eq!(metrics.invalid_objects("Service"), 1);
 }
 
