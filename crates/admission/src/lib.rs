@@ -676,11 +676,20 @@ impl ReviewMetrics {
         metrics
     }
 
-    /// Counts a review answered: `allowed`, `denied` or `unjudged`, as its response says.
+    /// Counts a review answered: `allowed`, `denied` or `unjudged`, as its response says. An
+    /// `unjudged` one is logged here, with its uid and message, as it is final only now (the
+    /// webhooks log the denials they judge; one cut short in the cheap lane is judged again).
     pub fn answered(&self, review: &AdmissionReviewResponse) {
         self.count(match &review.response {
             Some(response) if response.allowed => ReviewResult::allowed,
-            Some(response) if response.result.reason == NOT_JUDGED_REASON => ReviewResult::unjudged,
+            Some(response) if response.result.reason == NOT_JUDGED_REASON => {
+                tracing::info!(
+                    uid = %response.uid,
+                    denial = %response.result.message,
+                    "denied a review not judged whole"
+                );
+                ReviewResult::unjudged
+            }
             _ => ReviewResult::denied,
         });
     }

@@ -683,7 +683,14 @@ fn a_review_judged_out_of_time_is_marked_unjudged() {
     let cut = judge(true, |request| {
         deny(request, "checked only up to spec.routes[3]")
     });
-    metrics.answered(&cut);
+    // Logged once final, here (tester finding: denials not judged whole were never logged).
+    let log = logged(|| metrics.answered(&cut));
+    assert!(
+        log.contains("denied a review not judged whole")
+            && log.contains(&format!("uid={UID}"))
+            && log.contains("denial=checked only up to spec.routes[3]"),
+        "{log}"
+    );
     let status = cut.response.unwrap().result;
     assert_eq!((status.reason.as_str(), status.code), ("Timeout", 504));
     assert_eq!(status.message, "checked only up to spec.routes[3]");
@@ -698,4 +705,28 @@ fn a_review_judged_out_of_time_is_marked_unjudged() {
         ["allowed", "denied", "unjudged"].map(|r| metrics.count_of(r)),
         [1, 1, 1]
     );
+}
+
+/// What `f` logs, as plain lines.
+fn logged(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let text = lines.0.lock().unwrap().clone();
+    String::from_utf8(text).unwrap()
 }

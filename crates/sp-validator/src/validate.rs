@@ -39,7 +39,7 @@
 
 use linkerd_index::model::{
     profile::{DurationError, QuantityError, parse_go_duration, quantity_decimillis},
-    regex::{QuotedPattern, RegexError, check_regex_syntax, compile_regex},
+    regex::{QuotedPattern, RegexError, check_regex_bounds, compile_regex},
 };
 use linkerd_k8s_api::service_profile::{
     RequestMatch, ResponseMatch, RouteSpec, v1alpha2::ServiceProfileSpec,
@@ -238,16 +238,18 @@ fn decode(object: Option<&Value>) -> Result<(String, ServiceProfileSpec), Decode
     Ok((name, spec))
 }
 
-/// How a `pathRegex` is checked: parsed only, or compiled.
+/// How a `pathRegex` is checked in a pass of [`check`].
 type RegexCheck = fn(&str) -> Result<(), RegexError>;
 
-/// Steps 2 to 5: first with each `pathRegex` parsed only ([`check_regex_syntax`], time in
-/// proportion to its length), then compiled ([`compile_regex`], within the review's time
-/// budget). So a rule broken after patterns slow to compile (a route with no condition after
-/// 200 of them) is denied for itself, not as a review that ran out of time, which clients may
-/// retry (tester finding); the first broken rule found when parsing is the denial.
+/// Steps 2 to 5, in three passes, as `linkerd_index::model::regex::rules_first` orders them:
+/// every rule but `pathRegex`; then each `pathRegex`'s bounds, parsed ([`check_regex_bounds`]);
+/// then each compiled ([`compile_regex`], within the review's time budget). Time in proportion
+/// to the profile's size until the last. So a rule broken after patterns slow to compile (a
+/// route with no condition after 200 of them), or a pattern over a bound, is denied for
+/// itself, not as a review that ran out of time, which clients may retry (tester findings).
 fn check(name: &str, spec: &ServiceProfileSpec) -> Result<(), Problem> {
-    check_with(name, spec, check_regex_syntax)?;
+    check_with(name, spec, |_| Ok(()))?;
+    check_with(name, spec, check_regex_bounds)?;
     check_with(name, spec, |regex| compile_regex(regex).map(drop))
 }
 

@@ -83,12 +83,16 @@ pub fn admit(request: &AdmissionRequest) -> AdmissionResponse {
         Ok(()) => linkerd_admission::allow(request),
         Err(invalid) => {
             let message = invalid.to_string();
-            tracing::info!(
-                ns = %request.object_namespace(),
-                name = %request.object_name(),
-                %message,
-                "denied a ServiceProfile"
-            );
+            // A denial for lack of time may be judged again (the cheap lane); the answer sent
+            // is logged when it is final (`ReviewMetrics::answered`).
+            if !ran_out_of_time() {
+                tracing::info!(
+                    ns = %request.object_namespace(),
+                    name = %request.object_name(),
+                    %message,
+                    "denied a ServiceProfile"
+                );
+            }
             linkerd_admission::deny(request, message)
         }
     }

@@ -28,6 +28,47 @@ thread_local! {
     /// Whether [`compile_regex`] refused a pattern for lack of time within the innermost
     /// [`with_time_budget`] on this thread.
     static RAN_OUT: Cell<bool> = const { Cell::new(false) };
+    /// How [`check_regex`] checks on this thread within [`rules_first`]; `None`: as usual.
+    static FIRST_PASS: Cell<Option<FirstPass>> = const { Cell::new(None) };
+}
+
+/// A pass of [`rules_first`] before patterns are compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FirstPass {
+    /// Every pattern passes unchecked: only the object's other rules are judged.
+    Unchecked,
+    /// Each pattern is checked for what compiling would refuse without compiling it
+    /// ([`check_regex_bounds`]).
+    Bounds,
+}
+
+/// Judges an object in up to three passes, each run only if the one before did not refuse
+/// (`refused`), and returns the last verdict: with [`check_regex`] passing every pattern
+/// unchecked, then checking each one's bounds ([`check_regex_bounds`]: parsed, not compiled),
+/// then as it checks outside this (compiling within a webhook's budget). So an object that
+/// breaks a rule is refused for it, not for the time its patterns took before it (a profile
+/// of 200 routes like `/\w{20}0` and then one with no condition was denied as out of time,
+/// which clients may retry for ever: tester finding), and the passes before compiling take
+/// time in proportion to the object's size only, whatever is left of a webhook's budget.
+/// Patterns only translating or compiling refuses (too large once compiled, `(?-u:\xFF)`)
+/// are found by the third pass alone.
+pub fn rules_first<T>(judge: impl Fn() -> T, refused: impl Fn(&T) -> bool) -> T {
+    struct Restore(Option<FirstPass>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FIRST_PASS.set(self.0);
+        }
+    }
+    let _restore = Restore(FIRST_PASS.get());
+    for pass in [FirstPass::Unchecked, FirstPass::Bounds] {
+        FIRST_PASS.set(Some(pass));
+        let verdict = judge();
+        if refused(&verdict) {
+            return verdict;
+        }
+    }
+    FIRST_PASS.set(None);
+    judge()
 }
 
 /// Runs `judge` with the regexes [`compile_regex`] compiles for it on this thread refused once
@@ -91,10 +132,11 @@ pub enum RegexError {
 /// webhooks admit up to 3 s of them (a Gateway API HTTPRoute of 500 matches like `/\w{20}0`
 /// took the policy controller's indexes 5.3 s to read, each time it was written).
 pub fn check_regex(pattern: &str) -> Result<(), RegexError> {
-    if DEADLINE.get().is_some() {
-        compile_regex(pattern).map(drop)
-    } else {
-        check_regex_syntax(pattern)
+    match FIRST_PASS.get() {
+        Some(FirstPass::Unchecked) => Ok(()),
+        Some(FirstPass::Bounds) => check_regex_bounds(pattern),
+        None if DEADLINE.get().is_some() => compile_regex(pattern).map(drop),
+        None => check_regex_syntax(pattern),
     }
 }
 
@@ -102,13 +144,14 @@ pub fn check_regex(pattern: &str) -> Result<(), RegexError> {
 /// [`with_time_budget`]: what a webhook finds this way is what the index will find (the policy
 /// webhook's warning that the policy controller does not serve a route).
 pub fn as_the_index<T>(check: impl FnOnce() -> T) -> T {
-    struct Restore(Option<(Instant, Duration)>);
+    struct Restore(Option<(Instant, Duration)>, Option<FirstPass>);
     impl Drop for Restore {
         fn drop(&mut self) {
             DEADLINE.set(self.0);
+            FIRST_PASS.set(self.1);
         }
     }
-    let _restore = Restore(DEADLINE.replace(None));
+    let _restore = Restore(DEADLINE.replace(None), FIRST_PASS.replace(None));
     check()
 }
 
@@ -127,20 +170,58 @@ pub fn as_the_index<T>(check: impl FnOnce() -> T) -> T {
 /// was updated meanwhile. What only translating finds is not found: a pattern that can match
 /// invalid UTF-8 (`(?-u:\xFF)`), which the webhooks deny. Not bounded by [`with_time_budget`].
 pub fn check_regex_syntax(pattern: &str) -> Result<(), RegexError> {
+    PatternClasses::of(pattern)?.look_up_properties(pattern)
+}
+
+/// What [`compile_regex`] refuses without compiling: [`check_regex_syntax`], and at most
+/// [`MAX_FOLDED_WIDE_CLASSES`] matched case-insensitively; in the same words. Time in
+/// proportion to the pattern's length (about 2 ms for 8 KiB in a release build); not bounded
+/// by [`with_time_budget`] (a webhook answers a review judged past its time anyway).
+pub fn check_regex_bounds(pattern: &str) -> Result<(), RegexError> {
     let classes = PatternClasses::of(pattern)?;
-    // Each property not yet known alone, without the flags around it: case folding a large
-    // class is what makes translating slow.
-    for (name, span) in classes.properties {
-        if KnownProperties::contains(&name) {
-            continue;
+    classes.within_folded_bound()?;
+    classes.look_up_properties(pattern)
+}
+
+/// `OutOfTime` once the budget of the caller's [`with_time_budget`] has passed.
+fn out_of_time() -> Result<(), RegexError> {
+    match DEADLINE.get() {
+        Some((deadline, budget)) if Instant::now() >= deadline => {
+            RAN_OUT.set(true);
+            Err(RegexError::OutOfTime(budget))
         }
-        let text = &pattern[span.start.offset..span.end.offset];
-        regex_syntax::Parser::new()
-            .parse(text)
-            .map_err(|e| invalid(&e))?;
-        KnownProperties::insert(name);
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+impl PatternClasses {
+    /// Looks up each Unicode property of `pattern` (these classes') not yet known.
+    fn look_up_properties(self, pattern: &str) -> Result<(), RegexError> {
+        // Each property not yet known alone, without the flags around it: case folding a large
+        // class is what makes translating slow.
+        for (name, span) in self.properties {
+            if KnownProperties::contains(&name) {
+                continue;
+            }
+            let text = &pattern[span.start.offset..span.end.offset];
+            regex_syntax::Parser::new()
+                .parse(text)
+                .map_err(|e| invalid(&e))?;
+            KnownProperties::insert(name);
+        }
+        Ok(())
+    }
+
+    /// Refuses a pattern of more than [`MAX_FOLDED_WIDE_CLASSES`] matched case-insensitively.
+    fn within_folded_bound(&self) -> Result<(), RegexError> {
+        if self.folded_wide > MAX_FOLDED_WIDE_CLASSES {
+            return Err(RegexError::Invalid(format!(
+                "the pattern matches {} wide character classes (Unicode properties, ranges of over {WIDE_RANGE} characters) case-insensitively, more than the {MAX_FOLDED_WIDE_CLASSES} allowed",
+                self.folded_wide
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The Unicode property names [`check_regex_syntax`] has found to exist in this process, so
@@ -180,7 +261,8 @@ impl KnownProperties {
 /// (`(?i)\p{Any}`), so that one 8 KiB pattern of them took 4.7 s, in the webhooks and in every
 /// proxy sent it, where real patterns hold a few, if any; at 16, admissible reviews of one such
 /// pattern each (0.13 s) sent 30 a second kept ordinary reviews waiting 5 s (tester finding).
-/// `\w`, `\d` and `\s` are not counted: they compile as fast either way.
+/// `\w`, `\d` and `\s` are not counted: they compile as fast either way; `[\S]`, `[\D]`
+/// and `[\W]` in brackets are.
 pub const MAX_FOLDED_WIDE_CLASSES: usize = 8;
 
 /// A class range of more characters than this is wide ([`MAX_FOLDED_WIDE_CLASSES`]): 256.
@@ -333,6 +415,9 @@ impl regex_syntax::ast::Visitor for PatternClasses {
         use regex_syntax::ast::ClassSetItem;
         match item {
             ClassSetItem::Unicode(class) => self.property(class),
+            // A negated Perl class in brackets, `[\S]`, `[\D]`, is folded as the wide class it
+            // is (6 ms each, as `\p{Any}`: tester finding); outside brackets it is not.
+            ClassSetItem::Perl(perl) if perl.negated => self.wide(),
             ClassSetItem::Range(range)
                 if u32::from(range.end.c).saturating_sub(u32::from(range.start.c))
                     >= WIDE_RANGE =>
@@ -354,19 +439,8 @@ fn invalid(error: &dyn std::fmt::Display) -> RegexError {
 /// pattern over several lines): the pattern is invalid, or it was not compiled because the
 /// time budget of the caller's [`with_time_budget`] has passed.
 pub fn compile_regex(pattern: &str) -> Result<regex::Regex, RegexError> {
-    if let Some((deadline, budget)) = DEADLINE.get()
-        && Instant::now() >= deadline
-    {
-        RAN_OUT.set(true);
-        return Err(RegexError::OutOfTime(budget));
-    }
-    let classes = PatternClasses::of(pattern)?;
-    if classes.folded_wide > MAX_FOLDED_WIDE_CLASSES {
-        return Err(RegexError::Invalid(format!(
-            "the pattern matches {} wide character classes (Unicode properties, ranges of over {WIDE_RANGE} characters) case-insensitively, more than the {MAX_FOLDED_WIDE_CLASSES} allowed",
-            classes.folded_wide
-        )));
-    }
+    out_of_time()?;
+    PatternClasses::of(pattern)?.within_folded_bound()?;
     regex::RegexBuilder::new(pattern)
         .nest_limit(NEST_LIMIT)
         .size_limit(SIZE_LIMIT)
@@ -610,7 +684,13 @@ mod tests {
             r"the pattern matches 9 wide character classes (Unicode properties, ranges of over 256 characters) case-insensitively, more than the 8 allowed"
         );
         assert!(compile_regex(&format!("(?i){}", r"\p{Any}".repeat(8))).is_ok());
-        for wide in [r"\PL", r"[\x{0}-\x{10FFFF}]", r"[a\p{Greek}]"] {
+        for wide in [
+            r"\PL",
+            r"[\x{0}-\x{10FFFF}]",
+            r"[a\p{Greek}]",
+            r"[\S]{0}",
+            r"[\D]",
+        ] {
             let reason = refused(&format!("/(?i:x/{})", wide.repeat(9)));
             assert!(reason.contains("matches 9 wide"), "{wide}: {reason}");
         }
@@ -639,8 +719,9 @@ mod tests {
         );
         assert!(!matches("^(a(?i)b)x$", "abX"), "not past the group's end");
         assert!(matches("^(?i)x(?-i:y)z$", "XyZ") && !matches("^(?i)x(?-i:y)z$", "XYZ"));
-        // Narrow classes, Perl classes, and case matched.
+        // Narrow classes, Perl classes outside brackets, and case matched.
         assert!(compile_regex(&format!("(?i){}", "[a-zA-Z0-9_-]".repeat(40))).is_ok());
+        assert!(compile_regex(&format!("(?i){}", r"\S\D\W".repeat(9))).is_ok());
         let timestamp = r"(?i)/reports/\d\d\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\d/\w+\s*";
         assert!(compile_regex(timestamp).is_ok());
         assert!(compile_regex(&r"\p{Greek}".repeat(17)).is_ok());
@@ -696,6 +777,61 @@ mod tests {
             assert_eq!(check_regex("a"), Err(RegexError::OutOfTime(Duration::ZERO)));
             assert_eq!(as_the_index(|| check_regex("a")), Ok(()));
         });
+    }
+
+    /// An object's other rules are judged before its patterns are checked, and patterns'
+    /// bounds before they are compiled (tester findings: a broken rule, or a pattern over the
+    /// case-folding bound, after patterns slow to compile was denied as out of time).
+    #[test]
+    fn rules_are_judged_before_patterns_are_compiled() {
+        let passes = |pattern: &str, broken: bool| {
+            let seen = std::cell::RefCell::new(Vec::new());
+            let verdict = rules_first(
+                || {
+                    let checked = check_regex(pattern);
+                    seen.borrow_mut().push(checked.clone());
+                    checked.map_err(|e| e.to_string())?;
+                    if broken {
+                        Err("broken".to_string())
+                    } else {
+                        Ok(())
+                    }
+                },
+                Result::is_err,
+            );
+            (seen.into_inner(), verdict)
+        };
+        let long = Duration::from_secs(60);
+        // Broken: refused in the first pass, even with no time left.
+        let (seen, verdict) = with_time_budget(Duration::ZERO, || passes("/a", true));
+        assert_eq!((seen, verdict), (vec![Ok(())], Err("broken".to_string())));
+        // Over a bound compiling checks first: refused when parsed.
+        let folded = format!("(?i){}", r"\p{Greek}".repeat(9));
+        let (seen, verdict) = with_time_budget(long, || passes(&folded, false));
+        assert_eq!(seen.len(), 2);
+        assert!(verdict.unwrap_err().contains("more than the 8 allowed"));
+        // Only compiling finds it too large.
+        let (seen, verdict) = with_time_budget(long, || passes(r"\w{1000}\w{1000}", false));
+        assert_eq!(seen[..2], [Ok(()), Ok(())]);
+        assert!(verdict.unwrap_err().contains("size limit"));
+        // With no time left, bounds are still checked, and compiling is refused.
+        let (seen, _) = with_time_budget(Duration::ZERO, || passes(&folded, false));
+        assert!(
+            matches!(seen[..], [Ok(()), Err(RegexError::Invalid(_))]),
+            "{seen:?}"
+        );
+        let (seen, _) = with_time_budget(Duration::ZERO, || passes("/a", false));
+        assert_eq!(
+            seen,
+            [Ok(()), Ok(()), Err(RegexError::OutOfTime(Duration::ZERO))]
+        );
+        // As the index, inside: parsed only; outside, as before.
+        let inside = with_time_budget(long, || {
+            rules_first(|| as_the_index(|| check_regex(&folded)), Result::is_err)
+        });
+        assert_eq!(inside, Ok(()));
+        assert!(with_time_budget(long, || check_regex(&folded)).is_err());
+        assert_eq!(check_regex(&folded), Ok(()));
     }
 
     #[test]

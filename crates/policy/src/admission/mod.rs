@@ -80,7 +80,7 @@ use linkerd_index::{
     inbound::InboundIndex,
     model::{
         ServerInfo, ServerOverlap,
-        regex::{as_the_index, ran_out_of_time, with_time_budget},
+        regex::{as_the_index, ran_out_of_time, rules_first, with_time_budget},
     },
 };
 use linkerd_runtime::tls::{BodyBudget, BodyError, Judged, Judging, ReviewWorkers};
@@ -322,13 +322,12 @@ fn skipped_by_index(kind: Kind, request: &AdmissionRequest) -> Option<String> {
     Some(converted.err()?.reason)
 }
 
-/// The verdict of `judge`, a route's rules, first with its regexes parsed only, as the index
-/// checks them ([`as_the_index`]), then compiled within the review's time budget unless that
-/// refused: a rule broken after patterns slow to compile is then denied for itself, not as a
-/// review that ran out of time, which clients may retry (tester finding).
+/// The verdict of `judge`, a route's rules, judged before its regexes are compiled
+/// ([`rules_first`]): a rule broken after patterns slow to compile, or a pattern over a bound,
+/// is then denied for itself, not as a review that ran out of time, which clients may retry
+/// (tester findings).
 fn parsed_first(judge: impl Fn() -> Result<(), String>) -> Result<(), String> {
-    as_the_index(&judge)?;
-    judge()
+    rules_first(judge, Result::is_err)
 }
 
 /// Refuses a Server that claims the same workload ports as another Server of its namespace
@@ -362,13 +361,17 @@ fn no_overlapping_server(
 }
 
 fn deny(request: &AdmissionRequest, message: String) -> AdmissionResponse {
-    tracing::info!(
-        kind = %request.kind.kind,
-        ns = %request.object_namespace(),
-        name = %request.object_name(),
-        %message,
-        "denied"
-    );
+    // A denial for lack of time may be judged again (the cheap lane); the answer sent is logged
+    // when it is final (`ReviewMetrics::answered`).
+    if !ran_out_of_time() {
+        tracing::info!(
+            kind = %request.kind.kind,
+            ns = %request.object_namespace(),
+            name = %request.object_name(),
+            %message,
+            "denied"
+        );
+    }
     linkerd_admission::deny(request, message)
 }
 
@@ -555,6 +558,12 @@ mod tests {
                 serde_json::json!({"headers": [{"type": "RegularExpression", "name": "x", "value": "("}]})
             ),
             r#"spec.rules[1].matches[0].headers[0].value: invalid regular expression "(": unclosed group"#
+        );
+        // Over the case-folding bound, found without compiling (tester finding).
+        let folded = format!("(?i){}", r"\p{Greek}".repeat(9));
+        assert!(
+            denial(serde_json::json!({"path": {"type": "RegularExpression", "value": folded}}))
+                .ends_with("case-insensitively, more than the 8 allowed")
         );
         assert!(
             denial(serde_json::json!({"method": "GET"})).starts_with(

@@ -262,6 +262,14 @@ fn rules_broken_after_slow_patterns_are_named() {
             "{SP}has a route \"last\" with an invalid pathRegex \"/a(\" (spec.routes[3].condition.pathRegex): unclosed group"
         )
     );
+    // Over the case-folding bound, found without compiling (tester finding).
+    assert!(
+        out_of_time(&format!(
+            "{{name: last, condition: {{pathRegex: '(?i){}'}}}}",
+            r"\p{Greek}".repeat(9)
+        ))
+        .ends_with("case-insensitively, more than the 8 allowed")
+    );
     // Nothing broken: cut short where compiling stopped.
     assert!(
         out_of_time("{name: last, condition: {method: GET}}")
