@@ -684,7 +684,7 @@ fn a_review_judged_out_of_time_is_marked_unjudged() {
         deny(request, "checked only up to spec.routes[3]")
     });
     // Logged once final, here (tester finding: denials not judged whole were never logged).
-    let log = logged(|| metrics.answered(&cut));
+    let (_, log) = logged::logged(|| metrics.answered(&cut));
     assert!(
         log.contains("denied a review not judged whole")
             && log.contains(&format!("uid={UID}"))
@@ -707,26 +707,6 @@ fn a_review_judged_out_of_time_is_marked_unjudged() {
     );
 }
 
-/// What `f` logs, as plain lines.
-fn logged(f: impl FnOnce()) -> String {
-    #[derive(Clone, Default)]
-    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    tracing::subscriber::with_default(subscriber, f);
-    let text = lines.0.lock().unwrap().clone();
-    String::from_utf8(text).unwrap()
-}
+/// Capturing what code logs: the index's test helper, which needs only tracing.
+#[path = "../../index/tests/support/logged.rs"]
+mod logged;

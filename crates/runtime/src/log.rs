@@ -212,8 +212,8 @@ fn error_chain(error: &anyhow::Error) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn control_characters_in_plain_lines_are_escaped() {
+    /// The plain log lines (fields as [`EscapedFields`] writes them) written while `f` runs.
+    fn plain_lines(f: impl FnOnce()) -> String {
         #[derive(Clone, Default)]
         struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
         impl std::io::Write for Lines {
@@ -233,11 +233,16 @@ mod tests {
             .with_ansi(false)
             .without_time()
             .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn control_characters_in_plain_lines_are_escaped() {
+        let text = plain_lines(|| {
             let name = "web\n2026-01-01T00:00:00Z INFO forged";
             tracing::info!(name = %name, kind = "\u{1b}[31mServer\t", "denied {}\r", "x\u{7f}");
         });
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
         // One line, with no control character left in it.
         assert_eq!(text.matches('\n').count(), 1, "{text:?}");
         assert!(!text.trim_end().chars().any(char::is_control), "{text:?}");
@@ -249,19 +254,10 @@ mod tests {
 
         // A field of 100,000 characters is cut in the middle (tester finding: a route name
         // that long made a 100 KB line); the end of the line, and the line, stay.
-        let long_lines = Lines::default();
-        let writer = long_lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .fmt_fields(EscapedFields::default())
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .without_time()
-            .finish();
         let long = "r".repeat(100_000);
-        tracing::subscriber::with_default(subscriber, || {
+        let text = plain_lines(|| {
             tracing::warn!(error = %format!("route \"{long}\": invalid"), "skipping object");
         });
-        let text = String::from_utf8(long_lines.0.lock().unwrap().clone()).unwrap();
         assert!(text.len() < MAX_LOG_FIELDS_BYTES + 100, "{}", text.len());
         assert!(
             text.ends_with("\": invalid\n"),

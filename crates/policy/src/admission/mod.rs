@@ -468,9 +468,9 @@ async fn not_found() -> StatusCode {
 mod tests {
     use super::*;
 
-    /// Whether the index would skip a Gateway API HTTPRoute that matches `path`, asked within
-    /// `budget`.
-    fn skipped_within(budget: std::time::Duration, path: serde_json::Value) -> Option<String> {
+    /// A review creating the Gateway API HTTPRoute `emojivoto/web` of `rules`, on the Service
+    /// `web-svc`, as JSON.
+    fn http_route_review(rules: serde_json::Value) -> Vec<u8> {
         let body = serde_json::json!({
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
@@ -485,13 +485,20 @@ mod tests {
                     "metadata": {"name": "web", "namespace": "emojivoto"},
                     "spec": {
                         "parentRefs": [{"name": "web-svc", "kind": "Service", "group": "core", "port": 80}],
-                        "rules": [{"matches": [{"path": path}]}],
+                        "rules": rules,
                     },
                 },
             },
         });
+        serde_json::to_vec(&body).unwrap()
+    }
+
+    /// Whether the index would skip a Gateway API HTTPRoute that matches `path`, asked within
+    /// `budget`.
+    fn skipped_within(budget: std::time::Duration, path: serde_json::Value) -> Option<String> {
+        let body = http_route_review(serde_json::json!([{"matches": [{"path": path}]}]));
         let mut skipped = None;
-        linkerd_admission::review(&serde_json::to_vec(&body).unwrap(), |request| {
+        linkerd_admission::review(&body, |request| {
             let kind = Kind::of(&request.kind).unwrap();
             skipped = with_time_budget(budget, || skipped_by_index(kind, request));
             linkerd_admission::allow(request)
@@ -523,29 +530,12 @@ mod tests {
     #[test]
     fn rules_broken_after_slow_patterns_are_named() {
         let denial = |last: serde_json::Value| {
-            let body = serde_json::json!({
-                "apiVersion": "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "request": {
-                    "uid": "u",
-                    "kind": {"group": "gateway.networking.k8s.io", "version": "v1", "kind": "HTTPRoute"},
-                    "operation": "CREATE",
-                    "object": {
-                        "apiVersion": "gateway.networking.k8s.io/v1",
-                        "kind": "HTTPRoute",
-                        "metadata": {"name": "web", "namespace": "emojivoto"},
-                        "spec": {
-                            "parentRefs": [{"name": "web-svc", "kind": "Service", "group": "core", "port": 80}],
-                            "rules": [
-                                {"matches": [{"path": {"type": "RegularExpression", "value": r"/\w{20}0"}}]},
-                                {"matches": [last]},
-                            ],
-                        },
-                    },
-                },
-            });
+            let body = http_route_review(serde_json::json!([
+                {"matches": [{"path": {"type": "RegularExpression", "value": r"/\w{20}0"}}]},
+                {"matches": [last]},
+            ]));
             let answer = with_time_budget(std::time::Duration::ZERO, || {
-                linkerd_admission::review(&serde_json::to_vec(&body).unwrap(), admit)
+                linkerd_admission::review(&body, admit)
             });
             answer.unwrap().response.unwrap().result.message
         };
