@@ -39,7 +39,7 @@
 
 use linkerd_index::model::{
     profile::{DurationError, QuantityError, parse_go_duration, quantity_decimillis},
-    regex::{QuotedPattern, RegexError, check_regex_bounds, compile_regex},
+    regex::{QuotedPattern, RegexError, check_regex_compiling, rules_first},
 };
 use linkerd_k8s_api::service_profile::{
     RequestMatch, ResponseMatch, RouteSpec, v1alpha2::ServiceProfileSpec,
@@ -238,36 +238,23 @@ fn decode(object: Option<&Value>) -> Result<(String, ServiceProfileSpec), Decode
     Ok((name, spec))
 }
 
-/// How a `pathRegex` is checked in a pass of [`check`].
-type RegexCheck = fn(&str) -> Result<(), RegexError>;
-
-/// Steps 2 to 5, in three passes, as `linkerd_index::model::regex::rules_first` orders them:
-/// every rule but `pathRegex`; then each `pathRegex`'s bounds, parsed ([`check_regex_bounds`]);
-/// then each compiled ([`compile_regex`], within the review's time budget). Time in proportion
-/// to the profile's size until the last. So a rule broken after patterns slow to compile (a
-/// route with no condition after 200 of them), or a pattern over a bound, is denied for
-/// itself, not as a review that ran out of time, which clients may retry (tester findings).
+/// Steps 2 to 5, in the three passes of [`rules_first`]: every rule but `pathRegex`; then each
+/// `pathRegex`'s bounds, parsed; then each compiled (within the review's time budget). Time in
+/// proportion to the profile's size until the last. So a rule broken after patterns slow to
+/// compile (a route with no condition after 200 of them), or a pattern over a bound, is denied
+/// for itself, not as a review that ran out of time, which clients may retry (tester findings).
 fn check(name: &str, spec: &ServiceProfileSpec) -> Result<(), Problem> {
-    check_with(name, spec, |_| Ok(()))?;
-    check_with(name, spec, check_regex_bounds)?;
-    check_with(name, spec, |regex| compile_regex(regex).map(drop))
+    rules_first(|| check_rules(name, spec), Result::is_err)
 }
 
-/// Steps 2 to 5, with `regexes` checked by `check_regex`.
-fn check_with(
-    name: &str,
-    spec: &ServiceProfileSpec,
-    check_regex: RegexCheck,
-) -> Result<(), Problem> {
+/// Steps 2 to 5, each `pathRegex` checked as the pass of [`check`] says
+/// ([`check_regex_compiling`]).
+fn check_rules(name: &str, spec: &ServiceProfileSpec) -> Result<(), Problem> {
     if let Some(message) = dns1123_subdomain(name) {
         return Err(Problem::Name(message));
     }
     for (index, route) in spec.routes.iter().flatten().enumerate() {
-        check_route(
-            index,
-            route.as_ref().ok_or(Problem::NullRoute)?,
-            check_regex,
-        )?;
+        check_route(index, route.as_ref().ok_or(Problem::NullRoute)?)?;
     }
     if let Some(budget) = &spec.retry_budget {
         if budget.retry_ratio < 0.0 {
@@ -285,7 +272,7 @@ fn check_with(
 }
 
 /// The route at `spec.routes[index]`.
-fn check_route(index: usize, route: &RouteSpec, check_regex: RegexCheck) -> Result<(), Problem> {
+fn check_route(index: usize, route: &RouteSpec) -> Result<(), Problem> {
     if route.name.is_empty() {
         return Err(Problem::RouteWithoutName);
     }
@@ -298,7 +285,7 @@ fn check_route(index: usize, route: &RouteSpec, check_regex: RegexCheck) -> Resu
         .ok_or(Problem::RouteWithoutCondition)?;
     check_request_match(condition).map_err(Problem::RouteCondition)?;
     let root = format!("spec.routes[{index}].condition");
-    if let Some((regex, field, error)) = invalid_path_regex(condition, &root, check_regex) {
+    if let Some((regex, field, error)) = invalid_path_regex(condition, &root) {
         // Quoted in the message the client reads: control characters shown escaped.
         let escaped = |text: &str| linkerd_runtime::log::escape_controls(text).into_owned();
         return Err(match error {
@@ -386,31 +373,28 @@ fn check_response_match(m: &ResponseMatch) -> Result<(), MatchError> {
     }
 }
 
-/// The first `pathRegex` (in check order) that `check_regex` refuses (the `regex` crate, as
+/// The first `pathRegex` (in check order) that [`check_regex_compiling`] refuses (the `regex` crate, as
 /// the destination and the proxy use it, cannot parse or compile it, or the time budget left it
 /// uncompiled); with its field, under `path` (the match's own), and why.
 fn invalid_path_regex<'m>(
     m: &'m RequestMatch,
     path: &str,
-    check_regex: RegexCheck,
 ) -> Option<(&'m str, String, RegexError)> {
     for (list, name) in [(&m.all, "all"), (&m.any, "any")] {
         for (i, item) in list.iter().flatten().enumerate() {
             let Some(item) = item else { continue };
-            if let Some(found) =
-                invalid_path_regex(item, &format!("{path}.{name}[{i}]"), check_regex)
-            {
+            if let Some(found) = invalid_path_regex(item, &format!("{path}.{name}[{i}]")) {
                 return Some(found);
             }
         }
     }
     if let Some(not) = m.not.as_deref()
-        && let Some(found) = invalid_path_regex(not, &format!("{path}.not"), check_regex)
+        && let Some(found) = invalid_path_regex(not, &format!("{path}.not"))
     {
         return Some(found);
     }
     let regex = m.path_regex.as_deref().filter(|p| !p.is_empty())?;
-    let problem = check_regex(regex).err()?;
+    let problem = check_regex_compiling(regex).err()?;
     Some((regex, format!("{path}.pathRegex"), problem))
 }
 

@@ -133,10 +133,28 @@ pub enum RegexError {
 /// took the policy controller's indexes 5.3 s to read, each time it was written).
 pub fn check_regex(pattern: &str) -> Result<(), RegexError> {
     match FIRST_PASS.get() {
-        Some(FirstPass::Unchecked) => Ok(()),
-        Some(FirstPass::Bounds) => check_regex_bounds(pattern),
+        Some(pass) => pass.check(pattern),
         None if DEADLINE.get().is_some() => compile_regex(pattern).map(drop),
         None => check_regex_syntax(pattern),
+    }
+}
+
+/// [`check_regex`] for a judge that compiles patterns wherever it runs, within a webhook's
+/// budget or not (the ServiceProfile validator): in the passes of [`rules_first`] before
+/// compiling, as they check; otherwise compiled ([`compile_regex`]).
+pub fn check_regex_compiling(pattern: &str) -> Result<(), RegexError> {
+    match FIRST_PASS.get() {
+        Some(pass) => pass.check(pattern),
+        None => compile_regex(pattern).map(drop),
+    }
+}
+
+impl FirstPass {
+    fn check(self, pattern: &str) -> Result<(), RegexError> {
+        match self {
+            Self::Unchecked => Ok(()),
+            Self::Bounds => check_regex_bounds(pattern),
+        }
     }
 }
 
