@@ -1,6 +1,8 @@
 //! `dst-diag explain inbound`: the decision a pod's proxy makes about a request, from the
 //! `inbound.Server` it receives, as linkerd2-proxy's inbound policy makes it:
 //!
+//! 0. The proxy converts the whole server first: one route match or authorization it cannot
+//!    convert (`invalid:` in the explanation) and it admits no client at all.
 //! 1. The proxy adds one authorization of its own to the server's: `default:localhost`, any
 //!    client from 127.0.0.1 or ::1.
 //! 2. HTTP (HTTP/1, HTTP/2, gRPC, and a `Detect` port, which this command treats as HTTP): the
@@ -383,6 +385,15 @@ pub fn explain_server(
         line("protocol", protocol_text(server.protocol.as_ref())),
         line("client", client_text(client)),
     ];
+    if let Some(problem) = invalid_server(server, kind) {
+        lines.push(line("request", request.text()));
+        lines.push(line("invalid", problem));
+        lines.push(line("decision", format!("denied: {INVALID_SERVER}")));
+        return Ok((
+            crate::output::join_lines(&lines),
+            Decision::Denied(INVALID_SERVER.into()),
+        ));
+    }
     let decision = match kind {
         proxy_protocol::Kind::Detect(d) => {
             lines.push(line("request", request.text()));
@@ -442,6 +453,97 @@ pub fn explain_server(
     });
     Ok((crate::output::join_lines(&lines), decision))
 }
+
+/// What the proxy does with a server it cannot convert (linkerd2-proxy's
+/// `ServerPolicy::invalid`, the policy it uses instead: one route with no authorization).
+const INVALID_SERVER: &str = "the proxy refuses the whole server as invalid and uses one that \
+     admits no client: every HTTP request is denied (HTTP 403, gRPC PERMISSION_DENIED) and \
+     every other connection closed";
+
+/// The first part of `server` the proxy cannot convert: a route's match
+/// ([`matching::invalid_match`]), then an authorization of the server or of a route
+/// ([`check_authz`]); the proxy refuses the whole server for one.
+fn invalid_server(server: &Server, kind: &proxy_protocol::Kind) -> Option<String> {
+    fn http(routes: &[HttpRoute]) -> Option<String> {
+        matching::invalid_match(routes, matching::check_http_match, |i| {
+            route_name(routes[i].metadata.as_ref())
+        })
+        .or_else(|| routes_authz(routes.iter().map(|r| (&r.metadata, &r.authorizations))))
+    }
+    fn routes_authz<'a>(
+        routes: impl Iterator<
+            Item = (
+                &'a Option<linkerd2_proxy_api::meta::Metadata>,
+                &'a Vec<Authz>,
+            ),
+        >,
+    ) -> Option<String> {
+        routes.into_iter().find_map(|(meta, authzs)| {
+            authzs.iter().find_map(|a| {
+                check_authz(a).err().map(|why| {
+                    format!(
+                        "route {} authorization {}: {why}",
+                        route_name(meta.as_ref()),
+                        authz_name(a)
+                    )
+                })
+            })
+        })
+    }
+    let routes = match kind {
+        proxy_protocol::Kind::Detect(d) => http(&d.http_routes),
+        proxy_protocol::Kind::Http1(h) => http(&h.routes),
+        proxy_protocol::Kind::Http2(h) => http(&h.routes),
+        proxy_protocol::Kind::Grpc(g) => {
+            matching::invalid_match(&g.routes, matching::check_grpc_match, |i| {
+                route_name(g.routes[i].metadata.as_ref())
+            })
+            .or_else(|| routes_authz(g.routes.iter().map(|r| (&r.metadata, &r.authorizations))))
+        }
+        proxy_protocol::Kind::Opaque(_) | proxy_protocol::Kind::Tls(_) => None,
+    };
+    routes.or_else(|| {
+        server.authorizations.iter().find_map(|a| {
+            check_authz(a)
+                .err()
+                .map(|why| format!("authorization {}: {why}", authz_name(a)))
+        })
+    })
+}
+
+/// Whether the proxy converts an authorization: it lists networks, each with an address (and
+/// exceptions) it can read, and has an authentication, whose mesh TLS names its clients.
+fn check_authz(authz: &Authz) -> Result<(), String> {
+    if authz.networks.is_empty() {
+        return Err(NO_NETWORKS.into());
+    }
+    for network in &authz.networks {
+        let Some(net) = network.net else {
+            return Err("a network has no address".into());
+        };
+        for net in std::iter::once(net).chain(network.except.iter().copied()) {
+            if ipnet::IpNet::try_from(net).is_err() {
+                return Err(format!(
+                    "network {} is not a valid network",
+                    network_text(network)
+                ));
+            }
+        }
+    }
+    match authz
+        .authentication
+        .as_ref()
+        .and_then(|a| a.permit.as_ref())
+    {
+        None => Err(NO_AUTHENTICATION.into()),
+        Some(Permit::MeshTls(tls)) if tls.clients.is_none() => Err(NO_MESH_TLS_CLIENTS.into()),
+        Some(_) => Ok(()),
+    }
+}
+
+const NO_NETWORKS: &str = "it lists no networks";
+const NO_AUTHENTICATION: &str = "it has no authentication";
+const NO_MESH_TLS_CLIENTS: &str = "its mesh TLS names no clients";
 
 /// The HTTP part: the route, then the authorizations.
 fn explain_http(
@@ -641,10 +743,10 @@ pub fn authz_admits(authz: &Authz, client: &Client) -> Result<String, String> {
         .as_ref()
         .and_then(|a| a.permit.as_ref())
     {
-        None => return Err("it has no authentication (an invalid policy)".into()),
+        None => return Err(NO_AUTHENTICATION.into()),
         Some(Permit::Unauthenticated(_)) => "unauthenticated clients are allowed".to_string(),
         Some(Permit::MeshTls(tls)) => match (&tls.clients, &client.tls) {
-            (None, _) => return Err("its mesh TLS names no clients (an invalid policy)".into()),
+            (None, _) => return Err(NO_MESH_TLS_CLIENTS.into()),
             (Some(_), ClientTls::Plain) => {
                 return Err(format!(
                     "no authentication: it requires {}, and the client is not mTLS",
@@ -702,7 +804,7 @@ fn is_localhost(ip: IpAddr) -> bool {
 /// spanning every address (`/0`, no exceptions) does.
 fn network_admits(authz: &Authz, client: &Client) -> Result<String, String> {
     if authz.networks.is_empty() {
-        return Err("it lists no networks (an invalid policy)".into());
+        return Err(NO_NETWORKS.into());
     }
     let all: Vec<String> = authz.networks.iter().map(network_text).collect();
     let Some(ip) = client.ip else {

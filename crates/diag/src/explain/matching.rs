@@ -488,9 +488,85 @@ fn path_length(kind: Option<&path_match::Kind>, path: &str) -> Result<usize, Str
                 Err(format!("path does not match ~{re}"))
             }
         }
-        // The proxy refuses a match without a kind, and with it the whole policy.
-        None => Err("its path match is empty (an invalid policy)".into()),
+        None => Err(EMPTY_PATH.into()),
     }
+}
+
+const EMPTY_PATH: &str = "its path match is empty";
+
+/// Why the proxy refuses one of `routes`' matches, as `route NAME rule R match M: why` (`NAME`
+/// from `name(index)`, `R` and `M` from 1), or `None` when it converts them all.
+///
+/// The proxy converts a whole policy before it uses any of it, and a policy with one match it
+/// cannot convert is replaced by one that fails everything (linkerd2-proxy's outbound and
+/// inbound policy clients: `ClientPolicy::invalid`, `ServerPolicy::invalid`): one bad match
+/// anywhere decides every request, whichever route the request would have taken.
+pub fn invalid_match<R: RouteMatches>(
+    routes: &[R],
+    check: impl Fn(&R::Match) -> Result<(), String>,
+    name: impl Fn(usize) -> String,
+) -> Option<String> {
+    routes.iter().enumerate().find_map(|(i, route)| {
+        route
+            .rules()
+            .into_iter()
+            .enumerate()
+            .find_map(|(r, matches)| {
+                matches.iter().enumerate().find_map(|(m, one)| {
+                    check(one).err().map(|why| {
+                        format!("route {} rule {} match {}: {why}", name(i), r + 1, m + 1)
+                    })
+                })
+            })
+    })
+}
+
+/// Whether the proxy converts an HTTP match: a path match has a kind, header and query
+/// parameter matches have a value, and every regex compiles ([`proxy_regex`]).
+pub fn check_http_match(m: &HttpRouteMatch) -> Result<(), String> {
+    match m.path.as_ref().map(|p| p.kind.as_ref()) {
+        Some(None) => return Err(EMPTY_PATH.into()),
+        Some(Some(path_match::Kind::Regex(re))) => {
+            proxy_regex(re)?;
+        }
+        _ => {}
+    }
+    m.headers.iter().try_for_each(check_header)?;
+    for q in &m.query_params {
+        match &q.value {
+            None => return Err(no_query_value(q)),
+            Some(query_param_match::Value::Regex(re)) => {
+                proxy_regex(re)?;
+            }
+            Some(query_param_match::Value::Exact(_)) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether the proxy converts a gRPC match: its header matches have a value and their
+/// regexes compile.
+pub fn check_grpc_match(m: &GrpcRouteMatch) -> Result<(), String> {
+    m.headers.iter().try_for_each(check_header)
+}
+
+fn check_header(h: &HeaderMatch) -> Result<(), String> {
+    match &h.value {
+        None => Err(no_header_value(h)),
+        Some(header_match::Value::Regex(re)) => proxy_regex(re).map(drop),
+        Some(header_match::Value::Exact(_)) => Ok(()),
+    }
+}
+
+fn no_header_value(h: &HeaderMatch) -> String {
+    format!(
+        "header {} has no value to match",
+        h.name.to_ascii_lowercase()
+    )
+}
+
+fn no_query_value(q: &QueryParamMatch) -> String {
+    format!("query parameter {} has no value to match", q.name)
 }
 
 /// Whether `re` matches all of `value`: the proxy takes the leftmost match and requires it to
@@ -499,15 +575,20 @@ fn path_length(kind: Option<&path_match::Kind>, path: &str) -> Result<usize, Str
 /// nesting (`compile_regex_as_the_proxy`): a policy from elsewhere must not take this tool to
 /// gigabytes either.
 fn anchored_match(re: &str, value: &str) -> Result<bool, String> {
-    let regex = compile_regex_as_the_proxy(re).map_err(|e| {
+    Ok(proxy_regex(re)?
+        .find(value)
+        .is_some_and(|m| m.start() == 0 && m.end() == value.len()))
+}
+
+/// `re` compiled as the proxy compiles it, or why it does not compile:
+/// `regex "(" is invalid: ...`, a pattern shown up to 100 characters.
+fn proxy_regex(re: &str) -> Result<regex::Regex, String> {
+    compile_regex_as_the_proxy(re).map_err(|e| {
         // A pattern refused for its length is not printed whole.
         let shown: String = re.chars().take(100).collect();
         let more = if shown.len() < re.len() { "..." } else { "" };
-        format!("regex {shown:?}{more} is invalid (an invalid policy): {e}")
-    })?;
-    Ok(regex
-        .find(value)
-        .is_some_and(|m| m.start() == 0 && m.end() == value.len()))
+        format!("regex {shown:?}{more} is invalid: {e}")
+    })
 }
 
 fn header_matches(h: &HeaderMatch, request: &Request) -> Result<(), String> {
@@ -523,7 +604,7 @@ fn header_matches(h: &HeaderMatch, request: &Request) -> Result<(), String> {
             }
             ok
         }
-        None => return Err(format!("header {name} has no value to match (invalid)")),
+        None => return Err(no_header_value(h)),
     };
     if ok {
         return Ok(());
@@ -552,7 +633,7 @@ fn query_matches(q: &QueryParamMatch, request: &Request) -> Result<(), String> {
             }
             ok
         }
-        None => return Err(format!("query parameter {} has no value (invalid)", q.name)),
+        None => return Err(no_query_value(q)),
     };
     if ok {
         Ok(())

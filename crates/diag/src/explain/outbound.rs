@@ -7,6 +7,9 @@
 //! A `Detect` target is taken as HTTP/1 (its HTTP/2 routes are the same routes). Opaque and TLS
 //! targets have no request matches; their first route carries every connection.
 //!
+//! The policy is first checked whole, as the proxy converts it: one match it cannot convert
+//! anywhere makes the proxy use a policy that fails every request instead.
+//!
 //! A rule whose filters fail everything it matches (a failure injector without a ratio or with
 //! ratio 1, as an EgressNetwork's `Deny` routes carry; a `Forbidden` opaque or TLS filter)
 //! denies: the proxy answers the request itself and sends it nowhere.
@@ -172,6 +175,13 @@ pub fn explain_policy(
     ];
     // `summary["routes"]` lists a Detect target's HTTP/1 routes, then its opaque ones.
     let routes_json = summary["routes"].as_array().cloned().unwrap_or_default();
+    if let Some(problem) = invalid_routes(kind) {
+        lines.push(line("request", request.text()));
+        lines.push(line("invalid", problem));
+        let decision = Decision::Denied(INVALID_POLICY.into());
+        lines.push(line("decision", format!("denied: {INVALID_POLICY}")));
+        return Ok((crate::output::join_lines(&lines), decision));
+    }
     let decision = match kind {
         proxy_protocol::Kind::Detect(d) => {
             let routes = d.http1.as_ref().map(|h| &h.routes[..]).unwrap_or_default();
@@ -245,6 +255,37 @@ pub fn explain_policy(
         Decision::Denied(reason) => line("decision", format!("denied: {reason}")),
     });
     Ok((crate::output::join_lines(&lines), decision))
+}
+
+/// What the proxy does with a policy it cannot convert (linkerd2-proxy's
+/// `ClientPolicy::invalid`, the policy it uses instead).
+const INVALID_POLICY: &str = "the proxy refuses the whole policy as invalid and uses one that \
+     fails every request with an internal error (\"invalid client policy configuration\")";
+
+/// The first match of the policy's HTTP or gRPC routes the proxy cannot convert
+/// ([`matching::invalid_match`]), HTTP/1 routes before HTTP/2 ones; opaque and TLS routes have
+/// no matches.
+fn invalid_routes(kind: &proxy_protocol::Kind) -> Option<String> {
+    let http = |routes: &[HttpRoute]| {
+        matching::invalid_match(routes, matching::check_http_match, |i| {
+            metadata_text(routes[i].metadata.as_ref())
+        })
+    };
+    match kind {
+        proxy_protocol::Kind::Detect(d) => d
+            .http1
+            .as_ref()
+            .and_then(|h| http(&h.routes))
+            .or_else(|| d.http2.as_ref().and_then(|h| http(&h.routes))),
+        proxy_protocol::Kind::Http1(h) => http(&h.routes),
+        proxy_protocol::Kind::Http2(h) => http(&h.routes),
+        proxy_protocol::Kind::Grpc(g) => {
+            matching::invalid_match(&g.routes, matching::check_grpc_match, |i| {
+                metadata_text(g.routes[i].metadata.as_ref())
+            })
+        }
+        proxy_protocol::Kind::Opaque(_) | proxy_protocol::Kind::Tls(_) => None,
+    }
 }
 
 fn explain_http(

@@ -479,3 +479,122 @@ fn requests_from_flags() {
         "invalid --header \"x-env\": expected NAME:VALUE"
     );
 }
+
+/// The proxy refuses a whole server it cannot convert and admits no client
+/// (`ServerPolicy::invalid`): a route with a bad match, or an authorization without networks,
+/// with a network it cannot read, or without authentication, denies a client an otherwise
+/// valid authorization admits (before, the bad authorization was only "not admitting").
+#[test]
+fn a_server_the_proxy_cannot_convert_admits_no_client() {
+    use linkerd2_proxy_api::http_route::{HttpRouteMatch, PathMatch, path_match};
+    let all = authz(
+        "all",
+        vec![net("0.0.0.0/0", &[])],
+        Permit::Unauthenticated(PermitUnauthenticated {}),
+    );
+    let route = |matches: Vec<HttpRouteMatch>, authzs: Vec<Authz>| HttpRoute {
+        metadata: Some(Metadata {
+            kind: Some(metadata::Kind::Default("api".into())),
+        }),
+        hosts: vec![],
+        rules: vec![http_route::Rule {
+            matches,
+            filters: vec![],
+        }],
+        authorizations: authzs,
+    };
+    let regex = |re: &str| HttpRouteMatch {
+        path: Some(PathMatch {
+            kind: Some(path_match::Kind::Regex(re.into())),
+        }),
+        ..Default::default()
+    };
+    let plain = client(Some("10.0.0.1"), ClientTls::Plain);
+    let valid = http1_server(vec![route(vec![regex("/.*")], vec![])], vec![all.clone()]);
+    assert_eq!(
+        explain_server(&valid, &plain, &get("/x")).unwrap().1,
+        Decision::Allowed("allowed by authorizationpolicy:all on route default:api".into())
+    );
+
+    let no_networks = authz(
+        "none",
+        vec![],
+        Permit::Unauthenticated(PermitUnauthenticated {}),
+    );
+    let no_address = authz(
+        "holey",
+        vec![Network {
+            net: None,
+            except: vec![],
+        }],
+        Permit::Unauthenticated(PermitUnauthenticated {}),
+    );
+    let bad_prefix = authz(
+        "wide",
+        vec![Network {
+            net: Some(IpNetwork {
+                ip: Some("10.0.0.0".parse::<IpAddr>().unwrap().into()),
+                prefix_len: 33,
+            }),
+            except: vec![],
+        }],
+        Permit::Unauthenticated(PermitUnauthenticated {}),
+    );
+    let no_authn = Authz {
+        authentication: None,
+        ..authz("anon", vec![net("0.0.0.0/0", &[])], tls_only())
+    };
+    let no_clients = authz(
+        "tls",
+        vec![net("0.0.0.0/0", &[])],
+        Permit::MeshTls(PermitMeshTls { clients: None }),
+    );
+    let cases = [
+        (
+            http1_server(vec![route(vec![regex("(")], vec![])], vec![all.clone()]),
+            "route default:api rule 1 match 1: regex \"(\" is invalid: ",
+        ),
+        (
+            http1_server(
+                vec![route(vec![regex("/.*")], vec![no_networks])],
+                vec![all.clone()],
+            ),
+            "route default:api authorization authorizationpolicy:none: it lists no networks",
+        ),
+        (
+            http1_server(vec![route(vec![], vec![])], vec![all.clone(), no_address]),
+            "authorization authorizationpolicy:holey: a network has no address",
+        ),
+        (
+            http1_server(vec![], vec![all.clone(), bad_prefix]),
+            "authorization authorizationpolicy:wide: network 10.0.0.0/33 is not a valid network",
+        ),
+        (
+            http1_server(vec![], vec![all.clone(), no_authn]),
+            "authorization authorizationpolicy:anon: it has no authentication",
+        ),
+        (
+            http1_server(vec![], vec![all.clone(), no_clients]),
+            "authorization authorizationpolicy:tls: its mesh TLS names no clients",
+        ),
+    ];
+    for (server, why) in cases {
+        let (text, decision) = explain_server(&server, &plain, &get("/x")).unwrap();
+        assert_eq!(decision, Decision::Denied(INVALID_SERVER.into()), "{why}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[4].starts_with(&format!("invalid:    {why}")),
+            "{text}"
+        );
+        assert_eq!(lines[5], format!("decision:   denied: {INVALID_SERVER}"));
+        assert_eq!(lines.len(), 6, "{text}");
+    }
+
+    // An opaque port has no routes; its authorizations are converted all the same.
+    let mut opaque = http1_server(vec![], vec![all, authz("none", vec![], tls_only())]);
+    opaque.protocol = Some(ProxyProtocol {
+        kind: Some(proxy_protocol::Kind::Opaque(proxy_protocol::Opaque {})),
+    });
+    let (text, decision) = explain_server(&opaque, &plain, &get("/")).unwrap();
+    assert_eq!(decision, Decision::Denied(INVALID_SERVER.into()), "{text}");
+}

@@ -109,7 +109,7 @@ fn regexes_are_compiled_within_bounds() {
     assert_eq!(
         why,
         format!(
-            "regex {start:?}... is invalid (an invalid policy): the pattern is 1440000 bytes long, more than the 8192 allowed"
+            "regex {start:?}... is invalid: the pattern is 1440000 bytes long, more than the 8192 allowed"
         )
     );
 }

@@ -393,3 +393,170 @@ fn a_rule_that_fails_every_request_denies_it() {
         )
     );
 }
+
+/// The proxy converts the whole policy before routing anything, and replaces a policy with one
+/// match it cannot convert by one that fails every request (`ClientPolicy::invalid`): a
+/// request that a valid route would take is denied too, and the bad match is named (before,
+/// the bad route was only reported as not matching and the request routed by another).
+#[test]
+fn a_match_the_proxy_cannot_convert_fails_the_whole_policy() {
+    use linkerd2_proxy_api::http_route::{HeaderMatch, QueryParamMatch, header_match};
+    let prefix = |p: &str| PathMatch {
+        kind: Some(path_match::Kind::Prefix(p.into())),
+    };
+    let policy = |bad: HttpRouteMatch| {
+        let mut policy = http1_policy(
+            "web",
+            http_route::Rule {
+                matches: vec![HttpRouteMatch {
+                    path: Some(prefix("/")),
+                    ..Default::default()
+                }],
+                backends: Some(forwarding(&[1])),
+                ..Default::default()
+            },
+        );
+        let Some(proxy_protocol::Kind::Http1(h)) =
+            policy.protocol.as_mut().and_then(|p| p.kind.as_mut())
+        else {
+            unreachable!("http1_policy builds an HTTP/1 policy")
+        };
+        h.routes.push(HttpRoute {
+            metadata: Some(Metadata {
+                kind: Some(metadata::Kind::Default("broken".into())),
+            }),
+            hosts: vec![],
+            rules: vec![http_route::Rule {
+                matches: vec![
+                    HttpRouteMatch {
+                        path: Some(prefix("/ok")),
+                        ..Default::default()
+                    },
+                    bad,
+                ],
+                backends: Some(forwarding(&[1])),
+                ..Default::default()
+            }],
+        });
+        policy
+    };
+    let request = Request {
+        method: "GET".into(),
+        path: "/home".into(),
+        ..Default::default()
+    };
+    let valid = policy(HttpRouteMatch {
+        path: Some(prefix("/api")),
+        ..Default::default()
+    });
+    assert_eq!(
+        explain_policy(&valid, &request).unwrap().1,
+        Decision::Allowed("routed by route default:web rule 1".into())
+    );
+    let header = |value| HttpRouteMatch {
+        headers: vec![HeaderMatch {
+            name: "X-Env".into(),
+            value,
+        }],
+        ..Default::default()
+    };
+    let cases = [
+        (
+            HttpRouteMatch {
+                path: Some(PathMatch {
+                    kind: Some(path_match::Kind::Regex("/a(".into())),
+                }),
+                ..Default::default()
+            },
+            "regex \"/a(\" is invalid: unclosed group",
+        ),
+        (
+            HttpRouteMatch {
+                path: Some(PathMatch { kind: None }),
+                ..Default::default()
+            },
+            "its path match is empty",
+        ),
+        (header(None), "header x-env has no value to match"),
+        (
+            header(Some(header_match::Value::Regex(r"\w{1000}\w{1000}".into()))),
+            "regex \"\\\\w{1000}\\\\w{1000}\" is invalid: ",
+        ),
+        (
+            HttpRouteMatch {
+                query_params: vec![QueryParamMatch {
+                    name: "v".into(),
+                    value: None,
+                }],
+                ..Default::default()
+            },
+            "query parameter v has no value to match",
+        ),
+    ];
+    for (bad, why) in cases {
+        let (text, decision) = explain_policy(&policy(bad), &request).unwrap();
+        assert_eq!(decision, Decision::Denied(INVALID_POLICY.into()), "{why}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[2], "request:    GET /home", "{text}");
+        assert!(
+            lines[3].starts_with(&format!(
+                "invalid:    route default:broken rule 1 match 2: {why}"
+            )),
+            "{text}"
+        );
+        assert_eq!(
+            lines[4],
+            format!("decision:   denied: {INVALID_POLICY}"),
+            "{text}"
+        );
+        assert_eq!(lines.len(), 5, "{text}");
+    }
+}
+
+/// A `Detect` target's HTTP/2 routes are converted too: a bad match there alone fails the
+/// policy, though the explanation routes as HTTP/1.
+#[test]
+fn a_detect_policy_is_invalid_for_a_bad_http2_route() {
+    let mut policy = http1_policy(
+        "web",
+        http_route::Rule {
+            backends: Some(forwarding(&[1])),
+            ..Default::default()
+        },
+    );
+    let Some(proxy_protocol::Kind::Http1(h)) = policy.protocol.take().and_then(|p| p.kind) else {
+        unreachable!("http1_policy builds an HTTP/1 policy")
+    };
+    let mut http2 = h.routes.clone();
+    http2[0].rules[0].matches = vec![HttpRouteMatch {
+        path: Some(PathMatch {
+            kind: Some(path_match::Kind::Regex("[".into())),
+        }),
+        ..Default::default()
+    }];
+    policy.protocol = Some(ProxyProtocol {
+        kind: Some(proxy_protocol::Kind::Detect(proxy_protocol::Detect {
+            timeout: Some(duration(10_000)),
+            opaque: None,
+            http1: Some(proxy_protocol::Http1 {
+                routes: h.routes,
+                failure_accrual: None,
+            }),
+            http2: Some(proxy_protocol::Http2 {
+                routes: http2,
+                failure_accrual: None,
+            }),
+        })),
+    });
+    let request = Request {
+        method: "GET".into(),
+        path: "/".into(),
+        ..Default::default()
+    };
+    let (text, decision) = explain_policy(&policy, &request).unwrap();
+    assert_eq!(decision, Decision::Denied(INVALID_POLICY.into()));
+    assert!(
+        text.contains("invalid:    route default:web rule 1 match 1: regex \"[\" is invalid"),
+        "{text}"
+    );
+}
