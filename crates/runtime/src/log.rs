@@ -92,7 +92,11 @@ impl LogArgs {
                 )
                 .try_init()?,
             LogFormat::Json => registry
-                .with(fmt::layer().json().with_writer(std::io::stderr))
+                .with(
+                    fmt::layer()
+                        .json()
+                        .with_writer(|| CutJsonLines(std::io::stderr())),
+                )
                 .try_init()?,
         }
         Ok(())
@@ -123,6 +127,73 @@ impl<'writer> FormatFields<'writer> for EscapedFields {
         self.0.format_fields(Writer::new(&mut text), fields)?;
         let text = escape_controls_owned(text);
         writer.write_str(&cut_middle(text, MAX_LOG_FIELDS_BYTES))
+    }
+}
+
+/// A writer of JSON log lines that cuts a line over [`MAX_LOG_FIELDS_BYTES`]: its longest
+/// string values are cut in the middle ([`cut_middle`]), each to the same length, until their
+/// sum is within the bound, so the line stays one JSON object that collectors can parse (a
+/// line split by a collector is not). tracing's JSON format writes each line with one
+/// `write_all`, which this writer receives whole; a buffer that is not one JSON value is
+/// written as it is.
+#[derive(Debug)]
+pub struct CutJsonLines<W>(pub W);
+
+impl<W: std::io::Write> std::io::Write for CutJsonLines<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match cut_json_line(buf) {
+            Some(line) => self.0.write_all(line.as_bytes())?,
+            None => self.0.write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// `buf`, one JSON line, with its strings cut as [`CutJsonLines`] says; `None` when it is
+/// short enough already or not JSON.
+fn cut_json_line(buf: &[u8]) -> Option<String> {
+    if buf.len() <= MAX_LOG_FIELDS_BYTES {
+        return None;
+    }
+    let mut value: serde_json::Value = serde_json::from_slice(buf).ok()?;
+    let mut lengths = Vec::new();
+    visit_strings(&mut value, &mut |s| lengths.push(s.len()));
+    let cap = equal_cut(lengths, MAX_LOG_FIELDS_BYTES);
+    visit_strings(&mut value, &mut |s| {
+        if s.len() > cap {
+            *s = cut_middle(std::mem::take(s), cap);
+        }
+    });
+    let mut line = serde_json::to_string(&value).ok()?;
+    line.push('\n');
+    Some(line)
+}
+
+/// The length to cut every longer string to so that `lengths` sum to at most `total`, never
+/// below 64 bytes (a line of thousands of short fields stays whole rather than unreadable).
+fn equal_cut(mut lengths: Vec<usize>, total: usize) -> usize {
+    lengths.sort_unstable();
+    let mut left = total;
+    for (i, len) in lengths.iter().enumerate() {
+        let rest = lengths.len() - i;
+        if len * rest > left {
+            return (left / rest).max(64);
+        }
+        left -= len;
+    }
+    usize::MAX
+}
+
+fn visit_strings(value: &mut serde_json::Value, f: &mut impl FnMut(&mut String)) {
+    match value {
+        serde_json::Value::String(s) => f(s),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| visit_strings(v, f)),
+        serde_json::Value::Object(map) => map.values_mut().for_each(|v| visit_strings(v, f)),
+        _ => {}
     }
 }
 
@@ -265,6 +336,62 @@ mod tests {
             &text[text.len() - 40..]
         );
         assert!(text.contains(" bytes left out) …"), "{text}");
+    }
+
+    /// A JSON line with a field of 100,000 characters (a route name) is cut to about 8 KiB
+    /// and stays one JSON object with every field; short lines are written as they are
+    /// (tester finding: only plain lines were cut).
+    #[test]
+    fn long_json_lines_are_cut_and_stay_json() {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || CutJsonLines(writer.clone()))
+            .without_time()
+            .finish();
+        let long = "r".repeat(100_000);
+        let middle = "m".repeat(3_000);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(kind = "HTTPRoute", name = %middle, error = %format!("route \"{long}\": invalid"), "skipping object");
+            tracing::info!(name = "web", "short");
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines[0].len() < MAX_LOG_FIELDS_BYTES + 300,
+            "{}",
+            lines[0].len()
+        );
+        let cut: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        let fields = &cut["fields"];
+        assert_eq!(fields["kind"], "HTTPRoute");
+        assert_eq!(fields["message"], "skipping object");
+        let error = fields["error"].as_str().unwrap();
+        assert!(error.starts_with("route \"rrr"), "{error}");
+        assert!(error.ends_with("\": invalid"), "{error}");
+        assert!(error.contains(" bytes left out) …"), "{error}");
+        // Only strings past the common length are cut: the 3,000-byte name fits.
+        assert_eq!(fields["name"].as_str(), Some(middle.as_str()));
+        assert!((4_900..5_300).contains(&error.len()), "{}", error.len());
+        let short: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(short["fields"]["name"], "web");
+
+        assert_eq!(equal_cut(vec![10, 20, 30], 100), usize::MAX);
+        assert_eq!(equal_cut(vec![10, 1000, 5000], 1010), 500);
+        assert_eq!(equal_cut(vec![1000; 1000], 1000), 64);
     }
 
     #[test]
