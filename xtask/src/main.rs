@@ -140,9 +140,37 @@ fn main() -> anyhow::Result<()> {
 
 /// The workspace root: the parent of this crate's manifest directory.
 fn workspace_root() -> anyhow::Result<PathBuf> {
-    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    root_of(std::env::var_os("CARGO_MANIFEST_DIR"))
+}
+
+/// The workspace above xtask's manifest directory: the one `cargo run` names at run time
+/// (`running`), else the one xtask was compiled in. With a target directory shared by two
+/// checkouts (a global `CARGO_TARGET_DIR`), the binary cargo runs may have been compiled in the
+/// other one, whose path may no longer exist.
+fn root_of(running: Option<std::ffi::OsString>) -> anyhow::Result<PathBuf> {
+    let manifest_dir = running
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     let root = manifest_dir
         .parent()
         .with_context(|| format!("{} has no parent directory", manifest_dir.display()))?;
     Ok(root.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The checkout `cargo run` names wins over the one xtask was compiled in (finding: with a
+    /// shared target directory, `cargo xtask bench-inbound` ran in a checkout that had been
+    /// removed, and failed with "cannot run cargo: No such file or directory").
+    #[test]
+    fn the_running_checkout_is_the_root() {
+        assert_eq!(
+            root_of(Some("/src/other-clone/xtask".into())).unwrap(),
+            PathBuf::from("/src/other-clone")
+        );
+        let compiled = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        assert_eq!(root_of(None).unwrap(), compiled.parent().unwrap());
+    }
 }
