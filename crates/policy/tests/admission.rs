@@ -934,6 +934,22 @@ async fn admit_policy_http_route() {
                 ),
                 "redirect path modifier needs replaceFullPath or replacePrefixMatch",
             ),
+            // The proxy refuses the whole policy for either (tester finding: both were
+            // admitted and served, and no CRD pattern stops them in a cluster).
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - filters:\n    - type: RequestRedirect\n      requestRedirect: {{hostname: 'new host/x', port: 8443}}\n"),
+                ),
+                "redirect hostname \"new host/x\" is not a hostname: dot-separated labels of lowercase letters, digits and '-', at most 253 characters",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - matches: [{{path: {{type: PathPrefix, value: /debug}}, queryParams: [{{name: '', value: '1'}}]}}]\n"),
+                ),
+                "invalid query parameter name \"\": 1 to 256 letters, digits or !#$%&'*+-.^_`|~",
+            ),
             (
                 &route(
                     "",

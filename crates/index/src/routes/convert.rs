@@ -54,6 +54,17 @@ pub enum RouteError {
     RegexOutOfTime { field: String, budget: Duration },
     #[error("invalid header name {0:?}")]
     InvalidHeaderName(String),
+    /// Gateway API's `HTTPHeaderName` for a query parameter's name: 1 to 256 of the HTTP
+    /// token characters (the proxy refuses an empty one, and with it the whole policy).
+    #[error("invalid query parameter name {0:?}: 1 to 256 letters, digits or !#$%&'*+-.^_`|~")]
+    InvalidQueryParamName(String),
+    /// Gateway API's `PreciseHostname`: the proxy refuses a redirect whose host (and port) is
+    /// no URI authority, and with it the whole policy.
+    #[error(
+        "redirect hostname {0:?} is not a hostname: dot-separated labels of lowercase \
+         letters, digits and '-', at most 253 characters"
+    )]
+    InvalidRedirectHostname(String),
     #[error("invalid value for header {0:?}")]
     InvalidHeaderValue(String),
     #[error("unsupported GRPCRoute method match type")]
@@ -138,6 +149,16 @@ fn header_name(name: &str) -> Result<String, RouteError> {
         .map_err(|_| RouteError::InvalidHeaderName(name.to_string()))
 }
 
+/// A query parameter's name, as Gateway API's `HTTPHeaderName` pattern allows it.
+fn query_param_name(name: &str) -> Result<String, RouteError> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if (1..=256).contains(&name.len()) && name.bytes().all(token) {
+        Ok(name.to_string())
+    } else {
+        Err(RouteError::InvalidQueryParamName(name.to_string()))
+    }
+}
+
 fn header_pair(name: &str, value: &str) -> Result<(String, String), RouteError> {
     let name = header_name(name)?;
     ::http::HeaderValue::from_str(value)
@@ -197,12 +218,12 @@ pub fn http_match(m: &http_api::HttpRouteRulesMatches) -> Result<HttpRouteMatch,
         .map(|(i, q)| {
             Ok(if q.r#type == Some(Q::RegularExpression) {
                 QueryParamMatch::Regex {
-                    name: q.name.clone(),
+                    name: query_param_name(&q.name)?,
                     regex: regex(&q.value, || format!("queryParams[{i}].value"))?,
                 }
             } else {
                 QueryParamMatch::Exact {
-                    name: q.name.clone(),
+                    name: query_param_name(&q.name)?,
                     value: q.value.clone(),
                 }
             })
@@ -268,7 +289,9 @@ pub fn header_modifier<'a>(
     })
 }
 
-/// A request redirect: a port outside 1..=65535 is dropped; a path modifier needs its value.
+/// A request redirect: a port outside 1..=65535 is dropped; a path modifier needs its value;
+/// a hostname must be a DNS-1123 subdomain (Gateway API's `PreciseHostname`, which the CRD's
+/// pattern enforces in upstream's schema and not in ours).
 pub fn redirect(
     r: &http_api::HttpRouteRulesFiltersRequestRedirect,
 ) -> Result<RequestRedirect, RouteError> {
@@ -300,7 +323,12 @@ pub fn redirect(
             S::Http => "http".to_string(),
             S::Https => "https".to_string(),
         }),
-        hostname: r.hostname.clone(),
+        hostname: match &r.hostname {
+            Some(host) if !linkerd_k8s_api::names::is_dns1123_subdomain(host) => {
+                return Err(RouteError::InvalidRedirectHostname(host.clone()));
+            }
+            host => host.clone(),
+        },
         path,
         port: r
             .port
