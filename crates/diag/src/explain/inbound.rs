@@ -468,7 +468,23 @@ fn invalid_server(server: &Server, kind: &proxy_protocol::Kind) -> Option<String
         matching::invalid_match(routes, matching::check_http_match, |i| {
             route_name(routes[i].metadata.as_ref())
         })
+        .or_else(|| invalid_redirect(routes))
         .or_else(|| routes_authz(routes.iter().map(|r| (&r.metadata, &r.authorizations))))
+    }
+    fn invalid_redirect(routes: &[HttpRoute]) -> Option<String> {
+        routes.iter().find_map(|route| {
+            route.rules.iter().enumerate().find_map(|(r, rule)| {
+                rule.filters.iter().find_map(|f| match &f.kind {
+                    Some(http_route::filter::Kind::Redirect(redirect)) => {
+                        matching::check_redirect(redirect).err().map(|why| {
+                            let name = route_name(route.metadata.as_ref());
+                            format!("route {name} rule {}: {why}", r + 1)
+                        })
+                    }
+                    _ => None,
+                })
+            })
+        })
     }
     fn routes_authz<'a>(
         routes: impl Iterator<

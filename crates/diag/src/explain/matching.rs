@@ -21,8 +21,8 @@ use linkerd_index::model::regex::compile_regex_as_the_proxy;
 use linkerd2_proxy_api::{
     grpc_route::GrpcRouteMatch,
     http_route::{
-        HeaderMatch, HostMatch, HttpRouteMatch, QueryParamMatch, header_match, host_match,
-        path_match, query_param_match,
+        HeaderMatch, HostMatch, HttpRouteMatch, QueryParamMatch, RequestRedirect, header_match,
+        host_match, path_match, query_param_match,
     },
     http_types::{HttpMethod, http_method},
 };
@@ -100,6 +100,8 @@ pub enum RouteOutcome<S> {
         rule: usize,
         /// The match of that rule that matched, as [`crate::output::http_match_text`] prints it.
         matched: String,
+        /// Its index in the rule, or `None` for a rule without matches.
+        match_index: Option<usize>,
     },
     /// The route does not match; why, in one line.
     Misses(String),
@@ -225,28 +227,30 @@ where
             Err(why) => return RouteOutcome::Misses(why),
         }
     };
-    let mut best: Option<(usize, S, String)> = None;
+    let mut best: Option<(usize, S, String, Option<usize>)> = None;
     let mut misses = Vec::new();
     for (i, matches) in route.rules().into_iter().enumerate() {
         let found = if matches.is_empty() {
-            Ok((default_score, "*".to_string()))
+            Ok((default_score, "*".to_string(), None))
         } else {
             best_match(matches, request, score, match_text)
+                .map(|(s, text, index)| (s, text, Some(index)))
         };
         match found {
-            Ok((s, text)) => {
-                if best.as_ref().is_none_or(|(_, b, _)| s > *b) {
-                    best = Some((i, s, text));
+            Ok((s, text, index)) => {
+                if best.as_ref().is_none_or(|(_, b, _, _)| s > *b) {
+                    best = Some((i, s, text, index));
                 }
             }
             Err(why) => misses.push(format!("rule {}: {why}", i + 1)),
         }
     }
     match best {
-        Some((rule, s, matched)) => RouteOutcome::Matches {
+        Some((rule, s, matched, match_index)) => RouteOutcome::Matches {
             score: RouteScore { host, rule: s },
             rule,
             matched,
+            match_index,
         },
         None if misses.is_empty() => RouteOutcome::Misses("it has no rules".into()),
         None => RouteOutcome::Misses(misses.join("; ")),
@@ -257,6 +261,15 @@ where
 pub fn selected_rule<S>(choice: &RouteChoice<S>, selected: usize) -> Option<usize> {
     match choice.outcomes.get(selected) {
         Some(RouteOutcome::Matches { rule, .. }) => Some(*rule),
+        _ => None,
+    }
+}
+
+/// The index, within its rule, of the match that decided the selected route; `None` for a
+/// rule without matches.
+pub fn selected_match<S>(choice: &RouteChoice<S>, selected: usize) -> Option<usize> {
+    match choice.outcomes.get(selected) {
+        Some(RouteOutcome::Matches { match_index, .. }) => *match_index,
         _ => None,
     }
 }
@@ -284,6 +297,7 @@ pub fn route_lines<S: Ord + Copy>(
                     score,
                     rule,
                     matched,
+                    ..
                 } => {
                     let how = if Some(*score) == best {
                         "matches as well, but an earlier route wins"
@@ -299,27 +313,28 @@ pub fn route_lines<S: Ord + Copy>(
         .collect()
 }
 
-/// The best of a rule's matches (the first on a tie), with its text, or why none matched.
+/// The best of a rule's matches (the first on a tie), with its text and index, or why none
+/// matched.
 fn best_match<M, S: Ord + Copy>(
     matches: &[M],
     request: &Request,
     score: &impl Fn(&M, &Request) -> Result<S, String>,
     match_text: &impl Fn(&M) -> String,
-) -> Result<(S, String), String> {
-    let mut best: Option<(S, &M)> = None;
+) -> Result<(S, String, usize), String> {
+    let mut best: Option<(S, usize)> = None;
     let mut misses = Vec::new();
-    for m in matches {
+    for (i, m) in matches.iter().enumerate() {
         match score(m, request) {
             Ok(s) => {
                 if best.is_none_or(|(b, _)| s > b) {
-                    best = Some((s, m));
+                    best = Some((s, i));
                 }
             }
             Err(why) => misses.push(why),
         }
     }
     match best {
-        Some((s, m)) => Ok((s, match_text(m))),
+        Some((s, i)) => Ok((s, match_text(&matches[i]), i)),
         // Two matches missing for the same reason (`method is not GET` for both `GET /a` and
         // `GET /b`) are told apart by their position.
         None if misses
@@ -533,6 +548,9 @@ pub fn check_http_match(m: &HttpRouteMatch) -> Result<(), String> {
     }
     m.headers.iter().try_for_each(check_header)?;
     for q in &m.query_params {
+        if q.name.is_empty() {
+            return Err("a query parameter match has no name".into());
+        }
         match &q.value {
             None => return Err(no_query_value(q)),
             Some(query_param_match::Value::Regex(re)) => {
@@ -551,11 +569,33 @@ pub fn check_grpc_match(m: &GrpcRouteMatch) -> Result<(), String> {
 }
 
 fn check_header(h: &HeaderMatch) -> Result<(), String> {
+    if http::HeaderName::from_bytes(h.name.as_bytes()).is_err() {
+        return Err(format!("header name {:?} is invalid", h.name));
+    }
     match &h.value {
         None => Err(no_header_value(h)),
         Some(header_match::Value::Regex(re)) => proxy_regex(re).map(drop),
         Some(header_match::Value::Exact(_)) => Ok(()),
     }
+}
+
+/// Whether the proxy converts a redirect: its host, with its port when it names one, must be
+/// a URI authority (`new.example.com:8443`), and the port at most 65535 (linkerd2-proxy's
+/// `RedirectRequest` conversion).
+pub fn check_redirect(r: &RequestRedirect) -> Result<(), String> {
+    if r.port > u32::from(u16::MAX) {
+        return Err(format!("its redirect's port {} is not a port", r.port));
+    }
+    if r.host.is_empty() {
+        return Ok(());
+    }
+    let authority = match r.port {
+        0 => r.host.clone(),
+        port => format!("{}:{port}", r.host),
+    };
+    http::uri::Authority::try_from(authority.as_str())
+        .map(drop)
+        .map_err(|e| format!("its redirect's authority {authority:?} is invalid: {e}"))
 }
 
 fn no_header_value(h: &HeaderMatch) -> String {
@@ -582,13 +622,27 @@ fn anchored_match(re: &str, value: &str) -> Result<bool, String> {
 
 /// `re` compiled as the proxy compiles it, or why it does not compile:
 /// `regex "(" is invalid: ...`, a pattern shown up to 100 characters.
+///
+/// Each pattern is compiled once per thread and remembered: the whole-policy check and the
+/// matching ask for the same patterns, and a large one takes long to compile (tester finding:
+/// 40 matches of `/xN\w{150}` took 40 s in a debug build, compiled twice). `dst-diag` explains
+/// one policy per run, so what is remembered is one policy's patterns.
 fn proxy_regex(re: &str) -> Result<regex::Regex, String> {
-    compile_regex_as_the_proxy(re).map_err(|e| {
+    thread_local! {
+        static COMPILED: std::cell::RefCell<std::collections::HashMap<String, Result<regex::Regex, String>>> =
+            Default::default();
+    }
+    if let Some(known) = COMPILED.with_borrow(|c| c.get(re).cloned()) {
+        return known;
+    }
+    let compiled = compile_regex_as_the_proxy(re).map_err(|e| {
         // A pattern refused for its length is not printed whole.
         let shown: String = re.chars().take(100).collect();
         let more = if shown.len() < re.len() { "..." } else { "" };
         format!("regex {shown:?}{more} is invalid: {e}")
-    })
+    });
+    COMPILED.with_borrow_mut(|c| c.insert(re.to_string(), compiled.clone()));
+    compiled
 }
 
 fn header_matches(h: &HeaderMatch, request: &Request) -> Result<(), String> {
@@ -597,9 +651,11 @@ fn header_matches(h: &HeaderMatch, request: &Request) -> Result<(), String> {
         Some(header_match::Value::Exact(value)) => request
             .header_values(&name)
             .any(|v| v.as_bytes() == value.as_slice()),
+        // The proxy tests a regex against a value only as text, which a value with bytes
+        // outside visible ASCII (and tab) is not to it (`HeaderValue::to_str`).
         Some(header_match::Value::Regex(re)) => {
             let mut ok = false;
-            for v in request.header_values(&name) {
+            for v in request.header_values(&name).filter(|v| is_header_text(v)) {
                 ok |= anchored_match(re, v)?;
             }
             ok
@@ -616,9 +672,24 @@ fn header_matches(h: &HeaderMatch, request: &Request) -> Result<(), String> {
         Some(header_match::Value::Exact(value)) => {
             format!("header {name} is not {}", String::from_utf8_lossy(value))
         }
+        Some(header_match::Value::Regex(re))
+            if !request.header_values(&name).any(is_header_text) =>
+        {
+            format!(
+                "header {name} is not visible ASCII, which the proxy does not match against \
+                 ~{re}"
+            )
+        }
         Some(header_match::Value::Regex(re)) => format!("header {name} does not match ~{re}"),
         None => unreachable!("handled above"),
     })
+}
+
+/// Whether the proxy reads a header value as text: visible ASCII and tabs only.
+fn is_header_text(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
 }
 
 fn query_matches(q: &QueryParamMatch, request: &Request) -> Result<(), String> {

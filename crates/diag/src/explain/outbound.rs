@@ -15,7 +15,7 @@
 //! denies: the proxy answers the request itself and sends it nowhere.
 
 use linkerd2_proxy_api::{
-    http_route::Ratio,
+    http_route::{Ratio, path_match},
     outbound::{
         GrpcRoute, HttpRoute, OutboundPolicy, TrafficSpec, grpc_route, http_route, opaque_route,
         proxy_protocol, tls_route, traffic_spec::Target,
@@ -270,6 +270,7 @@ fn invalid_routes(kind: &proxy_protocol::Kind) -> Option<String> {
         matching::invalid_match(routes, matching::check_http_match, |i| {
             metadata_text(routes[i].metadata.as_ref())
         })
+        .or_else(|| invalid_redirect(routes))
     };
     match kind {
         proxy_protocol::Kind::Detect(d) => d
@@ -286,6 +287,23 @@ fn invalid_routes(kind: &proxy_protocol::Kind) -> Option<String> {
         }
         proxy_protocol::Kind::Opaque(_) | proxy_protocol::Kind::Tls(_) => None,
     }
+}
+
+/// The first redirect of `routes` the proxy cannot convert ([`matching::check_redirect`]).
+fn invalid_redirect(routes: &[HttpRoute]) -> Option<String> {
+    routes.iter().find_map(|route| {
+        route.rules.iter().enumerate().find_map(|(r, rule)| {
+            rule.filters.iter().find_map(|f| match &f.kind {
+                Some(http_route::filter::Kind::Redirect(redirect)) => {
+                    matching::check_redirect(redirect).err().map(|why| {
+                        let name = metadata_text(route.metadata.as_ref());
+                        format!("route {name} rule {}: {why}", r + 1)
+                    })
+                }
+                _ => None,
+            })
+        })
+    })
 }
 
 fn explain_http(
@@ -314,6 +332,25 @@ fn explain_http(
         Some(http_route::filter::Kind::Redirect(r)) => Some(r),
         _ => None,
     }) {
+        // The proxy replaces a matched prefix only; after an exact or regex path match it
+        // fails the request (linkerd2-proxy's `InvalidRedirect::ReplacePrefix`).
+        let replaces_prefix = matches!(
+            redirect.path.as_ref().and_then(|p| p.replace.as_ref()),
+            Some(linkerd2_proxy_api::http_route::path_modifier::Replace::Prefix(_))
+        );
+        let matched_path = matching::selected_match(&choice, i)
+            .and_then(|m| rule.matches.get(m))
+            .and_then(|m| m.path.as_ref())
+            .and_then(|p| p.kind.as_ref());
+        if let (true, Some(path_match::Kind::Exact(_) | path_match::Kind::Regex(_))) =
+            (replaces_prefix, matched_path)
+        {
+            return Decision::Denied(format!(
+                "{} redirects by replacing the matched path prefix, but the request matched \
+                 a path that is not a prefix: the proxy fails it with an error (HTTP 5xx)",
+                route_rule(routes_json, i, r)
+            ));
+        }
         let status = match redirect.status {
             0 => 302,
             status => status,

@@ -570,6 +570,26 @@ fn a_server_the_proxy_cannot_convert_admits_no_client() {
             "authorization authorizationpolicy:wide: network 10.0.0.0/33 is not a valid network",
         ),
         (
+            http1_server(
+                vec![HttpRoute {
+                    rules: vec![http_route::Rule {
+                        matches: vec![],
+                        filters: vec![http_route::Filter {
+                            kind: Some(http_route::filter::Kind::Redirect(
+                                linkerd2_proxy_api::http_route::RequestRedirect {
+                                    host: "new host/x".into(),
+                                    ..Default::default()
+                                },
+                            )),
+                        }],
+                    }],
+                    ..route(vec![], vec![])
+                }],
+                vec![all.clone()],
+            ),
+            "route default:api rule 1: its redirect's authority \"new host/x\" is invalid",
+        ),
+        (
             http1_server(vec![], vec![all.clone(), no_authn]),
             "authorization authorizationpolicy:anon: it has no authentication",
         ),

@@ -330,3 +330,35 @@ fn form_decoding() {
     assert_eq!(form_decode("%zz"), "%zz");
     assert_eq!(form_decode("%e2%82%ac"), "€");
 }
+
+/// The proxy matches a header regex only against values it reads as text (visible ASCII and
+/// tabs): `.*` does not match `prödüction` (tester finding: explain selected the route).
+#[test]
+fn header_regexes_skip_values_that_are_not_visible_ascii() {
+    use linkerd2_proxy_api::http_route::{HeaderMatch, header_match};
+    let m = HttpRouteMatch {
+        headers: vec![HeaderMatch {
+            name: "x-env".into(),
+            value: Some(header_match::Value::Regex(".*".into())),
+        }],
+        ..Default::default()
+    };
+    let with = |value: &str| Request {
+        headers: vec![("x-env".into(), value.into())],
+        ..get("/")
+    };
+    assert!(http_score(&m, &with("prod\tuction")).is_ok());
+    assert_eq!(
+        http_score(&m, &with("prödüction")),
+        Err("header x-env is not visible ASCII, which the proxy does not match against ~.*".into())
+    );
+    let exact = HttpRouteMatch {
+        headers: vec![HeaderMatch {
+            name: "x-env".into(),
+            value: Some(header_match::Value::Exact("prödüction".as_bytes().to_vec())),
+        }],
+        ..Default::default()
+    };
+    // An exact match compares bytes.
+    assert!(http_score(&exact, &with("prödüction")).is_ok());
+}

@@ -400,7 +400,9 @@ fn a_rule_that_fails_every_request_denies_it() {
 /// the bad route was only reported as not matching and the request routed by another).
 #[test]
 fn a_match_the_proxy_cannot_convert_fails_the_whole_policy() {
-    use linkerd2_proxy_api::http_route::{HeaderMatch, QueryParamMatch, header_match};
+    use linkerd2_proxy_api::http_route::{
+        HeaderMatch, QueryParamMatch, header_match, query_param_match,
+    };
     let prefix = |p: &str| PathMatch {
         kind: Some(path_match::Kind::Prefix(p.into())),
     };
@@ -492,6 +494,27 @@ fn a_match_the_proxy_cannot_convert_fails_the_whole_policy() {
             },
             "query parameter v has no value to match",
         ),
+        // Tester findings: an empty query parameter name, and a header name that is none.
+        (
+            HttpRouteMatch {
+                query_params: vec![QueryParamMatch {
+                    name: String::new(),
+                    value: Some(query_param_match::Value::Exact("1".into())),
+                }],
+                ..Default::default()
+            },
+            "a query parameter match has no name",
+        ),
+        (
+            HttpRouteMatch {
+                headers: vec![HeaderMatch {
+                    name: "bad header".into(),
+                    value: Some(header_match::Value::Exact(b"x".to_vec())),
+                }],
+                ..Default::default()
+            },
+            "header name \"bad header\" is invalid",
+        ),
     ];
     for (bad, why) in cases {
         let (text, decision) = explain_policy(&policy(bad), &request).unwrap();
@@ -559,4 +582,80 @@ fn a_detect_policy_is_invalid_for_a_bad_http2_route() {
         text.contains("invalid:    route default:web rule 1 match 1: regex \"[\" is invalid"),
         "{text}"
     );
+}
+
+/// A redirect the proxy cannot convert (a host that is no URI authority) fails the whole
+/// policy; a redirect that replaces a matched prefix after an exact path match fails the
+/// request (tester findings: both were explained as routed or redirected).
+#[test]
+fn redirects_the_proxy_cannot_follow_are_denials() {
+    use linkerd2_proxy_api::http_route::{PathModifier, RequestRedirect, path_modifier};
+    let policy = |host: &str, path: PathMatch, replace: path_modifier::Replace| {
+        http1_policy(
+            "moved",
+            http_route::Rule {
+                matches: vec![HttpRouteMatch {
+                    path: Some(path),
+                    ..Default::default()
+                }],
+                filters: vec![http_route::Filter {
+                    kind: Some(http_route::filter::Kind::Redirect(RequestRedirect {
+                        host: host.into(),
+                        port: 8443,
+                        path: Some(PathModifier {
+                            replace: Some(replace),
+                        }),
+                        ..Default::default()
+                    })),
+                }],
+                ..Default::default()
+            },
+        )
+    };
+    let exact = || PathMatch {
+        kind: Some(path_match::Kind::Exact("/old".into())),
+    };
+    let prefix = || PathMatch {
+        kind: Some(path_match::Kind::Prefix("/old".into())),
+    };
+    let new_prefix = || path_modifier::Replace::Prefix("/new".into());
+    let request = Request {
+        method: "GET".into(),
+        path: "/old".into(),
+        ..Default::default()
+    };
+
+    let (text, decision) =
+        explain_policy(&policy("new host/x", prefix(), new_prefix()), &request).unwrap();
+    assert_eq!(decision, Decision::Denied(INVALID_POLICY.into()));
+    assert!(
+        text.contains(
+            "invalid:    route default:moved rule 1: its redirect's authority \"new host/x:8443\" is invalid"
+        ),
+        "{text}"
+    );
+
+    let (_, decision) =
+        explain_policy(&policy("new.example.com", exact(), new_prefix()), &request).unwrap();
+    assert_eq!(
+        decision,
+        Decision::Denied(
+            "route default:moved rule 1 redirects by replacing the matched path prefix, but \
+             the request matched a path that is not a prefix: the proxy fails it with an error \
+             (HTTP 5xx)"
+                .into()
+        )
+    );
+    // After a prefix match, or replacing the full path, it redirects.
+    for (path, replace) in [
+        (prefix(), new_prefix()),
+        (exact(), path_modifier::Replace::Full("/new".into())),
+    ] {
+        let (_, decision) =
+            explain_policy(&policy("new.example.com", path, replace), &request).unwrap();
+        assert!(
+            matches!(&decision, Decision::Allowed(text) if text.starts_with("redirected by route default:moved rule 1")),
+            "{decision:?}"
+        );
+    }
 }
