@@ -160,17 +160,33 @@ fn cut_json_line(buf: &[u8]) -> Option<String> {
         return None;
     }
     let mut value: serde_json::Value = serde_json::from_slice(buf).ok()?;
-    let mut lengths = Vec::new();
-    visit_strings(&mut value, &mut |s| lengths.push(s.len()));
-    let cap = equal_cut(lengths, MAX_LOG_FIELDS_BYTES);
-    visit_strings(&mut value, &mut |s| {
-        if s.len() > cap {
-            *s = cut_middle(std::mem::take(s), cap);
+    // Lengths as written, escapes included: a control character takes six bytes (`\u0001`),
+    // so a string cut to 8 KiB of text could still write 48 KiB (tester finding). Cutting in
+    // proportion assumes escapes spread evenly; a few more passes settle uneven ones.
+    let mut line = String::new();
+    for _ in 0..4 {
+        let mut lengths = Vec::new();
+        visit_strings(&mut value, &mut |s| lengths.push(escaped_len(s)));
+        let cap = equal_cut(lengths, MAX_LOG_FIELDS_BYTES);
+        visit_strings(&mut value, &mut |s| {
+            let written = escaped_len(s);
+            if written > cap {
+                let keep = (s.len() as u128 * cap as u128 / written as u128) as usize;
+                *s = cut_middle(std::mem::take(s), keep.max(64));
+            }
+        });
+        line = serde_json::to_string(&value).ok()?;
+        if line.len() <= MAX_LOG_FIELDS_BYTES + MAX_LOG_FIELDS_BYTES / 8 {
+            break;
         }
-    });
-    let mut line = serde_json::to_string(&value).ok()?;
+    }
     line.push('\n');
     Some(line)
+}
+
+/// The bytes `s` takes in a JSON string, without its quotes.
+fn escaped_len(s: &str) -> usize {
+    serde_json::to_string(s).map_or(s.len(), |written| written.len() - 2)
 }
 
 /// The length to cut every longer string to so that `lengths` sum to at most `total`, never
@@ -388,6 +404,35 @@ mod tests {
         assert!((4_900..5_300).contains(&error.len()), "{}", error.len());
         let short: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
         assert_eq!(short["fields"]["name"], "web");
+
+        // Escapes count: 100,000 control characters (six bytes each as JSON), or `"\` pairs
+        // (two each), still make a line of about 8 KiB (tester finding: 47,666 bytes).
+        for name in ["\u{1}".repeat(100_000), "\"\\".repeat(30_000)] {
+            let lines = Lines::default();
+            let writer = lines.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .json()
+                .with_writer(move || CutJsonLines(writer.clone()))
+                .without_time()
+                .finish();
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::warn!(kind = "Service", name = %name, "skipping object");
+            });
+            let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+            assert_eq!(text.lines().count(), 1);
+            assert!(
+                text.len() < MAX_LOG_FIELDS_BYTES + MAX_LOG_FIELDS_BYTES / 8,
+                "{}",
+                text.len()
+            );
+            let line: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert!(
+                line["fields"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .contains(" bytes left out) …")
+            );
+        }
 
         assert_eq!(equal_cut(vec![10, 20, 30], 100), usize::MAX);
         assert_eq!(equal_cut(vec![10, 1000, 5000], 1010), 500);
