@@ -1468,15 +1468,14 @@ fn reference_rank(kind: &str) -> u8 {
 
 /// Whether `path` is named like a manifest: `*.yaml`, `*.yml` or `*.json`, not hidden (editor
 /// swap and temporary files are).
+/// A name need not be UTF-8 (`svc\xff.yaml` is served, and logged as `svc\u{FFFD}.yaml`).
 fn is_manifest_name(path: &Path) -> bool {
     let hidden = path
         .file_name()
-        .and_then(|n| n.to_str())
-        .is_none_or(|n| n.starts_with('.'));
-    let manifest = matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml" | "json")
-    );
+        .is_none_or(|n| n.as_encoded_bytes().starts_with(b"."));
+    let manifest = path
+        .extension()
+        .is_some_and(|e| e == "yaml" || e == "yml" || e == "json");
     manifest && !hidden
 }
 

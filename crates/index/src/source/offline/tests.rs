@@ -255,6 +255,25 @@ async fn initial_reset_then_apply_and_delete_as_files_change() {
     assert!(matches!(next(&mut services).await, Event::Delete(s) if s.name == "b"));
 }
 
+/// A manifest whose file name is not UTF-8 is served like any other (tester finding: it was
+/// taken for a hidden file and ignored without a word).
+#[tokio::test]
+async fn a_file_name_that_is_not_utf8_is_served() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let name = std::ffi::OsStr::from_bytes(b"svc\xff.yaml");
+    assert!(is_manifest_name(Path::new(name)));
+    assert!(!is_manifest_name(Path::new(std::ffi::OsStr::from_bytes(
+        b".\xff.yaml"
+    ))));
+    std::fs::write(dir.path().join(name), svc_yaml("latin1-svc", 80)).unwrap();
+    let mut events = services(dir.path(), &IndexMetrics::default()).await;
+    match next(&mut events).await {
+        Event::Reset(objs) => assert_eq!(names(&objs), ["latin1-svc"]),
+        other => panic!("expected Reset, got {other:?}"),
+    }
+}
+
 /// A manifest that is a symlink to a file elsewhere follows edits to that file (newcomer
 /// finding: only changes in the state directory itself were notified, so an edit to the target
 /// was never seen), whether the file is rewritten in place or replaced by a rename; other files
