@@ -537,7 +537,7 @@ pub fn invalid_match<R: RouteMatches>(
 }
 
 /// Whether the proxy converts an HTTP match: a path match has a kind, header and query
-/// parameter matches have a value, and every regex compiles ([`proxy_regex`]).
+/// parameter matches have a value, and every regex compiles as the proxy compiles it.
 pub fn check_http_match(m: &HttpRouteMatch) -> Result<(), String> {
     match m.path.as_ref().map(|p| p.kind.as_ref()) {
         Some(None) => return Err(EMPTY_PATH.into()),
