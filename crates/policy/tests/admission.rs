@@ -878,6 +878,14 @@ async fn admit_policy_http_route() {
                     "{to_server}  rules:\n  - matches:\n    - path: {{type: Exact, value: /api/list}}\n      method: GET\n      headers: [{{name: x-user, value: alice}}, {{type: RegularExpression, name: x-id, value: '[0-9]+'}}]\n      queryParams: [{{name: q, value: v}}]\n    filters:\n    - type: RequestHeaderModifier\n      requestHeaderModifier: {{set: [{{name: x-a, value: b}}], remove: [x-b]}}\n    - type: ResponseHeaderModifier\n      responseHeaderModifier: {{add: [{{name: x-c, value: d}}]}}\n    timeouts: {{request: 10s, backendRequest: 5s}}\n  - filters:\n    - type: RequestRedirect\n      requestRedirect: {{scheme: https, statusCode: 301, path: {{type: ReplacePrefixMatch, replacePrefixMatch: /new}}}}\n"
                 ),
             ),
+            // One PathPrefix match (or a match without a path: the `/` prefix) with a prefix
+            // redirect; a redirect to a port, 308; a header and a query parameter of one name.
+            &route(
+                "",
+                &format!(
+                    "{to_server}  rules:\n  - matches: [{{path: {{type: PathPrefix, value: /old}}}}]\n    filters:\n    - type: RequestRedirect\n      requestRedirect: {{port: 8443, statusCode: 308, path: {{type: ReplacePrefixMatch, replacePrefixMatch: /new}}}}\n  - matches: [{{method: GET, headers: [{{name: q, value: '1'}}], queryParams: [{{name: q, value: '1'}}]}}]\n    filters:\n    - type: RequestRedirect\n      requestRedirect: {{path: {{type: ReplacePrefixMatch, replacePrefixMatch: /new}}}}\n"
+                ),
+            ),
             &route(
                 "{retry.linkerd.io/http: '5xx,gateway-error,429,500-504', retry.linkerd.io/limit: '3', retry.linkerd.io/timeout: 300ms, timeout.linkerd.io/request: 10s}",
                 &format!("{to_service}  rules: [{{backendRefs: [{{name: web-svc, port: 80}}]}}]\n"),
@@ -949,6 +957,50 @@ async fn admit_policy_http_route() {
                     &format!("{to_server}  rules:\n  - matches: [{{path: {{type: PathPrefix, value: /debug}}, queryParams: [{{name: '', value: '1'}}]}}]\n"),
                 ),
                 "invalid query parameter name \"\": 1 to 256 letters, digits or !#$%&'*+-.^_`|~",
+            ),
+            // What Gateway API's schema refuses, which deploy/crds/ does not carry (second
+            // tester's finding: each was admitted; a port of 70000 was dropped, a 200 served).
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - filters:\n    - type: RequestRedirect\n      requestRedirect: {{hostname: new.example.com, port: 70000}}\n"),
+                ),
+                "spec.rules[0] requestRedirect.port 70000 is not a port (1 to 65535)",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - filters:\n    - type: RequestRedirect\n      requestRedirect: {{statusCode: 200}}\n"),
+                ),
+                "spec.rules[0] requestRedirect.statusCode 200 is not a redirect status (301, 302, 303, 307 or 308)",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - matches: [{{path: {{type: Exact, value: /old}}}}]\n    filters:\n    - type: RequestRedirect\n      requestRedirect: {{path: {{type: ReplacePrefixMatch, replacePrefixMatch: /new}}}}\n"),
+                ),
+                "spec.rules[0]: when using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - filters:\n    - type: RequestRedirect\n      requestRedirect: {{port: 8443}}\n    - type: RequestRedirect\n      requestRedirect: {{port: 9443}}\n"),
+                ),
+                "spec.rules[0].filters: RequestRedirect filter cannot be repeated",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - matches: [{{path: {{value: /a}}}}, {{headers: [{{name: x-a, value: '1'}}, {{name: x-a, value: '2'}}]}}]\n"),
+                ),
+                "spec.rules[0].matches[1].headers: header \"x-a\" is matched twice",
+            ),
+            (
+                &route(
+                    "",
+                    &format!("{to_server}  rules:\n  - matches: [{{queryParams: [{{name: a, value: '1'}}, {{name: a, value: '2'}}]}}]\n"),
+                ),
+                "spec.rules[0].matches[0].queryParams: query parameter \"a\" is matched twice",
             ),
             (
                 &route(

@@ -75,7 +75,7 @@ enum Protocol {
 /// The policy.linkerd.io HTTPRoute: (1) an EgressNetwork parent names a port; (2) with a
 /// Service or EgressNetwork parent, the retry and timeout annotations parse; (3) every match
 /// and filter converts; (4) rule timeouts are not negative and `backendRequest` does not
-/// exceed `request`.
+/// exceed `request`; (5) what Gateway API's schema refuses ([`schema_rules`]).
 pub fn policy_http_route(
     annotations: &BTreeMap<String, String>,
     spec: &HttpRouteSpec,
@@ -96,6 +96,11 @@ pub fn policy_http_route(
         for filter in rule.filters.iter().flatten() {
             policy_filter(filter)?;
         }
+        let redirects = rule.filters.iter().flatten().filter_map(|f| match f {
+            HttpRouteFilter::RequestRedirect { request_redirect } => Some(request_redirect),
+            _ => None,
+        });
+        schema_rules(r, rule.matches.as_ref(), redirects)?;
     }
     for timeouts in rules.iter().filter_map(|r| r.timeouts.as_ref()) {
         rule_timeouts(timeouts)?;
@@ -103,8 +108,8 @@ pub fn policy_http_route(
     Ok(())
 }
 
-/// The Gateway API HTTPRoute: rules (1) to (3) of [`policy_http_route`], where only header
-/// modifier and redirect filters are checked (mirrors, rewrites and extension refs are
+/// The Gateway API HTTPRoute: rules (1) to (3) and (5) of [`policy_http_route`], where only
+/// header modifier and redirect filters are checked (mirrors, rewrites and extension refs are
 /// admitted); then every Service backend names a non-zero port (`invalid backendRef`).
 pub fn gateway_http_route(
     annotations: &BTreeMap<String, String>,
@@ -132,6 +137,15 @@ pub fn gateway_http_route(
                 convert::gateway_http_filter(filter).map_err(|e| e.to_string())?;
             }
         }
+        let redirects = rule
+            .filters
+            .iter()
+            .flatten()
+            .filter_map(|f| match f.r#type {
+                T::RequestRedirect => f.request_redirect.as_ref(),
+                _ => None,
+            });
+        schema_rules(r, rule.matches.as_ref(), redirects)?;
     }
     service_backends(
         rules
@@ -281,6 +295,85 @@ fn policy_filter(filter: &HttpRouteFilter) -> Result<(), String> {
         }
     }
     .map_err(|e| e.to_string())
+}
+
+/// Rule (5) of the HTTPRoutes: what Gateway API's HTTPRoute schema refuses at the API server,
+/// which upstream's policy.linkerd.io HTTPRoute CRD shares and `deploy/crds/` does not carry
+/// (the index reads such routes as spec/policy.md §3.5 says, dropping a bad port): a rule
+/// repeats its RequestRedirect filter; a redirect's port is outside 1..=65535 or its status
+/// is not a redirect's (301, 302, 303, 307, 308); a redirect that replaces the matched prefix
+/// is in a rule without exactly one PathPrefix match (the proxy fails what such a rule
+/// matches); a match repeats a header's or a query parameter's name.
+fn schema_rules<'a>(
+    r: usize,
+    matches: Option<&Vec<gateway_http::HttpRouteRulesMatches>>,
+    redirects: impl Iterator<Item = &'a gateway_http::HttpRouteRulesFiltersRequestRedirect>,
+) -> Result<(), String> {
+    use gateway_http::{
+        HttpRouteRulesFiltersRequestRedirectPathType as Modifier,
+        HttpRouteRulesMatchesPathType as Path,
+    };
+    let redirects: Vec<_> = redirects.collect();
+    if redirects.len() > 1 {
+        return Err(format!(
+            "spec.rules[{r}].filters: RequestRedirect filter cannot be repeated"
+        ));
+    }
+    for redirect in redirects {
+        if let Some(port) = redirect.port.filter(|p| !(1..=65535).contains(p)) {
+            return Err(format!(
+                "spec.rules[{r}] requestRedirect.port {port} is not a port (1 to 65535)"
+            ));
+        }
+        if let Some(code) = redirect
+            .status_code
+            .filter(|c| ![301, 302, 303, 307, 308].contains(c))
+        {
+            return Err(format!(
+                "spec.rules[{r}] requestRedirect.statusCode {code} is not a redirect status \
+                 (301, 302, 303, 307 or 308)"
+            ));
+        }
+        // A rule without matches, or a match without a path, matches the `/` prefix (the
+        // API server's defaults).
+        let one_prefix = matches.is_none_or(|all| {
+            all.len() <= 1
+                && all.iter().all(|m| {
+                    m.path
+                        .as_ref()
+                        .is_none_or(|p| matches!(p.r#type, None | Some(Path::PathPrefix)))
+                })
+        });
+        if redirect.path.as_ref().map(|p| &p.r#type) == Some(&Modifier::ReplacePrefixMatch)
+            && !one_prefix
+        {
+            return Err(format!(
+                "spec.rules[{r}]: when using RequestRedirect filter with \
+                 path.replacePrefixMatch, exactly one PathPrefix match must be specified"
+            ));
+        }
+    }
+    for (m, one) in matches.into_iter().flatten().enumerate() {
+        let headers = one.headers.iter().flatten().map(|h| h.name.as_str());
+        if let Some(name) = repeated(headers) {
+            return Err(format!(
+                "spec.rules[{r}].matches[{m}].headers: header {name:?} is matched twice"
+            ));
+        }
+        let query = one.query_params.iter().flatten().map(|q| q.name.as_str());
+        if let Some(name) = repeated(query) {
+            return Err(format!(
+                "spec.rules[{r}].matches[{m}].queryParams: query parameter {name:?} is matched twice"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The first name `names` holds twice.
+fn repeated<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let mut seen = std::collections::HashSet::new();
+    names.into_iter().find(|name| !seen.insert(*name))
 }
 
 /// Rule (4) of the policy HTTPRoute: Go-style `request` and `backendRequest` timeouts.
