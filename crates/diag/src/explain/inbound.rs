@@ -465,26 +465,10 @@ const INVALID_SERVER: &str = "the proxy refuses the whole server as invalid and 
 /// ([`check_authz`]); the proxy refuses the whole server for one.
 fn invalid_server(server: &Server, kind: &proxy_protocol::Kind) -> Option<String> {
     fn http(routes: &[HttpRoute]) -> Option<String> {
-        matching::invalid_match(routes, matching::check_http_match, |i| {
-            route_name(routes[i].metadata.as_ref())
-        })
-        .or_else(|| invalid_redirect(routes))
-        .or_else(|| routes_authz(routes.iter().map(|r| (&r.metadata, &r.authorizations))))
-    }
-    fn invalid_redirect(routes: &[HttpRoute]) -> Option<String> {
-        routes.iter().find_map(|route| {
-            route.rules.iter().enumerate().find_map(|(r, rule)| {
-                rule.filters.iter().find_map(|f| match &f.kind {
-                    Some(http_route::filter::Kind::Redirect(redirect)) => {
-                        matching::check_redirect(redirect).err().map(|why| {
-                            let name = route_name(route.metadata.as_ref());
-                            format!("route {name} rule {}: {why}", r + 1)
-                        })
-                    }
-                    _ => None,
-                })
-            })
-        })
+        let name = |i: usize| route_name(routes[i].metadata.as_ref());
+        matching::invalid_match(routes, matching::check_http_match, name)
+            .or_else(|| matching::invalid_redirect(routes, name))
+            .or_else(|| routes_authz(routes.iter().map(|r| (&r.metadata, &r.authorizations))))
     }
     fn routes_authz<'a>(
         routes: impl Iterator<
@@ -598,21 +582,43 @@ fn explain_http(
         );
     };
     let route = &routes[selected];
-    if let Some(rule) = matching::selected_rule(&choice, selected).and_then(|r| route.rules.get(r))
+    let rule = matching::selected_rule(&choice, selected).and_then(|r| route.rules.get(r));
+    if let Some(rule) = rule
         && !rule.filters.is_empty()
     {
         let filters: Vec<String> = rule.filters.iter().map(http_filter_text).collect();
         lines.push(line("filters", filters.join("; ")));
     }
     let name = route_name(route.metadata.as_ref());
-    admit_on_route(
+    let decision = admit_on_route(
         server,
         &route.authorizations,
         &name,
         client,
         lines,
         "HTTP 403",
-    )
+    );
+    // An admitted request then meets the rule's filters: a redirect answers it, as outbound
+    // (second tester's finding: it was reported as allowed, and one the proxy fails too).
+    let redirect = rule.and_then(|rule| {
+        rule.filters.iter().find_map(|f| match &f.kind {
+            Some(http_route::filter::Kind::Redirect(r)) => Some(r),
+            _ => None,
+        })
+    });
+    match (decision, redirect) {
+        (Decision::Allowed(allowed), Some(redirect)) => {
+            let matched = matching::selected_match(&choice, selected)
+                .and_then(|m| rule.and_then(|r| r.matches.get(m)));
+            match matching::redirect_answer(redirect, matched) {
+                Ok(answer) => Decision::Allowed(format!("{allowed}, then redirected: {answer}")),
+                Err(why) => {
+                    Decision::Denied(format!("route {name} {why}; the client was {allowed}"))
+                }
+            }
+        }
+        (decision, _) => decision,
+    }
 }
 
 /// The gRPC part: the route, then the authorizations.
@@ -991,6 +997,24 @@ impl RouteMatches for HttpRoute {
     }
     fn rules(&self) -> Vec<&[Self::Match]> {
         self.rules.iter().map(|r| &r.matches[..]).collect()
+    }
+    fn redirects(&self) -> Vec<(usize, &linkerd2_proxy_api::http_route::RequestRedirect)> {
+        fn redirect(
+            f: &http_route::Filter,
+        ) -> Option<&linkerd2_proxy_api::http_route::RequestRedirect> {
+            match &f.kind {
+                Some(http_route::filter::Kind::Redirect(r)) => Some(r),
+                _ => None,
+            }
+        }
+        (self.rules.iter().enumerate())
+            .flat_map(|(i, rule)| {
+                rule.filters
+                    .iter()
+                    .filter_map(redirect)
+                    .map(move |r| (i, r))
+            })
+            .collect()
     }
 }
 

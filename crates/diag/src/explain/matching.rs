@@ -124,6 +124,10 @@ pub trait RouteMatches {
     fn hosts(&self) -> &[HostMatch];
     /// The matches of each rule, in order.
     fn rules(&self) -> Vec<&[Self::Match]>;
+    /// The redirect filters of the route's rules, with the index of their rule.
+    fn redirects(&self) -> Vec<(usize, &RequestRedirect)> {
+        vec![]
+    }
 }
 
 // === impl Request ===
@@ -536,8 +540,25 @@ pub fn invalid_match<R: RouteMatches>(
     })
 }
 
-/// Whether the proxy converts an HTTP match: a path match has a kind, header and query
-/// parameter matches have a value, and every regex compiles as the proxy compiles it.
+/// The first redirect of `routes` the proxy cannot convert ([`check_redirect`]), as
+/// `route NAME rule R: why` (`NAME` from `name(index)`, `R` from 1); the proxy refuses the
+/// whole policy for one, as for a match ([`invalid_match`]).
+pub fn invalid_redirect<R: RouteMatches>(
+    routes: &[R],
+    name: impl Fn(usize) -> String,
+) -> Option<String> {
+    routes.iter().enumerate().find_map(|(i, route)| {
+        route.redirects().into_iter().find_map(|(rule, redirect)| {
+            check_redirect(redirect)
+                .err()
+                .map(|why| format!("route {} rule {}: {why}", name(i), rule + 1))
+        })
+    })
+}
+
+/// Whether the proxy converts an HTTP match: a path match has a kind, header names are header
+/// names, query parameters have a name, header and query parameter matches have a value, and
+/// every regex compiles as the proxy compiles it.
 pub fn check_http_match(m: &HttpRouteMatch) -> Result<(), String> {
     match m.path.as_ref().map(|p| p.kind.as_ref()) {
         Some(None) => return Err(EMPTY_PATH.into()),
@@ -562,8 +583,8 @@ pub fn check_http_match(m: &HttpRouteMatch) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether the proxy converts a gRPC match: its header matches have a value and their
-/// regexes compile.
+/// Whether the proxy converts a gRPC match: its header names are header names, its header
+/// matches have a value and their regexes compile.
 pub fn check_grpc_match(m: &GrpcRouteMatch) -> Result<(), String> {
     m.headers.iter().try_for_each(check_header)
 }
@@ -596,6 +617,76 @@ pub fn check_redirect(r: &RequestRedirect) -> Result<(), String> {
     http::uri::Authority::try_from(authority.as_str())
         .map(drop)
         .map_err(|e| format!("its redirect's authority {authority:?} is invalid: {e}"))
+}
+
+/// What the proxy answers to a request that a rule with `redirect` matched by `matched` (the
+/// rule's match that decided, `None` for a rule without matches): `Ok` with the redirect
+/// (`the proxy answers HTTP 302 to https://new.example.com, path /new`), or `Err` with why it
+/// fails the request instead: a redirect that replaces the matched prefix after an exact or
+/// regex path match, or whose path is no URI path (linkerd2-proxy's `RedirectRequest::apply`:
+/// `InvalidRedirect::ReplacePrefix`, `InvalidRedirect::Location`). Without a status the proxy
+/// answers 301.
+pub fn redirect_answer(
+    redirect: &RequestRedirect,
+    matched: Option<&HttpRouteMatch>,
+) -> Result<String, String> {
+    use linkerd2_proxy_api::http_route::path_modifier::Replace;
+    let fails = "the proxy fails it with an error (HTTP 5xx)";
+    let replace = redirect.path.as_ref().and_then(|p| p.replace.as_ref());
+    let matched_path = matched
+        .and_then(|m| m.path.as_ref())
+        .and_then(|p| p.kind.as_ref());
+    if let (
+        Some(Replace::Prefix(_)),
+        Some(path_match::Kind::Exact(_) | path_match::Kind::Regex(_)),
+    ) = (replace, matched_path)
+    {
+        return Err(format!(
+            "redirects by replacing the matched path prefix, but the request matched a path \
+             that is not a prefix: {fails}"
+        ));
+    }
+    if let Some(Replace::Full(path) | Replace::Prefix(path)) = replace
+        && http::uri::PathAndQuery::try_from(path.as_str()).is_err()
+    {
+        return Err(format!(
+            "redirects to {path:?}, which is no URI path: {fails}"
+        ));
+    }
+    let status = match redirect.status {
+        0 => 301,
+        status => status,
+    };
+    Ok(format!(
+        "the proxy answers HTTP {status} to {}",
+        redirect_target_text(redirect)
+    ))
+}
+
+/// Where a redirect sends the client, in words: what the filter sets, and what it keeps of
+/// the request (`https://new.example.com:8443, the matched path prefix replaced by /new`).
+fn redirect_target_text(r: &RequestRedirect) -> String {
+    use linkerd2_proxy_api::http_route::path_modifier::Replace;
+    let mut origin = String::new();
+    if let Some(scheme) = &r.scheme {
+        origin.push_str(&format!("{}://", crate::output::scheme_text(scheme)));
+    }
+    origin.push_str(if r.host.is_empty() {
+        "<the request's host>"
+    } else {
+        &r.host
+    });
+    if r.port != 0 {
+        origin.push_str(&format!(":{}", r.port));
+    }
+    let path = match r.path.as_ref().and_then(|p| p.replace.as_ref()) {
+        Some(Replace::Full(path)) => format!("path {path}"),
+        Some(Replace::Prefix(prefix)) => {
+            format!("the matched path prefix replaced by {prefix}")
+        }
+        None => "the request's path".to_string(),
+    };
+    format!("{origin}, {path}")
 }
 
 fn no_header_value(h: &HeaderMatch) -> String {

@@ -15,7 +15,7 @@
 //! denies: the proxy answers the request itself and sends it nowhere.
 
 use linkerd2_proxy_api::{
-    http_route::{Ratio, path_match},
+    http_route::Ratio,
     outbound::{
         GrpcRoute, HttpRoute, OutboundPolicy, TrafficSpec, grpc_route, http_route, opaque_route,
         proxy_protocol, tls_route, traffic_spec::Target,
@@ -32,7 +32,7 @@ use super::{
 };
 use crate::output::{
     grpc_match_text, grpc_retry_text, grpc_timeouts_text, http_match_text, http_retry_text,
-    http_timeouts_text, metadata_text, outbound_policy_json, scheme_text,
+    http_timeouts_text, metadata_text, outbound_policy_json,
 };
 
 /// The flags of `dst-diag explain outbound`.
@@ -267,10 +267,9 @@ const INVALID_POLICY: &str = "the proxy refuses the whole policy as invalid and 
 /// no matches.
 fn invalid_routes(kind: &proxy_protocol::Kind) -> Option<String> {
     let http = |routes: &[HttpRoute]| {
-        matching::invalid_match(routes, matching::check_http_match, |i| {
-            metadata_text(routes[i].metadata.as_ref())
-        })
-        .or_else(|| invalid_redirect(routes))
+        let name = |i: usize| metadata_text(routes[i].metadata.as_ref());
+        matching::invalid_match(routes, matching::check_http_match, name)
+            .or_else(|| matching::invalid_redirect(routes, name))
     };
     match kind {
         proxy_protocol::Kind::Detect(d) => d
@@ -287,23 +286,6 @@ fn invalid_routes(kind: &proxy_protocol::Kind) -> Option<String> {
         }
         proxy_protocol::Kind::Opaque(_) | proxy_protocol::Kind::Tls(_) => None,
     }
-}
-
-/// The first redirect of `routes` the proxy cannot convert ([`matching::check_redirect`]).
-fn invalid_redirect(routes: &[HttpRoute]) -> Option<String> {
-    routes.iter().find_map(|route| {
-        route.rules.iter().enumerate().find_map(|(r, rule)| {
-            rule.filters.iter().find_map(|f| match &f.kind {
-                Some(http_route::filter::Kind::Redirect(redirect)) => {
-                    matching::check_redirect(redirect).err().map(|why| {
-                        let name = metadata_text(route.metadata.as_ref());
-                        format!("route {name} rule {}: {why}", r + 1)
-                    })
-                }
-                _ => None,
-            })
-        })
-    })
 }
 
 fn explain_http(
@@ -332,34 +314,14 @@ fn explain_http(
         Some(http_route::filter::Kind::Redirect(r)) => Some(r),
         _ => None,
     }) {
-        // The proxy replaces a matched prefix only; after an exact or regex path match it
-        // fails the request (linkerd2-proxy's `InvalidRedirect::ReplacePrefix`).
-        let replaces_prefix = matches!(
-            redirect.path.as_ref().and_then(|p| p.replace.as_ref()),
-            Some(linkerd2_proxy_api::http_route::path_modifier::Replace::Prefix(_))
-        );
-        let matched_path = matching::selected_match(&choice, i)
-            .and_then(|m| rule.matches.get(m))
-            .and_then(|m| m.path.as_ref())
-            .and_then(|p| p.kind.as_ref());
-        if let (true, Some(path_match::Kind::Exact(_) | path_match::Kind::Regex(_))) =
-            (replaces_prefix, matched_path)
-        {
-            return Decision::Denied(format!(
-                "{} redirects by replacing the matched path prefix, but the request matched \
-                 a path that is not a prefix: the proxy fails it with an error (HTTP 5xx)",
-                route_rule(routes_json, i, r)
-            ));
-        }
-        let status = match redirect.status {
-            0 => 302,
-            status => status,
+        let matched = matching::selected_match(&choice, i).and_then(|m| rule.matches.get(m));
+        let which = route_rule(routes_json, i, r);
+        return match matching::redirect_answer(redirect, matched) {
+            Ok(answer) => Decision::Allowed(format!(
+                "redirected by {which}: {answer} (no backend is called)"
+            )),
+            Err(why) => Decision::Denied(format!("{which} {why}")),
         };
-        return Decision::Allowed(format!(
-            "redirected by {}: the proxy answers HTTP {status} to {} (no backend is called)",
-            route_rule(routes_json, i, r),
-            redirect_target_text(redirect)
-        ));
     }
     let failure = rule.filters.iter().find_map(|f| match &f.kind {
         Some(http_route::filter::Kind::FailureInjector(fi)) if always(fi.ratio.as_ref()) => {
@@ -371,32 +333,6 @@ fn explain_http(
         _ => None,
     });
     decide(routes_json, i, r, failure)
-}
-
-/// Where a redirect sends the client, in words: what the filter sets, and what it keeps of
-/// the request (`https://new.example.com:8443, the matched path prefix replaced by /new`).
-fn redirect_target_text(r: &linkerd2_proxy_api::http_route::RequestRedirect) -> String {
-    use linkerd2_proxy_api::http_route::path_modifier::Replace;
-    let mut origin = String::new();
-    if let Some(scheme) = &r.scheme {
-        origin.push_str(&format!("{}://", scheme_text(scheme)));
-    }
-    origin.push_str(if r.host.is_empty() {
-        "<the request's host>"
-    } else {
-        &r.host
-    });
-    if r.port != 0 {
-        origin.push_str(&format!(":{}", r.port));
-    }
-    let path = match r.path.as_ref().and_then(|p| p.replace.as_ref()) {
-        Some(Replace::Full(path)) => format!("path {path}"),
-        Some(Replace::Prefix(prefix)) => {
-            format!("the matched path prefix replaced by {prefix}")
-        }
-        None => "the request's path".to_string(),
-    };
-    format!("{origin}, {path}")
 }
 
 fn explain_grpc(
@@ -563,6 +499,24 @@ impl RouteMatches for HttpRoute {
     }
     fn rules(&self) -> Vec<&[Self::Match]> {
         self.rules.iter().map(|r| &r.matches[..]).collect()
+    }
+    fn redirects(&self) -> Vec<(usize, &linkerd2_proxy_api::http_route::RequestRedirect)> {
+        fn redirect(
+            f: &http_route::Filter,
+        ) -> Option<&linkerd2_proxy_api::http_route::RequestRedirect> {
+            match &f.kind {
+                Some(http_route::filter::Kind::Redirect(r)) => Some(r),
+                _ => None,
+            }
+        }
+        (self.rules.iter().enumerate())
+            .flat_map(|(i, rule)| {
+                rule.filters
+                    .iter()
+                    .filter_map(redirect)
+                    .map(move |r| (i, r))
+            })
+            .collect()
     }
 }
 

@@ -618,3 +618,76 @@ fn a_server_the_proxy_cannot_convert_admits_no_client() {
     let (text, decision) = explain_server(&opaque, &plain, &get("/")).unwrap();
     assert_eq!(decision, Decision::Denied(INVALID_SERVER.into()), "{text}");
 }
+
+/// An admitted request meets its rule's redirect, as the proxy applies filters after the
+/// authorizations: the redirect answers it, or the proxy fails it when the redirect replaces a
+/// prefix the request did not match by (second tester's finding: both were "allowed").
+#[test]
+fn an_admitted_request_is_redirected_by_its_rule() {
+    use linkerd2_proxy_api::http_route::{
+        HttpRouteMatch, PathMatch, PathModifier, RequestRedirect, path_match, path_modifier,
+    };
+    let server = |kind: path_match::Kind| {
+        http1_server(
+            vec![HttpRoute {
+                metadata: Some(Metadata {
+                    kind: Some(metadata::Kind::Default("moved".into())),
+                }),
+                hosts: vec![],
+                rules: vec![http_route::Rule {
+                    matches: vec![HttpRouteMatch {
+                        path: Some(PathMatch { kind: Some(kind) }),
+                        ..Default::default()
+                    }],
+                    filters: vec![http_route::Filter {
+                        kind: Some(http_route::filter::Kind::Redirect(RequestRedirect {
+                            host: "new.example.com".into(),
+                            path: Some(PathModifier {
+                                replace: Some(path_modifier::Replace::Prefix("/qux".into())),
+                            }),
+                            ..Default::default()
+                        })),
+                    }],
+                }],
+                authorizations: vec![],
+            }],
+            vec![authz(
+                "all",
+                vec![net("0.0.0.0/0", &[])],
+                Permit::Unauthenticated(PermitUnauthenticated {}),
+            )],
+        )
+    };
+    let plain = client(Some("10.0.0.1"), ClientTls::Plain);
+    let (_, decision) = explain_server(
+        &server(path_match::Kind::Prefix("/old".into())),
+        &plain,
+        &get("/old/x"),
+    )
+    .unwrap();
+    assert_eq!(
+        decision,
+        Decision::Allowed(
+            "allowed by authorizationpolicy:all on route default:moved, then redirected: the \
+             proxy answers HTTP 301 to new.example.com, the matched path prefix replaced by /qux"
+                .into()
+        )
+    );
+    let (text, decision) = explain_server(
+        &server(path_match::Kind::Exact("/exact".into())),
+        &plain,
+        &get("/exact"),
+    )
+    .unwrap();
+    assert_eq!(
+        decision,
+        Decision::Denied(
+            "route default:moved redirects by replacing the matched path prefix, but the \
+             request matched a path that is not a prefix: the proxy fails it with an error \
+             (HTTP 5xx); the client was allowed by authorizationpolicy:all on route \
+             default:moved"
+                .into()
+        ),
+        "{text}"
+    );
+}

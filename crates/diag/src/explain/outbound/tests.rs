@@ -646,6 +646,24 @@ fn redirects_the_proxy_cannot_follow_are_denials() {
                 .into()
         )
     );
+    // A path that is no URI path fails the request too (second tester's finding).
+    let (_, decision) = explain_policy(
+        &policy(
+            "new.example.com",
+            prefix(),
+            path_modifier::Replace::Full("/new path".into()),
+        ),
+        &request,
+    )
+    .unwrap();
+    assert_eq!(
+        decision,
+        Decision::Denied(
+            "route default:moved rule 1 redirects to \"/new path\", which is no URI path: the \
+             proxy fails it with an error (HTTP 5xx)"
+                .into()
+        )
+    );
     // After a prefix match, or replacing the full path, it redirects.
     for (path, replace) in [
         (prefix(), new_prefix()),
