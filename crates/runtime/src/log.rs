@@ -299,19 +299,42 @@ fn error_chain(error: &anyhow::Error) -> String {
 mod tests {
     use super::*;
 
+    /// What a subscriber writes, shared with the test.
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    /// The JSON log lines, as `--log-format json` writes them ([`CutJsonLines`]), written
+    /// while `f` runs.
+    fn json_lines(f: impl FnOnce()) -> String {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || CutJsonLines(writer.clone()))
+            .without_time()
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        lines.text()
+    }
+
     /// The plain log lines (fields as [`EscapedFields`] writes them) written while `f` runs.
     fn plain_lines(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Lines {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let lines = Lines::default();
         let writer = lines.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -321,7 +344,7 @@ mod tests {
             .without_time()
             .finish();
         tracing::subscriber::with_default(subscriber, f);
-        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+        lines.text()
     }
 
     #[test]
@@ -359,31 +382,12 @@ mod tests {
     /// (tester finding: only plain lines were cut).
     #[test]
     fn long_json_lines_are_cut_and_stay_json() {
-        #[derive(Clone, Default)]
-        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Lines {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_writer(move || CutJsonLines(writer.clone()))
-            .without_time()
-            .finish();
         let long = "r".repeat(100_000);
         let middle = "m".repeat(3_000);
-        tracing::subscriber::with_default(subscriber, || {
+        let text = json_lines(|| {
             tracing::warn!(kind = "HTTPRoute", name = %middle, error = %format!("route \"{long}\": invalid"), "skipping object");
             tracing::info!(name = "web", "short");
         });
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
         assert!(
@@ -408,17 +412,9 @@ mod tests {
         // Escapes count: 100,000 control characters (six bytes each as JSON), or `"\` pairs
         // (two each), still make a line of about 8 KiB (tester finding: 47,666 bytes).
         for name in ["\u{1}".repeat(100_000), "\"\\".repeat(30_000)] {
-            let lines = Lines::default();
-            let writer = lines.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .json()
-                .with_writer(move || CutJsonLines(writer.clone()))
-                .without_time()
-                .finish();
-            tracing::subscriber::with_default(subscriber, || {
+            let text = json_lines(|| {
                 tracing::warn!(kind = "Service", name = %name, "skipping object");
             });
-            let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
             assert_eq!(text.lines().count(), 1);
             assert!(
                 text.len() < MAX_LOG_FIELDS_BYTES + MAX_LOG_FIELDS_BYTES / 8,
