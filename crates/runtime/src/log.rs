@@ -232,22 +232,29 @@ pub fn cut_middle(text: String, max: usize) -> String {
     )
 }
 
-/// `text` with each control character written as its Rust escape (`\n`, `\r`, `\t`,
+/// `text` with each control character and line separator written as its Rust escape (`\n`, `\r`, `\t`,
 /// `\u{1b}`), borrowed when it has none: how plain log lines ([`EscapedFields`]) and
 /// `dst-diag`'s tables show names that clients and the cluster chose.
 pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(breaks_lines) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut escaped = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c.is_control() {
+        if breaks_lines(c) {
             escaped.extend(c.escape_default());
         } else {
             escaped.push(c);
         }
     }
     std::borrow::Cow::Owned(escaped)
+}
+
+/// Whether `c` is escaped in a plain line: a control character, or Unicode's line and
+/// paragraph separators (U+2028, U+2029), which some log viewers and JavaScript pipelines
+/// take for line breaks (tester finding: a Pod IP ending in U+2028 was written raw).
+fn breaks_lines(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
 }
 
 /// [`escape_controls`] of an owned `text`: `text` itself, not a copy, when it has none.
@@ -361,6 +368,11 @@ mod tests {
             "{text:?}"
         );
         assert!(text.contains(r"denied x\x7f\r name="), "{text:?}");
+        let text = plain_lines(|| tracing::info!(address = %"1.2.3.4\u{2028}x\u{2029}", "ip"));
+        assert!(
+            text.contains(r"address=1.2.3.4\u{2028}x\u{2029}"),
+            "{text:?}"
+        );
 
         // A field of 100,000 characters is cut in the middle (tester finding: a route name
         // that long made a 100 KB line); the end of the line, and the line, stay.
