@@ -277,6 +277,14 @@ pub(crate) fn build_request(
             reason: "a path starts with /".into(),
         });
     }
+    // A request line cannot carry them; a client percent-encodes them.
+    if target.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(ExplainError::InvalidArgument {
+            flag: "--path",
+            value: target.to_string(),
+            reason: "a path holds no spaces or control characters (percent-encode them)".into(),
+        });
+    }
     let (path, query) = match target.split_once('?') {
         Some((path, query)) => (path.to_string(), Some(query.to_string())),
         None => (target.to_string(), None),
@@ -298,7 +306,24 @@ pub(crate) fn build_request(
                 reason: "empty header name".into(),
             });
         }
-        parsed.push((name, value.trim().to_string()));
+        // What an HTTP/1 or HTTP/2 request can carry (the `http` crate's checks, as the
+        // proxy's): a token for a name, no control characters but tabs in a value.
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(ExplainError::InvalidArgument {
+                flag: "--header",
+                value: header.clone(),
+                reason: "not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~ only)".into(),
+            });
+        }
+        let value = value.trim();
+        if http::HeaderValue::from_bytes(value.as_bytes()).is_err() {
+            return Err(ExplainError::InvalidArgument {
+                flag: "--header",
+                value: header.clone(),
+                reason: "a header value holds no control characters but tabs".into(),
+            });
+        }
+        parsed.push((name, value.to_string()));
     }
     let host = parsed
         .iter()

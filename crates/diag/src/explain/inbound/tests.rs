@@ -478,6 +478,31 @@ fn requests_from_flags() {
         error.to_string(),
         "invalid --header \"x-env\": expected NAME:VALUE"
     );
+    // What no request carries is refused, not explained (final tester's finding).
+    let error = build_request("GET".into(), "/a\u{1}b", &[], None).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid --path \"/a\\u{1}b\": a path holds no spaces or control characters \
+         (percent-encode them)"
+    );
+    let error = build_request("GET".into(), "/", &["bad header:x".into()], None).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid --header \"bad header:x\": not an HTTP header name (letters, digits and \
+         !#$%&'*+-.^_`|~ only)"
+    );
+    let error = build_request("GET".into(), "/", &["x-a:b\u{7f}".into()], None).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .ends_with("a header value holds no control characters but tabs")
+    );
+    // A value of other bytes is carried (obs-text), and explained.
+    let request = build_request("GET".into(), "/", &["x-env: prödüction".into()], None).unwrap();
+    assert_eq!(
+        request.headers,
+        [("x-env".to_string(), "prödüction".to_string())]
+    );
 }
 
 /// The proxy refuses a whole server it cannot convert and admits no client
