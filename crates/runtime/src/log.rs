@@ -72,7 +72,7 @@ impl LogArgs {
             );
         }
         let filter = match std::env::var("RUST_LOG") {
-            Ok(env) if !env.is_empty() => EnvFilter::try_new(env)?,
+            Ok(env) if !env.is_empty() => rust_log_filter(&env)?,
             _ => EnvFilter::try_new(if bare {
                 bare_filter(level)
             } else {
@@ -101,6 +101,12 @@ impl LogArgs {
         }
         Ok(())
     }
+}
+
+/// The filter `RUST_LOG` sets; its error names the variable (final tester's finding:
+/// `RUST_LOG='garbage[[['` printed only `invalid filter directive`).
+fn rust_log_filter(env: &str) -> anyhow::Result<EnvFilter> {
+    EnvFilter::try_new(env).map_err(|e| anyhow::anyhow!("invalid RUST_LOG {env:?}: {e}"))
 }
 
 /// The fields of a plain log line (the message among them) with control characters escaped
@@ -483,6 +489,16 @@ mod tests {
         assert_eq!(bare_filter("warn"), format!("warn,{quiet_kube}"));
         assert_eq!(bare_filter("error"), format!("error,{quiet_kube}"));
         assert!(EnvFilter::try_new(bare_filter("info")).is_ok());
+    }
+
+    #[test]
+    fn a_bad_rust_log_is_named() {
+        let error = rust_log_filter("garbage[[[").unwrap_err().to_string();
+        assert!(
+            error.starts_with("invalid RUST_LOG \"garbage[[[\": "),
+            "{error}"
+        );
+        assert!(rust_log_filter("info,linkerd_index=debug").is_ok());
     }
 
     #[test]
