@@ -16,7 +16,7 @@ use tracing_subscriber::{
 pub struct LogArgs {
     /// Log level: trace, debug, info, warn, error (upstream's panic and fatal mean error), or a
     /// tracing filter such as `info,linkerd_index=debug`. `RUST_LOG` overrides it.
-    #[arg(long, env = "LINKERD_LOG_LEVEL", default_value = "info")]
+    #[arg(long, env = "LINKERD_LOG_LEVEL", default_value = "info", value_parser = log_level)]
     pub log_level: String,
 
     /// Log format.
@@ -42,6 +42,34 @@ fn bare_filter(level: &str) -> String {
     filter
 }
 
+/// `--log-level` read as [`LogArgs::init`] uses it: upstream's `panic` and `fatal` mean `error`.
+///
+/// Errors (a usage error, exit status 2, before anything starts) on a bare word that is no
+/// level: `inf0` would otherwise be a target filter that silently turns every log line off.
+/// Directives (`info,linkerd_index=debug`) are taken when tracing's filter reads them.
+fn log_level(value: &str) -> Result<String, String> {
+    let level = match value {
+        "panic" | "fatal" => "error",
+        other => other,
+    };
+    if is_bare(level) {
+        if !matches!(
+            level.to_ascii_lowercase().as_str(),
+            "trace" | "debug" | "info" | "warn" | "error" | "off"
+        ) {
+            return Err("expected trace, debug, info, warn or error".into());
+        }
+    } else if let Err(e) = EnvFilter::try_new(level) {
+        return Err(e.to_string());
+    }
+    Ok(level.to_string())
+}
+
+/// Whether `level` is one word (a level), not tracing filter directives.
+fn is_bare(level: &str) -> bool {
+    !level.contains(['=', ',', ':', '['])
+}
+
 /// How log lines are written.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -53,32 +81,13 @@ impl LogArgs {
     /// Installs the global subscriber. Errors when the level is not a valid filter (upstream
     /// exits on an invalid level too).
     pub fn init(&self) -> anyhow::Result<()> {
-        let level = match self.log_level.as_str() {
-            "panic" | "fatal" => "error",
-            other => other,
-        };
-        // A bare word must be a level: `inf0` would otherwise be a target filter that silently
-        // turns every log line off. Directives (`info,linkerd_index=debug`) are taken as given.
-        let bare = !level.contains(['=', ',', ':', '[']);
-        if bare
-            && !matches!(
-                level.to_ascii_lowercase().as_str(),
-                "trace" | "debug" | "info" | "warn" | "error" | "off"
-            )
-        {
-            anyhow::bail!(
-                "invalid --log-level {:?}: expected trace, debug, info, warn or error",
-                self.log_level
-            );
-        }
+        let level = log_level(&self.log_level)
+            .map_err(|e| anyhow::anyhow!("invalid --log-level {:?}: {e}", self.log_level))?;
+        let bare = is_bare(&level);
         let filter = match std::env::var("RUST_LOG") {
             Ok(env) if !env.is_empty() => rust_log_filter(&env)?,
-            _ => EnvFilter::try_new(if bare {
-                bare_filter(level)
-            } else {
-                level.to_string()
-            })
-            .map_err(|e| anyhow::anyhow!("invalid --log-level {:?}: {e}", self.log_level))?,
+            _ => EnvFilter::try_new(if bare { bare_filter(&level) } else { level })
+                .map_err(|e| anyhow::anyhow!("invalid --log-level {:?}: {e}", self.log_level))?,
         };
         let registry = tracing_subscriber::registry().with(filter);
         match self.log_format {
@@ -510,6 +519,47 @@ mod tests {
         let err = args("inf0").init().unwrap_err().to_string();
         assert!(err.contains("inf0"), "{err}");
         assert!(args("nonsense").init().is_err());
+    }
+
+    /// A level that is none is a usage error, exit status 2, as clap reports other bad flags
+    /// (tester finding: `--log-level verbose` exited 1 after the binary had started).
+    #[test]
+    fn a_bad_log_level_is_a_usage_error() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            log: LogArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(
+                std::iter::once("bin").chain(args.iter().copied()),
+            )
+        };
+        for bad in ["verbose", "info,x=loud", "inf0"] {
+            let Err(error) = parse(&["--log-level", bad]) else {
+                panic!("{bad} accepted");
+            };
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{bad}"
+            );
+            assert_eq!(error.exit_code(), 2, "{bad}");
+            assert!(error.to_string().contains(bad), "{error}");
+        }
+        let error = parse(&["--log-level", "verbose"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.contains("expected trace, debug, info, warn or error"),
+            "{error}"
+        );
+        for good in ["warn", "INFO", "fatal", "info,linkerd_index=debug"] {
+            let cli = parse(&["--log-level", good]).unwrap_or_else(|e| panic!("{good}: {e}"));
+            let expected = if good == "fatal" { "error" } else { good };
+            assert_eq!(cli.log.log_level, expected);
+        }
     }
 
     #[test]
