@@ -218,6 +218,17 @@ impl Dispatch {
         Self::Local
     }
 
+    /// Whether [`Self::of`] `service` is not [`Self::Local`]: it has either federated
+    /// annotation or the remote-discovery label. Three map lookups, for each wake of a local
+    /// stream.
+    pub fn is_multicluster(service: &ServiceInfo) -> bool {
+        service.annotations.contains_key(LOCAL_DISCOVERY_ANNOTATION)
+            || service
+                .annotations
+                .contains_key(REMOTE_DISCOVERY_ANNOTATION)
+            || service.labels.contains_key(REMOTE_DISCOVERY_LABEL)
+    }
+
     fn members(&self) -> Option<Vec<Member>> {
         match self {
             Self::Local | Self::RemoteWithoutService { .. } => None,

@@ -109,7 +109,9 @@ impl DestinationService {
     /// `FailedPrecondition` for a Service with the
     /// remote-discovery label and no remote-service label; `NotFound` for a remote-discovery
     /// Service whose cluster is not linked now. An unknown service is not an error: the stream
-    /// starts with `NoEndpoints{exists: false}` and stays open.
+    /// starts with `NoEndpoints{exists: false}` and stays open; it ends (`OK`) if the Service
+    /// appears as, or becomes, a remote-discovery or federated one, so that the client asks
+    /// again.
     pub fn get_updates(
         &self,
         request: Request<GetDestination>,
@@ -296,6 +298,19 @@ impl GetState {
             }
             let first = self.stream.last_view().is_none();
             let updates = self.stream.next_updates().await?;
+            // A Service that turns out to be served from linked clusters (created after the
+            // stream opened, or labelled since) ends its local stream, as a multicluster
+            // stream ends when its Service is no longer one (spec §C.8.2): the client asks
+            // again and is served as a fresh request would be.
+            if let Some(service) = self.stream.last_view().and_then(|v| v.service.as_deref())
+                && Dispatch::is_multicluster(service)
+            {
+                tracing::debug!(
+                    service = %format_args!("{}/{}", service.namespace, service.name),
+                    "ending a local Get stream: its Service is now served from linked clusters"
+                );
+                return None;
+            }
             self.guard.sent(updates.len() as u64);
             self.guard.holds(self.stream.held(), self.stream.exists());
             let Some(view) = self.stream.last_view() else {

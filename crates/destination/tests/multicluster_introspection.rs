@@ -574,3 +574,73 @@ async fn a_federated_stream_that_stops_reading_shows_as_behind_until_it_reads_ag
     assert!(listed.iter().all(|i| !i.behind), "{listed:?}");
     assert_eq!(s.streams_behind(), 0);
 }
+
+/// The next message of `stream` within 5 s: `None` when the server ended it with status OK.
+async fn next_or_end(stream: &mut tonic::Streaming<Update>) -> Option<update::Update> {
+    tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("a message or the end within 5s")
+        .expect("stream ok")
+        .map(|u| u.update.expect("update set"))
+}
+
+/// A stream opened before its Service exists is served as a local Service's. When the Service
+/// appears as a mirror (remote discovery) or federated, or a local Service is annotated as
+/// federated, the local stream ends, and the client's next `Get` is served from the linked
+/// cluster (tester finding: such a stream stayed on `NoEndpoints{exists: true}` for good,
+/// while a fresh stream held east's addresses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_stream_ends_when_its_service_turns_out_to_be_multicluster() {
+    let s = start().await;
+    let east = ["10.2.0.1:8080", "10.2.0.2:8080"];
+    const LATE: &str = "web-late.shop.svc.cluster.local:80";
+
+    let mut early = get(s.addr, LATE).await;
+    assert!(
+        matches!(next(&mut early).await, update::Update::NoEndpoints(n) if !n.exists),
+        "an unknown Service"
+    );
+    let mut mirror = mk_service(NS, "web-late", &[("http", 80)]);
+    mirror["metadata"]["labels"] = json!({
+        "multicluster.linkerd.io/remote-discovery": "east",
+        "multicluster.linkerd.io/remote-service": "web",
+    });
+    s.index.apply(Event::Apply(typed::<Service>(mirror)));
+    assert_eq!(
+        next_or_end(&mut early).await,
+        None,
+        "the local stream ended"
+    );
+    let mut again = get(s.addr, LATE).await;
+    let mut held = Held::new();
+    read_until(&mut again, &mut held, &east).await;
+    assert_eq!(held[&east[0].parse().unwrap()]["target_cluster"], "east");
+
+    // A local Service, with its own endpoint, that is then made federated.
+    let mut local = get(s.addr, "web.shop.svc.cluster.local:80").await;
+    let mut held = Held::new();
+    read_until(&mut local, &mut held, &["10.1.0.1:8080"]).await;
+    let mut federated = mk_service(NS, "web", &[("http", 80)]);
+    federated["metadata"]["annotations"] = json!({
+        "multicluster.linkerd.io/remote-discovery": "web-late@east",
+    });
+    s.index.apply(Event::Apply(typed::<Service>(federated)));
+    assert_eq!(
+        next_or_end(&mut local).await,
+        None,
+        "the local stream ended"
+    );
+
+    // A change that leaves a Service local keeps its stream.
+    let mut other = get(s.addr, "other.shop.svc.cluster.local:80").await;
+    next(&mut other).await;
+    s.index.apply(Event::Apply(typed::<Service>(mk_service(
+        NS,
+        "other",
+        &[("http", 80)],
+    ))));
+    assert!(
+        matches!(next(&mut other).await, update::Update::NoEndpoints(n) if n.exists),
+        "the stream goes on"
+    );
+}

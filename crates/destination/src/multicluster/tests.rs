@@ -256,6 +256,25 @@ fn dispatch_follows_the_labels_and_annotations() {
     // Either annotation, even empty, makes a Service federated.
     let empty = service("e", json!({}), json!({LOCAL_DISCOVERY_ANNOTATION: ""}));
     assert_eq!(Dispatch::of(&info(&empty)), Dispatch::Federated(vec![]));
+    let remote_only = service("r", json!({}), json!({REMOTE_DISCOVERY_ANNOTATION: ""}));
+    let unrelated = service("u", json!({REMOTE_SERVICE_LABEL: "web"}), json!({"x": "y"}));
+    for svc in [
+        &plain,
+        &mirror,
+        &half,
+        &federated,
+        &empty,
+        &remote_only,
+        &unrelated,
+    ] {
+        let svc = info(svc);
+        assert_eq!(
+            Dispatch::is_multicluster(&svc),
+            Dispatch::of(&svc) != Dispatch::Local,
+            "{}",
+            svc.name
+        );
+    }
 }
 
 /// Tester finding: `" web-svc@east"` was taken as Service `" web-svc"` without a word. Entries
