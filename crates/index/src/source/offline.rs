@@ -315,6 +315,10 @@ impl OfflineSource {
                                     p.rescan = true;
                                 } else if let Some(links) = followed.manifests_of(&path, false) {
                                     p.paths.extend(links.iter().cloned());
+                                } else if let Some(hop) = followed.is_state_dir_hop(&path) {
+                                    // The state directory re-pointed or replaced; else a
+                                    // neighbour of it, which changes nothing here.
+                                    p.rescan |= hop;
                                 } else {
                                     p.rescan = true;
                                 }
@@ -1374,6 +1378,14 @@ struct Followed {
     /// Those directories, watched or not (not there yet): an event on one of them, or on a
     /// directory above one, means links through it resolve anew.
     wanted: BTreeSet<PathBuf>,
+    /// The state directory as given (made absolute) and, when that is a symlink, each hop of
+    /// its chain of links: replacing one (`ln -sfn` and a rename, as git-sync publishes, or a
+    /// directory removed and made again) changes what the state directory is, which no watch
+    /// on the directory itself tells.
+    dir_hops: BTreeSet<PathBuf>,
+    /// The directories holding `dir_hops`, watched for that: their other entries are not the
+    /// state directory's.
+    dir_hop_parents: BTreeSet<PathBuf>,
 }
 
 impl Followed {
@@ -1386,11 +1398,11 @@ impl Followed {
     /// of the state directory.
     fn follow(
         shared: &Mutex<Self>,
-        dir: &Path,
+        given: &Path,
         links: &BTreeMap<PathBuf, Vec<PathBuf>>,
         watcher: &mut impl notify::Watcher,
     ) {
-        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let dir = std::fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
         let mut hops: HashMap<PathBuf, Vec<PathBuf>> = HashMap::new();
         for (link, link_hops) in links {
             for hop in link_hops {
@@ -1403,33 +1415,61 @@ impl Followed {
             .filter(|parent| !parent.starts_with(&dir))
             .map(Path::to_path_buf)
             .collect();
+        let mut dir_hops = BTreeSet::new();
+        if let Ok(given) = std::path::absolute(given) {
+            dir_hops.extend(link_hops(&given).into_iter().flatten());
+            dir_hops.insert(given);
+        }
+        let dir_hop_parents: BTreeSet<PathBuf> = dir_hops
+            .iter()
+            .filter_map(|hop| hop.parent())
+            .map(Path::to_path_buf)
+            .collect();
         // Not locked while the watcher works: its thread may be waiting for the lock in the
         // callback, and `watch` waits for its thread.
-        let before = shared
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .dirs
-            .clone();
-        for gone in before.difference(&dirs) {
+        let before = {
+            let shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+            &shared.dirs | &shared.dir_hop_parents
+        };
+        let wanted = &dirs | &dir_hop_parents;
+        for gone in before.difference(&wanted) {
             let _ = watcher.unwatch(gone);
         }
         let mut watched = BTreeSet::new();
-        for followed in &dirs {
+        for followed in &wanted {
             match watcher.watch(followed, notify::RecursiveMode::NonRecursive) {
                 Ok(()) => {
                     watched.insert(followed.clone());
                 }
                 Err(_) => {
-                    tracing::debug!(dir = %followed.display(), "cannot watch the directory of a state file's link target yet")
+                    tracing::debug!(dir = %followed.display(), "cannot watch the directory of a link to the state directory or to a state file yet")
                 }
             }
         }
         *shared.lock().unwrap_or_else(|e| e.into_inner()) = Self {
             dir,
             hops,
-            dirs: watched,
+            dirs: &dirs & &watched,
             wanted: dirs,
+            dir_hop_parents: &dir_hop_parents & &watched,
+            dir_hops,
         };
+    }
+
+    /// Whether a change at `path` may change what the state directory is: `Some(true)` for the
+    /// directory as given or a hop of its chain of links, `Some(false)` for another entry
+    /// beside one of them (but not a directory a state file's link leads through), `None` for
+    /// a path elsewhere.
+    fn is_state_dir_hop(&self, path: &Path) -> Option<bool> {
+        if self.dir_hops.contains(path) {
+            return Some(true);
+        }
+        let followed = self.wanted.iter().any(|dir| dir.starts_with(path));
+        (!followed
+            && path
+                .parent()
+                .is_some_and(|parent| self.dir_hop_parents.contains(parent)))
+        .then_some(false)
     }
 
     /// The manifests a change at `path` is read through: `Some` (possibly empty, for another

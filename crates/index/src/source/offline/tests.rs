@@ -1792,6 +1792,53 @@ async fn a_directory_deleted_and_recreated_is_read_and_watched_again() {
     assert_eq!(applied_port(&mut services).await, 81);
 }
 
+/// A state directory given as a symlink that is then re-pointed (`ln -sfn` and a rename, as
+/// git-sync publishes), or replaced by a directory, is read and watched anew (tester finding:
+/// the old target stayed served and watched, and its edits applied, until a restart).
+#[tokio::test]
+async fn a_state_directory_link_re_pointed_or_replaced_is_followed() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path();
+    for name in ["a", "b"] {
+        std::fs::create_dir(root.join(name)).unwrap();
+        write(&root.join(name), "svc.yaml", &svc_yaml(name, 80));
+    }
+    std::os::unix::fs::symlink("a", root.join("main")).unwrap();
+    let metrics = IndexMetrics::default();
+    let mut services = services(&root.join("main"), &metrics).await;
+    assert!(matches!(next(&mut services).await, Event::Reset(o) if names(&o) == ["a"]));
+
+    // Neighbours of the link come and go without a read.
+    let reloads = metrics.offline_reloads.get();
+    write(root, "notes.txt", "x");
+    std::os::unix::fs::symlink("b", root.join("main.new")).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(metrics.offline_reloads.get(), reloads);
+
+    std::fs::rename(root.join("main.new"), root.join("main")).unwrap();
+    assert!(matches!(next(&mut services).await, Event::Apply(s) if s.name == "b"));
+    assert!(matches!(next(&mut services).await, Event::Delete(s) if s.name == "a"));
+    // The new target is watched, the old one no more.
+    write(&root.join("b"), "svc.yaml", &svc_yaml("b", 81));
+    assert_eq!(applied_port(&mut services).await, 81);
+    write(&root.join("a"), "svc.yaml", &svc_yaml("a", 82));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        services.try_recv().is_err(),
+        "the old target's edit is not served"
+    );
+
+    // The link replaced by a directory of its own.
+    std::fs::create_dir(root.join("c")).unwrap();
+    write(&root.join("c"), "svc.yaml", &svc_yaml("c", 80));
+    std::fs::remove_file(root.join("main")).unwrap();
+    std::fs::rename(root.join("c"), root.join("main")).unwrap();
+    assert!(matches!(next(&mut services).await, Event::Apply(s) if s.name == "c"));
+    assert!(matches!(next(&mut services).await, Event::Delete(s) if s.name == "b"));
+    write(&root.join("main"), "svc.yaml", &svc_yaml("c", 83));
+    assert_eq!(applied_port(&mut services).await, 83);
+}
+
 #[tokio::test]
 async fn a_config_map_volume_update_is_read() {
     // The layout kubelet gives a ConfigMap volume: the manifest is a symlink through `..data`,
