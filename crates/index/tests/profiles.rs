@@ -199,6 +199,46 @@ fn an_empty_dst_override_authority_is_logged() {
     assert!(!log.contains("dstOverrides[0]"), "{log}");
 }
 
+/// A dstOverride whose authority's port is 0 or past 65535 is served as written, and logged
+/// with the profile (tester finding: `web:99999` was sent without a word, where a negative
+/// weight and an empty authority are logged). Hosts and IPv6 addresses are not read as ports.
+#[test]
+fn a_dst_override_port_out_of_range_is_logged() {
+    let document = json!({
+        "apiVersion": "linkerd.io/v1alpha2", "kind": "ServiceProfile",
+        "metadata": {"name": NAME, "namespace": "ns"},
+        "spec": {"dstOverrides": [
+            {"authority": "web-v2.ns.svc.cluster.local:65535", "weight": "1"},
+            {"authority": "web-v2.ns.svc.cluster.local:99999", "weight": "1"},
+            {"authority": "web-v3:0", "weight": "1"},
+            {"authority": "[fd00::1]:123456789012345678901234567890", "weight": "1"},
+            {"authority": "fd00::0", "weight": "1"},
+            {"authority": "web-v4", "weight": "1"},
+            {"authority": "web-v5:http", "weight": "1"},
+        ]},
+    });
+    let (decoded, log) = support::logged(|| {
+        linkerd_index::model::decode_json::<ServiceProfile>(&document.to_string())
+    });
+    assert_eq!(decoded.expect("the profile decodes").dst_overrides.len(), 7);
+    for (i, port) in [
+        (1, "99999"),
+        (2, "0"),
+        (3, "123456789012345678901234567890"),
+    ] {
+        assert!(
+            log.contains(&format!(
+                "dstOverrides[{i}] has port {port}, outside 1-65535: no proxy can resolve it"
+            )),
+            "{log}"
+        );
+    }
+    for i in [0, 4, 5, 6] {
+        assert!(!log.contains(&format!("dstOverrides[{i}]")), "{log}");
+    }
+    assert_eq!(log.matches("outside 1-65535").count(), 3, "{log}");
+}
+
 /// Negative values a profile is served without (a route timeout and a retry-budget TTL sent as
 /// none, a dst override weight sent as 0) are logged with the profile and what was dropped;
 /// zero and positive ones are not.

@@ -214,6 +214,12 @@ impl ProfileInfo {
                     profile = %format!("{namespace}/{name}"),
                     "dstOverrides[{i}] has an empty authority: proxies are sent \":<port>\", which resolves nowhere"
                 );
+            } else if let Some(port) = port_out_of_range(&dst.authority) {
+                tracing::warn!(
+                    profile = %format!("{namespace}/{name}"),
+                    authority = %dst.authority,
+                    "dstOverrides[{i}] has port {port}, outside 1-65535: no proxy can resolve it"
+                );
             }
         }
 
@@ -226,6 +232,22 @@ impl ProfileInfo {
             retry_budget,
             dst_overrides,
         })
+    }
+}
+
+/// The port of `authority` (`host:<digits>` or `[ipv6]:<digits>`) when it is no TCP port: 0 or
+/// past 65535. The validator admits such an authority, as upstream's does, and a proxy cannot
+/// resolve it: the traffic weighed to it fails, which only this log line explains.
+fn port_out_of_range(authority: &str) -> Option<&str> {
+    let (host, port) = authority.rsplit_once(':')?;
+    // An unbracketed host with a colon is an IPv6 address: its last group is no port.
+    let ipv6 = host.contains(':') && !(host.starts_with('[') && host.ends_with(']'));
+    if ipv6 || port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    match port.parse::<u64>() {
+        Ok(1..=65535) => None,
+        _ => Some(port),
     }
 }
 
