@@ -721,7 +721,7 @@ impl StateDir {
                 };
             }
         };
-        let content_hash = manifest::content_hash(buffer);
+        let content_hash = manifest::content_hash(buffer, written_len == 0);
         if served.is_some_and(|f| f.content_hash == content_hash) {
             return Loaded::Same { stamp };
         }

@@ -1310,10 +1310,14 @@ fn hasher() -> impl Hasher {
 
 /// A hash of a file's text as read ([`super::read_state_file`]), to tell a changed file from
 /// one rewritten identically. A JSON file is hashed compacted: a change of blanks between its
-/// tokens alone changes none of its objects, and is no change.
-pub(super) fn content_hash(bytes: &[u8]) -> u64 {
+/// tokens alone changes none of its objects, and is no change. But an empty file, whose
+/// objects are kept as it is probably being written, is never the same as a file of blanks,
+/// which compacts to nothing too and holds no objects: `empty` (the file is 0 bytes as
+/// written) is hashed with the text.
+pub(super) fn content_hash(bytes: &[u8], empty: bool) -> u64 {
     let mut h = hasher();
     bytes.hash(&mut h);
+    empty.hash(&mut h);
     h.finish()
 }
 

@@ -1720,6 +1720,39 @@ fn a_truncated_file_keeps_its_objects_until_rewritten_or_removed() {
     // A file that starts empty is simply empty.
     write(dir.path(), "c.yaml", "");
     assert_eq!(refresh(&mut state, dir.path(), &["c.yaml"]), []);
+
+    // A JSON file emptied, then written with blanks only (which compact to nothing), holds
+    // no objects: they go, as a fresh start would have them (final tester's finding: the
+    // blanks read as the empty file kept, and the objects stayed served).
+    let list = |port: u16| {
+        format!(
+            r#"{{"kind": "List", "items": [{{"apiVersion": "v1", "kind": "Service", "metadata": {{"name": "j", "namespace": "ns"}}, "spec": {{"ports": [{{"port": {port}}}]}}}}]}}"#
+        )
+    };
+    write(dir.path(), "j.json", &list(80));
+    assert_eq!(
+        refresh(&mut state, dir.path(), &["j.json"]),
+        [("j".to_string(), Some(80))]
+    );
+    write(dir.path(), "j.json", "");
+    assert_eq!(refresh(&mut state, dir.path(), &["j.json"]), []);
+    write(dir.path(), "j.json", "  \n\n");
+    assert_eq!(
+        refresh(&mut state, dir.path(), &["j.json"]),
+        [("j".to_string(), None)]
+    );
+    // Reindenting a served file is no change.
+    write(dir.path(), "j.json", &list(81));
+    assert_eq!(
+        refresh(&mut state, dir.path(), &["j.json"]),
+        [("j".to_string(), Some(81))]
+    );
+    write(
+        dir.path(),
+        "j.json",
+        &format!("\n\n{}\n   ", list(81).replace(", ", ",\n    ")),
+    );
+    assert_eq!(refresh(&mut state, dir.path(), &["j.json"]), []);
 }
 
 /// TLSRoutes and TCPRoutes are read at v1alpha2 as `kubectl get -o yaml` prints them; a
