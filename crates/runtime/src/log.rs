@@ -42,27 +42,47 @@ fn bare_filter(level: &str) -> String {
     filter
 }
 
-/// `--log-level` read as [`LogArgs::init`] uses it: upstream's `panic` and `fatal` mean `error`.
+/// `--log-level` (or `RUST_LOG`) read as [`LogArgs::init`] uses it: upstream's `panic` and
+/// `fatal` mean `error`, alone or as one directive of several, in any case.
 ///
-/// Errors (a usage error, exit status 2, before anything starts) on a bare word that is no
-/// level: `inf0` would otherwise be a target filter that silently turns every log line off.
-/// Directives (`info,linkerd_index=debug`) are taken when tracing's filter reads them.
+/// Errors (for `--log-level`, a usage error: exit status 2, before anything starts) on a
+/// directive that is one word and no level: `inf0` or `verbose`, alone or in
+/// `inf0,linkerd_index=debug`, would otherwise be a target filter that silently turns every
+/// other log line off, warnings included. A target's level is written `target=level`.
+/// Other directives are taken when tracing's filter reads them.
 fn log_level(value: &str) -> Result<String, String> {
-    let level = match value {
-        "panic" | "fatal" => "error",
-        other => other,
-    };
-    if is_bare(level) {
-        if !matches!(
-            level.to_ascii_lowercase().as_str(),
-            "trace" | "debug" | "info" | "warn" | "error" | "off"
-        ) {
-            return Err("expected trace, debug, info, warn or error".into());
+    const EXPECTED: &str = "expected trace, debug, info, warn or error";
+    let mut directives = Vec::new();
+    for directive in value.split(',') {
+        let word = directive.trim();
+        if !is_bare(word) {
+            directives.push(directive.to_string());
+            continue;
         }
-    } else if let Err(e) = EnvFilter::try_new(level) {
+        let lower = word.to_ascii_lowercase();
+        match lower.as_str() {
+            "panic" | "fatal" => directives.push("error".into()),
+            "trace" | "debug" | "info" | "warn" | "error" | "off" => {
+                directives.push(directive.to_string())
+            }
+            // `a,,b` and a trailing comma: tracing skips empty directives.
+            "" if value.contains(',') => {}
+            "" => return Err(EXPECTED.into()),
+            _ if value.contains(',') => {
+                return Err(format!(
+                    "{word:?} is no level: {EXPECTED} (a target's level is written target=level)"
+                ));
+            }
+            _ => return Err(EXPECTED.into()),
+        }
+    }
+    let level = directives.join(",");
+    if !is_bare(&level)
+        && let Err(e) = EnvFilter::try_new(&level)
+    {
         return Err(e.to_string());
     }
-    Ok(level.to_string())
+    Ok(level)
 }
 
 /// Whether `level` is one word (a level), not tracing filter directives.
@@ -112,10 +132,13 @@ impl LogArgs {
     }
 }
 
-/// The filter `RUST_LOG` sets; its error names the variable (final tester's finding:
+/// The filter `RUST_LOG` sets, read as `--log-level` is ([`log_level`]: a word that is no
+/// level is refused); its error names the variable (final tester's finding:
 /// `RUST_LOG='garbage[[['` printed only `invalid filter directive`).
 fn rust_log_filter(env: &str) -> anyhow::Result<EnvFilter> {
-    EnvFilter::try_new(env).map_err(|e| anyhow::anyhow!("invalid RUST_LOG {env:?}: {e}"))
+    log_level(env)
+        .and_then(|filter| EnvFilter::try_new(filter).map_err(|e| e.to_string()))
+        .map_err(|e| anyhow::anyhow!("invalid RUST_LOG {env:?}: {e}"))
 }
 
 /// The fields of a plain log line (the message among them) with control characters escaped
@@ -508,6 +531,15 @@ mod tests {
             "{error}"
         );
         assert!(rust_log_filter("info,linkerd_index=debug").is_ok());
+        // A word that is no level would turn every line off, warnings included.
+        for bad in ["verbose", "inf0,linkerd_index=debug"] {
+            let error = rust_log_filter(bad).unwrap_err().to_string();
+            assert!(
+                error.starts_with(&format!("invalid RUST_LOG {bad:?}: ")),
+                "{error}"
+            );
+        }
+        assert!(rust_log_filter("Fatal").is_ok());
     }
 
     #[test]
@@ -535,7 +567,14 @@ mod tests {
                 std::iter::once("bin").chain(args.iter().copied()),
             )
         };
-        for bad in ["verbose", "info,x=loud", "inf0"] {
+        for bad in [
+            "verbose",
+            "info,x=loud",
+            "inf0",
+            "inf0,linkerd_index=debug",
+            "linkerd_index=debug,verbose",
+            "",
+        ] {
             let Err(error) = parse(&["--log-level", bad]) else {
                 panic!("{bad} accepted");
             };
@@ -547,6 +586,15 @@ mod tests {
             assert_eq!(error.exit_code(), 2, "{bad}");
             assert!(error.to_string().contains(bad), "{error}");
         }
+        // One word of several that is no level is named (final tester's finding: it turned
+        // every other log line off without a word).
+        let error = parse(&["--log-level", "inf0,linkerd_index=debug"])
+            .err()
+            .unwrap();
+        assert!(
+            error.to_string().contains("\"inf0\" is no level"),
+            "{error}"
+        );
         let error = parse(&["--log-level", "verbose"])
             .err()
             .unwrap()
@@ -555,10 +603,17 @@ mod tests {
             error.contains("expected trace, debug, info, warn or error"),
             "{error}"
         );
-        for good in ["warn", "INFO", "fatal", "info,linkerd_index=debug"] {
+        for (good, read) in [
+            ("warn", "warn"),
+            ("INFO", "INFO"),
+            ("fatal", "error"),
+            ("FATAL", "error"),
+            ("info,linkerd_index=debug", "info,linkerd_index=debug"),
+            ("fatal,linkerd_index=debug", "error,linkerd_index=debug"),
+            ("info,,linkerd_index=debug,", "info,linkerd_index=debug"),
+        ] {
             let cli = parse(&["--log-level", good]).unwrap_or_else(|e| panic!("{good}: {e}"));
-            let expected = if good == "fatal" { "error" } else { good };
-            assert_eq!(cli.log.log_level, expected);
+            assert_eq!(cli.log.log_level, read);
         }
     }
 
