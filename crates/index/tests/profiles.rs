@@ -199,44 +199,65 @@ fn an_empty_dst_override_authority_is_logged() {
     assert!(!log.contains("dstOverrides[0]"), "{log}");
 }
 
-/// A dstOverride whose authority's port is 0 or past 65535 is served as written, and logged
-/// with the profile (tester finding: `web:99999` was sent without a word, where a negative
-/// weight and an empty authority are logged). Hosts and IPv6 addresses are not read as ports.
+/// A dstOverride authority no proxy can resolve is served as the destination sends it (spec
+/// §D.3), and logged with the profile and what proxies are sent (tester findings:
+/// `web:99999` was sent without a word, then logged as if sent with port 99999; `web:http`
+/// and `fd00::1:99999` were not logged). Hosts, ports and IPv6 addresses that may resolve are
+/// not logged.
 #[test]
-fn a_dst_override_port_out_of_range_is_logged() {
+fn an_unresolvable_dst_override_authority_is_logged() {
+    let authorities = [
+        "web-v2.ns.svc.cluster.local:65535",
+        "web-v2.ns.svc.cluster.local:99999",
+        "web-v3:0",
+        "[fd00::1]:123456789012345678901234567890",
+        "fd00::0",
+        "web-v4",
+        "web-v5:http",
+        "web-v6:+80",
+        "fd00::1:99999",
+        "[fd00::1]:0",
+        "[fd00::1]",
+        "web-v7:",
+        "[fd00::1]:8080",
+    ];
     let document = json!({
         "apiVersion": "linkerd.io/v1alpha2", "kind": "ServiceProfile",
         "metadata": {"name": NAME, "namespace": "ns"},
-        "spec": {"dstOverrides": [
-            {"authority": "web-v2.ns.svc.cluster.local:65535", "weight": "1"},
-            {"authority": "web-v2.ns.svc.cluster.local:99999", "weight": "1"},
-            {"authority": "web-v3:0", "weight": "1"},
-            {"authority": "[fd00::1]:123456789012345678901234567890", "weight": "1"},
-            {"authority": "fd00::0", "weight": "1"},
-            {"authority": "web-v4", "weight": "1"},
-            {"authority": "web-v5:http", "weight": "1"},
-        ]},
+        "spec": {"dstOverrides": authorities.iter()
+            .map(|a| json!({"authority": a, "weight": "1"}))
+            .collect::<Vec<_>>()},
     });
     let (decoded, log) = support::logged(|| {
         linkerd_index::model::decode_json::<ServiceProfile>(&document.to_string())
     });
-    assert_eq!(decoded.expect("the profile decodes").dst_overrides.len(), 7);
-    for (i, port) in [
-        (1, "99999"),
-        (2, "0"),
-        (3, "123456789012345678901234567890"),
+    assert_eq!(
+        decoded.expect("the profile decodes").dst_overrides.len(),
+        authorities.len()
+    );
+    let as_host = |a: &str, port: &str| {
+        format!(
+            "authority {a:?} ends in {port:?}, no port 1-65535: proxies are sent it as a host, \"[{a}]:<port>\", which resolves nowhere"
+        )
+    };
+    for line in [
+        as_host("web-v2.ns.svc.cluster.local:99999", "99999"),
+        "authority \"web-v3:0\" has port 0: proxies are sent it as written".into(),
+        as_host(
+            "[fd00::1]:123456789012345678901234567890",
+            "123456789012345678901234567890",
+        ),
+        as_host("web-v5:http", "http"),
+        as_host("web-v6:+80", "+80"),
+        "authority \"fd00::1:99999\" is neither host:port nor an IPv6 address: proxies are sent it as a host, \"[fd00::1:99999]:<port>\"".into(),
+        "authority \"[fd00::1]:0\" has port 0".into(),
     ] {
-        assert!(
-            log.contains(&format!(
-                "dstOverrides[{i}] has port {port}, outside 1-65535: no proxy can resolve it"
-            )),
-            "{log}"
-        );
+        assert!(log.contains(&line), "{line}\n{log}");
     }
-    for i in [0, 4, 5, 6] {
-        assert!(!log.contains(&format!("dstOverrides[{i}]")), "{log}");
+    for i in [0, 4, 5, 10, 11, 12] {
+        assert!(!log.contains(&format!("dstOverrides[{i}]")), "{i}: {log}");
     }
-    assert_eq!(log.matches("outside 1-65535").count(), 3, "{log}");
+    assert_eq!(log.matches("which resolves nowhere").count(), 7, "{log}");
 }
 
 /// Negative values a profile is served without (a route timeout and a retry-budget TTL sent as

@@ -441,6 +441,12 @@ fn dst_authorities() {
         ("web:99999", "[web:99999]:8080"),
         ("web:http", "[web:http]:8080"),
         ("", ":8080"),
+        // What the index logs as resolving nowhere (`unresolvable_authority`) is sent so.
+        ("web:+80", "[web:+80]:8080"),
+        ("web:0", "web:0"),
+        ("[fd00::1]:0", "[fd00::1]:0"),
+        ("[fd00::1]:99999", "[[fd00::1]:99999]:8080"),
+        ("fd00::1:99999", "[fd00::1:99999]:8080"),
     ];
     for (authority, want) in cases {
         assert_eq!(dst_authority(authority, 8080), want, "{authority}");

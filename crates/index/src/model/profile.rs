@@ -214,11 +214,11 @@ impl ProfileInfo {
                     profile = %format!("{namespace}/{name}"),
                     "dstOverrides[{i}] has an empty authority: proxies are sent \":<port>\", which resolves nowhere"
                 );
-            } else if let Some(port) = port_out_of_range(&dst.authority) {
+            } else if let Some(problem) = unresolvable_authority(&dst.authority) {
                 tracing::warn!(
                     profile = %format!("{namespace}/{name}"),
-                    authority = %dst.authority,
-                    "dstOverrides[{i}] has port {port}, outside 1-65535: no proxy can resolve it"
+                    "dstOverrides[{i}] authority {:?} {problem}, which resolves nowhere",
+                    dst.authority
                 );
             }
         }
@@ -235,19 +235,34 @@ impl ProfileInfo {
     }
 }
 
-/// The port of `authority` (`host:<digits>` or `[ipv6]:<digits>`) when it is no TCP port: 0 or
-/// past 65535. The validator admits such an authority, as upstream's does, and a proxy cannot
-/// resolve it: the traffic weighed to it fails, which only this log line explains.
-fn port_out_of_range(authority: &str) -> Option<&str> {
-    let (host, port) = authority.rsplit_once(':')?;
-    // An unbracketed host with a colon is an IPv6 address: its last group is no port.
-    let ipv6 = host.contains(':') && !(host.starts_with('[') && host.ends_with(']'));
-    if ipv6 || port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
+/// Why a non-empty dst-override authority resolves nowhere, as the destination sends it
+/// (`destination::profile::dst_authority`, spec §D.3: kept when it ends in a port, else the
+/// requested port is joined): port 0 is sent as written; a `host:` suffix that is no port
+/// 1-65535 (`web:99999`, `web:http`) and an unbracketed name with several colons that is no
+/// IPv6 address make the whole authority a host (`[web:99999]:<port>`). `None` when it may
+/// resolve. The validator admits these, as upstream's does, and the traffic weighed to them
+/// fails: this is the only place they show.
+fn unresolvable_authority(authority: &str) -> Option<String> {
+    let port = match authority.rsplit_once(':') {
+        None => return None,
+        Some((host, port)) if !host.contains(':') => port,
+        Some((host, port)) if host.starts_with('[') && host.ends_with(']') => port,
+        // Unbracketed colons: sent bracketed, an IPv6 address with the requested port.
+        Some(_) if authority.starts_with('[') => "",
+        Some(_) => {
+            return authority.parse::<std::net::Ipv6Addr>().is_err().then(|| {
+                format!("is neither host:port nor an IPv6 address: proxies are sent it as a host, \"[{authority}]:<port>\"")
+            });
+        }
+    };
+    let digits = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
     match port.parse::<u64>() {
-        Ok(1..=65535) => None,
-        _ => Some(port),
+        _ if port.is_empty() => None,
+        Ok(0) if digits => Some("has port 0: proxies are sent it as written".into()),
+        Ok(1..=65535) if digits => None,
+        _ => Some(format!(
+            "ends in {port:?}, no port 1-65535: proxies are sent it as a host, \"[{authority}]:<port>\""
+        )),
     }
 }
 
