@@ -1389,9 +1389,10 @@ struct Followed {
 }
 
 impl Followed {
-    /// Follows the hops of `links` (manifest to hops) for the state directory `dir`: watches
-    /// the directories of hops outside it with `watcher`, and stops watching those no hop is
-    /// in any more. Each is watched again at every call (adding a watch it has is a no-op):
+    /// Follows the hops of `links` (manifest to hops) for the state directory `given` (as the
+    /// user gave it): watches the directories of hops outside it with `watcher`, and the
+    /// directories holding `given` and each link of its own chain, and stops watching those no
+    /// hop is in any more. Each is watched again at every call (adding a watch it has is a no-op):
     /// one moved away under a watched directory had its watch dropped by `notify`, and moved
     /// back it is the same directory. A directory that cannot be watched (it does not exist)
     /// is left out: its creation is seen where its parent is watched, else on the next read
