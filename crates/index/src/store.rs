@@ -25,10 +25,14 @@ pub(crate) fn apply_event<S, T, X>(
             Event::Apply(obj) => apply(state, obj, touched),
             Event::Delete(key) => delete(state, key, touched),
             Event::Reset(objs) => {
-                let listed: HashSet<ObjectRef> = objs.iter().map(|o| key_of(o)).collect();
-                for key in stored(state) {
-                    if !listed.contains(&key) {
-                        delete(state, &key, touched);
+                let stored = stored(state);
+                // The first list of a kind finds nothing stored: no set of what it lists.
+                if !stored.is_empty() {
+                    let listed: HashSet<ObjectRef> = objs.iter().map(|o| key_of(o)).collect();
+                    for key in stored {
+                        if !listed.contains(&key) {
+                            delete(state, &key, touched);
+                        }
                     }
                 }
                 for obj in objs {

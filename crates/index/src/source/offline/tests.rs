@@ -1157,7 +1157,11 @@ fn refresh(state: &mut StateDir, dir: &Path, files: &[&str]) -> Vec<(String, Opt
 }
 
 fn service_count(state: &StateDir) -> usize {
-    state.defs.keys().filter(|id| id.0.1 == "Service").count()
+    state
+        .defs
+        .keys()
+        .filter(|id| id.type_key.1 == "Service")
+        .count()
 }
 
 /// Re-lists the directory; returns the number of Services it defines.
