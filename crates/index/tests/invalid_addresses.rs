@@ -1,5 +1,6 @@
-//! An address that is not an IP address (a hand-written manifest's typo) is logged with the
-//! object, the field and the value, and skipped alone: the object's other addresses are kept.
+//! An address that is not an IP address, or a port outside 1-65535 (a hand-written
+//! manifest's typo), is logged with the object, the field and the value, and skipped alone:
+//! the object's other addresses and ports are kept.
 
 mod support;
 
@@ -204,6 +205,75 @@ fn a_cluster_ip_that_does_not_parse_is_logged_and_skipped_alone() {
         assert!(decoded.expect("decodes").cluster_ips.is_empty(), "{spec}");
         assert!(!log.contains("skipping"), "{spec}: {log}");
     }
+}
+
+/// A slice port outside 1-65535 (the API server refuses it) is logged and skipped alone
+/// (tester finding: `70000` was dropped without a word, so a Service that lost its port
+/// looked healthy in the log). A `ports[]` entry without a port is no typo: not logged.
+#[test]
+fn a_slice_port_out_of_range_is_logged_and_skipped_alone() {
+    let slice = r#"{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
+        "metadata":{"name":"web-p","namespace":"shop","labels":{"kubernetes.io/service-name":"web"}},
+        "addressType":"IPv4",
+        "ports":[{"name":"http","port":8080},{"name":"big","port":70000},{"name":"zero","port":0},
+            {"name":"neg","port":-1},{"name":"any"}],
+        "endpoints":[{"addresses":["10.0.0.8"]}]}"#;
+    let (decoded, log) = logged(|| decode_json::<EndpointSlice>(slice));
+    let slice = decoded.expect("the slice decodes");
+    let ports: Vec<(String, u16)> = slice
+        .ports
+        .expect("ports are set")
+        .into_iter()
+        .map(|p| (p.name, p.port))
+        .collect();
+    assert_eq!(ports, [("http".to_string(), 8080)]);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("skipping")).collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    for (line, port) in lines.iter().zip(["70000", "0", "-1"]) {
+        assert!(
+            line.contains("object=shop/web-p")
+                && line.contains("field=ports.port")
+                && line.contains(&format!("port={port}"))
+                && line.contains("not 1-65535"),
+            "{log}"
+        );
+    }
+    assert_eq!(slice.endpoints[0].addresses.len(), 1);
+}
+
+/// A Pod's `containerPort` or `hostPort` outside 1-65535 is logged and skipped; a `hostPort`
+/// of 0 means none and is not logged.
+#[test]
+fn a_pod_port_out_of_range_is_logged_and_skipped_alone() {
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-4","namespace":"shop"},
+        "spec":{"containers":[{"name":"app","ports":[
+            {"name":"http","containerPort":8080,"hostPort":0},
+            {"name":"admin","containerPort":99999},
+            {"name":"metrics","containerPort":9090,"hostPort":-5}]}]},
+        "status":{"phase":"Running","podIP":"10.0.0.4"}}"#;
+    let (decoded, log) = logged(|| decode_json::<Pod>(pod));
+    let pod = decoded.expect("the pod decodes");
+    let ports: Vec<(Option<&str>, u16, Option<u16>)> = pod
+        .container_ports
+        .iter()
+        .map(|p| (p.name.as_deref(), p.container_port, p.host_port))
+        .collect();
+    assert_eq!(
+        ports,
+        [(Some("http"), 8080, None), (Some("metrics"), 9090, None)]
+    );
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("skipping")).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines[0].contains("object=shop/web-4")
+            && lines[0].contains("field=containerPort")
+            && lines[0].contains("port=99999"),
+        "{log}"
+    );
+    assert!(
+        lines[1].contains("field=hostPort") && lines[1].contains("port=-5"),
+        "{log}"
+    );
 }
 
 /// The addresses of each endpoint of the EndpointSlice `json`, and what decoding it logged.

@@ -127,6 +127,25 @@ pub(crate) fn parse_ips(
     ips
 }
 
+/// `port`, field `field` of object `kind` `namespace/name`, as a port 1-65535; one outside
+/// that range is logged, naming the object, the field and the value, and skipped, as
+/// [`parse_ips`] skips an address (the API server refuses it, so it is a hand-written
+/// manifest's typo: the object's other ports are kept).
+pub(crate) fn port_in_range(
+    (kind, namespace, name): (&str, &str, &str),
+    field: &str,
+    port: i64,
+) -> Option<u16> {
+    let in_range = u16::try_from(port).ok().filter(|p| *p != 0);
+    if in_range.is_none() {
+        tracing::warn!(
+            %kind, object = %format!("{namespace}/{name}"), %field, %port,
+            "skipping a port that is not 1-65535"
+        );
+    }
+    in_range
+}
+
 /// [`parse_ips`] of an object's address list (`status.podIPs`, `spec.clusterIPs`), or of its
 /// single address (`status.podIP`, `spec.clusterIP`) when the list is empty, as Kubernetes
 /// reads them (the list, when set, starts with the single address). A single address beside a

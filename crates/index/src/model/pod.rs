@@ -113,7 +113,8 @@ impl Kind for k8s_openapi::api::core::v1::Pod {
 }
 
 impl PodInfo {
-    /// Builds the domain form of a Pod. Unparsable IPs and out-of-range ports are dropped.
+    /// Builds the domain form of a Pod. Unparsable IPs and ports outside 1-65535 are logged
+    /// and dropped; the rest of the Pod is kept.
     pub fn from_wire(pod: wire::Pod) -> Result<Self, InvalidObject> {
         let (namespace, name) = names("Pod", &pod.metadata)?;
         let wire::Pod {
@@ -126,17 +127,21 @@ impl PodInfo {
             .iter()
             .chain(spec.containers.iter())
             .collect();
+        let object = ("Pod", namespace.as_str(), name.as_str());
         let container_ports: Vec<ContainerPort> = containers
             .iter()
             .flat_map(|c| c.ports.iter())
             .filter_map(|p| {
+                let container_port =
+                    super::port_in_range(object, "containerPort", p.container_port)?;
                 Some(ContainerPort {
                     name: p.name.clone(),
-                    container_port: u16::try_from(p.container_port).ok()?,
+                    container_port,
+                    // 0: not exposed on the node.
                     host_port: p
                         .host_port
-                        .and_then(|h| u16::try_from(h).ok())
-                        .filter(|h| *h != 0),
+                        .filter(|h| *h != 0)
+                        .and_then(|h| super::port_in_range(object, "hostPort", h)),
                     tcp: p
                         .protocol
                         .as_deref()

@@ -102,7 +102,8 @@ impl SliceInfo {
     /// Builds the domain form of an EndpointSlice.
     ///
     /// Addresses that are not IP literals and ports outside 1..=65535 are dropped (they can only
-    /// come from `FQDN` slices or a broken controller); the rest of the slice is kept.
+    /// come from `FQDN` slices, a broken controller or a hand-written manifest; the last two
+    /// are logged); the rest of the slice is kept.
     pub fn from_wire(slice: wire::EndpointSlice) -> Result<Self, InvalidObject> {
         let (namespace, name) = names("EndpointSlice", &slice.metadata)?;
         let mut metadata = slice.metadata;
@@ -118,11 +119,12 @@ impl SliceInfo {
             "IPv6" => AddressType::IPv6,
             _ => AddressType::Fqdn,
         };
+        let object = ("EndpointSlice", namespace.as_str(), name.as_str());
         let ports = slice.ports.map(|ports| {
             ports
                 .into_iter()
                 .filter_map(|p| {
-                    let port = u16::try_from(p.port?).ok().filter(|p| *p != 0)?;
+                    let port = super::port_in_range(object, "ports.port", p.port?)?;
                     Some(SlicePort {
                         name: p.name.unwrap_or_default(),
                         port,
@@ -147,7 +149,6 @@ impl SliceInfo {
                     addresses: if address_type == AddressType::Fqdn {
                         Vec::new()
                     } else {
-                        let object = ("EndpointSlice", namespace.as_str(), name.as_str());
                         super::parse_ips(
                             object,
                             "endpoints.addresses",
