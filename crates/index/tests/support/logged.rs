@@ -17,6 +17,7 @@ impl Lines {
     }
 
     fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
+        keep_interest_per_thread();
         let writer = self.clone();
         tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
@@ -53,4 +54,18 @@ pub fn capture_thread() -> (tracing::subscriber::DefaultGuard, Lines) {
     let lines = Lines::default();
     let guard = tracing::subscriber::set_default(lines.subscriber());
     (guard, lines)
+}
+
+/// Sets a global subscriber that records nothing, once per process. tracing caches whether
+/// each log line is wanted; while a single subscriber is registered, a line first reached on a
+/// thread without one (another test, a task's thread) was cached as never wanted, and the
+/// capturing test then saw nothing of it (a flaky test under load). With the global one
+/// there are always two, and each line is asked of the subscriber of the thread writing it.
+fn keep_interest_per_thread() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Another global subscriber is as good; this one only needs to exist.
+        let _ =
+            tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::default());
+    });
 }
