@@ -1392,6 +1392,7 @@ impl<'de> Visitor<'de> for DigestSeed<'_> {
             _ => (None, false),
         };
         let (mut sum, mut len) = (0u64, 0u64);
+        let mut entries = MapEntries::default();
         while let Some((key, field, at)) = map.next_key_seed(KeySeed)? {
             if len == 0
                 && object
@@ -1420,14 +1421,56 @@ impl<'de> Visitor<'de> for DigestSeed<'_> {
             Tag::Entry.hash(&mut h);
             h.write_u64(key);
             h.write_u64(value);
-            sum = sum.wrapping_add(h.finish());
-            len += 1;
+            let entry = h.finish();
+            sum = sum.wrapping_add(entry);
+            match entries.replace(key, entry) {
+                // The key's earlier value no longer counts: the map digests as its last value
+                // alone, as it decodes (tester finding: `{"k":A,"k":B}` and `{"k":B,"k":A}`
+                // digested the same, so swapping them was no change and no conflict).
+                Some(earlier) => sum = sum.wrapping_sub(earlier),
+                None => len += 1,
+            }
         }
         let mut h = hasher();
         Tag::Map.hash(&mut h);
         h.write_u64(len);
         h.write_u64(sum);
         Ok(h.finish())
+    }
+}
+
+/// The entries of one map being digested, by key digest: what tells a key given twice.
+/// Objects' maps are mostly small, so the first few are kept inline and scanned; a larger map
+/// spills into a hash map.
+#[derive(Default)]
+struct MapEntries {
+    inline: [(Digest, Digest); MapEntries::INLINE],
+    len: usize,
+    spilled: Option<foldhash::HashMap<Digest, Digest>>,
+}
+
+impl MapEntries {
+    const INLINE: usize = 16;
+
+    /// Records `entry` for `key`; returns the entry it replaces, if the key came before.
+    fn replace(&mut self, key: Digest, entry: Digest) -> Option<Digest> {
+        if let Some(spilled) = &mut self.spilled {
+            return spilled.insert(key, entry);
+        }
+        let inline = &mut self.inline[..self.len];
+        if let Some(slot) = inline.iter_mut().find(|(k, _)| *k == key) {
+            return Some(std::mem::replace(&mut slot.1, entry));
+        }
+        if self.len < Self::INLINE {
+            self.inline[self.len] = (key, entry);
+            self.len += 1;
+        } else {
+            let mut spilled: foldhash::HashMap<Digest, Digest> =
+                self.inline.iter().copied().collect();
+            spilled.insert(key, entry);
+            self.spilled = Some(spilled);
+        }
+        None
     }
 }
 
@@ -1562,6 +1605,35 @@ mod tests {
         format!(
             r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"ports":[{{"port":80}}],"note":"}}], \"x\","}}}}"#
         )
+    }
+
+    /// A key given twice in a JSON object digests as its last value, as the object decodes:
+    /// the same values in the other order are another definition, and a repeat of the same
+    /// value is none (tester finding: `{"k":A,"k":B}` and `{"k":B,"k":A}` digested the same,
+    /// so swapping them in a running pod's file changed nothing served). Maps past the inline
+    /// entries are checked too.
+    #[test]
+    fn a_repeated_key_digests_as_its_last_value() {
+        let digest = |spec: &str| {
+            let json = format!(
+                r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"name":"a","namespace":"n"}},"spec":{spec}}}"#
+            );
+            summarize(&json).unwrap().unwrap().2
+        };
+        let many: String = (0..40).map(|i| format!(r#""k{i}":{i},"#)).collect();
+        for (first, second) in [("", ""), (many.as_str(), ""), ("", many.as_str())] {
+            let ab = digest(&format!(r#"{{{first}"k":1,{second}"k":2}}"#));
+            let ba = digest(&format!(r#"{{{first}"k":2,{second}"k":1}}"#));
+            let b = digest(&format!(r#"{{{first}{second}"k":2}}"#));
+            let a = digest(&format!(r#"{{{first}{second}"k":1}}"#));
+            assert_ne!(ab, ba, "{first}|{second}");
+            assert_eq!(ab, b, "{first}|{second}");
+            assert_eq!(ba, a, "{first}|{second}");
+        }
+        // A key repeated with its value: the map is the same as with the key once.
+        assert_eq!(digest(r#"{"port":80,"port":80}"#), digest(r#"{"port":80}"#));
+        // Key order still does not matter.
+        assert_eq!(digest(r#"{"a":1,"b":2}"#), digest(r#"{"b":2,"a":1}"#));
     }
 
     /// The single pass reads a List as the two passes do: the same objects, texts and digests.
