@@ -276,6 +276,27 @@ fn a_pod_port_out_of_range_is_logged_and_skipped_alone() {
     );
 }
 
+/// A slice whose `addressType` is not IPv4, IPv6 or FQDN (the API server refuses it) has no
+/// address read, and says so (tester finding: `Banana` dropped them without a word); an FQDN
+/// slice's are not read either, without a line.
+#[test]
+fn a_slice_of_an_unknown_address_type_is_logged() {
+    let slice = r#"{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
+        "metadata":{"name":"web-b","namespace":"shop","labels":{"kubernetes.io/service-name":"web"}},
+        "addressType":"Banana","ports":[{"port":8080}],
+        "endpoints":[{"addresses":["10.0.0.8"]}]}"#;
+    let (addresses, log) = slice_addresses(slice);
+    assert_eq!(addresses, [Vec::<IpAddr>::new()]);
+    assert!(
+        log.contains("object=shop/web-b")
+            && log.contains("address_type=Banana")
+            && log.contains("not IPv4, IPv6 or FQDN"),
+        "{log}"
+    );
+    let (_, log) = logged(|| decode_json::<EndpointSlice>(&slice_json_fqdn()));
+    assert!(!log.contains("addressType"), "{log}");
+}
+
 /// The addresses of each endpoint of the EndpointSlice `json`, and what decoding it logged.
 fn slice_addresses(json: &str) -> (Vec<Vec<IpAddr>>, String) {
     let (decoded, log) = logged(|| decode_json::<EndpointSlice>(json));

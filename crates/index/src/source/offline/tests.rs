@@ -2237,3 +2237,80 @@ fn yaml_is_read_into_the_json_a_document_tree_gave() {
         assert_eq!(error.to_string(), message, "{text}");
     }
 }
+
+/// A state directory given relative to the working directory is followed by its absolute
+/// path, links kept: notify names changed files absolutely, and a relative directory matched
+/// none of them, so each change re-read every file (tester finding: an oversized file beside
+/// the edited one was logged and counted again on each edit).
+#[test]
+fn a_relative_state_directory_is_made_absolute_with_its_links() {
+    let cwd = std::env::current_dir().unwrap();
+    let dir = tempfile::tempdir_in(&cwd).unwrap();
+    let link = dir.path().join("state");
+    std::fs::create_dir(dir.path().join("target")).unwrap();
+    std::os::unix::fs::symlink("target", &link).unwrap();
+    let relative = link.strip_prefix(&cwd).unwrap().to_path_buf();
+    assert!(relative.is_relative());
+    let source = OfflineSource::new(&relative, IndexMetrics::default()).unwrap();
+    assert_eq!(source.dir(), link);
+    let awaiting = OfflineSource::awaiting(&relative, IndexMetrics::default()).unwrap();
+    assert_eq!(awaiting.dir(), link);
+}
+
+/// An object decoded again from the file that serves it once another file stops defining it
+/// logs what decoding finds under that file's name, as its first read did (tester finding: a
+/// skipped port's line lost its file).
+#[test]
+fn an_object_decoded_again_logs_its_file() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let dir = tempfile::tempdir().unwrap();
+    let slice = |ports: &str| {
+        format!(
+            r#"{{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{{"name":"r-abc","namespace":"t","labels":{{"kubernetes.io/service-name":"r"}}}},"addressType":"IPv4","ports":{ports},"endpoints":[{{"addresses":["10.0.0.1"]}}]}}"#
+        )
+    };
+    write(
+        dir.path(),
+        "r1.json",
+        &slice(r#"[{"name":"http","port":70000},{"name":"x","port":8080}]"#),
+    );
+    write(
+        dir.path(),
+        "r2.json",
+        &slice(r#"[{"name":"x","port":8081}]"#),
+    );
+    let metrics = IndexMetrics::default();
+    let (tx, mut slices) = mpsc::unbounded_channel::<Event<Arc<crate::model::SliceInfo>>>();
+    let mut state = StateDir::new(
+        dir.path().to_path_buf(),
+        vec![feed::<EndpointSlice>(tx, metrics.clone())],
+        metrics.clone(),
+    );
+    let (_, first) = logged(|| {
+        let (changes, decoded) = state.rescan();
+        state.deliver_initial(changes, decoded);
+    });
+    assert!(
+        matches!(slices.try_recv(), Ok(Event::Reset(s)) if s[0].ports.as_ref().unwrap()[0].port == 8081)
+    );
+    let r1 = dir.path().join("r1.json");
+    assert!(
+        first.contains(&format!("file={}", r1.display())) && first.contains("port=70000"),
+        "{first}"
+    );
+
+    let r2 = dir.path().join("r2.json");
+    std::fs::remove_file(&r2).unwrap();
+    let (_, again) = logged(|| {
+        let (changes, decoded) = state.refresh(&BTreeSet::from([r2]));
+        state.deliver_changes(changes, decoded);
+    });
+    assert!(
+        matches!(slices.try_recv(), Ok(Event::Apply(s)) if s.ports.as_ref().unwrap()[0].port == 8080)
+    );
+    let line = again
+        .lines()
+        .find(|l| l.contains("port=70000"))
+        .unwrap_or_else(|| panic!("{again}"));
+    assert!(line.contains(&format!("file={}", r1.display())), "{line}");
+}
