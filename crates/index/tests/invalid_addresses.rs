@@ -277,8 +277,9 @@ fn a_pod_port_out_of_range_is_logged_and_skipped_alone() {
 }
 
 /// A slice whose `addressType` is not IPv4, IPv6 or FQDN (the API server refuses it) has no
-/// address read, and says so (tester finding: `Banana` dropped them without a word); an FQDN
-/// slice's are not read either, without a line.
+/// address read, and says so (tester finding: `Banana` dropped them without a word; a missing
+/// one was logged as a blank `address_type=`); an FQDN slice's are not read either, without a
+/// line.
 #[test]
 fn a_slice_of_an_unknown_address_type_is_logged() {
     let slice = r#"{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
@@ -289,10 +290,14 @@ fn a_slice_of_an_unknown_address_type_is_logged() {
     assert_eq!(addresses, [Vec::<IpAddr>::new()]);
     assert!(
         log.contains("object=shop/web-b")
-            && log.contains("address_type=Banana")
+            && log.contains("address_type=\"Banana\"")
             && log.contains("not IPv4, IPv6 or FQDN"),
         "{log}"
     );
+    let missing = slice.replace(r#""addressType":"Banana","#, "");
+    let (addresses, log) = slice_addresses(&missing);
+    assert_eq!(addresses, [Vec::<IpAddr>::new()]);
+    assert!(log.contains(r#"address_type="""#), "{log}");
     let (_, log) = logged(|| decode_json::<EndpointSlice>(&slice_json_fqdn()));
     assert!(!log.contains("addressType"), "{log}");
 }

@@ -121,9 +121,10 @@ impl SliceInfo {
             other => {
                 // The API server refuses any other: a hand-written manifest's typo, whose
                 // addresses are not read (tester finding: they were dropped without a word).
+                // Quoted, so that a missing one reads `address_type=""`, not a blank.
                 tracing::warn!(
                     kind = "EndpointSlice", object = %format!("{namespace}/{name}"),
-                    address_type = %other,
+                    address_type = ?other,
                     "skipping the addresses of a slice whose addressType is not IPv4, IPv6 or FQDN"
                 );
                 AddressType::Fqdn
