@@ -187,6 +187,9 @@ struct Figures {
     at_ready: Memory,
     settled: Memory,
     cpu_to_ready: Duration,
+    /// Offline mode: how the first read's time split between parsing and indexing (from the
+    /// binary's log), or why that could not be read.
+    first_read: Option<Result<String, String>>,
     /// The completeness check: what it found, or why it failed.
     check: Result<String, String>,
     /// `--streams`: what opening them cost, or why it failed.
@@ -383,8 +386,13 @@ async fn measure(
     let addr = server::free_local_addr()?;
     let admin_addr = server::free_local_addr()?;
     let log = dir.join(format!("{}-{}.log", binary.name(), mode.name()));
-    let output = Output::File(log);
-    let quiet = [format!("--log-level={}", args.server_log_level)];
+    let output = Output::File(log.clone());
+    // Offline, the first read's log line splits its time into parsing and indexing.
+    let level = match mode {
+        Mode::Offline => format!("{},{FIRST_READ_TARGET}=info", args.server_log_level),
+        Mode::Kube => args.server_log_level.clone(),
+    };
+    let quiet = [format!("--log-level={level}")];
     eprintln!("starting {} in {} mode...", binary.name(), mode.name());
     let load = load_average();
     let started = Instant::now();
@@ -464,6 +472,10 @@ async fn measure(
             .map(|sent| ready_at.saturating_duration_since(sent)),
         Source::Offline(_) => None,
     };
+    let first_read = match mode {
+        Mode::Offline => Some(first_read(&log)),
+        Mode::Kube => None,
+    };
     eprintln!(
         "{} ready after {:.2} s; settling for {} s...",
         binary.name(),
@@ -510,9 +522,35 @@ async fn measure(
         at_ready,
         settled,
         cpu_to_ready,
+        first_read,
         check,
         streams,
     }))
+}
+
+/// The module whose `info` line reports the offline first read.
+const FIRST_READ_TARGET: &str = "linkerd_index::source::offline";
+
+/// The offline first read's split, from the binary's log line `cluster state directory read`
+/// (`parse_ms=`, `index_ms=`): `parse P s, index I s`, or why it is missing.
+fn first_read(log: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let line = text
+        .lines()
+        .find(|l| l.contains("cluster state directory read"))
+        .ok_or_else(|| format!("no first-read line in {}", log.display()))?;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|word| word.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|value| value.parse::<u64>().ok())
+            .ok_or_else(|| format!("no {name} in {line:?}"))
+    };
+    let seconds = |ms: u64| ms as f64 / 1000.0;
+    Ok(format!(
+        "parse {:.2} s, index {:.2} s",
+        seconds(field("parse_ms")?),
+        seconds(field("index_ms")?)
+    ))
 }
 
 /// `--streams`: opens them all at once over `--connections` connections, waits until each has
@@ -823,8 +861,13 @@ fn print(args: &BenchScaleArgs, spec: &ScaleSpec, generated: &Generated, runs: &
                 Ok(found) => ("ok", found.as_str()),
                 Err(why) => ("FAILED", why.as_str()),
             };
+            let first_read = match &f.first_read {
+                Some(Ok(split)) => format!("; first read: {split}"),
+                Some(Err(why)) => format!("; first read: {why}"),
+                None => String::new(),
+            };
             println!(
-                "{} {}: load average {} at spawn; check {mark}: {text}",
+                "{} {}: load average {} at spawn; check {mark}: {text}{first_read}",
                 run.mode.name(),
                 run.binary.name(),
                 f.load
@@ -868,6 +911,26 @@ mod tests {
         }
         let argv = std::iter::once("bench-scale").chain(extra.iter().copied());
         <Cli as clap::Parser>::parse_from(argv).scale
+    }
+
+    #[test]
+    fn the_first_read_split_is_read_from_the_offline_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("destination-offline.log");
+        std::fs::write(
+            &log,
+            "2026-12-07T04:26:50.86Z  INFO linkerd_index::source::offline: cluster state directory read dir=/s files=51 bytes=1915748352 objects=66100 served=66100 parse_ms=2871 index_ms=634\n",
+        )
+        .unwrap();
+        assert_eq!(first_read(&log).unwrap(), "parse 2.87 s, index 0.63 s");
+        std::fs::write(&log, "2026-12-07T04:26:50.86Z  WARN other line\n").unwrap();
+        assert!(
+            first_read(&log)
+                .unwrap_err()
+                .starts_with("no first-read line")
+        );
+        std::fs::write(&log, "cluster state directory read parse_ms=12\n").unwrap();
+        assert!(first_read(&log).unwrap_err().starts_with("no index_ms"));
     }
 
     #[test]

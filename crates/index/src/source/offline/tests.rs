@@ -194,6 +194,59 @@ fn read_logged(dir: &Path, feeds: Vec<Arc<dyn KindFeed>>, metrics: &IndexMetrics
     log
 }
 
+/// The first read says what it read and where its time went, so that an operator can tell a
+/// start slowed by parsing (a large or YAML state) from one slowed by indexing.
+#[test]
+fn the_first_read_logs_what_it_read_and_how_long_each_part_took() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = format!("{}---\n{}", svc_yaml("a", 80), svc_yaml("b", 81));
+    write(dir.path(), "services.yaml", &services);
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-0","namespace":"ns"}}"#;
+    write(dir.path(), "pod.json", pod);
+    let metrics = IndexMetrics::default();
+    let (tx, mut served) = mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
+    let mut state = StateDir::new(
+        dir.path().to_path_buf(),
+        vec![feed::<Service>(tx, metrics.clone())],
+        metrics,
+    );
+    let (listed, log) = logged(|| state.read_first());
+    assert!(listed);
+    let Ok(Event::Reset(objs)) = served.try_recv() else {
+        panic!("expected Reset")
+    };
+    assert_eq!(names(&objs), ["a", "b"]);
+    let line = log
+        .lines()
+        .find(|l| l.contains("cluster state directory read"))
+        .unwrap_or_else(|| panic!("{log}"));
+    // Three objects in two files; the Pod is not of a watched kind, so two are served.
+    let bytes = services.len() + pod.len();
+    for field in [
+        "files=2".to_string(),
+        format!("bytes={bytes}"),
+        "objects=3".into(),
+        "served=2".into(),
+        "parse_ms=".into(),
+        "index_ms=".into(),
+    ] {
+        assert!(line.contains(&field), "{field}: {line}");
+    }
+
+    // A directory that cannot be listed delivers nothing and logs no read.
+    let (tx, mut served) = mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
+    let metrics = IndexMetrics::default();
+    let mut state = StateDir::new(
+        dir.path().join("missing"),
+        vec![feed::<Service>(tx, metrics.clone())],
+        metrics,
+    );
+    let (listed, log) = logged(|| state.read_first());
+    assert!(!listed);
+    assert!(served.try_recv().is_err());
+    assert!(!log.contains("cluster state directory read"), "{log}");
+}
+
 #[test]
 fn unnamed_items_are_skipped_alone() {
     let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b, namespace: ok}\n- {kind: Service}\n- 42\n- {apiVersion: v1, kind: Pod, metadata: {namespace: ok}}\n- {apiVersion: v1, metadata: {name: c}}\n";
