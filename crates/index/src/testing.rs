@@ -45,9 +45,18 @@ impl Policy {
         }
     }
 
-    /// Applies an event of typed objects to every index that reads their kind.
+    /// Applies an event of typed objects to every index that reads their kind
+    /// ([`Watches::apply`]: times are kept to the second; see [`Self::apply_json`]).
     pub(crate) fn apply<K: Kind + serde::Serialize>(&self, event: Event<K>) {
         self.watches.apply(event);
+    }
+
+    /// Applies the object of kind `K` that `json` defines, decoded from that text as a source
+    /// decodes it (a time keeps its fraction of a second). Panics when it does not decode.
+    pub(crate) fn apply_json<K: Kind>(&self, json: &str) {
+        let object = crate::model::decode_json::<K>(json).expect("the object decodes");
+        self.watches
+            .deliver::<K>(Event::Apply(std::sync::Arc::new(object)));
     }
 
     /// Deletes the object of `obj`'s kind and name.

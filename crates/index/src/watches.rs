@@ -210,7 +210,9 @@ impl Watches {
     }
 
     /// Decodes the objects of `event` (typed Kubernetes objects, as a manifest writes them)
-    /// as a source does, and delivers it ([`Watches::deliver`]). An object that does not
+    /// as a source does, and delivers it ([`Watches::deliver`]). Each is written out as JSON
+    /// first, and k8s-openapi writes times to the second: [`Fed::apply_json`] keeps a
+    /// fraction. An object that does not
     /// decode is logged and counted in `index_invalid_objects_total`, and left out (an `Apply`
     /// of it is dropped, or, for kinds whose invalid updates remove, becomes a `Delete`).
     pub fn apply<K: Kind + serde::Serialize>(&self, event: Event<K>) {
@@ -572,6 +574,15 @@ impl<I> Fed<I> {
     /// Decodes the objects of `event` and applies it ([`Watches::apply`]).
     pub fn apply<K: Kind + serde::Serialize>(&self, event: Event<K>) {
         self.watches.apply(event);
+    }
+
+    /// Decodes the object of kind `K` that the JSON text `json` defines, as a source decodes
+    /// it (a time keeps its fraction of a second), and applies it. Errors, applying nothing,
+    /// when it does not decode.
+    pub fn apply_json<K: Kind>(&self, json: &str) -> Result<(), crate::model::DecodeError> {
+        let object = crate::model::decode_json::<K>(json)?;
+        self.watches.deliver::<K>(Event::Apply(Arc::new(object)));
+        Ok(())
     }
 
     /// Deletes the object of `obj`'s kind, namespace and name.

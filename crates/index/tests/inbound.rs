@@ -368,6 +368,33 @@ mod updates {
         );
     }
 
+    /// Creation times are compared as times, not as text (tester finding: a hand-written
+    /// `creationTimestamp` with a fraction of a second sorted before the whole second it
+    /// follows, as `.` sorts before `Z`, so the newer Server won the port).
+    #[tokio::test]
+    async fn the_oldest_server_wins_whatever_the_timestamps_precision() {
+        let index = start();
+        // As JSON text, as a source reads it: a typed Server is written out to the second.
+        let apply = |name: &str, created: &str| {
+            let mut server = serde_json::to_value(mk_server(name, created, json!(8080))).unwrap();
+            server["metadata"]["creationTimestamp"] = created.into();
+            index.apply_json::<Server>(&server.to_string()).unwrap();
+        };
+        apply("a-later", "2026-01-01T00:00:00.500Z");
+        apply("z-earlier", "2026-01-01T00:00:00Z");
+        let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Server("z-earlier".into())
+        );
+        // An offset is the same instant as its UTC form: older than both.
+        apply("m-earliest", "2026-01-01T00:59:59.9+01:00");
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Server("m-earliest".into())
+        );
+    }
+
     /// Views that differ (two Servers of one pod) share their equal parts: the authorizations
     /// and the default routes are one allocation each, not one per view.
     #[tokio::test]

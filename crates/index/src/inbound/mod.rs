@@ -13,6 +13,7 @@ pub mod policy;
 pub mod view;
 
 use ipnet::IpNet;
+use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -672,14 +673,14 @@ impl Inbound {
             match &route.rules {
                 RouteRules::Http(rules) => http_routes.push(InboundRoute {
                     reference,
-                    creation_timestamp: route.created.clone(),
+                    creation_timestamp: route.created,
                     hostnames: route.hostnames.clone(),
                     rules: rules.clone(),
                     authorizations,
                 }),
                 RouteRules::Grpc(rules) => grpc_routes.push(InboundRoute {
                     reference,
-                    creation_timestamp: route.created.clone(),
+                    creation_timestamp: route.created,
                     hostnames: route.hostnames.clone(),
                     rules: rules.clone(),
                     authorizations,
@@ -960,7 +961,7 @@ fn default_grpc_route() -> InboundRoute<GrpcRule> {
 /// Routes with a creation time first, oldest first; then resources before defaults,
 /// resources by name, group, kind, defaults by name (§4.8).
 fn sort_routes<R>(routes: &mut [InboundRoute<R>]) {
-    fn key<R>(r: &InboundRoute<R>) -> (bool, Option<&str>, u8, &str, &str, &str) {
+    fn key<R>(r: &InboundRoute<R>) -> (bool, Option<Timestamp>, u8, &str, &str, &str) {
         let (rank, name, group, kind) = match &r.reference {
             RouteRef::Resource { group, kind, name } => {
                 (0, name.as_str(), group.as_str(), kind.as_str())
@@ -969,7 +970,7 @@ fn sort_routes<R>(routes: &mut [InboundRoute<R>]) {
         };
         (
             r.creation_timestamp.is_none(),
-            r.creation_timestamp.as_deref(),
+            r.creation_timestamp,
             rank,
             name,
             group,

@@ -380,7 +380,7 @@ fn route_info(
     Ok(InboundRouteInfo {
         group: group.to_string(),
         kind: kind.to_string(),
-        created: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+        created: meta.creation_timestamp.as_ref().map(|t| t.0),
         parents,
         accepted,
         hostnames: hostnames
@@ -677,7 +677,7 @@ impl Sink<Server> for InboundIndex {
 /// Overlapping selectors that differ, where neither selects every workload, are not looked for.
 fn warn_overlapping_servers(s: &Inbound, srv: &ServerInfo) {
     for (twin, overlap) in s.overlapping_servers(srv) {
-        let age = |s: &ServerInfo| (s.created.clone(), s.name.clone());
+        let age = |s: &ServerInfo| (s.created, s.name.clone());
         let (older, newer) = if age(twin) < age(srv) {
             (&**twin, srv)
         } else {

@@ -1,6 +1,7 @@
 //! The policy kinds as the inbound index keeps them (spec/policy.md §2.1, §4.5–§4.7): each
 //! resolved once per watch event into what server computation needs.
 
+use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeSet;
 
 use super::view::{ClientAuthorization, IdentityMatch, Network};
@@ -89,7 +90,7 @@ pub struct RateLimitPolicyInfo {
     pub namespace: String,
     pub name: String,
     /// `metadata.creationTimestamp`: of the policies of a Server, the oldest is accepted.
-    pub created: Option<k8s_openapi::jiff::Timestamp>,
+    pub created: Option<Timestamp>,
     pub server: String,
     /// `status.conditions` has `Accepted=True`.
     pub accepted: bool,
@@ -108,7 +109,8 @@ pub struct InboundRouteInfo {
     pub group: String,
     /// `HTTPRoute` or `GRPCRoute`.
     pub kind: String,
-    pub created: Option<String>,
+    /// Creation time (a time, not its text: `00.5Z` sorts after `00Z`).
+    pub created: Option<Timestamp>,
     /// The Servers (of the route's namespace) its parent refs name.
     pub parents: BTreeSet<String>,
     /// The Servers for which `status.parents` has `Accepted=True` from the policy controller.

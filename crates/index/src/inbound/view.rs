@@ -2,6 +2,7 @@
 //! protocol-agnostic form: the policy binary turns an [`InboundServer`] into the proxy API's
 //! `inbound.Server`.
 
+use k8s_openapi::jiff::Timestamp;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 pub use crate::model::Network;
@@ -87,8 +88,8 @@ pub enum IdentityMatch {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct InboundRoute<R> {
     pub reference: RouteRef,
-    /// RFC 3339 creation time; routes with one sort first (§4.8).
-    pub creation_timestamp: Option<String>,
+    /// Creation time; routes with one sort first, oldest first (§4.8).
+    pub creation_timestamp: Option<Timestamp>,
     pub hostnames: Vec<HostMatch>,
     pub rules: Vec<R>,
     pub authorizations: BTreeMap<AuthorizationRef, ClientAuthorization>,

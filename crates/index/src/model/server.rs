@@ -1,7 +1,7 @@
 //! Server, as the index reads it: which workload ports it covers and with which protocol
 //! (spec/policy.md §2.1; the destination uses it for opacity, spec/destination.md §C.3.1).
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::{apimachinery::pkg::util::intstr::IntOrString, jiff::Timestamp};
 use linkerd_k8s_api::{Server, server::ProxyProtocol};
 
 use super::{
@@ -15,8 +15,9 @@ pub struct ServerInfo {
     pub namespace: String,
     pub name: String,
     pub labels: Labels,
-    /// `metadata.creationTimestamp` as RFC 3339 (the oldest Server wins a port; ties by name).
-    pub created: Option<String>,
+    /// `metadata.creationTimestamp` (the oldest Server wins a port; ties by name). A time, not
+    /// its text: `00.5Z` sorts after `00Z`.
+    pub created: Option<Timestamp>,
     /// `spec.podSelector`; `None` selects no pod.
     pub pod_selector: Option<Selector>,
     /// `spec.externalWorkloadSelector`; `None` selects no ExternalWorkload.
@@ -133,11 +134,7 @@ impl ServerInfo {
         }
         Ok(Self {
             labels: srv.metadata.labels.clone().unwrap_or_default().into(),
-            created: srv
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string()),
+            created: srv.metadata.creation_timestamp.as_ref().map(|t| t.0),
             pod_selector,
             external_workload_selector,
             port,

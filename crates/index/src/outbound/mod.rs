@@ -344,7 +344,7 @@ fn sort_routes(routes: &mut [Arc<OutboundRouteInfo>]) {
         let key = |r: &Arc<OutboundRouteInfo>| {
             (
                 r.created.is_none(),
-                r.created.clone(),
+                r.created,
                 r.key.namespace.clone(),
                 r.key.name.clone(),
             )
@@ -466,7 +466,7 @@ impl RuleContext<'_> {
                 namespace: route.key.namespace.clone(),
                 name: route.key.name.clone(),
             },
-            creation_timestamp: route.created.clone(),
+            creation_timestamp: route.created,
             hostnames: route.hostnames.clone(),
             rules: vec![OutboundRule {
                 matches: Vec::new(),
@@ -490,7 +490,7 @@ impl RuleContext<'_> {
                 namespace: route.key.namespace.clone(),
                 name: route.key.name.clone(),
             },
-            creation_timestamp: route.created.clone(),
+            creation_timestamp: route.created,
             hostnames: route.hostnames.clone(),
             rules: rules.iter().map(|rule| self.rule(rule)).collect(),
         }

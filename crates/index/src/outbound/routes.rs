@@ -7,7 +7,10 @@
 //! - a policy.linkerd.io `ResponseHeaderModifier` stays a response header modifier;
 //! - an update that fails conversion removes the route (no stale version stays active).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use k8s_openapi::{
+    apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta},
+    jiff::Timestamp,
+};
 use linkerd_k8s_api::{
     HttpRoute as PolicyHttpRoute,
     gateway_api::{
@@ -37,8 +40,8 @@ use crate::{
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutboundRouteInfo {
     pub key: RouteKey,
-    /// RFC 3339 creation time.
-    pub created: Option<String>,
+    /// Creation time (a time, not its text: `00.5Z` sorts after `00Z`).
+    pub created: Option<Timestamp>,
     /// The Service parent refs (others are ignored).
     pub parents: Vec<ServiceParent>,
     /// `status.parents` entries for Services with `Accepted=True` (any controller, §5.4).
@@ -506,7 +509,7 @@ fn info(
 ) -> OutboundRouteInfo {
     OutboundRouteInfo {
         key,
-        created: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+        created: meta.creation_timestamp.as_ref().map(|t| t.0),
         parents: parents.services,
         accepted: parents.accepted,
         egress_parents: parents.egress_networks,

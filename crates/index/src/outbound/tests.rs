@@ -430,6 +430,41 @@ async fn quirk_route_order_is_time_then_namespace_and_name() {
     assert_eq!(names, ["b", "c", "a"]);
 }
 
+/// Creation times are compared as times, not as text (tester finding: `00.5Z` sorted before
+/// `00Z`, as `.` sorts before `Z`).
+#[tokio::test]
+async fn route_order_compares_creation_times_as_times() {
+    let index = index();
+    index.apply(Event::Apply(mk_service(
+        "emojivoto",
+        "web",
+        "10.96.0.1",
+        "",
+    )));
+    // As JSON text, as a source reads it: the typed route would be written out to the second.
+    for (name, created) in [
+        ("a", "2026-01-01T00:00:00.500Z"),
+        ("b", "2026-01-01T00:00:00Z"),
+        ("c", "2026-01-01T00:59:59.9+01:00"),
+    ] {
+        let mut route = serde_json::to_value(mk_route("emojivoto", name, created, "[]")).unwrap();
+        route["metadata"]["creationTimestamp"] = created.into();
+        index.apply_json::<HttpRoute>(&route.to_string());
+    }
+    let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
+    let OutboundProtocol::Detect { http_routes, .. } = p.protocol else {
+        panic!()
+    };
+    let names: Vec<_> = http_routes
+        .iter()
+        .map(|r| match &r.reference {
+            OutboundRouteRef::Resource { name, .. } => name.clone(),
+            OutboundRouteRef::Default(n) => n.clone(),
+        })
+        .collect();
+    assert_eq!(names, ["c", "b", "a"]);
+}
+
 /// §12 "Policy HTTPRoute ResponseHeaderModifier becomes a request header modifier on the
 /// outbound wire": decided for the CRD's meaning, it stays a response header modifier.
 #[tokio::test]

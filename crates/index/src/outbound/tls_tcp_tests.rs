@@ -171,7 +171,7 @@ async fn a_tls_route_on_a_port_without_app_protocol_is_served_as_tls() {
     );
     let expected = OutboundProtocol::Tls(vec![OutboundRoute {
         reference: reference("TLSRoute", "sni"),
-        creation_timestamp: Some("2026-01-01T00:00:00Z".into()),
+        creation_timestamp: Some("2026-01-01T00:00:00Z".parse().unwrap()),
         hostnames: vec![
             HostMatch::Exact("emoji.example.com".into()),
             HostMatch::Suffix {

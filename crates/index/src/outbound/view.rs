@@ -2,6 +2,7 @@
 //! protocol-agnostic form: the policy binary turns an [`OutboundPolicy`] into the proxy API's
 //! `outbound.OutboundPolicy`.
 
+use k8s_openapi::jiff::Timestamp;
 use std::{net::SocketAddr, ops::RangeInclusive, time::Duration};
 
 use crate::routes::{Filter, GrpcRouteMatch, HostMatch, HttpRouteMatch};
@@ -114,8 +115,8 @@ pub enum OutboundRouteRef {
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutboundRoute<M> {
     pub reference: OutboundRouteRef,
-    /// RFC 3339 creation time; routes with one sort first.
-    pub creation_timestamp: Option<String>,
+    /// Creation time; routes with one sort first, oldest first.
+    pub creation_timestamp: Option<Timestamp>,
     pub hostnames: Vec<HostMatch>,
     pub rules: Vec<OutboundRule<M>>,
 }

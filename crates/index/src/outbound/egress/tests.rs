@@ -356,7 +356,7 @@ async fn egress_policy_routes_and_backends() {
                         namespace: GLOBAL.into(),
                         name: "api".into(),
                     },
-                    creation_timestamp: Some("2026-01-01T00:00:00Z".into()),
+                    creation_timestamp: Some("2026-01-01T00:00:00Z".parse().unwrap()),
                     hostnames: vec![],
                     rules: vec![OutboundRule {
                         matches: vec![HttpRouteMatch {

@@ -124,7 +124,7 @@ fn plain(
 ) -> OutboundRoute<NoMatch> {
     OutboundRoute {
         reference: resource(kind, name),
-        creation_timestamp: Some(created.into()),
+        creation_timestamp: Some(created.parse().unwrap()),
         hostnames,
         rules: vec![OutboundRule {
             matches: vec![],
