@@ -43,9 +43,12 @@ const MAX_NAMESPACE_BYTES: usize = 63;
 const MAX_NAME_BYTES: usize = 253;
 
 /// Parses `PortSpec.workload`: legacy `"<ns>:<pod>"` (both parts non-empty) or the JSON form
-/// (any string starting with `{`), naming exactly one of `pod` and `external_workload`. A
-/// namespace over 63 bytes or a name over 253, which Kubernetes would refuse, is invalid: such
-/// a name would otherwise be kept by the stream and key an outbound topic.
+/// (any string starting with `{`, after blanks), naming exactly one of `pod` and
+/// `external_workload`. A namespace over 63 bytes or a name over 253, which Kubernetes would
+/// refuse, is invalid: such a name would otherwise be kept by the stream and key an outbound
+/// topic. So is a namespace that is no DNS-1123 label or a name that is no DNS-1123
+/// subdomain: no workload has it, and "unknown server" would hide the typo (upstream looks it
+/// up and answers `NotFound`; a proxy's own workload always passes).
 pub fn parse_workload(workload: &str) -> Result<WorkloadRef, PortSpecError> {
     let parsed = parse_workload_form(workload)?;
     let (WorkloadRef::Pod { namespace, name } | WorkloadRef::ExternalWorkload { namespace, name }) =
@@ -54,6 +57,12 @@ pub fn parse_workload(workload: &str) -> Result<WorkloadRef, PortSpecError> {
         format!("namespace longer than {MAX_NAMESPACE_BYTES} bytes")
     } else if name.len() > MAX_NAME_BYTES {
         format!("name longer than {MAX_NAME_BYTES} bytes")
+    } else if let Some(problem) = linkerd_k8s_api::names::namespace_problem(namespace) {
+        problem.to_string()
+    } else if !linkerd_k8s_api::names::is_dns1123_subdomain(name) {
+        "a pod or ExternalWorkload name must be a DNS-1123 subdomain: dot-separated labels of \
+         lowercase letters, digits or '-', each starting and ending with a letter or digit"
+            .to_string()
     } else {
         return Ok(parsed);
     };
@@ -69,7 +78,8 @@ fn parse_workload_form(workload: &str) -> Result<WorkloadRef, PortSpecError> {
         workload: echo(workload),
         reason,
     };
-    if workload.starts_with('{') {
+    // serde_json skips blanks around the object: before it as after it.
+    if workload.trim_start().starts_with('{') {
         let json: JsonWorkload =
             serde_json::from_str(workload).map_err(|e| invalid(Some(e.to_string())))?;
         if json.ns.is_empty() {
@@ -223,6 +233,45 @@ mod tests {
                 "p".repeat(100_000)
             )),
             "name longer than 253 bytes)"
+        );
+    }
+
+    /// Tester finding: a workload no Kubernetes object can have (a blank before the JSON form,
+    /// read as the legacy one; a `:` in the pod name) was answered `NotFound` "unknown server",
+    /// which did not say what was wrong with it.
+    #[test]
+    fn names_kubernetes_would_refuse_are_invalid() {
+        let reason = |bad: &str| {
+            let err = parse_workload(bad).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("Invalid workload: {bad} (")),
+                "{err}"
+            );
+            err
+        };
+        assert!(
+            reason("emojivoto:web-0:extra")
+                .contains("a pod or ExternalWorkload name must be a DNS-1123 subdomain")
+        );
+        assert!(reason("Emojivoto:web-0").contains("a namespace must be a DNS-1123 label"));
+        assert!(reason(r#"{"ns":"emojivoto","pod":"Web_0"}"#).contains("DNS-1123 subdomain"));
+        assert!(
+            reason(r#"{"ns":"emoji voto","external_workload":"vm"}"#).contains("DNS-1123 label")
+        );
+        // Blanks before the JSON form are skipped, as the ones after it are.
+        for spaced in [
+            r#" {"ns":"emojivoto","pod":"web-0"}"#,
+            "\n\t{\"ns\":\"emojivoto\",\"pod\":\"web-0\"}\n",
+        ] {
+            assert_eq!(
+                parse_workload(spaced),
+                Ok(pod("emojivoto", "web-0")),
+                "{spaced:?}"
+            );
+        }
+        assert_eq!(
+            parse_workload("emojivoto:web-0.a-b.c9"),
+            Ok(pod("emojivoto", "web-0.a-b.c9"))
         );
     }
 
