@@ -368,6 +368,56 @@ mod updates {
         );
     }
 
+    /// A Server with both selectors, or neither, is skipped with the policy webhook's reason
+    /// (tester finding: offline mode served one with both, which the webhook refuses, to pods).
+    #[tokio::test]
+    async fn a_server_needs_exactly_one_selector() {
+        let index = start();
+        let selector = json!({"matchLabels": {"app": "web"}});
+        let (both, log) = support::logged(|| {
+            let mut server =
+                serde_json::to_value(mk_server("both", "2026-01-01T00:00:00Z", json!(8080)))
+                    .unwrap();
+            server["spec"]["externalWorkloadSelector"] = selector.clone();
+            index.apply_json::<Server>(&server.to_string())
+        });
+        assert!(both.unwrap_err().to_string().contains(
+            "a Server must have exactly one of spec.podSelector and spec.externalWorkloadSelector"
+        ),);
+        assert!(log.is_empty(), "{log}");
+        let mut neither =
+            serde_json::to_value(mk_server("neither", "2026-01-01T00:00:00Z", json!(8080)))
+                .unwrap();
+        neither["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("podSelector");
+        assert!(index.apply_json::<Server>(&neither.to_string()).is_err());
+        let mut rx = index.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Default("all-unauthenticated".into())
+        );
+        // Through the typed path, as a source delivers it: logged and counted, not served.
+        let metrics = IndexMetrics::default();
+        let fed = support::Fed::new(
+            InboundIndex::new(config(), metrics.clone()),
+            InboundIndex::watch,
+            metrics.clone(),
+        );
+        fed.apply(Event::Reset(vec![mk_pod(meshed("web"))]));
+        let mut server = mk_server("both", "2026-01-01T00:00:00Z", json!(8080));
+        server.spec.external_workload_selector = server.spec.pod_selector.clone();
+        let (_, log) = support::logged(|| fed.apply(Event::<Server>::Reset(vec![server])));
+        assert!(log.contains("exactly one of spec.podSelector"), "{log}");
+        assert_eq!(metrics.invalid_objects("Server"), 1);
+        let mut rx = fed.inbound_server(pod("ns", "web-0"), 8080).unwrap();
+        assert_eq!(
+            current(&mut rx).reference,
+            ServerRef::Default("all-unauthenticated".into())
+        );
+    }
+
     /// Creation times are compared as times, not as text (tester finding: a hand-written
     /// `creationTimestamp` with a fraction of a second sorted before the whole second it
     /// follows, as `.` sorts before `Z`, so the newer Server won the port).

@@ -18,7 +18,7 @@ pub struct ServerInfo {
     /// `metadata.creationTimestamp` (the oldest Server wins a port; ties by name). A time, not
     /// its text: `00.5Z` sorts after `00Z`.
     pub created: Option<Timestamp>,
-    /// `spec.podSelector`; `None` selects no pod.
+    /// `spec.podSelector`; `None` selects no pod (exactly one of the two selectors is set).
     pub pod_selector: Option<Selector>,
     /// `spec.externalWorkloadSelector`; `None` selects no ExternalWorkload.
     pub external_workload_selector: Option<Selector>,
@@ -115,6 +115,17 @@ impl ServerInfo {
                 ));
             }
         };
+        // What the policy webhook refuses (spec §2.1): with both selectors the Server would
+        // apply to pods and ExternalWorkloads alike; with neither it selects nothing. Upstream's
+        // index fails to decode either.
+        if srv.spec.pod_selector.is_some() == srv.spec.external_workload_selector.is_some() {
+            return Err(invalid(
+                "Server",
+                &namespace,
+                &name,
+                "a Server must have exactly one of spec.podSelector and spec.externalWorkloadSelector".into(),
+            ));
+        }
         let pod_selector = srv
             .spec
             .pod_selector
