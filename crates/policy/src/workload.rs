@@ -78,8 +78,12 @@ fn parse_workload_form(workload: &str) -> Result<WorkloadRef, PortSpecError> {
         workload: echo(workload),
         reason,
     };
-    // serde_json skips blanks around the object: before it as after it.
-    if workload.trim_start().starts_with('{') {
+    // serde_json skips JSON's blanks around the object: before it as after it (only those:
+    // another leading character, a BOM or a no-break space, makes it the legacy form).
+    if workload
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+    {
         let json: JsonWorkload =
             serde_json::from_str(workload).map_err(|e| invalid(Some(e.to_string())))?;
         if json.ns.is_empty() {
@@ -258,7 +262,15 @@ mod tests {
         assert!(
             reason(r#"{"ns":"emoji voto","external_workload":"vm"}"#).contains("DNS-1123 label")
         );
-        // Blanks before the JSON form are skipped, as the ones after it are.
+        // JSON's blanks before the JSON form are skipped, as the ones after it are; other
+        // characters make it the legacy form, whose namespace is then no DNS label.
+        for odd in ["\u{feff}", "\u{a0}", "\u{c}"] {
+            let bad = format!(r#"{odd}{{"ns":"emojivoto","pod":"web-0"}}"#);
+            assert!(
+                reason(&bad).contains("a namespace must be a DNS-1123 label"),
+                "{odd:?}"
+            );
+        }
         for spaced in [
             r#" {"ns":"emojivoto","pod":"web-0"}"#,
             "\n\t{\"ns\":\"emojivoto\",\"pod\":\"web-0\"}\n",
