@@ -205,6 +205,9 @@ struct StateDir {
     /// and the files read, to report the conflicts it leaves once it is done
     /// ([`Self::report_conflicts`]).
     conflict_checks: HashMap<ObjectId, ConflictCheck>,
+    /// Objects of watched kinds logged and skipped (invalid) since the first read began:
+    /// what the first read's summary reports.
+    skipped_objects: u64,
     metrics: IndexMetrics,
 }
 
@@ -239,6 +242,9 @@ enum Loaded {
         file: LoadedFile,
         /// The objects of watched kinds that the file did not define before, decoded.
         fresh: Vec<((ObjectId, Digest), Result<AnyObject, DecodeError>)>,
+        /// Objects of watched kinds skipped, each logged: no name, no namespace, or a name
+        /// the API server would refuse.
+        skipped: u64,
     },
 }
 
@@ -571,6 +577,7 @@ impl StateDir {
             delivered: HashMap::new(),
             invalid: HashMap::new(),
             conflict_checks: HashMap::new(),
+            skipped_objects: 0,
             metrics,
         }
     }
@@ -578,7 +585,9 @@ impl StateDir {
     /// The first read: every file parsed, then each watched kind's first `Reset` delivered.
     /// `false` when the directory could not be listed (nothing is delivered). Logs what it read
     /// and where the time went: parsing (both cores, bound by the files' size and format) or
-    /// indexing (one thread, bound by the objects' count).
+    /// indexing (one thread, bound by the objects' count). `files`, `bytes` and `objects` count
+    /// what was read; files refused (not parsed, or not regular files) and objects of watched
+    /// kinds skipped as invalid are counted apart, each also logged on its own.
     fn read_first(&mut self) -> bool {
         let started = std::time::Instant::now();
         let (changes, decoded) = self.rescan();
@@ -600,6 +609,8 @@ impl StateDir {
             bytes,
             objects = self.defs.len(),
             served = self.delivered.len(),
+            refused_files = self.rejected.len() + self.unreadable.len(),
+            skipped_objects = self.skipped_objects,
             parse_ms = parsed.as_millis() as u64,
             index_ms = (started.elapsed() - parsed).as_millis() as u64,
             "cluster state directory read"
@@ -834,10 +845,12 @@ impl StateDir {
             .flat_map(|f| &f.objects)
             .map(|(id, d)| (id, *d))
             .collect();
+        let mut skipped = 0;
         // An object of a served kind without a name is as invalid as one that does not decode.
         let mut nameless = |type_key: &TypeKey| {
             if let Some(feed) = self.feeds.get(type_key) {
                 self.metrics.invalid_object(feed.label());
+                skipped += 1;
             }
         };
         let manifests = match documents.manifests_with(path, &mut nameless) {
@@ -865,6 +878,7 @@ impl StateDir {
                          (`kubectl get -o yaml` writes it; add it to a hand-written manifest)"
                     );
                     self.metrics.invalid_object(feed.label());
+                    skipped += 1;
                     continue;
                 }
                 // The API server ignores a cluster-scoped object's namespace, and the indexes
@@ -886,6 +900,7 @@ impl StateDir {
                     "skipping an object the API server would refuse: {problem}"
                 );
                 self.metrics.invalid_object(feed.label());
+                skipped += 1;
                 continue;
             }
             let name = ObjectName::new(m.type_key, (namespace, name));
@@ -910,6 +925,7 @@ impl StateDir {
                 objects,
             },
             fresh,
+            skipped,
         }
     }
 
@@ -952,7 +968,12 @@ impl StateDir {
                     tracing::warn!(file = %path.display(), "cluster state file is empty; keeping its objects until it has contents again (remove the file to withdraw them)");
                 }
             }
-            Loaded::Parsed { file, fresh } => {
+            Loaded::Parsed {
+                file,
+                fresh,
+                skipped,
+            } => {
+                self.skipped_objects += skipped;
                 self.rejected.remove(path);
                 self.stale.remove(path);
                 decoded.extend(fresh);
@@ -1256,6 +1277,7 @@ impl StateDir {
                 if self.invalid.insert(key, digest) != Some(digest) {
                     tracing::warn!(file = %path.display(), kind = %feed.label(), namespace = %obj_key.0, name = %obj_key.1, %error, "skipping object");
                     self.metrics.invalid_object(feed.label());
+                    self.skipped_objects += 1;
                 }
                 ServedObject::Invalid
             }

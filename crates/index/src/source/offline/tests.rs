@@ -203,6 +203,10 @@ fn the_first_read_logs_what_it_read_and_how_long_each_part_took() {
     write(dir.path(), "services.yaml", &services);
     let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-0","namespace":"ns"}}"#;
     write(dir.path(), "pod.json", pod);
+    // Neither a file that does not parse nor a Service that does not decode is read.
+    write(dir.path(), "broken.yaml", "kind: [unclosed\n");
+    let invalid = "apiVersion: v1\nkind: Service\nmetadata: {name: Bad_Svc, namespace: ns}\n";
+    write(dir.path(), "invalid.yaml", invalid);
     let metrics = IndexMetrics::default();
     let (tx, mut served) = mpsc::unbounded_channel::<Event<Arc<ServiceInfo>>>();
     let mut state = StateDir::new(
@@ -220,13 +224,17 @@ fn the_first_read_logs_what_it_read_and_how_long_each_part_took() {
         .lines()
         .find(|l| l.contains("cluster state directory read"))
         .unwrap_or_else(|| panic!("{log}"));
-    // Three objects in two files; the Pod is not of a watched kind, so two are served.
-    let bytes = services.len() + pod.len();
+    // Three objects in the three files read; the Pod is not of a watched kind, so two are
+    // served. The file that does not parse and the Service named as no API server would name
+    // it are counted apart.
+    let bytes = services.len() + pod.len() + invalid.len();
     for field in [
-        "files=2".to_string(),
+        "files=3".to_string(),
         format!("bytes={bytes}"),
         "objects=3".into(),
         "served=2".into(),
+        "refused_files=1".into(),
+        "skipped_objects=1".into(),
         "parse_ms=".into(),
         "index_ms=".into(),
     ] {
