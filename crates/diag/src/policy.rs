@@ -117,7 +117,8 @@ impl InboundArgs {
     /// The controller's `NotFound: unknown server` (its wording, upstream's) says the
     /// workload is unknown only to who knows the API: say so. A workload written
     /// `NAMESPACE/POD` (as kubectl and `dst-diag explain` take it) is refused as invalid: say
-    /// how a proxy writes it.
+    /// how a proxy writes it, when that form would be valid (`ns/Web` gets no hint: `ns:Web`
+    /// is refused too).
     fn workload_hint(&self, error: Error) -> Error {
         match error {
             Error::Status {
@@ -126,7 +127,9 @@ impl InboundArgs {
                 status,
             } if status.code() == tonic::Code::InvalidArgument
                 && !self.workload.contains(':')
-                && self.workload.contains('/') =>
+                && self.workload.contains('/')
+                && policy::workload::parse_workload(&self.workload.replacen('/', ":", 1))
+                    .is_ok() =>
             {
                 let colon = self.workload.replacen('/', ":", 1);
                 Error::Status {

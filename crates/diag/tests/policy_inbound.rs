@@ -204,6 +204,23 @@ async fn a_workload_written_with_a_slash_gets_the_proxy_form_as_a_hint() {
         )),
         "{stderr}"
     );
+    // No hint that would be refused in turn (tester finding: `emojivoto/Web` was told to try
+    // `emojivoto:Web`, which no pod can be named).
+    let child = dst_diag(&[
+        "policy",
+        "inbound",
+        "emojivoto/Web",
+        "8080",
+        "--policy",
+        &policy,
+    ]);
+    let (code, _, stderr) = wait_output(child).await;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert!(
+        stderr.contains("InvalidArgument: Invalid workload: "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("try `"), "{stderr}");
 }
 
 #[tokio::test]
