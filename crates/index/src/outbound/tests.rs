@@ -387,6 +387,22 @@ async fn quirk_consumer_routes_replace_producer_routes() {
     assert_eq!(names("emojivoto"), ["emojivoto/producer"]);
 }
 
+/// The names of the HTTP routes, in order, of emojivoto's `web` port 80 for a client in its
+/// namespace.
+fn http_route_names(index: &Index) -> Vec<String> {
+    let p = service_policy(policy(index, "emojivoto", 80, "emojivoto"));
+    let OutboundProtocol::Detect { http_routes, .. } = p.protocol else {
+        panic!("expected HTTP routes: {:?}", p.protocol)
+    };
+    http_routes
+        .iter()
+        .map(|r| match &r.reference {
+            OutboundRouteRef::Resource { name, .. } => name.clone(),
+            OutboundRouteRef::Default(n) => n.clone(),
+        })
+        .collect()
+}
+
 /// §12 "Outbound route ordering tie-break uses route name only": decided for the Gateway API
 /// order, creation time, then `{namespace}/{name}`.
 #[tokio::test]
@@ -416,17 +432,7 @@ async fn quirk_route_order_is_time_then_namespace_and_name() {
         "2026-01-01T00:00:00Z",
         "[]",
     )));
-    let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
-    let OutboundProtocol::Detect { http_routes, .. } = p.protocol else {
-        panic!()
-    };
-    let names: Vec<_> = http_routes
-        .iter()
-        .map(|r| match &r.reference {
-            OutboundRouteRef::Resource { name, .. } => name.clone(),
-            OutboundRouteRef::Default(n) => n.clone(),
-        })
-        .collect();
+    let names = http_route_names(&index);
     assert_eq!(names, ["b", "c", "a"]);
 }
 
@@ -451,17 +457,7 @@ async fn route_order_compares_creation_times_as_times() {
         route["metadata"]["creationTimestamp"] = created.into();
         index.apply_json::<HttpRoute>(&route.to_string());
     }
-    let p = service_policy(policy(&index, "emojivoto", 80, "emojivoto"));
-    let OutboundProtocol::Detect { http_routes, .. } = p.protocol else {
-        panic!()
-    };
-    let names: Vec<_> = http_routes
-        .iter()
-        .map(|r| match &r.reference {
-            OutboundRouteRef::Resource { name, .. } => name.clone(),
-            OutboundRouteRef::Default(n) => n.clone(),
-        })
-        .collect();
+    let names = http_route_names(&index);
     assert_eq!(names, ["c", "b", "a"]);
 }
 
