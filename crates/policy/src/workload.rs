@@ -43,7 +43,7 @@ const MAX_NAMESPACE_BYTES: usize = 63;
 const MAX_NAME_BYTES: usize = 253;
 
 /// Parses `PortSpec.workload`: legacy `"<ns>:<pod>"` (both parts non-empty) or the JSON form
-/// (any string starting with `{`, after blanks), naming exactly one of `pod` and
+/// (any string starting with `{` after JSON's blanks), naming exactly one of `pod` and
 /// `external_workload`. A namespace over 63 bytes or a name over 253, which Kubernetes would
 /// refuse, is invalid: such a name would otherwise be kept by the stream and key an outbound
 /// topic. So is a namespace that is no DNS-1123 label or a name that is no DNS-1123
