@@ -51,12 +51,12 @@ impl Policy {
         self.watches.apply(event);
     }
 
-    /// Applies the object of kind `K` that `json` defines, decoded from that text as a source
-    /// decodes it (a time keeps its fraction of a second). Panics when it does not decode.
+    /// Applies the object of kind `K` that `json` defines ([`Watches::apply_json`]: a time
+    /// keeps its fraction of a second). Panics when it does not decode.
     pub(crate) fn apply_json<K: Kind>(&self, json: &str) {
-        let object = crate::model::decode_json::<K>(json).expect("the object decodes");
         self.watches
-            .deliver::<K>(Event::Apply(std::sync::Arc::new(object)));
+            .apply_json::<K>(json)
+            .expect("the object decodes");
     }
 
     /// Deletes the object of `obj`'s kind and name.

@@ -211,10 +211,10 @@ impl Watches {
 
     /// Decodes the objects of `event` (typed Kubernetes objects, as a manifest writes them)
     /// as a source does, and delivers it ([`Watches::deliver`]). Each is written out as JSON
-    /// first, and k8s-openapi writes times to the second: [`Fed::apply_json`] keeps a
-    /// fraction. An object that does not
-    /// decode is logged and counted in `index_invalid_objects_total`, and left out (an `Apply`
-    /// of it is dropped, or, for kinds whose invalid updates remove, becomes a `Delete`).
+    /// first, and k8s-openapi writes times to the second ([`Watches::apply_json`] keeps a
+    /// fraction). An object that does not decode is logged and counted in
+    /// `index_invalid_objects_total`, and left out (an `Apply` of it is dropped, or, for kinds
+    /// whose invalid updates remove, becomes a `Delete`).
     pub fn apply<K: Kind + serde::Serialize>(&self, event: Event<K>) {
         let decode = |obj: &K| -> Option<Arc<K::Object>> {
             let document = match serde_json::to_value(obj) {
@@ -247,6 +247,15 @@ impl Watches {
             Event::Reset(objs) => Event::Reset(objs.iter().filter_map(decode).collect()),
         };
         self.deliver::<K>(event);
+    }
+
+    /// Decodes the object of kind `K` that the JSON text `json` defines, as a source decodes
+    /// it (a time keeps its fraction of a second), and delivers its `Apply`. Errors,
+    /// delivering nothing, when it does not decode.
+    pub fn apply_json<K: Kind>(&self, json: &str) -> Result<(), crate::model::DecodeError> {
+        let object = crate::model::decode_json::<K>(json)?;
+        self.deliver::<K>(Event::Apply(Arc::new(object)));
+        Ok(())
     }
 
     /// Starts watching every kind added, from `source`. In offline mode the state directory is
@@ -576,13 +585,10 @@ impl<I> Fed<I> {
         self.watches.apply(event);
     }
 
-    /// Decodes the object of kind `K` that the JSON text `json` defines, as a source decodes
-    /// it (a time keeps its fraction of a second), and applies it. Errors, applying nothing,
-    /// when it does not decode.
+    /// Decodes the object that the JSON text `json` defines and applies it
+    /// ([`Watches::apply_json`]: a time keeps its fraction of a second).
     pub fn apply_json<K: Kind>(&self, json: &str) -> Result<(), crate::model::DecodeError> {
-        let object = crate::model::decode_json::<K>(json)?;
-        self.watches.deliver::<K>(Event::Apply(Arc::new(object)));
-        Ok(())
+        self.watches.apply_json::<K>(json)
     }
 
     /// Deletes the object of `obj`'s kind, namespace and name.
